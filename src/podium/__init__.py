@@ -1,0 +1,1 @@
+"""Podium: a runtime that serves LLM agents at high concurrency on CPUs."""

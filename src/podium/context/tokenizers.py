@@ -1,0 +1,113 @@
+"""Token counting: a fast built-in estimate, or any Hugging Face ``tokenizer.json``.
+
+The engine counts every message once, when it enters a context, and caches
+the count on the message; so the tokenizer's cost is paid per new text, never
+per step over the whole history.
+"""
+
+from __future__ import annotations
+
+import abc
+from pathlib import Path
+from typing import Any
+
+from podium.errors import ConfigError
+from podium.messages import Message
+
+__all__ = (
+    "MESSAGE_OVERHEAD_TOKENS",
+    "EstimateTokenizer",
+    "HuggingFaceTokenizer",
+    "Tokenizer",
+    "count_message",
+)
+
+#: Tokens a chat template adds around each message (role markers, separators).
+MESSAGE_OVERHEAD_TOKENS = 4
+
+
+class Tokenizer(abc.ABC):
+    """Counts tokens of text and cuts text to a token budget."""
+
+    name: str = "tokenizer"
+
+    @abc.abstractmethod
+    def count(self, text: str) -> int:
+        """Number of tokens in ``text``."""
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        """The longest prefix of ``text`` with at most ``max_tokens`` tokens.
+
+        The generic version bisects on character length; subclasses with
+        offsets do it in one pass.
+        """
+        if self.count(text) <= max_tokens:
+            return text
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.count(text[:mid]) <= max_tokens:
+                lo = mid
+            else:
+                hi = mid - 1
+        return text[:lo]
+
+
+class EstimateTokenizer(Tokenizer):
+    """About four characters a token, the usual rule for English BPE vocabularies.
+
+    It costs one ``len`` call, which is why it is the default: exact counts
+    matter for billing, estimates are enough for budgets.
+    """
+
+    name = "estimate"
+
+    def __init__(self, chars_per_token: float = 4.0) -> None:
+        if chars_per_token <= 0:
+            raise ConfigError("chars_per_token must be positive")
+        self._cpt = chars_per_token
+
+    def count(self, text: str) -> int:
+        n = len(text)
+        return int(n / self._cpt) + (n > 0)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        if self.count(text) <= max_tokens:
+            return text
+        return text[: max(0, int((max_tokens - 1) * self._cpt))]
+
+
+class HuggingFaceTokenizer(Tokenizer):
+    """Exact counts from a Hugging Face ``tokenizer.json`` (needs ``podium[hf]``)."""
+
+    def __init__(self, tokenizer: Any, name: str = "huggingface") -> None:
+        self._tok = tokenizer
+        self.name = name
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> HuggingFaceTokenizer:
+        try:
+            from tokenizers import Tokenizer as _HFTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ConfigError("HuggingFaceTokenizer needs `pip install podium[hf]`") from exc
+        return cls(_HFTokenizer.from_file(str(path)), name=Path(path).name)
+
+    def count(self, text: str) -> int:
+        return len(self._tok.encode(text, add_special_tokens=False).ids)
+
+    def truncate(self, text: str, max_tokens: int) -> str:
+        enc = self._tok.encode(text, add_special_tokens=False)
+        if len(enc.ids) <= max_tokens:
+            return text
+        if max_tokens <= 0:
+            return ""
+        end = enc.offsets[max_tokens - 1][1]
+        return text[:end]
+
+
+def count_message(tokenizer: Tokenizer, message: Message) -> int:
+    """Tokens of one message, template overhead and tool calls included."""
+    n = MESSAGE_OVERHEAD_TOKENS + tokenizer.count(message.content)
+    for call in message.tool_calls:
+        n += tokenizer.count(call.name) + tokenizer.count(call.arguments) + 3
+    return n

@@ -1,0 +1,107 @@
+"""The exception tree.
+
+::
+
+    PodiumError
+    ├── ConfigError                 a setting, scenario or agent definition is wrong
+    ├── ToolDefinitionError         a function cannot become a tool
+    ├── ModelError                  a model backend failed
+    │   ├── ModelUnavailableError   connection refused, circuit open, every retry spent
+    │   ├── ModelTimeoutError       a connect / first-byte / total timeout passed
+    │   ├── ModelHTTPError          the backend answered with an error status
+    │   └── ModelReplyError         the reply could not be understood (bad JSON, truncated stream)
+    ├── StoreError                  the run store failed
+    │   ├── RunNotFoundError        no run with that id
+    │   └── StaleRunError           another writer advanced the run (optimistic concurrency)
+    └── RunError                    a run ended without an answer (``reason`` says why)
+
+Control flow inside a tool is kept apart from failures: a tool raises
+:class:`RetryableToolError` to ask for a retry with backoff; any other exception
+becomes an error observation the model sees, never a crash of the run.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "ConfigError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelReplyError",
+    "ModelTimeoutError",
+    "ModelUnavailableError",
+    "PodiumError",
+    "RetryableToolError",
+    "RunError",
+    "RunNotFoundError",
+    "StaleRunError",
+    "StoreError",
+    "ToolDefinitionError",
+)
+
+
+class PodiumError(Exception):
+    """Base class of every error Podium raises on purpose."""
+
+
+class ConfigError(PodiumError):
+    """A setting, scenario file or agent definition is invalid."""
+
+
+class ToolDefinitionError(PodiumError):
+    """A function cannot be turned into a tool (bad signature, unsupported type)."""
+
+
+class ModelError(PodiumError):
+    """A model backend failed to produce a reply."""
+
+
+class ModelUnavailableError(ModelError):
+    """The backend cannot be reached: connection refused, circuit open, retries spent."""
+
+
+class ModelTimeoutError(ModelError):
+    """A connect, first-byte or total timeout passed."""
+
+
+class ModelHTTPError(ModelError):
+    """The backend answered with an error status."""
+
+    def __init__(self, status: int, body: str, *, retry_after: float | None = None) -> None:
+        super().__init__(f"HTTP {status}: {body[:200]}")
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class ModelReplyError(ModelError):
+    """The reply could not be understood: invalid JSON, a truncated stream, bad arguments."""
+
+
+class StoreError(PodiumError):
+    """The run store failed."""
+
+
+class RunNotFoundError(StoreError):
+    """No run with that id exists (for this tenant)."""
+
+
+class StaleRunError(StoreError):
+    """Another writer advanced the run first; this writer's checkpoint is refused."""
+
+
+class RunError(PodiumError):
+    """A run ended without an answer."""
+
+    def __init__(self, run_id: str, status: str, reason: str) -> None:
+        super().__init__(f"run {run_id} {status}: {reason}")
+        self.run_id = run_id
+        self.status = status
+        self.reason = reason
+
+
+class RetryableToolError(Exception):
+    """Raised by a tool to ask for another attempt (with backoff and jitter).
+
+    Not a :class:`PodiumError`: it is control flow between a tool and its
+    policy, and never escapes the executor.
+    """

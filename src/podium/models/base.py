@@ -1,0 +1,140 @@
+"""The model-backend interface: one required async method.
+
+A backend turns a :class:`ModelRequest` into a :class:`ModelResponse`.
+Streaming is optional: a backend that cannot stream raises
+``NotImplementedError`` naming its class. Lifecycle is ``async with``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import msgspec
+
+from podium.messages import Message, ToolCall, Usage
+
+__all__ = (
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSettings",
+    "StreamDelta",
+    "ToolDefinition",
+)
+
+
+class ToolDefinition(msgspec.Struct, frozen=True, gc=False):
+    """A tool as the model sees it: name, description, JSON Schema of the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Sampling and server options passed through to the backend.
+
+    ``extra_body`` is merged into the request body as-is: vLLM/SGLang options
+    (``top_k``, ``guided_json``…), llama.cpp's ``cache_prompt``, Ollama's
+    ``options``.
+    """
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    extra_body: dict[str, Any] | None = None
+
+
+class ModelRequest(msgspec.Struct, gc=False):
+    """Everything a backend needs for one call.
+
+    ``messages`` starts with the agent's cached prefix (the system message)
+    and continues with the run's append-only history, so consecutive calls of
+    one run share their longest possible prefix. Backends must not mutate it.
+
+    ``run_id``, ``prompt_tokens``, ``tags`` and ``attained_service_s`` are
+    scheduling hints: session affinity, size-based routing, and
+    least-attained-service ordering when backends are saturated.
+    """
+
+    messages: Sequence[Message]
+    tools: tuple[ToolDefinition, ...] = ()
+    settings: ModelSettings = ModelSettings()
+    run_id: str = ""
+    agent: str = ""
+    step: int = 0
+    prompt_tokens: int = 0
+    prefix_tokens: int = 0
+    tags: tuple[str, ...] = ()
+    attained_service_s: float = 0.0
+
+
+class ModelResponse(msgspec.Struct, gc=False):
+    """A backend's reply.
+
+    ``cpu_ns`` is the CPU the client spent on this call outside waiting
+    (encoding, decoding); the engine books it as the CPU share of the
+    ``model`` phase. ``ttft_s`` is the time to first token when streamed.
+    """
+
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    finish_reason: str = "stop"
+    model: str = ""
+    backend: str = ""
+    cpu_ns: int = 0
+    ttft_s: float | None = None
+    token_times_s: tuple[float, ...] = ()
+
+
+class StreamDelta(msgspec.Struct, gc=False, omit_defaults=True):
+    """One piece of a streamed reply. The last delta carries ``response``."""
+
+    content: str = ""
+    tool_call_index: int | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    arguments: str = ""
+    response: ModelResponse | None = None
+
+
+class Model(abc.ABC):
+    """A model backend.
+
+    Subclasses implement :meth:`request`. Example::
+
+        class EchoModel(Model):
+            name = "echo"
+
+            async def request(self, request: ModelRequest) -> ModelResponse:
+                return ModelResponse(content=request.messages[-1].content)
+    """
+
+    name: str = "model"
+
+    @abc.abstractmethod
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Answer one request."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        """Answer one request as a stream of deltas; the last one holds the response."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+    async def aclose(self) -> None:
+        """Release connections and background tasks."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,57 @@
+"""``FunctionModel``: a reply computed by your function, for testing agents."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+
+from podium.messages import Message, ToolCall, Usage
+from podium.models.base import Model, ModelRequest, ModelResponse
+
+__all__ = ("FunctionModel", "ReplyFunction", "tool_call_reply")
+
+ReplyFunction = Callable[
+    [Sequence[Message], ModelRequest],
+    "ModelResponse | str | Awaitable[ModelResponse | str]",
+]
+
+
+def tool_call_reply(*calls: tuple[str, str], content: str = "") -> ModelResponse:
+    """A reply that calls tools, each given as ``(name, arguments_json)``."""
+    return ModelResponse(
+        content=content,
+        tool_calls=tuple(ToolCall(f"call_{i}", name, args) for i, (name, args) in enumerate(calls)),
+        finish_reason="tool_calls",
+    )
+
+
+class FunctionModel(Model):
+    """A model whose reply is ``fn(messages, request)`` (sync or async).
+
+    Return a string for a final answer, or a :class:`ModelResponse` (see
+    :func:`tool_call_reply`) to call tools. Example::
+
+        def reply(messages, request):
+            if messages[-1].role == "tool":
+                return f"The tool said {messages[-1].content}"
+            return tool_call_reply(("lookup", '{"q": "x"}'))
+
+        agent = Agent("t", FunctionModel(reply), tools=[lookup])
+    """
+
+    def __init__(self, fn: ReplyFunction, *, name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or f"function:{getattr(fn, '__name__', 'fn')}"
+        self._is_async = inspect.iscoroutinefunction(fn)
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        result = self.fn(request.messages, request)
+        if inspect.isawaitable(result):
+            result = await result
+        if isinstance(result, str):
+            result = ModelResponse(content=result)
+        if result.usage.requests == 0:
+            result.usage = Usage(request.prompt_tokens, max(1, len(result.content) // 4), 0, 1)
+        if not result.model:
+            result.model = self.name
+        return result

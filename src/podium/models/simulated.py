@@ -1,0 +1,216 @@
+"""The built-in simulated model: scripted replies with a GPU-like latency model.
+
+It follows a :class:`Scenario` (which tool calls to make at each step, then a
+final answer) or a policy function over the request, and answers after a
+latency drawn from a :class:`LatencyModel`: time to first token, prefill time
+for prompt tokens the (simulated) prefix cache does not hold, and a time per
+output token, with fixed or log-normal jitter. Beyond ``capacity`` concurrent
+sequences requests queue, as they do on a real inference server. This is what
+makes load tests and capacity planning possible without a GPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import msgspec
+
+from podium.errors import ConfigError
+from podium.messages import ToolCall, Usage
+from podium.models.base import Model, ModelRequest, ModelResponse
+
+__all__ = ("LatencyModel", "Scenario", "SimStep", "SimToolCall", "SimulatedModel")
+
+_json_encode = msgspec.json.encode
+
+
+class LatencyModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How long a simulated backend takes for one call.
+
+    latency = ttft + prefill_per_token × uncached prompt tokens
+              + per_output_token × output tokens, times a jitter factor.
+    With ``jitter="lognormal"`` the factor is exp(N(-σ²/2, σ)), whose mean is 1.
+    """
+
+    ttft_s: float = 0.0
+    per_token_s: float = 0.0
+    prefill_per_token_s: float = 0.0
+    jitter: Literal["none", "lognormal"] = "none"
+    sigma: float = 0.25
+
+    @property
+    def instant(self) -> bool:
+        return self.ttft_s == 0.0 and self.per_token_s == 0.0 and self.prefill_per_token_s == 0.0
+
+    def sample(self, rng: random.Random, output_tokens: int, uncached_tokens: int = 0) -> float:
+        base = (
+            self.ttft_s
+            + self.prefill_per_token_s * uncached_tokens
+            + self.per_token_s * output_tokens
+        )
+        if self.jitter == "lognormal" and base > 0.0:
+            base *= math.exp(rng.gauss(-self.sigma * self.sigma / 2, self.sigma))
+        return base
+
+
+class SimToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A tool call the simulated model makes.
+
+    ``arguments`` is a mapping (encoded to JSON) or a raw string, which may be
+    deliberately invalid to exercise validation.
+    """
+
+    name: str
+    arguments: dict[str, Any] | str = {}
+
+
+class SimStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """What the simulated model says at one step."""
+
+    tool_calls: tuple[SimToolCall, ...] = ()
+    content: str = ""
+
+
+class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A script: the tool calls of each step in order, then the final answer."""
+
+    steps: tuple[SimStep, ...] = ()
+    final: str = "Done."
+    output_tokens: int | None = None
+
+    @classmethod
+    def react(
+        cls,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        tool_steps: int = 6,
+        parallel: int = 1,
+        final: str = "Done.",
+    ) -> Scenario:
+        """``tool_steps`` steps each calling ``tool`` (``parallel`` times), then ``final``."""
+        call = SimToolCall(tool, arguments or {})
+        return cls(
+            steps=tuple(SimStep(tool_calls=(call,) * parallel) for _ in range(tool_steps)),
+            final=final,
+        )
+
+
+Policy = Callable[[ModelRequest], "SimStep | ModelResponse | str | Awaitable[SimStep | ModelResponse | str]"]
+
+
+class SimulatedModel(Model):
+    """A scripted model with a latency model and a capacity.
+
+    Example::
+
+        model = SimulatedModel(
+            Scenario.react("lookup", {"q": "podium"}, tool_steps=3),
+            latency=LatencyModel(ttft_s=0.05, per_token_s=0.002, jitter="lognormal"),
+            capacity=64,
+        )
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario | Policy | None = None,
+        *,
+        latency: LatencyModel | None = None,
+        capacity: int | None = None,
+        seed: int | None = None,
+        name: str = "simulated",
+        cache_entries: int = 10_000,
+    ) -> None:
+        if capacity is not None and capacity < 1:
+            raise ConfigError("capacity must be at least 1 (or None for unbounded)")
+        self.name = name
+        self.scenario = scenario if scenario is not None else Scenario()
+        self.latency = latency or LatencyModel()
+        self.capacity = capacity
+        self._rng = random.Random(seed)
+        self._slots: asyncio.Semaphore | None = None
+        self._cached_prompt: OrderedDict[str, int] = OrderedDict()
+        self._cache_entries = cache_entries
+        self.running = 0
+        self.peak_running = 0
+        self.calls = 0
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        self.calls += 1
+        step = await self._decide(request)
+        if isinstance(step, ModelResponse):
+            return step
+        if isinstance(step, str):
+            step = SimStep(content=step)
+        calls = tuple(
+            ToolCall(
+                f"call_{request.step}_{i}",
+                c.name,
+                c.arguments if isinstance(c.arguments, str) else _json_encode(c.arguments).decode(),
+            )
+            for i, c in enumerate(step.tool_calls)
+        )
+        out_tokens = self._output_tokens(step, calls)
+        cached = self._remember_prompt(request)
+        usage = Usage(request.prompt_tokens, out_tokens, cached, 1)
+        reply = ModelResponse(
+            content=step.content,
+            tool_calls=calls,
+            usage=usage,
+            finish_reason="tool_calls" if calls else "stop",
+            model=self.name,
+            backend=self.name,
+        )
+        if self.latency.instant and self.capacity is None:
+            return reply
+        await self._serve(out_tokens, request.prompt_tokens - cached)
+        return reply
+
+    async def _serve(self, out_tokens: int, uncached: int) -> None:
+        """Hold a slot (queueing past capacity) for the sampled latency."""
+        delay = self.latency.sample(self._rng, out_tokens, uncached)
+        if self.capacity is None:
+            await asyncio.sleep(delay)
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        async with self._slots:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self.running -= 1
+
+    async def _decide(self, request: ModelRequest) -> SimStep | ModelResponse | str:
+        scenario = self.scenario
+        if isinstance(scenario, Scenario):
+            if request.step < len(scenario.steps):
+                return scenario.steps[request.step]
+            return SimStep(content=scenario.final)
+        result = scenario(request)
+        if isinstance(result, Awaitable):
+            return await result
+        return result
+
+    def _output_tokens(self, step: SimStep, calls: tuple[ToolCall, ...]) -> int:
+        if isinstance(self.scenario, Scenario) and self.scenario.output_tokens is not None:
+            return self.scenario.output_tokens
+        chars = len(step.content) + sum(len(c.name) + len(c.arguments) for c in calls)
+        return max(1, chars // 4)
+
+    def _remember_prompt(self, request: ModelRequest) -> int:
+        """Prompt tokens a prefix cache would hold: this run's previous prompt, or the prefix."""
+        if not request.run_id:
+            return 0
+        cache = self._cached_prompt
+        previous = cache.pop(request.run_id, request.prefix_tokens)
+        cache[request.run_id] = request.prompt_tokens
+        if len(cache) > self._cache_entries:
+            cache.popitem(last=False)
+        return min(previous, request.prompt_tokens)
