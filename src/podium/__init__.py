@@ -1,1 +1,80 @@
-"""Podium: a runtime that serves LLM agents at high concurrency on CPUs."""
+"""Podium: a runtime that serves LLM agents at high concurrency on CPUs.
+
+The public API is re-exported here; everything else is internal.
+"""
+
+from podium.agent import Agent, ContextPolicy
+from podium.context import EstimateTokenizer, HuggingFaceTokenizer, Tokenizer
+from podium.engine import (
+    Engine,
+    ProfileAggregator,
+    ProfileSummary,
+    RunProfile,
+    RunRecord,
+    StepProfile,
+)
+from podium.errors import (
+    ConfigError,
+    ModelError,
+    ModelReplyError,
+    PodiumError,
+    RetryableToolError,
+    RunError,
+)
+from podium.messages import Message, ToolCall, Usage
+from podium.models import (
+    FunctionModel,
+    LatencyModel,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    ModelSettings,
+    Scenario,
+    SimStep,
+    SimToolCall,
+    SimulatedModel,
+    tool_call_reply,
+)
+from podium.store.base import RunStore
+from podium.store.memory import MemoryRunStore
+from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
+
+__all__ = (
+    "Agent",
+    "BreakerPolicy",
+    "ConfigError",
+    "ContextPolicy",
+    "Engine",
+    "EstimateTokenizer",
+    "FunctionModel",
+    "HuggingFaceTokenizer",
+    "LatencyModel",
+    "MemoryRunStore",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelReplyError",
+    "ModelRequest",
+    "ModelResponse",
+    "ModelSettings",
+    "PodiumError",
+    "ProfileAggregator",
+    "ProfileSummary",
+    "RetryableToolError",
+    "RunError",
+    "RunProfile",
+    "RunRecord",
+    "RunStore",
+    "Scenario",
+    "SimStep",
+    "SimToolCall",
+    "SimulatedModel",
+    "StepProfile",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolPolicy",
+    "Usage",
+    "tool",
+    "tool_call_reply",
+)

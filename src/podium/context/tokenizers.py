@@ -69,7 +69,7 @@ class EstimateTokenizer(Tokenizer):
 
     def count(self, text: str) -> int:
         n = len(text)
-        return int(n / self._cpt) + (n > 0)
+        return int(n / self._cpt) + 1 if n else 0
 
     def truncate(self, text: str, max_tokens: int) -> str:
         if self.count(text) <= max_tokens:

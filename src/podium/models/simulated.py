@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -134,28 +133,26 @@ class SimulatedModel(Model):
         self.capacity = capacity
         self._rng = random.Random(seed)
         self._slots: asyncio.Semaphore | None = None
-        self._cached_prompt: OrderedDict[str, int] = OrderedDict()
+        self._cached_prompt: dict[str, int] = {}
         self._cache_entries = cache_entries
+        self._final_step = SimStep(content=self.scenario.final) if isinstance(
+            self.scenario, Scenario
+        ) else SimStep()
+        self._rendered: dict[tuple[int, int], tuple[SimStep, tuple[ToolCall, ...], int]] = {}
         self.running = 0
         self.peak_running = 0
         self.calls = 0
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         self.calls += 1
-        step = await self._decide(request)
+        step = self._decide(request)
+        if not isinstance(step, (SimStep, ModelResponse, str)):
+            step = await step
         if isinstance(step, ModelResponse):
             return step
         if isinstance(step, str):
             step = SimStep(content=step)
-        calls = tuple(
-            ToolCall(
-                f"call_{request.step}_{i}",
-                c.name,
-                c.arguments if isinstance(c.arguments, str) else _json_encode(c.arguments).decode(),
-            )
-            for i, c in enumerate(step.tool_calls)
-        )
-        out_tokens = self._output_tokens(step, calls)
+        calls, out_tokens = self._render(request.step, step)
         cached = self._remember_prompt(request)
         usage = Usage(request.prompt_tokens, out_tokens, cached, 1)
         reply = ModelResponse(
@@ -187,22 +184,42 @@ class SimulatedModel(Model):
             finally:
                 self.running -= 1
 
-    async def _decide(self, request: ModelRequest) -> SimStep | ModelResponse | str:
+    def _decide(
+        self, request: ModelRequest
+    ) -> SimStep | ModelResponse | str | Awaitable[SimStep | ModelResponse | str]:
         scenario = self.scenario
         if isinstance(scenario, Scenario):
             if request.step < len(scenario.steps):
                 return scenario.steps[request.step]
-            return SimStep(content=scenario.final)
-        result = scenario(request)
-        if isinstance(result, Awaitable):
-            return await result
-        return result
+            return self._final_step
+        return scenario(request)
 
-    def _output_tokens(self, step: SimStep, calls: tuple[ToolCall, ...]) -> int:
+    def _render(self, index: int, step: SimStep) -> tuple[tuple[ToolCall, ...], int]:
+        """The step's tool calls as the wire would carry them, and its output tokens.
+
+        Scripted steps are rendered once and reused: the simulated server's own
+        cost should not weigh on the client it stands in front of.
+        """
+        key = (index, id(step))
+        cached = self._rendered.get(key)
+        if cached is not None and cached[0] is step:
+            return cached[1], cached[2]
+        calls = tuple(
+            ToolCall(
+                f"call_{index}_{i}",
+                c.name,
+                c.arguments if isinstance(c.arguments, str) else _json_encode(c.arguments).decode(),
+            )
+            for i, c in enumerate(step.tool_calls)
+        )
         if isinstance(self.scenario, Scenario) and self.scenario.output_tokens is not None:
-            return self.scenario.output_tokens
-        chars = len(step.content) + sum(len(c.name) + len(c.arguments) for c in calls)
-        return max(1, chars // 4)
+            out_tokens = self.scenario.output_tokens
+        else:
+            chars = len(step.content) + sum(len(c.name) + len(c.arguments) for c in calls)
+            out_tokens = max(1, chars // 4)
+        if isinstance(self.scenario, Scenario):
+            self._rendered[key] = (step, calls, out_tokens)
+        return calls, out_tokens
 
     def _remember_prompt(self, request: ModelRequest) -> int:
         """Prompt tokens a prefix cache would hold: this run's previous prompt, or the prefix."""
@@ -211,6 +228,6 @@ class SimulatedModel(Model):
         cache = self._cached_prompt
         previous = cache.pop(request.run_id, request.prefix_tokens)
         cache[request.run_id] = request.prompt_tokens
-        if len(cache) > self._cache_entries:
-            cache.popitem(last=False)
-        return min(previous, request.prompt_tokens)
+        if len(cache) > self._cache_entries:  # dicts keep insertion order: evict the oldest
+            del cache[next(iter(cache))]
+        return previous if previous < request.prompt_tokens else request.prompt_tokens

@@ -1,0 +1,149 @@
+"""A run's context: the agent's cached prefix plus an append-only history.
+
+``messages`` is one list, ``[system, input, ...history]``; each step only
+appends to it, so consecutive model calls of a run share their longest
+prefix and a backend's prefix cache hits. Token counts are taken once per
+message, when it enters. Only compaction rewrites the middle of the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from podium.context.tokenizers import Tokenizer, count_message
+from podium.messages import Message
+from podium.models.base import ToolDefinition
+
+__all__ = ("CompactionPlan", "ContextBuffer", "Prefix", "SUMMARY_MARKER", "truncate_text")
+
+#: Opens the message that stands in for compacted turns.
+SUMMARY_MARKER = "[Summary of earlier steps]"
+
+_encode = msgspec.json.encode
+
+
+class Prefix:
+    """The part of every prompt an agent sends that never changes: rendered and counted once."""
+
+    __slots__ = ("system", "tokens", "tools")
+
+    def __init__(self, instructions: str, tools: tuple[ToolDefinition, ...], tokenizer: Tokenizer):
+        schema_tokens = sum(tokenizer.count(_encode(t).decode()) for t in tools)
+        system = Message("system", instructions)
+        system.tokens = count_message(tokenizer, system)
+        self.system = system
+        self.tools = tools
+        self.tokens = system.tokens + schema_tokens
+
+
+class CompactionPlan(msgspec.Struct, frozen=True):
+    """Replace ``messages[start:end]`` by one summary message."""
+
+    start: int
+    end: int
+
+
+def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
+    """``text`` cut to ``max_tokens`` with a marker saying how much was cut."""
+    total = tokenizer.count(text)
+    if total <= max_tokens:
+        return text
+    head = tokenizer.truncate(text, max_tokens)
+    return (
+        f"{head}\n[… truncated: {total - max_tokens} of {total} tokens cut "
+        f"({len(text) - len(head)} characters) …]"
+    )
+
+
+class ContextBuffer:
+    """The messages of one run and their token accounting."""
+
+    __slots__ = ("history_tokens", "messages", "prefix", "tokenizer")
+
+    def __init__(self, prefix: Prefix, tokenizer: Tokenizer, user_input: str) -> None:
+        self.prefix = prefix
+        self.tokenizer = tokenizer
+        self.messages: list[Message] = [prefix.system]
+        self.history_tokens = 0
+        self.append(Message("user", user_input))
+
+    @property
+    def tokens(self) -> int:
+        """Prompt tokens of the next call: prefix (system + tool schemas) + history."""
+        return self.prefix.tokens + self.history_tokens
+
+    def append(self, message: Message) -> Message:
+        if not message.tokens:
+            message.tokens = count_message(self.tokenizer, message)
+        self.history_tokens += message.tokens
+        self.messages.append(message)
+        return message
+
+    def extend(self, messages: Sequence[Message]) -> None:
+        for message in messages:
+            self.append(message)
+
+    def plan_compaction(self, budget: int, keep_last_turns: int) -> CompactionPlan | None:
+        """Which turns to summarize so the context fits ``budget`` (None if it fits or can't shrink).
+
+        A turn is an assistant message with the tool results that answer it; the
+        user input and the last ``keep_last_turns`` turns stay verbatim (fewer if
+        the budget demands, but at least one).
+        """
+        if self.tokens <= budget:
+            return None
+        msgs = self.messages
+        start = 2  # after the system message and the user input; an earlier summary is folded in
+        turns = [i for i in range(start, len(msgs)) if msgs[i].role == "assistant"]
+        keep = max(1, keep_last_turns)
+        while keep >= 1:
+            if len(turns) <= keep:
+                keep -= 1
+                continue
+            end = turns[-keep]
+            removed = sum(m.tokens for m in msgs[start:end])
+            if self.tokens - removed <= budget or keep == 1:
+                return CompactionPlan(start, end) if end > start else None
+            keep -= 1
+        return None
+
+    def transcript(self, plan: CompactionPlan, max_chars_per_message: int = 400) -> str:
+        """The messages a plan removes, as plain text for a summarizer."""
+        lines: list[str] = []
+        for m in self.messages[plan.start : plan.end]:
+            if m.content.startswith(SUMMARY_MARKER):
+                lines.append(m.content[len(SUMMARY_MARKER) :].strip())
+                continue
+            if m.role == "assistant":
+                if m.content:
+                    lines.append(f"assistant: {m.content[:max_chars_per_message]}")
+                lines.extend(
+                    f"called {c.name}({c.arguments[:max_chars_per_message]})" for c in m.tool_calls
+                )
+            elif m.role == "tool":
+                text = m.content[:max_chars_per_message].replace("\n", " ")
+                lines.append(f"{m.name or 'tool'} returned: {text}")
+            else:
+                lines.append(f"{m.role}: {m.content[:max_chars_per_message]}")
+        return "\n".join(lines)
+
+    def extractive_summary(self, plan: CompactionPlan, max_tokens: int) -> str:
+        """A summary without a model: the transcript's head lines, cut to ``max_tokens``."""
+        return truncate_text(self.transcript(plan, 160), max_tokens, self.tokenizer)
+
+    def apply_compaction(self, plan: CompactionPlan, summary: str) -> Message:
+        """Replace the planned messages with one summary message; returns it."""
+        message = Message("user", f"{SUMMARY_MARKER}\n{summary}")
+        message.tokens = count_message(self.tokenizer, message)
+        self.replace(plan, message)
+        return message
+
+    def replace(self, plan: CompactionPlan, message: Message) -> None:
+        """Put ``message`` where ``messages[plan.start:plan.end]`` were (replaying a compaction)."""
+        if not message.tokens:
+            message.tokens = count_message(self.tokenizer, message)
+        removed = self.messages[plan.start : plan.end]
+        self.history_tokens += message.tokens - sum(m.tokens for m in removed)
+        self.messages[plan.start : plan.end] = [message]

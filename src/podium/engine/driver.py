@@ -1,0 +1,504 @@
+"""The async driver: performs a run's I/O around the sans-I/O step logic, and times it.
+
+One coroutine per run; a step is ``assemble → model → parse → tools → merge →
+checkpoint``. Awaited work starts eagerly, so calls that do not really wait
+(an instant tool, an in-memory store) cost no loop iteration and are timed
+exactly; calls that wait are timed as wall time, CPU counted only over the
+slices that ran on this run's behalf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from podium.agent import Agent
+from podium.engine.profile import ProfileAggregator, StepProfile
+from podium.engine.records import (
+    Compacted,
+    JournalEntry,
+    ModelTurn,
+    RunFinished,
+    RunRecord,
+    RunStatus,
+    StepCommitted,
+    ToolOutcome,
+)
+from podium.engine.replay import RunState, replay
+from podium.engine.step import PlannedCall, plan_tool_calls, tool_message, truncate_result
+from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
+from podium.errors import ModelError, ModelReplyError, RunNotFoundError
+from podium.messages import Message
+from podium.models.base import ModelRequest, ModelResponse
+from podium.store.base import RunStore
+from podium.store.memory import MemoryRunStore
+from podium.tools.eager import Continuation, start_eagerly
+from podium.tools.executor import ToolExecutor, ToolResult
+
+__all__ = ("Engine", "Observer", "new_run_id")
+
+T = TypeVar("T")
+
+#: Called with (run_id, entry) after each journal append: live printing, streaming.
+Observer = Callable[[str, JournalEntry], None]
+
+_ASSEMBLE, _MODEL, _PARSE, _TOOLS, _MERGE, _CHECKPOINT = range(6)
+_SUMMARIZE_PROMPT = (
+    "Summarize the earlier steps of this agent's work below so it can continue without them. "
+    "Keep facts, numbers, ids and open questions; drop pleasantries. Be brief."
+)
+
+
+_ID_PREFIX = uuid.uuid4().hex[:12]
+_id_counter = itertools.count(1)
+
+
+def new_run_id() -> str:
+    """A unique run id: a random per-process prefix and a counter (no syscall per id)."""
+    return f"run_{_ID_PREFIX}{next(_id_counter):08x}"
+
+
+class _Finish(Exception):
+    """Ends the step loop with a terminal status (control flow, never escapes the engine)."""
+
+    def __init__(self, status: RunStatus, reason: str | None, error: str | None = None):
+        self.status = status
+        self.reason = reason
+        self.error = error
+
+
+class Engine:
+    """Runs agents: creates runs in a store, drives their steps, resumes them after a crash.
+
+    Example::
+
+        async with Engine(SQLiteRunStore("runs.sqlite")) as engine:
+            record = await engine.run(agent, "Where is order A-1?")
+            print(record.output, record.profile)
+    """
+
+    def __init__(
+        self,
+        store: RunStore | None = None,
+        executor: ToolExecutor | None = None,
+        *,
+        aggregator: ProfileAggregator | None = None,
+        clock: CpuClock = "thread",
+        observers: Sequence[Observer] = (),
+    ) -> None:
+        self.store = store or MemoryRunStore()
+        self._own_store = store is None
+        self.executor = executor or ToolExecutor()
+        self._own_executor = executor is None
+        self.aggregator = aggregator
+        self._cpu = cpu_clock(clock)
+        self.observers: list[Observer] = list(observers)
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._cancelling: set[str] = set()
+
+    # -- public API -------------------------------------------------------------------------
+
+    async def create(
+        self,
+        agent: Agent,
+        user_input: str,
+        *,
+        run_id: str | None = None,
+        tenant: str = "default",
+        metadata: dict[str, str] | None = None,
+    ) -> RunRecord:
+        """Store a new ``queued`` run without starting it."""
+        record = RunRecord(
+            run_id or new_run_id(), agent.name, user_input, tenant=tenant, metadata=metadata or {}
+        )
+        await self.store.create(record)
+        return record
+
+    async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:
+        """Create a run and drive it to its end; returns the finished record."""
+        record = await self.create(agent, user_input, **kwargs)
+        return await self.execute(agent, record)
+
+    def start(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> asyncio.Task[RunRecord]:
+        """Drive a created run in a background task (cancel it with :meth:`cancel`)."""
+        return asyncio.create_task(self.execute(agent, record, admit_ns=admit_ns))
+
+    async def resume(self, agent: Agent, run_id: str) -> RunRecord:
+        """Continue a run from its last checkpoint (e.g. after its process was killed)."""
+        record = await self.store.get(run_id)
+        if record is None:
+            raise RunNotFoundError(run_id)
+        return await self.execute(agent, record)
+
+    def cancel(self, run_id: str) -> bool:
+        """Cancel a run driven by this engine; it ends ``cancelled`` at its next await."""
+        task = self._tasks.get(run_id)
+        if task is None or task.done():
+            return False
+        self._cancelling.add(run_id)
+        task.cancel()
+        return True
+
+    @property
+    def active_runs(self) -> int:
+        return len(self._tasks)
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
+        """Drive ``record`` from wherever its journal stands to a terminal status."""
+        if record.done:
+            return record
+        run_id = record.run_id
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[run_id] = task
+        try:
+            entries = [] if record.status == "queued" else [
+                e for _, e in await self.store.journal(run_id)
+            ]
+            state = replay(agent, record, entries)
+            state.profile.admit_ns = admit_ns
+            if state.finished is not None:  # finished, but the record update was lost
+                return await self._finish(state, state.finished.status, state.finished.reason,
+                                          state.finished.output, state.finished.error)
+            now = time.time()
+            record.status = "running"
+            if record.started_at is None:
+                record.started_at = now
+            await self.store.update(record)
+            deadline = agent.deadline_s
+            timeout = None if deadline is None else max(0.0, record.started_at + deadline - now)
+            try:
+                async with asyncio.timeout(timeout) as scope:
+                    await self._steps(agent, state)
+            except _Finish as end:
+                return await self._finish(state, end.status, end.reason, error=end.error)
+            except TimeoutError:
+                if not scope.expired():
+                    raise
+                return await self._finish(
+                    state, "failed", "deadline", error=f"deadline of {deadline}s passed"
+                )
+            except ModelReplyError as exc:
+                return await self._finish(state, "failed", "invalid_reply", error=str(exc))
+            except ModelError as exc:
+                return await self._finish(
+                    state, "failed", "model_error", error=f"{type(exc).__name__}: {exc}"
+                )
+            except asyncio.CancelledError:
+                if run_id in self._cancelling:
+                    self._cancelling.discard(run_id)
+                    if task is not None:
+                        task.uncancel()
+                    return await self._finish(state, "cancelled", "cancelled", error="cancelled")
+                raise  # shutdown: the run stays `running` and resumes elsewhere
+            raise AssertionError("unreachable: the step loop ends with _Finish")
+        finally:
+            self._tasks.pop(run_id, None)
+
+    async def _steps(self, agent: Agent, state: RunState) -> None:
+        if state.pending is not None:
+            await self._resume_pending(agent, state)
+        while True:
+            if state.step >= agent.max_steps:
+                raise _Finish("failed", "max_steps", f"no final answer after {agent.max_steps} steps")
+            await self._step(agent, state)
+
+    async def _step(self, agent: Agent, state: RunState) -> None:
+        """One step, inline and timed: the hot path of the whole runtime."""
+        sw = Stopwatch(self._cpu)
+        record = state.record
+        ctx = state.ctx
+        step = state.step
+        # assemble
+        request = ModelRequest(
+            ctx.messages,
+            agent.prefix.tools,
+            agent.settings,
+            record.run_id,
+            agent.name,
+            step,
+            ctx.tokens,
+            agent.prefix.tokens,
+            agent.tags,
+            state.attained_s,
+        )
+        sw.lap(_ASSEMBLE)
+        # model
+        response = await self._call_model(agent, request, sw)
+        sw.lap(_MODEL)
+        state.attained_s += sw.wall[_MODEL] / 1e9
+        # parse
+        message = Message("assistant", response.content, response.tool_calls)
+        ctx.append(message)
+        state.usage = state.usage + response.usage
+        turn = ModelTurn(step, time.time(), message, response.usage)
+        if not response.tool_calls:
+            sw.lap(_PARSE)
+            state.step = step + 1
+            profile = self._step_profile(sw, step, 0, response)
+            state.profile.steps.append(profile)
+            final = RunFinished(time.time(), "completed", output=response.content)
+            self._apply_final(state, final)
+            profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
+            await self._append(
+                state, (turn, StepCommitted(step, final.ts, profile), final), sw, record=record
+            )
+            sw.lap(_CHECKPOINT)
+            profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
+            if self.aggregator is not None:
+                self.aggregator.add_step(profile)
+            raise _Finish("completed", None)
+        planned, rejected = plan_tool_calls(agent, record.run_id, step, response.tool_calls)
+        state.invalid_calls += len(rejected)
+        sw.lap(_PARSE)
+        if len(planned) > 1 or any(p.tool.policy.side_effects for p in planned):
+            # Durable before any tool runs: a resume then re-runs only unfinished calls, under
+            # the same idempotency keys. A lone side-effect-free call rides with the commit.
+            await self._append(state, (turn,), sw)
+            sw.lap(_CHECKPOINT)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, None)
+        else:
+            await self._finish_step(agent, state, sw, planned, rejected, {}, turn)
+
+    async def _finish_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        done: dict[int, ToolResult],
+        turn: ModelTurn | None,
+    ) -> None:
+        step = state.step
+        # tools
+        results = await self._run_tools(agent, state, planned, done, sw)
+        sw.lap(_TOOLS)
+        # merge
+        outcomes = [*rejected, *results]
+        outcomes.sort(key=lambda item: item[0])
+        ctx = state.ctx
+        for _, result in outcomes:
+            ctx.append(tool_message(result))
+        ts = time.time()
+        entries: list[JournalEntry] = [] if turn is None else [turn]
+        entries.extend(ToolOutcome(step, ts, i, r) for i, r in rejected)
+        if len(planned) == 1:  # several calls journal their own outcomes as each finishes
+            entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+        compaction = await self._compact(agent, state, sw)
+        if compaction is not None:
+            entries.append(compaction)
+        sw.lap(_MERGE)
+        # checkpoint
+        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes))
+        entries.append(StepCommitted(step, ts, profile))
+        state.step = step + 1
+        await self._append(state, entries, sw)
+        sw.lap(_CHECKPOINT)
+        profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
+        state.profile.steps.append(profile)
+        if self.aggregator is not None:
+            self.aggregator.add_step(profile)
+        if state.invalid_calls > agent.max_invalid_tool_calls:
+            raise _Finish(
+                "failed",
+                "invalid_tool_calls",
+                f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
+            )
+
+    async def _resume_pending(self, agent: Agent, state: RunState) -> None:
+        """Finish a step that was cut off after its model turn: run only the missing calls."""
+        pending = state.pending
+        assert pending is not None
+        sw = Stopwatch(self._cpu)
+        planned, rejected = plan_tool_calls(
+            agent, state.record.run_id, pending.step, pending.message.tool_calls
+        )
+        state.invalid_calls += len(rejected)
+        state.pending = None
+        await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
+
+    # -- pieces -----------------------------------------------------------------------------
+
+    async def _call_model(self, agent: Agent, request: ModelRequest, sw: Stopwatch) -> ModelResponse:
+        attempt = 0
+        while True:
+            coro = agent.model.request(request)
+            try:
+                try:
+                    pending = coro.send(None)
+                except StopIteration as done:  # answered without waiting (simulated, cached)
+                    response: ModelResponse = done.value
+                    return response
+                sw.suspend(_MODEL)
+                try:
+                    response = await Continuation(coro, pending)
+                finally:
+                    sw.resume()
+            except ModelReplyError:
+                if attempt >= agent.model_retries:
+                    raise
+                attempt += 1
+                continue
+            if response.cpu_ns:
+                sw.cpu[_MODEL] = max(sw.cpu[_MODEL], response.cpu_ns)
+            return response
+
+    async def _run_tools(
+        self,
+        agent: Agent,
+        state: RunState,
+        planned: list[PlannedCall],
+        done: dict[int, ToolResult],
+        sw: Stopwatch,
+    ) -> list[tuple[int, ToolResult]]:
+        results = [(i, r) for i, r in done.items()]
+        todo = [p for p in planned if p.index not in done]
+        if not todo:
+            return results
+        execute = self.executor.execute
+        if len(planned) == 1:
+            call = todo[0]
+            result, suspended = await self._eager(execute(call.tool, call.args, call.ctx), sw, _TOOLS)
+            if suspended:
+                sw.add_cpu(_TOOLS, result.cpu_ns)
+            results.append((call.index, truncate_result(agent, call.tool, result)))
+            return results
+        # Several calls: they overlap, and each outcome is journaled as soon as it is known,
+        # so a crash mid-step re-runs only the calls still in flight.
+        sw.suspend(_TOOLS)
+
+        async def one(call: PlannedCall) -> tuple[int, ToolResult]:
+            result = truncate_result(agent, call.tool, await execute(call.tool, call.args, call.ctx))
+            await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
+            return call.index, result
+
+        gathered = await asyncio.gather(*(one(c) for c in todo))
+        sw.resume()
+        sw.add_cpu(_TOOLS, sum(r.cpu_ns for _, r in gathered))
+        results.extend(gathered)
+        return results
+
+    async def _compact(self, agent: Agent, state: RunState, sw: Stopwatch) -> Compacted | None:
+        policy = agent.context
+        ctx = state.ctx
+        plan = ctx.plan_compaction(policy.max_context_tokens, policy.keep_last_turns)
+        if plan is None:
+            return None
+        method = "extractive"
+        summary: str | None = None
+        if policy.compaction == "model":
+            prompt = ctx.transcript(plan)
+            request = ModelRequest(
+                [Message("system", _SUMMARIZE_PROMPT), Message("user", prompt)],
+                run_id=state.record.run_id,
+                agent=agent.name,
+                step=state.step,
+                prompt_tokens=policy.tokenizer.count(prompt),
+            )
+            try:
+                response, _ = await self._eager(agent.model.request(request), sw, _MERGE)
+            except ModelError:
+                response = None
+            if response is not None and response.content.strip():
+                summary = ctx.tokenizer.truncate(response.content, policy.summary_max_tokens)
+                method = "model"
+                state.usage = state.usage + response.usage
+        if summary is None:
+            summary = ctx.extractive_summary(plan, policy.summary_max_tokens)
+        message = ctx.apply_compaction(plan, summary)
+        return Compacted(state.step, time.time(), plan.start, plan.end, message, method)
+
+    async def _eager(self, coro: Coroutine[Any, Any, T], sw: Stopwatch, phase: int) -> tuple[T, bool]:
+        """Run ``coro``'s first slice inline; if it suspends, stop counting CPU until it resumes."""
+        value, rest = start_eagerly(coro)
+        if rest is None:
+            return value, False
+        sw.suspend(phase)
+        try:
+            value = await rest
+        finally:
+            sw.resume()
+        return value, True
+
+    async def _append(
+        self,
+        state: RunState,
+        entries: Sequence[JournalEntry],
+        sw: Stopwatch | None = None,
+        *,
+        record: RunRecord | None = None,
+    ) -> None:
+        coro = self.store.append(state.record.run_id, entries, record=record)
+        if sw is None:
+            await coro
+        else:
+            await self._eager(coro, sw, _CHECKPOINT)
+        if self.observers:
+            for observer in self.observers:
+                for entry in entries:
+                    observer(state.record.run_id, entry)
+
+    def _step_profile(self, sw: Stopwatch, step: int, calls: int, response: ModelResponse) -> StepProfile:
+        ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
+        return StepProfile(step, (), (), calls, ttft)
+
+    def _apply_final(self, state: RunState, final: RunFinished) -> None:
+        record = state.record
+        record.status = final.status
+        record.output = final.output
+        record.error = final.error
+        record.reason = final.reason
+        record.finished_at = final.ts
+        record.steps = state.step
+        record.usage = state.usage
+        record.profile = state.profile
+
+    async def _finish(
+        self,
+        state: RunState,
+        status: RunStatus,
+        reason: str | None,
+        output: str | None = None,
+        error: str | None = None,
+    ) -> RunRecord:
+        record = state.record
+        if status == "completed" and record.status == "completed":
+            pass  # already journaled and stored with the final step
+        else:
+            final = RunFinished(time.time(), status, output, error, reason)
+            self._apply_final(state, final)
+            await asyncio.shield(self.store.append(record.run_id, (final,), record=record))
+            for observer in self.observers:
+                observer(record.run_id, final)
+        if self.aggregator is not None:
+            self.aggregator.finish_run(state.profile.admit_ns)
+        return record
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        if self._own_executor:
+            self.executor.close()
+        if self._own_store:
+            await self.store.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,101 @@
+"""The run-queue interface: runs waiting for a worker, claimed under a lease.
+
+A worker ``claim``s queued runs, ``heartbeat``s while it drives them, and
+``ack``s each when it has reached a terminal status. A run whose lease runs
+out (its worker died) is delivered again to another worker, which resumes it
+from its last checkpoint. After ``max_deliveries`` it goes to a dead-letter
+list with the reason.
+
+Implementations: :class:`~podium.queue.local.LocalQueue` (in-process, the
+embedded default) and a Redis Streams queue for many workers on many machines.
+"""
+
+from __future__ import annotations
+
+import abc
+from types import TracebackType
+from typing import Self
+
+import msgspec
+
+__all__ = ("Claim", "QueueItem", "QueueStatistics", "RunQueue")
+
+
+class QueueItem(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """A run waiting for a worker. ``pool`` names the queue (one per resource pool)."""
+
+    run_id: str
+    agent: str
+    pool: str = "default"
+    tenant: str = "default"
+    enqueued_at: float = 0.0
+
+
+class Claim(msgspec.Struct, gc=False):
+    """A delivery of an item to one worker. ``receipt`` identifies it to ack/heartbeat."""
+
+    item: QueueItem
+    receipt: str
+    deliveries: int = 1
+    claimed_at: float = 0.0
+
+
+class QueueStatistics(msgspec.Struct, frozen=True):
+    pool: str
+    waiting: int
+    in_flight: int
+    submitted: int
+    acked: int
+    redelivered: int
+    dead_lettered: int
+
+
+class RunQueue(abc.ABC):
+    """Runs waiting for workers, per pool."""
+
+    @abc.abstractmethod
+    async def submit(self, item: QueueItem) -> None:
+        """Enqueue a run (its record must already be in the store)."""
+
+    @abc.abstractmethod
+    async def claim(
+        self, consumer: str, *, pool: str = "default", count: int = 1, block_s: float = 1.0
+    ) -> list[Claim]:
+        """Up to ``count`` runs for ``consumer``, waiting up to ``block_s`` for one."""
+
+    @abc.abstractmethod
+    async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
+        """Extend the leases of runs ``consumer`` is still driving."""
+
+    @abc.abstractmethod
+    async def ack(self, claim: Claim) -> None:
+        """The run reached a terminal status: remove it from the queue."""
+
+    @abc.abstractmethod
+    async def release(self, claim: Claim) -> None:
+        """Give the run back unfinished (draining): another worker resumes it."""
+
+    @abc.abstractmethod
+    async def dead_letter(self, claim: Claim, reason: str) -> None:
+        """Move the run out of the queue for good, recording why."""
+
+    @abc.abstractmethod
+    async def depth(self, pool: str = "default") -> int:
+        """Runs waiting (not in flight) in ``pool``."""
+
+    def statistics(self, pool: str = "default") -> QueueStatistics:
+        return QueueStatistics(pool, 0, 0, 0, 0, 0, 0)
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

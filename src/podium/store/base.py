@@ -1,0 +1,100 @@
+"""The run-store interface: run records plus an append-only journal per run.
+
+Implementations: :class:`~podium.store.memory.MemoryRunStore` (benchmarks,
+tests), :class:`~podium.store.sqlite.SQLiteRunStore` (the embedded default)
+and a Redis store for distributed deployments.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+import msgspec
+
+from podium.engine.records import JournalEntry, RunRecord
+
+__all__ = ("JournalItem", "RunStore", "StoreStatistics")
+
+#: A journal entry with its sequence number in the run (0, 1, 2, …).
+JournalItem = tuple[int, JournalEntry]
+
+
+class StoreStatistics(msgspec.Struct, frozen=True):
+    runs: int
+    appends: int
+    entries: int
+    bytes_written: int
+
+
+class RunStore(abc.ABC):
+    """Where runs live. Every method is safe to call from many runs at once."""
+
+    @abc.abstractmethod
+    async def create(self, record: RunRecord) -> None:
+        """Store a new run (its id must be new)."""
+
+    @abc.abstractmethod
+    async def get(self, run_id: str) -> RunRecord | None:
+        """The run's record, or None."""
+
+    @abc.abstractmethod
+    async def update(self, record: RunRecord) -> None:
+        """Replace the run's record (its status, output, profile…)."""
+
+    @abc.abstractmethod
+    async def append(
+        self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
+    ) -> None:
+        """Append journal entries, and update ``record`` in the same atomic write if given.
+
+        When this returns the entries are durable (as durable as the store is).
+        """
+
+    @abc.abstractmethod
+    async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
+        """The run's journal entries with sequence number greater than ``after``, in order."""
+
+    @abc.abstractmethod
+    async def list(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Runs, newest first, filtered by tenant, status and agent."""
+
+    async def wait_journal(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
+        """Entries after ``after``; waits up to ``timeout`` seconds for some to arrive.
+
+        The default polls; stores that can be notified override it.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            items = await self.journal(run_id, after)
+            if items or time.monotonic() >= deadline:
+                return items
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(0, 0, 0, 0)
+
+    async def aclose(self) -> None:
+        """Flush and release the store."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

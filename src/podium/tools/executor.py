@@ -1,0 +1,230 @@
+"""Execute tool calls under their policies without ever blocking the event loop.
+
+Async tools start eagerly on the loop (see :mod:`podium.tools.eager`); sync
+tools run in a thread pool; ``cpu_bound`` tools in a process pool. Each
+attempt is bounded by the tool's timeout; retryable failures back off with
+jitter; a circuit breaker short-circuits a failing tool; a semaphore bounds
+calls in flight. Every failure becomes a :class:`ToolResult` with ``ok=False``
+and a message for the model: tools never crash a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+
+from podium.tools.eager import Continuation, start_eagerly
+from podium.tools.policy import backoff_delay
+from podium.tools.tool import Tool, ToolContext
+
+__all__ = ("ToolExecutor", "ToolResult", "render_result")
+
+_encode = msgspec.json.encode
+
+
+class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
+    """The outcome of one tool call. ``error`` names the failure kind when ``ok`` is false:
+    ``timeout``, ``exception``, ``invalid_arguments``, ``unknown_tool``, ``circuit_open``,
+    ``unserializable``, ``cancelled``."""
+
+    call_id: str
+    name: str
+    content: str
+    ok: bool = True
+    error: str | None = None
+    attempts: int = 1
+    wall_ns: int = 0
+    cpu_ns: int = 0
+
+
+def render_result(value: Any) -> str:
+    """Tool output as the text the model reads: strings as-is, everything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return _encode(value).decode()
+
+
+def _call_in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int]:
+    c0 = time.thread_time_ns()
+    value = fn(**kwargs)
+    return value, time.thread_time_ns() - c0
+
+
+def _call_in_process(module: str, qualname: str, kwargs: dict[str, Any]) -> tuple[Any, int]:
+    c0 = time.thread_time_ns()
+    target: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    fn = target.fn if isinstance(target, Tool) else target
+    value = fn(**kwargs)
+    return value, time.thread_time_ns() - c0
+
+
+class ToolExecutor:
+    """Runs tool calls for every run of an engine.
+
+    ``max_threads`` defaults to the machine's cores × 4 (sync tools mostly
+    wait on I/O); the process pool starts on first use with one process per core.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_pool: ThreadPoolExecutor | None = None,
+        process_pool: Executor | None = None,
+        max_threads: int | None = None,
+    ) -> None:
+        self._own_threads = thread_pool is None
+        self._threads = thread_pool or ThreadPoolExecutor(
+            max_workers=max_threads or (os.cpu_count() or 1) * 4, thread_name_prefix="podium-tool"
+        )
+        self._own_processes = process_pool is None
+        self._processes = process_pool
+        self._limits: dict[str, asyncio.Semaphore] = {}
+        self.calls = 0
+        self.failures = 0
+
+    async def execute(self, tool: Tool[Any, Any], args: msgspec.Struct, ctx: ToolContext) -> ToolResult:
+        """Call ``tool`` with validated ``args`` under its policy; never raises except on cancel."""
+        self.calls += 1
+        policy = tool.policy
+        t0 = time.perf_counter_ns()
+        breaker = tool.breaker
+        if breaker is not None and not breaker.allow():
+            self.failures += 1
+            return ToolResult(
+                ctx.call_id,
+                tool.name,
+                f"error: tool {tool.name!r} is unavailable (circuit open after repeated "
+                f"failures; retry in {breaker.retry_in():.1f}s)",
+                ok=False,
+                error="circuit_open",
+                attempts=0,
+            )
+        kwargs = tool.kwargs(args, ctx)
+        limit = self._limit(tool)
+        attempt = 0
+        cpu_ns = 0
+        while True:
+            try:
+                if limit is None and tool.is_async:
+                    # Inline first slice: an instant tool costs no timer and no task.
+                    coro = tool.fn(**kwargs)
+                    try:
+                        pending = coro.send(None)
+                    except StopIteration as done:
+                        value, cpu = done.value, 0
+                    else:
+                        rest = Continuation(coro, pending)
+                        try:
+                            async with asyncio.timeout(policy.timeout_s):
+                                value, cpu = await rest, 0
+                        finally:
+                            rest.close()
+                elif limit is None:
+                    value, cpu = await self._attempt(tool, kwargs)
+                else:
+                    async with limit:
+                        value, cpu = await self._attempt(tool, kwargs)
+                cpu_ns += cpu
+            except TimeoutError:
+                failure = ("timeout", f"error: tool {tool.name!r} timed out after {policy.timeout_s}s")
+                retryable = policy.retry_on_timeout
+            except Exception as exc:
+                failure = ("exception", _describe(tool, exc))
+                retryable = isinstance(exc, policy.retry_on)
+            else:
+                try:
+                    content = render_result(value)
+                except (msgspec.EncodeError, TypeError) as exc:
+                    failure = ("unserializable", _describe(tool, exc))
+                    retryable = False
+                else:
+                    if breaker is not None:
+                        breaker.record_success()
+                    return ToolResult(
+                        ctx.call_id,
+                        tool.name,
+                        content,
+                        attempts=attempt + 1,
+                        wall_ns=time.perf_counter_ns() - t0,
+                        cpu_ns=cpu_ns,
+                    )
+            if retryable and attempt < policy.retries:
+                await asyncio.sleep(backoff_delay(attempt, policy.backoff_base_s, policy.backoff_max_s))
+                attempt += 1
+                continue
+            if breaker is not None:
+                breaker.record_failure()
+            self.failures += 1
+            kind, message = failure
+            if attempt:
+                message = f"{message} (after {attempt + 1} attempts)"
+            return ToolResult(
+                ctx.call_id,
+                tool.name,
+                message,
+                ok=False,
+                error=kind,
+                attempts=attempt + 1,
+                wall_ns=time.perf_counter_ns() - t0,
+                cpu_ns=cpu_ns,
+            )
+
+    async def _attempt(self, tool: Tool[Any, Any], kwargs: dict[str, Any]) -> tuple[Any, int]:
+        timeout = tool.policy.timeout_s
+        if tool.is_async:
+            # CPU on the loop thread is the engine's to count (its stopwatch spans this slice);
+            # only CPU spent off the loop, in the pools, is reported from here.
+            value, rest = start_eagerly(tool.fn(**kwargs))
+            if rest is None:
+                return value, 0
+            try:
+                async with asyncio.timeout(timeout):
+                    return await rest, 0
+            finally:
+                rest.close()
+        loop = asyncio.get_running_loop()
+        if tool.policy.cpu_bound:
+            future = loop.run_in_executor(
+                self._process_pool(), _call_in_process, tool.module, tool.qualname, kwargs
+            )
+        else:
+            future = loop.run_in_executor(self._threads, _call_in_thread, tool.fn, kwargs)
+        async with asyncio.timeout(timeout):
+            result: tuple[Any, int] = await future
+            return result
+
+    def _limit(self, tool: Tool[Any, Any]) -> asyncio.Semaphore | None:
+        n = tool.policy.max_concurrency
+        if n is None:
+            return None
+        sem = self._limits.get(tool.name)
+        if sem is None:
+            sem = self._limits[tool.name] = asyncio.Semaphore(n)
+        return sem
+
+    def _process_pool(self) -> Executor:
+        if self._processes is None:
+            self._processes = ProcessPoolExecutor(max_workers=os.cpu_count() or 1)
+        return self._processes
+
+    def close(self) -> None:
+        """Shut down the pools this executor created (not the ones passed in)."""
+        if self._own_threads:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+        if self._own_processes and self._processes is not None:
+            self._processes.shutdown(wait=False, cancel_futures=True)
+
+
+def _describe(tool: Tool[Any, Any], exc: BaseException) -> str:
+    return f"error: tool {tool.name!r} failed: {type(exc).__name__}: {exc}"

@@ -1,0 +1,181 @@
+"""``@tool``: a typed Python function becomes a tool the model can call.
+
+The signature becomes an argument struct (decoded and validated in one pass)
+and a JSON Schema; the Google-style docstring gives the description and the
+per-argument descriptions. A parameter annotated :class:`ToolContext` is not
+part of the schema: it receives the run id, step, call index and the
+idempotency key ``run_id:step:call``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import msgspec
+
+from podium.errors import ToolDefinitionError
+from podium.models.base import ToolDefinition
+from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy
+from podium.tools.schema import build_args_struct, parse_docstring, schema_for
+
+__all__ = ("Tool", "ToolContext", "tool")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ToolContext(msgspec.Struct, frozen=True, gc=False):
+    """What a tool may know about the call it serves."""
+
+    run_id: str
+    step: int
+    call_index: int
+    call_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """``run_id:step:call`` — the same on every attempt and after a resume."""
+        return f"{self.run_id}:{self.step}:{self.call_index}"
+
+
+class Tool(Generic[P, R]):
+    """A callable tool: the function, its schema, its argument struct and its policy.
+
+    Calling a ``Tool`` directly calls the function, so decorated functions stay
+    usable (and testable) as plain functions.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        policy: ToolPolicy | None = None,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        if not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ToolDefinitionError(f"tool name {self.name!r}: use letters, digits, _ and -")
+        self.policy = policy or ToolPolicy()
+        self.is_async = inspect.iscoroutinefunction(fn)
+        if self.policy.cpu_bound and self.is_async:
+            raise ToolDefinitionError(f"tool {self.name!r}: cpu_bound tools must be sync functions")
+        self.context_param = _find_context_param(fn)
+        doc = parse_docstring(fn.__doc__)
+        self.description = description or doc.summary or self.name
+        skip = frozenset({self.context_param}) if self.context_param else frozenset()
+        self.args_type, self.param_names = build_args_struct(fn, self.name, skip)
+        self.parameters = schema_for(self.args_type, doc.params)
+        self.definition = ToolDefinition(self.name, self.description, self.parameters)
+        self._decoder = msgspec.json.Decoder(self.args_type)
+        self.breaker = CircuitBreaker(self.policy.breaker) if self.policy.breaker else None
+        self.module = getattr(fn, "__module__", None)
+        self.qualname = getattr(fn, "__qualname__", self.name)
+
+    def decode_arguments(self, raw: str) -> msgspec.Struct:
+        """Parse and validate the model's arguments (raises ``msgspec.DecodeError``/``ValidationError``)."""
+        return self._decoder.decode(raw or "{}")
+
+    def kwargs(self, args: msgspec.Struct, ctx: ToolContext | None) -> dict[str, Any]:
+        kwargs = msgspec.structs.asdict(args)
+        if self.context_param is not None:
+            kwargs[self.context_param] = ctx
+        return kwargs
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+def _find_context_param(fn: Callable[..., Any]) -> str | None:
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    for pname, hint in hints.items():
+        if hint is ToolContext:
+            return pname
+    return None
+
+
+@overload
+def tool(fn: Callable[P, R], /) -> Tool[P, R]: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = 30.0,
+    retries: int = 0,
+    backoff_base: float = 0.1,
+    backoff_max: float = 5.0,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    breaker: BreakerPolicy | int | None = None,
+    max_concurrency: int | None = None,
+    side_effects: bool = False,
+    cpu_bound: bool = False,
+    max_result_tokens: int | None = None,
+) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
+
+
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float | None = 30.0,
+    retries: int = 0,
+    backoff_base: float = 0.1,
+    backoff_max: float = 5.0,
+    retry_on: tuple[type[BaseException], ...] | None = None,
+    breaker: BreakerPolicy | int | None = None,
+    max_concurrency: int | None = None,
+    side_effects: bool = False,
+    cpu_bound: bool = False,
+    max_result_tokens: int | None = None,
+) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
+    """Turn a typed function (sync or async) into a :class:`Tool`.
+
+    Example::
+
+        @tool(timeout=2.0, retries=2, breaker=5)
+        async def get_order(order_id: str) -> dict[str, str]:
+            \"\"\"Look up one order.
+
+            Args:
+                order_id: The order's id, e.g. "A-1001".
+            \"\"\"
+            ...
+
+    ``breaker`` takes a :class:`BreakerPolicy` or a failure threshold.
+    """
+    kwargs: dict[str, Any] = {
+        "timeout_s": timeout,
+        "retries": retries,
+        "backoff_base_s": backoff_base,
+        "backoff_max_s": backoff_max,
+        "breaker": BreakerPolicy(failure_threshold=breaker) if isinstance(breaker, int) else breaker,
+        "max_concurrency": max_concurrency,
+        "side_effects": side_effects,
+        "cpu_bound": cpu_bound,
+        "max_result_tokens": max_result_tokens,
+    }
+    if retry_on is not None:
+        kwargs["retry_on"] = retry_on
+    policy = ToolPolicy(**kwargs)
+
+    def wrap(f: Callable[P, R]) -> Tool[P, R]:
+        return Tool(f, name=name, description=description, policy=policy)
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap
