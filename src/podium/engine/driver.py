@@ -27,6 +27,7 @@ from podium.engine.records import (
     RunRecord,
     RunStatus,
     StepCommitted,
+    StepRecord,
     ToolOutcome,
 )
 from podium.engine.replay import RunState, replay
@@ -238,34 +239,37 @@ class Engine:
         message = Message("assistant", response.content, response.tool_calls)
         ctx.append(message)
         state.usage = state.usage + response.usage
-        turn = ModelTurn(step, time.time(), message, response.usage)
+        ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
         if not response.tool_calls:
             sw.lap(_PARSE)
-            state.step = step + 1
-            profile = self._step_profile(sw, step, 0, response)
-            state.profile.steps.append(profile)
-            final = RunFinished(time.time(), "completed", output=response.content)
-            self._apply_final(state, final)
-            profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
-            await self._append(
-                state, (turn, StepCommitted(step, final.ts, profile), final), sw, record=record
-            )
-            sw.lap(_CHECKPOINT)
-            profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
-            if self.aggregator is not None:
-                self.aggregator.add_step(profile)
-            raise _Finish("completed", None)
+            await self._final_step(state, sw, message, response, ttft)
         planned, rejected = plan_tool_calls(agent, record.run_id, step, response.tool_calls)
         state.invalid_calls += len(rejected)
         sw.lap(_PARSE)
         if len(planned) > 1 or any(p.tool.policy.side_effects for p in planned):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
             # the same idempotency keys. A lone side-effect-free call rides with the commit.
-            await self._append(state, (turn,), sw)
+            await self._append(state, (ModelTurn(step, time.time(), message, response.usage),), sw)
             sw.lap(_CHECKPOINT)
-            await self._finish_step(agent, state, sw, planned, rejected, {}, None)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
         else:
-            await self._finish_step(agent, state, sw, planned, rejected, {}, turn)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, (message, response), ttft)
+
+    async def _final_step(
+        self, state: RunState, sw: Stopwatch, message: Message, response: ModelResponse, ttft: int
+    ) -> None:
+        """The reply has no tool calls: journal the step and the run's end in one write."""
+        step = state.step
+        state.step = step + 1
+        sw.flush()
+        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
+        state.profile.steps.append(profile)
+        final = RunFinished(time.time(), "completed", output=response.content)
+        self._apply_final(state, final)
+        entry = StepRecord(step, final.ts, message, (), response.usage, profile)
+        await self._append(state, (entry, final), sw, record=state.record)
+        self._close_profile(sw, profile)
+        raise _Finish("completed", None)
 
     async def _finish_step(
         self,
@@ -275,8 +279,11 @@ class Engine:
         planned: list[PlannedCall],
         rejected: list[tuple[int, ToolResult]],
         done: dict[int, ToolResult],
-        turn: ModelTurn | None,
+        deferred: tuple[Message, ModelResponse] | None,
+        ttft: int = 0,
     ) -> None:
+        """Tools, merge and checkpoint. ``deferred`` is the reply whose turn is not journaled
+        yet: then the whole step is one :class:`StepRecord`."""
         step = state.step
         # tools
         results = await self._run_tools(agent, state, planned, done, sw)
@@ -287,31 +294,41 @@ class Engine:
         ctx = state.ctx
         for _, result in outcomes:
             ctx.append(tool_message(result))
-        ts = time.time()
-        entries: list[JournalEntry] = [] if turn is None else [turn]
-        entries.extend(ToolOutcome(step, ts, i, r) for i, r in rejected)
-        if len(planned) == 1:  # several calls journal their own outcomes as each finishes
-            entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
         compaction = await self._compact(agent, state, sw)
-        if compaction is not None:
-            entries.append(compaction)
         sw.lap(_MERGE)
         # checkpoint
-        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes))
-        entries.append(StepCommitted(step, ts, profile))
+        ts = time.time()
+        sw.flush()
+        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes), ttft)
+        entries: list[JournalEntry]
+        if deferred is not None:
+            message, response = deferred
+            results_in_order = tuple(r for _, r in outcomes)
+            entries = [StepRecord(step, ts, message, results_in_order, response.usage, profile)]
+        else:
+            entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
+            if len(planned) == 1:  # several calls journal their own outcomes as each finishes
+                entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+            entries.append(StepCommitted(step, ts, profile))
+        if compaction is not None:
+            entries.append(compaction)
         state.step = step + 1
         await self._append(state, entries, sw)
-        sw.lap(_CHECKPOINT)
-        profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
+        self._close_profile(sw, profile)
         state.profile.steps.append(profile)
-        if self.aggregator is not None:
-            self.aggregator.add_step(profile)
         if state.invalid_calls > agent.max_invalid_tool_calls:
             raise _Finish(
                 "failed",
                 "invalid_tool_calls",
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
+
+    def _close_profile(self, sw: Stopwatch, profile: StepProfile) -> None:
+        sw.lap(_CHECKPOINT)
+        sw.flush()
+        profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
+        if self.aggregator is not None:
+            self.aggregator.add_step(profile)
 
     async def _resume_pending(self, agent: Agent, state: RunState) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""
@@ -445,10 +462,6 @@ class Engine:
             for observer in self.observers:
                 for entry in entries:
                     observer(state.record.run_id, entry)
-
-    def _step_profile(self, sw: Stopwatch, step: int, calls: int, response: ModelResponse) -> StepProfile:
-        ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
-        return StepProfile(step, (), (), calls, ttft)
 
     def _apply_final(self, state: RunState, final: RunFinished) -> None:
         record = state.record

@@ -27,6 +27,7 @@ __all__ = (
     "RunRecord",
     "RunStatus",
     "StepCommitted",
+    "StepRecord",
     "ToolOutcome",
     "TERMINAL_STATUSES",
 )
@@ -111,6 +112,19 @@ class StepCommitted(msgspec.Struct, tag="step", gc=False, omit_defaults=True):
     profile: StepProfile | None = None
 
 
+class StepRecord(msgspec.Struct, tag="steprec", gc=False, omit_defaults=True):
+    """A whole step in one entry: the model's turn, its tool results (in call order), the
+    profile. Used when nothing had to be durable before the step's end (no side effects,
+    a single call), which is the common case: one write per step."""
+
+    step: int
+    ts: float
+    message: Message
+    results: tuple[ToolResult, ...] = ()
+    usage: Usage = Usage()
+    profile: StepProfile | None = None
+
+
 class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):
     ts: float
     status: RunStatus
@@ -119,4 +133,4 @@ class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):
     reason: str | None = None
 
 
-JournalEntry = ModelTurn | ToolOutcome | Compacted | StepCommitted | RunFinished
+JournalEntry = StepRecord | ModelTurn | ToolOutcome | Compacted | StepCommitted | RunFinished

@@ -14,6 +14,7 @@ from podium.engine.records import (
     RunFinished,
     RunRecord,
     StepCommitted,
+    StepRecord,
     ToolOutcome,
 )
 from podium.engine.step import tool_message
@@ -76,7 +77,17 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
             flushed = True
 
     for entry in entries:
-        if isinstance(entry, ModelTurn):
+        if isinstance(entry, StepRecord):
+            usage = usage + entry.usage
+            state.ctx.append(entry.message)
+            for result in entry.results:
+                state.ctx.append(tool_message(result))
+                if result.error in ("unknown_tool", "invalid_arguments"):
+                    state.invalid_calls += 1
+            state.step = entry.step + 1
+            if entry.profile is not None:
+                state.profile.steps.append(entry.profile)
+        elif isinstance(entry, ModelTurn):
             turn, outcomes, flushed = entry, {}, False
             usage = usage + entry.usage
             state.ctx.append(entry.message)
