@@ -151,8 +151,10 @@ def main() -> int:
     else:
         print(f"hand-written loop : {result['hand_cpu_us_per_step']:8.2f} CPU µs/step")
         print(f"podium engine     : {result['podium_cpu_us_per_step']:8.2f} CPU µs/step")
-        print(f"  (of which the profile attributes to phases: "
-              f"{result['podium_profiled_cpu_us_per_step']:.2f} µs)")
+        print(
+            f"  (of which the profile attributes to phases: "
+            f"{result['podium_profiled_cpu_us_per_step']:.2f} µs)"
+        )
         print(f"ratio             : {result['ratio']:8.2f}×  (target ≤ {result['target_ratio']}×)")
     return 0
 

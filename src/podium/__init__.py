@@ -72,6 +72,7 @@ __all__ = (
     "StepProfile",
     "Tool",
     "ToolCall",
+    "Tokenizer",
     "ToolContext",
     "ToolPolicy",
     "Usage",

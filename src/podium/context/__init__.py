@@ -1,6 +1,12 @@
 """Context management: token counting, the append-only buffer, truncation, compaction."""
 
-from podium.context.buffer import SUMMARY_MARKER, CompactionPlan, ContextBuffer, Prefix, truncate_text
+from podium.context.buffer import (
+    SUMMARY_MARKER,
+    CompactionPlan,
+    ContextBuffer,
+    Prefix,
+    truncate_text,
+)
 from podium.context.tokenizers import (
     EstimateTokenizer,
     HuggingFaceTokenizer,

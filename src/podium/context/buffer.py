@@ -16,7 +16,7 @@ from podium.context.tokenizers import Tokenizer, count_message
 from podium.messages import Message
 from podium.models.base import ToolDefinition
 
-__all__ = ("CompactionPlan", "ContextBuffer", "Prefix", "SUMMARY_MARKER", "truncate_text")
+__all__ = ("SUMMARY_MARKER", "CompactionPlan", "ContextBuffer", "Prefix", "truncate_text")
 
 #: Opens the message that stands in for compacted turns.
 SUMMARY_MARKER = "[Summary of earlier steps]"
@@ -86,7 +86,7 @@ class ContextBuffer:
             self.append(message)
 
     def plan_compaction(self, budget: int, keep_last_turns: int) -> CompactionPlan | None:
-        """Which turns to summarize so the context fits ``budget`` (None if it fits or can't shrink).
+        """Which turns to summarize so the context fits ``budget`` (None: it fits, or can't shrink).
 
         A turn is an assistant message with the tool results that answer it; the
         user input and the last ``keep_last_turns`` turns stay verbatim (fewer if

@@ -59,6 +59,10 @@ _ID_PREFIX = uuid.uuid4().hex[:12]
 _id_counter = itertools.count(1)
 
 
+def _by_index(item: tuple[int, ToolResult]) -> int:
+    return item[0]
+
+
 def new_run_id() -> str:
     """A unique run id: a random per-process prefix and a counter (no syscall per id)."""
     return f"run_{_ID_PREFIX}{next(_id_counter):08x}"
@@ -125,7 +129,9 @@ class Engine:
         record = await self.create(agent, user_input, **kwargs)
         return await self.execute(agent, record)
 
-    def start(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> asyncio.Task[RunRecord]:
+    def start(
+        self, agent: Agent, record: RunRecord, *, admit_ns: int = 0
+    ) -> asyncio.Task[RunRecord]:
         """Drive a created run in a background task (cancel it with :meth:`cancel`)."""
         return asyncio.create_task(self.execute(agent, record, admit_ns=admit_ns))
 
@@ -160,14 +166,21 @@ class Engine:
         if task is not None:
             self._tasks[run_id] = task
         try:
-            entries = [] if record.status == "queued" else [
-                e for _, e in await self.store.journal(run_id)
-            ]
+            entries = (
+                []
+                if record.status == "queued"
+                else [e for _, e in await self.store.journal(run_id)]
+            )
             state = replay(agent, record, entries)
             state.profile.admit_ns = admit_ns
             if state.finished is not None:  # finished, but the record update was lost
-                return await self._finish(state, state.finished.status, state.finished.reason,
-                                          state.finished.output, state.finished.error)
+                return await self._finish(
+                    state,
+                    state.finished.status,
+                    state.finished.reason,
+                    state.finished.output,
+                    state.finished.error,
+                )
             now = time.time()
             record.status = "running"
             if record.started_at is None:
@@ -175,13 +188,17 @@ class Engine:
             await self.store.update(record)
             deadline = agent.deadline_s
             timeout = None if deadline is None else max(0.0, record.started_at + deadline - now)
+            scope: asyncio.Timeout | None = None
             try:
-                async with asyncio.timeout(timeout) as scope:
+                if timeout is None:
                     await self._steps(agent, state)
+                else:
+                    async with asyncio.timeout(timeout) as scope:
+                        await self._steps(agent, state)
             except _Finish as end:
                 return await self._finish(state, end.status, end.reason, error=end.error)
             except TimeoutError:
-                if not scope.expired():
+                if scope is None or not scope.expired():
                     raise
                 return await self._finish(
                     state, "failed", "deadline", error=f"deadline of {deadline}s passed"
@@ -199,21 +216,24 @@ class Engine:
                         task.uncancel()
                     return await self._finish(state, "cancelled", "cancelled", error="cancelled")
                 raise  # shutdown: the run stays `running` and resumes elsewhere
-            raise AssertionError("unreachable: the step loop ends with _Finish")
+            return await self._finish(state, "completed", None)  # recorded with the last step
         finally:
             self._tasks.pop(run_id, None)
 
     async def _steps(self, agent: Agent, state: RunState) -> None:
+        sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
         if state.pending is not None:
-            await self._resume_pending(agent, state)
+            await self._resume_pending(agent, state, sw)
         while True:
             if state.step >= agent.max_steps:
-                raise _Finish("failed", "max_steps", f"no final answer after {agent.max_steps} steps")
-            await self._step(agent, state)
+                raise _Finish(
+                    "failed", "max_steps", f"no final answer after {agent.max_steps} steps"
+                )
+            if await self._step(agent, state, sw):
+                return
 
-    async def _step(self, agent: Agent, state: RunState) -> None:
+    async def _step(self, agent: Agent, state: RunState, sw: Stopwatch) -> bool:
         """One step, inline and timed: the hot path of the whole runtime."""
-        sw = Stopwatch(self._cpu)
         record = state.record
         ctx = state.ctx
         step = state.step
@@ -238,22 +258,26 @@ class Engine:
         # parse
         message = Message("assistant", response.content, response.tool_calls)
         ctx.append(message)
-        state.usage = state.usage + response.usage
+        state.add_usage(response.usage)
         ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
         if not response.tool_calls:
             sw.lap(_PARSE)
             await self._final_step(state, sw, message, response, ttft)
+            return True
         planned, rejected = plan_tool_calls(agent, record.run_id, step, response.tool_calls)
         state.invalid_calls += len(rejected)
         sw.lap(_PARSE)
-        if len(planned) > 1 or any(p.tool.policy.side_effects for p in planned):
+        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
             # the same idempotency keys. A lone side-effect-free call rides with the commit.
             await self._append(state, (ModelTurn(step, time.time(), message, response.usage),), sw)
             sw.lap(_CHECKPOINT)
             await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
         else:
-            await self._finish_step(agent, state, sw, planned, rejected, {}, (message, response), ttft)
+            await self._finish_step(
+                agent, state, sw, planned, rejected, {}, (message, response), ttft
+            )
+        return False
 
     async def _final_step(
         self, state: RunState, sw: Stopwatch, message: Message, response: ModelResponse, ttft: int
@@ -261,15 +285,14 @@ class Engine:
         """The reply has no tool calls: journal the step and the run's end in one write."""
         step = state.step
         state.step = step + 1
-        sw.flush()
+        sw.flush()  # the record stored with the run's end carries this step's profile
         profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
         state.profile.steps.append(profile)
         final = RunFinished(time.time(), "completed", output=response.content)
         self._apply_final(state, final)
-        entry = StepRecord(step, final.ts, message, (), response.usage, profile)
+        entry = StepRecord(step, final.ts, message, (), response.usage)
         await self._append(state, (entry, final), sw, record=state.record)
-        self._close_profile(sw, profile)
-        raise _Finish("completed", None)
+        self._close_step(sw, profile)
 
     async def _finish_step(
         self,
@@ -289,32 +312,38 @@ class Engine:
         results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
         # merge
-        outcomes = [*rejected, *results]
-        outcomes.sort(key=lambda item: item[0])
+        if rejected:
+            outcomes = [*rejected, *results]
+            outcomes.sort(key=_by_index)
+        else:
+            outcomes = results
         ctx = state.ctx
         for _, result in outcomes:
             ctx.append(tool_message(result))
-        compaction = await self._compact(agent, state, sw)
+        compaction = None
+        if ctx.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, sw)
         sw.lap(_MERGE)
         # checkpoint
         ts = time.time()
-        sw.flush()
-        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes), ttft)
         entries: list[JournalEntry]
         if deferred is not None:
             message, response = deferred
-            results_in_order = tuple(r for _, r in outcomes)
-            entries = [StepRecord(step, ts, message, results_in_order, response.usage, profile)]
+            results_in_order = (
+                (outcomes[0][1],) if len(outcomes) == 1 else tuple(r for _, r in outcomes)
+            )
+            entries = [StepRecord(step, ts, message, results_in_order, response.usage)]
         else:
             entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
             if len(planned) == 1:  # several calls journal their own outcomes as each finishes
                 entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
-            entries.append(StepCommitted(step, ts, profile))
+            entries.append(StepCommitted(step, ts))
         if compaction is not None:
             entries.append(compaction)
         state.step = step + 1
         await self._append(state, entries, sw)
-        self._close_profile(sw, profile)
+        profile = StepProfile(step, (), (), len(outcomes), ttft)
+        self._close_step(sw, profile)
         state.profile.steps.append(profile)
         if state.invalid_calls > agent.max_invalid_tool_calls:
             raise _Finish(
@@ -323,18 +352,19 @@ class Engine:
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
 
-    def _close_profile(self, sw: Stopwatch, profile: StepProfile) -> None:
+    def _close_step(self, sw: Stopwatch, profile: StepProfile) -> None:
+        """End the checkpoint phase, file the step's timings, start the next step's clock."""
         sw.lap(_CHECKPOINT)
         sw.flush()
         profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
+        sw.restart()
         if self.aggregator is not None:
             self.aggregator.add_step(profile)
 
-    async def _resume_pending(self, agent: Agent, state: RunState) -> None:
+    async def _resume_pending(self, agent: Agent, state: RunState, sw: Stopwatch) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""
         pending = state.pending
         assert pending is not None
-        sw = Stopwatch(self._cpu)
         planned, rejected = plan_tool_calls(
             agent, state.record.run_id, pending.step, pending.message.tool_calls
         )
@@ -344,7 +374,9 @@ class Engine:
 
     # -- pieces -----------------------------------------------------------------------------
 
-    async def _call_model(self, agent: Agent, request: ModelRequest, sw: Stopwatch) -> ModelResponse:
+    async def _call_model(
+        self, agent: Agent, request: ModelRequest, sw: Stopwatch
+    ) -> ModelResponse:
         attempt = 0
         while True:
             coro = agent.model.request(request)
@@ -376,24 +408,34 @@ class Engine:
         done: dict[int, ToolResult],
         sw: Stopwatch,
     ) -> list[tuple[int, ToolResult]]:
-        results = [(i, r) for i, r in done.items()]
+        execute = self.executor.execute
+        if len(planned) == 1 and not done:
+            call = planned[0]
+            coro = execute(call.tool, call.args, call.ctx)
+            try:
+                pending = coro.send(None)
+            except StopIteration as finished:  # the tool answered without waiting
+                result: ToolResult = finished.value
+            else:
+                sw.suspend(_TOOLS)
+                try:
+                    result = await Continuation(coro, pending)
+                finally:
+                    sw.resume()
+                sw.add_cpu(_TOOLS, result.cpu_ns)
+            return [(call.index, truncate_result(agent, call.tool, result))]
+        results = list(done.items())
         todo = [p for p in planned if p.index not in done]
         if not todo:
-            return results
-        execute = self.executor.execute
-        if len(planned) == 1:
-            call = todo[0]
-            result, suspended = await self._eager(execute(call.tool, call.args, call.ctx), sw, _TOOLS)
-            if suspended:
-                sw.add_cpu(_TOOLS, result.cpu_ns)
-            results.append((call.index, truncate_result(agent, call.tool, result)))
             return results
         # Several calls: they overlap, and each outcome is journaled as soon as it is known,
         # so a crash mid-step re-runs only the calls still in flight.
         sw.suspend(_TOOLS)
 
         async def one(call: PlannedCall) -> tuple[int, ToolResult]:
-            result = truncate_result(agent, call.tool, await execute(call.tool, call.args, call.ctx))
+            result = truncate_result(
+                agent, call.tool, await execute(call.tool, call.args, call.ctx)
+            )
             await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
             return call.index, result
 
@@ -427,13 +469,15 @@ class Engine:
             if response is not None and response.content.strip():
                 summary = ctx.tokenizer.truncate(response.content, policy.summary_max_tokens)
                 method = "model"
-                state.usage = state.usage + response.usage
+                state.add_usage(response.usage)
         if summary is None:
             summary = ctx.extractive_summary(plan, policy.summary_max_tokens)
         message = ctx.apply_compaction(plan, summary)
         return Compacted(state.step, time.time(), plan.start, plan.end, message, method)
 
-    async def _eager(self, coro: Coroutine[Any, Any, T], sw: Stopwatch, phase: int) -> tuple[T, bool]:
+    async def _eager(
+        self, coro: Coroutine[Any, Any, T], sw: Stopwatch, phase: int
+    ) -> tuple[T, bool]:
         """Run ``coro``'s first slice inline; if it suspends, stop counting CPU until it resumes."""
         value, rest = start_eagerly(coro)
         if rest is None:
@@ -457,7 +501,16 @@ class Engine:
         if sw is None:
             await coro
         else:
-            await self._eager(coro, sw, _CHECKPOINT)
+            try:
+                pending = coro.send(None)
+            except StopIteration:  # an in-memory store: no wait, no loop iteration
+                pass
+            else:
+                sw.suspend(_CHECKPOINT)
+                try:
+                    await Continuation(coro, pending)
+                finally:
+                    sw.resume()
         if self.observers:
             for observer in self.observers:
                 for entry in entries:

@@ -101,12 +101,18 @@ class ProfileAggregator:
     """
 
     def __init__(self) -> None:
-        self._wall: dict[str, array[int]] = {p: array("q") for p in PHASES}
-        self._cpu_total: dict[str, int] = dict.fromkeys(PHASES, 0)
-        self._wall_total: dict[str, int] = dict.fromkeys(PHASES, 0)
+        # Flat buffers, six values a step (STEP_PHASES order): two C-level extends per step.
+        self._step_wall: array[int] = array("q")
+        self._step_cpu: array[int] = array("q")
+        self._admit: array[int] = array("q")
         self._ttft: array[int] = array("q")
         self.runs = 0
         self.steps = 0
+
+    def finish_run(self, admit_ns: int) -> None:
+        """Count a run whose steps were added one by one with :meth:`add_step`."""
+        self.runs += 1
+        self._admit.append(admit_ns)
 
     def add_run(self, profile: RunProfile) -> None:
         """Add a finished run's whole profile."""
@@ -114,19 +120,10 @@ class ProfileAggregator:
         for step in profile.steps:
             self.add_step(step)
 
-    def finish_run(self, admit_ns: int) -> None:
-        """Count a run whose steps were added one by one with :meth:`add_step`."""
-        self.runs += 1
-        self._wall["admit"].append(admit_ns)
-        self._wall_total["admit"] += admit_ns
-
     def add_step(self, step: StepProfile) -> None:
         self.steps += 1
-        wall, cpu = step.wall_ns, step.cpu_ns
-        for i, name in enumerate(STEP_PHASES):
-            self._wall[name].append(wall[i])
-            self._wall_total[name] += wall[i]
-            self._cpu_total[name] += min(cpu[i], wall[i]) if wall[i] else cpu[i]
+        self._step_wall.extend(step.wall_ns)
+        self._step_cpu.extend(step.cpu_ns)
         if step.ttft_ns:
             self._ttft.append(step.ttft_ns)
 
@@ -135,21 +132,19 @@ class ProfileAggregator:
             self.add_run(p)
 
     def summary(self) -> ProfileSummary:
-        phases: dict[str, PhaseSummary] = {}
-        for name in PHASES:
-            samples = sorted(self._wall[name])
-            wall_total = self._wall_total[name]
-            cpu_total = self._cpu_total[name]
-            phases[name] = PhaseSummary(
-                wall_p50_ms=percentile(samples, 50) / 1e6,
-                wall_p95_ms=percentile(samples, 95) / 1e6,
-                wall_p99_ms=percentile(samples, 99) / 1e6,
-                cpu_ms_total=cpu_total / 1e6,
-                wait_ms_total=max(0, wall_total - cpu_total) / 1e6,
-                cpu_share=(cpu_total / wall_total) if wall_total else 0.0,
-                samples=len(samples),
+        n = len(STEP_PHASES)
+        phases: dict[str, PhaseSummary] = {
+            "admit": _phase(sorted(self._admit), sum(self._admit), 0)
+        }
+        step_cpu = 0
+        for i, name in enumerate(STEP_PHASES):
+            walls = self._step_wall[i::n]
+            # CPU can exceed wall by clock granularity on tiny phases; cap it per sample.
+            cpu = sum(
+                min(c, w) if w else c for c, w in zip(self._step_cpu[i::n], walls, strict=True)
             )
-        step_cpu = sum(self._cpu_total[p] for p in STEP_PHASES)
+            step_cpu += cpu
+            phases[name] = _phase(sorted(walls), sum(walls), cpu)
         ttft = sorted(self._ttft)
         return ProfileSummary(
             runs=self.runs,
@@ -159,3 +154,15 @@ class ProfileAggregator:
             ttft_p50_ms=percentile(ttft, 50) / 1e6 if ttft else None,
             ttft_p99_ms=percentile(ttft, 99) / 1e6 if ttft else None,
         )
+
+
+def _phase(samples: list[int], wall_total: int, cpu_total: int) -> PhaseSummary:
+    return PhaseSummary(
+        wall_p50_ms=percentile(samples, 50) / 1e6,
+        wall_p95_ms=percentile(samples, 95) / 1e6,
+        wall_p99_ms=percentile(samples, 99) / 1e6,
+        cpu_ms_total=cpu_total / 1e6,
+        wait_ms_total=max(0, wall_total - cpu_total) / 1e6,
+        cpu_share=(cpu_total / wall_total) if wall_total else 0.0,
+        samples=len(samples),
+    )

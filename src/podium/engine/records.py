@@ -14,12 +14,13 @@ from typing import Literal
 
 import msgspec
 
-from podium.engine.profile import RunProfile, StepProfile
+from podium.engine.profile import RunProfile
 from podium.errors import RunError
 from podium.messages import Message, Usage
 from podium.tools.executor import ToolResult
 
 __all__ = (
+    "TERMINAL_STATUSES",
     "Compacted",
     "JournalEntry",
     "ModelTurn",
@@ -29,7 +30,6 @@ __all__ = (
     "StepCommitted",
     "StepRecord",
     "ToolOutcome",
-    "TERMINAL_STATUSES",
 )
 
 RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
@@ -105,24 +105,25 @@ class Compacted(msgspec.Struct, tag="compact", gc=False):
 
 
 class StepCommitted(msgspec.Struct, tag="step", gc=False, omit_defaults=True):
-    """The step is complete; ``profile`` covers its phases up to the checkpoint."""
+    """The step is complete (its turn and outcomes were journaled before)."""
 
     step: int
     ts: float
-    profile: StepProfile | None = None
 
 
 class StepRecord(msgspec.Struct, tag="steprec", gc=False, omit_defaults=True):
     """A whole step in one entry: the model's turn, its tool results (in call order), the
     profile. Used when nothing had to be durable before the step's end (no side effects,
-    a single call), which is the common case: one write per step."""
+    a single call), which is the common case: one write per step.
+
+    Step timings are not journaled: they are observability, not state. A run's
+    profile is stored with its record when it ends."""
 
     step: int
     ts: float
     message: Message
     results: tuple[ToolResult, ...] = ()
     usage: Usage = Usage()
-    profile: StepProfile | None = None
 
 
 class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):

@@ -37,14 +37,17 @@ class RunState:
 
     __slots__ = (
         "attained_s",
+        "cached_tokens",
         "ctx",
         "finished",
+        "input_tokens",
         "invalid_calls",
+        "output_tokens",
         "pending",
         "profile",
         "record",
+        "requests",
         "step",
-        "usage",
     )
 
     def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
@@ -53,16 +56,26 @@ class RunState:
         self.step = 0
         self.invalid_calls = 0
         self.attained_s = 0.0
-        self.usage = record.usage
+        self.input_tokens = self.output_tokens = self.cached_tokens = self.requests = 0
         self.profile = RunProfile()
         self.pending: PendingStep | None = None
         self.finished: RunFinished | None = None
+
+    def add_usage(self, usage: Usage) -> None:
+        """Count a model call's tokens (plain ints: no object per step)."""
+        self.input_tokens += usage.input_tokens
+        self.output_tokens += usage.output_tokens
+        self.cached_tokens += usage.cached_tokens
+        self.requests += usage.requests
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(self.input_tokens, self.output_tokens, self.cached_tokens, self.requests)
 
 
 def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunState:
     """The state after the journal's last entry: context, step counter, pending step."""
     state = RunState(record, ContextBuffer(agent.prefix, agent.context.tokenizer, record.input))
-    usage = Usage()
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}
     flushed = True
@@ -78,18 +91,16 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
 
     for entry in entries:
         if isinstance(entry, StepRecord):
-            usage = usage + entry.usage
+            state.add_usage(entry.usage)
             state.ctx.append(entry.message)
             for result in entry.results:
                 state.ctx.append(tool_message(result))
                 if result.error in ("unknown_tool", "invalid_arguments"):
                     state.invalid_calls += 1
             state.step = entry.step + 1
-            if entry.profile is not None:
-                state.profile.steps.append(entry.profile)
         elif isinstance(entry, ModelTurn):
             turn, outcomes, flushed = entry, {}, False
-            usage = usage + entry.usage
+            state.add_usage(entry.usage)
             state.ctx.append(entry.message)
         elif isinstance(entry, ToolOutcome):
             outcomes[entry.index] = entry.result
@@ -100,11 +111,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
             flush()
             turn = None
             state.step = entry.step + 1
-            if entry.profile is not None:
-                state.profile.steps.append(entry.profile)
         elif isinstance(entry, RunFinished):
             state.finished = entry
-    state.usage = usage
     if turn is not None:
         state.pending = PendingStep(turn.step, turn.message, outcomes)
         state.step = turn.step

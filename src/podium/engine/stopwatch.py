@@ -67,6 +67,11 @@ class Stopwatch:
         """Share out the CPU of the slice so far (so ``cpu`` is current); counting goes on."""
         self._close_slice()
 
+    def restart(self) -> None:
+        """Start the next step where this one ended, without reading the clocks again."""
+        self.wall = [0, 0, 0, 0, 0, 0]
+        self.cpu = [0, 0, 0, 0, 0, 0]
+
     def add_cpu(self, phase: int, ns: int) -> None:
         """Book CPU a component did off the loop thread (thread pool, backend client)."""
         self.cpu[phase] += ns

@@ -100,7 +100,9 @@ class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         )
 
 
-Policy = Callable[[ModelRequest], "SimStep | ModelResponse | str | Awaitable[SimStep | ModelResponse | str]"]
+Policy = Callable[
+    [ModelRequest], "SimStep | ModelResponse | str | Awaitable[SimStep | ModelResponse | str]"
+]
 
 
 class SimulatedModel(Model):
@@ -131,13 +133,16 @@ class SimulatedModel(Model):
         self.scenario = scenario if scenario is not None else Scenario()
         self.latency = latency or LatencyModel()
         self.capacity = capacity
+        self._instant = self.latency.instant and capacity is None
         self._rng = random.Random(seed)
         self._slots: asyncio.Semaphore | None = None
         self._cached_prompt: dict[str, int] = {}
         self._cache_entries = cache_entries
-        self._final_step = SimStep(content=self.scenario.final) if isinstance(
-            self.scenario, Scenario
-        ) else SimStep()
+        self._final_step = (
+            SimStep(content=self.scenario.final)
+            if isinstance(self.scenario, Scenario)
+            else SimStep()
+        )
         self._rendered: dict[tuple[int, int], tuple[SimStep, tuple[ToolCall, ...], int]] = {}
         self.running = 0
         self.peak_running = 0
@@ -163,7 +168,7 @@ class SimulatedModel(Model):
             model=self.name,
             backend=self.name,
         )
-        if self.latency.instant and self.capacity is None:
+        if self._instant:
             return reply
         await self._serve(out_tokens, request.prompt_tokens - cached)
         return reply

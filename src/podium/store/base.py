@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import builtins
 import time
 from collections.abc import Sequence
 from types import TracebackType
@@ -70,7 +71,9 @@ class RunStore(abc.ABC):
     ) -> list[RunRecord]:
         """Runs, newest first, filtered by tenant, status and agent."""
 
-    async def wait_journal(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
+    async def wait_journal(
+        self, run_id: str, after: int, timeout: float
+    ) -> builtins.list[JournalItem]:
         """Entries after ``after``; waits up to ``timeout`` seconds for some to arrive.
 
         The default polls; stores that can be notified override it.

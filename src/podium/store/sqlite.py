@@ -60,9 +60,9 @@ _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 class SQLiteRunStore(RunStore):
     """Runs and journals in one SQLite file. Example::
 
-        async with SQLiteRunStore("podium.sqlite") as store:
-            async with Engine(store) as engine:
-                await engine.run(agent, "hello")
+    async with SQLiteRunStore("podium.sqlite") as store:
+        async with Engine(store) as engine:
+            await engine.run(agent, "hello")
     """
 
     def __init__(
@@ -156,7 +156,9 @@ class SQLiteRunStore(RunStore):
         assert self._loop is not None
         self._loop.call_soon_threadsafe(self._resolve, outcomes)
 
-    def _resolve(self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    def _resolve(
+        self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+    ) -> None:
         for future, value, exc in outcomes:
             if future.done():
                 continue
@@ -168,7 +170,9 @@ class SQLiteRunStore(RunStore):
     def _seq(self, conn: sqlite3.Connection, run_id: str) -> int:
         seq = self._next_seq.get(run_id)
         if seq is None:
-            row = conn.execute("SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)).fetchone()
+            row = conn.execute(
+                "SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)
+            ).fetchone()
             seq = 0 if row[0] is None else row[0] + 1
         return seq
 
@@ -190,8 +194,15 @@ class SQLiteRunStore(RunStore):
             try:
                 conn.execute(
                     "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (record.run_id, record.tenant, record.agent, record.status,
-                     record.created_at, record.version, blob),
+                    (
+                        record.run_id,
+                        record.tenant,
+                        record.agent,
+                        record.status,
+                        record.created_at,
+                        record.version,
+                        blob,
+                    ),
                 )
             except sqlite3.IntegrityError as exc:
                 raise StoreError(f"run {record.run_id} exists") from exc
@@ -253,9 +264,11 @@ class SQLiteRunStore(RunStore):
                 "SELECT seq, data FROM journal WHERE run_id = ? AND seq > ? ORDER BY seq",
                 (run_id, after),
             ).fetchall()
-            if not rows and conn.execute(
-                "SELECT 1 FROM runs WHERE run_id = ?", (run_id,)
-            ).fetchone() is None:
+            if (
+                not rows
+                and conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+                is None
+            ):
                 return None
             return [(seq, bytes(data)) for seq, data in rows]
 
@@ -287,7 +300,7 @@ class SQLiteRunStore(RunStore):
                 clauses.append(f"{column} = ?")
                 params.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT record FROM runs {where} ORDER BY created_at DESC LIMIT ?"  # noqa: S608
+        sql = f"SELECT record FROM runs {where} ORDER BY created_at DESC LIMIT ?"
         params.append(limit)
 
         def op(conn: sqlite3.Connection) -> list[bytes]:

@@ -44,6 +44,14 @@ class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
     cpu_ns: int = 0
 
 
+class _First(msgspec.Struct, gc=False):
+    """How the inline first attempt went: a value, a continuation to await, or an error."""
+
+    value: Any
+    rest: Continuation[Any] | None
+    error: BaseException | None
+
+
 def render_result(value: Any) -> str:
     """Tool output as the text the model reads: strings as-is, everything else as JSON."""
     if isinstance(value, str):
@@ -93,11 +101,42 @@ class ToolExecutor:
         self.calls = 0
         self.failures = 0
 
-    async def execute(self, tool: Tool[Any, Any], args: msgspec.Struct, ctx: ToolContext) -> ToolResult:
+    async def execute(
+        self, tool: Tool[Any, Any], args: msgspec.Struct, ctx: ToolContext
+    ) -> ToolResult:
         """Call ``tool`` with validated ``args`` under its policy; never raises except on cancel."""
         self.calls += 1
-        policy = tool.policy
         t0 = time.perf_counter_ns()
+        if not tool.inline:
+            return await self._execute(tool, args, ctx, t0, None)
+        # An async tool with no breaker and no limit: run its first slice right here. Most
+        # calls end in it and cost no timer; one that suspends or raises goes on under the
+        # full policy (timeout for the rest, retries) in _execute.
+        coro = tool.fn(**tool.kwargs(args, ctx))
+        try:
+            pending = coro.send(None)
+        except StopIteration as done:
+            value = done.value
+            if type(value) is str:
+                return ToolResult(
+                    ctx.call_id, tool.name, value, wall_ns=time.perf_counter_ns() - t0
+                )
+            return await self._execute(tool, args, ctx, t0, _First(value, None, None))
+        except Exception as exc:
+            return await self._execute(tool, args, ctx, t0, _First(None, None, exc))
+        return await self._execute(
+            tool, args, ctx, t0, _First(None, Continuation(coro, pending), None)
+        )
+
+    async def _execute(
+        self,
+        tool: Tool[Any, Any],
+        args: msgspec.Struct,
+        ctx: ToolContext,
+        t0: int,
+        first: _First | None,
+    ) -> ToolResult:
+        policy = tool.policy
         breaker = tool.breaker
         if breaker is not None and not breaker.allow():
             self.failures += 1
@@ -111,25 +150,24 @@ class ToolExecutor:
                 attempts=0,
             )
         kwargs = tool.kwargs(args, ctx)
-        limit = self._limit(tool)
+        limit = None if policy.max_concurrency is None else self._limit(tool)
         attempt = 0
         cpu_ns = 0
+        failure: tuple[str, str]
         while True:
             try:
-                if limit is None and tool.is_async:
-                    # Inline first slice: an instant tool costs no timer and no task.
-                    coro = tool.fn(**kwargs)
-                    try:
-                        pending = coro.send(None)
-                    except StopIteration as done:
-                        value, cpu = done.value, 0
+                if first is not None:  # the attempt execute() started inline
+                    started, first = first, None
+                    if started.error is not None:
+                        raise started.error
+                    if started.rest is None:
+                        value, cpu = started.value, 0
                     else:
-                        rest = Continuation(coro, pending)
                         try:
                             async with asyncio.timeout(policy.timeout_s):
-                                value, cpu = await rest, 0
+                                value, cpu = await started.rest, 0
                         finally:
-                            rest.close()
+                            started.rest.close()
                 elif limit is None:
                     value, cpu = await self._attempt(tool, kwargs)
                 else:
@@ -137,7 +175,10 @@ class ToolExecutor:
                         value, cpu = await self._attempt(tool, kwargs)
                 cpu_ns += cpu
             except TimeoutError:
-                failure = ("timeout", f"error: tool {tool.name!r} timed out after {policy.timeout_s}s")
+                failure = (
+                    "timeout",
+                    f"error: tool {tool.name!r} timed out after {policy.timeout_s}s",
+                )
                 retryable = policy.retry_on_timeout
             except Exception as exc:
                 failure = ("exception", _describe(tool, exc))
@@ -160,7 +201,9 @@ class ToolExecutor:
                         cpu_ns=cpu_ns,
                     )
             if retryable and attempt < policy.retries:
-                await asyncio.sleep(backoff_delay(attempt, policy.backoff_base_s, policy.backoff_max_s))
+                await asyncio.sleep(
+                    backoff_delay(attempt, policy.backoff_base_s, policy.backoff_max_s)
+                )
                 attempt += 1
                 continue
             if breaker is not None:
@@ -196,7 +239,11 @@ class ToolExecutor:
         loop = asyncio.get_running_loop()
         if tool.policy.cpu_bound:
             future = loop.run_in_executor(
-                self._process_pool(), _call_in_process, tool.module, tool.qualname, kwargs
+                self._process_pool(),
+                _call_in_process,
+                tool.module or "__main__",
+                tool.qualname,
+                kwargs,
             )
         else:
             future = loop.run_in_executor(self._threads, _call_in_thread, tool.fn, kwargs)

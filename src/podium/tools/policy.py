@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import Literal
 
 import msgspec
@@ -14,7 +15,7 @@ __all__ = ("BreakerPolicy", "BreakerStatistics", "CircuitBreaker", "ToolPolicy",
 
 
 class BreakerPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """Open after ``failure_threshold`` consecutive failures; probe again after ``reset_timeout_s``."""
+    """Open after ``failure_threshold`` consecutive failures; probe after ``reset_timeout_s``."""
 
     failure_threshold: int = 5
     reset_timeout_s: float = 30.0
@@ -55,7 +56,9 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ConfigError("max_concurrency must be >= 1 or None")
 
 
-def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
+def backoff_delay(
+    attempt: int, base_s: float, max_s: float, rng: random.Random | None = None
+) -> float:
     """Full-jitter exponential backoff: uniform in [0, min(max, base × 2^attempt)]."""
     cap = min(max_s, base_s * (2**attempt))
     return (rng or random).uniform(0.0, cap)
@@ -81,7 +84,7 @@ class CircuitBreaker:
 
     __slots__ = ("_clock", "_failures", "_opened", "_opened_at", "_probing", "_rejected", "policy")
 
-    def __init__(self, policy: BreakerPolicy, clock: type[time.monotonic] | None = None) -> None:
+    def __init__(self, policy: BreakerPolicy, clock: Callable[[], float] | None = None) -> None:
         self.policy = policy
         self._clock = clock or time.monotonic
         self._failures = 0

@@ -44,7 +44,14 @@ def parse_docstring(doc: str | None) -> ParsedDocstring:
             section, current = "args", None
             continue
         if stripped.endswith(":") and stripped[:-1].lower() in {
-            "returns", "return", "raises", "yields", "examples", "example", "note", "notes",
+            "returns",
+            "return",
+            "raises",
+            "yields",
+            "examples",
+            "example",
+            "note",
+            "notes",
         }:
             section, current = "other", None
             continue
@@ -101,7 +108,9 @@ def schema_for(struct: type[msgspec.Struct], descriptions: dict[str, str]) -> di
     try:
         schema = msgspec.json.schema(struct)
     except Exception as exc:
-        raise ToolDefinitionError(f"cannot build a JSON schema for {struct.__name__}: {exc}") from exc
+        raise ToolDefinitionError(
+            f"cannot build a JSON schema for {struct.__name__}: {exc}"
+        ) from exc
     defs: dict[str, Any] = schema.pop("$defs", {})
 
     def inline(node: Any) -> Any:

@@ -73,11 +73,13 @@ class Tool(Generic[P, R]):
         self.definition = ToolDefinition(self.name, self.description, self.parameters)
         self._decoder = msgspec.json.Decoder(self.args_type)
         self.breaker = CircuitBreaker(self.policy.breaker) if self.policy.breaker else None
+        #: Whether the executor may start this tool inline on the loop (see ToolExecutor).
+        self.inline = self.is_async and self.breaker is None and self.policy.max_concurrency is None
         self.module = getattr(fn, "__module__", None)
         self.qualname = getattr(fn, "__qualname__", self.name)
 
     def decode_arguments(self, raw: str) -> msgspec.Struct:
-        """Parse and validate the model's arguments (raises ``msgspec.DecodeError``/``ValidationError``)."""
+        """Parse and validate the model's arguments (raises msgspec.DecodeError/ValidationError)."""
         return self._decoder.decode(raw or "{}")
 
     def kwargs(self, args: msgspec.Struct, ctx: ToolContext | None) -> dict[str, Any]:
@@ -163,7 +165,9 @@ def tool(
         "retries": retries,
         "backoff_base_s": backoff_base,
         "backoff_max_s": backoff_max,
-        "breaker": BreakerPolicy(failure_threshold=breaker) if isinstance(breaker, int) else breaker,
+        "breaker": BreakerPolicy(failure_threshold=breaker)
+        if isinstance(breaker, int)
+        else breaker,
         "max_concurrency": max_concurrency,
         "side_effects": side_effects,
         "cpu_bound": cpu_bound,

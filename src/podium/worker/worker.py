@@ -77,7 +77,7 @@ class Worker:
         self._dead = 0
 
     async def run(self, *, burst: bool = False) -> None:
-        """Claim and drive runs until :meth:`drain` (or, with ``burst``, until the queue is empty)."""
+        """Claim and drive runs until :meth:`drain` (with ``burst``: until the queue is empty)."""
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="podium-heartbeat")
         try:
             while not self._draining.is_set():
@@ -121,7 +121,9 @@ class Worker:
         run_id = claim.item.run_id
         try:
             if claim.deliveries > self.max_deliveries:
-                await self._dead_letter(claim, f"delivered {claim.deliveries} times without finishing")
+                await self._dead_letter(
+                    claim, f"delivered {claim.deliveries} times without finishing"
+                )
                 return
             agent = self.agents.get(claim.item.agent)
             record = await self.engine.store.get(run_id)

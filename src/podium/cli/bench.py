@@ -1,0 +1,167 @@
+"""``podium bench``: N concurrent runs of a scenario on the simulated model, then the profile."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from podium.agent import Agent
+from podium.cli.scenario import build_agent, load_scenario
+from podium.engine.driver import Engine
+from podium.engine.profile import ProfileAggregator, percentile
+from podium.errors import ConfigError
+from podium.observe.looplag import LoopLagMonitor
+from podium.observe.report import BenchReport, render_report
+from podium.observe.rss import rss_kb
+from podium.store.base import RunStore
+from podium.store.memory import MemoryRunStore
+
+__all__ = ("register", "run_bench")
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "bench", help="run a load test on the simulated model and print the workload profile"
+    )
+    p.add_argument("--scenario", help="scenario file (.toml or .yaml); default: built-in ReAct")
+    p.add_argument("--runs", type=int, help="number of runs (overrides the scenario)")
+    p.add_argument("--concurrency", type=int, help="runs in flight at once (overrides)")
+    p.add_argument("--store", default="memory", help="memory (default) or a SQLite file path")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    import msgspec
+
+    console = Console(stderr=args.json)
+    try:
+        scenario = load_scenario(args.scenario)
+    except ConfigError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    runs = args.runs or scenario.load.runs
+    concurrency = min(args.concurrency or scenario.load.concurrency, runs)
+    agent = build_agent(scenario)
+    coro = run_bench(
+        agent,
+        runs=runs,
+        concurrency=concurrency,
+        store_spec=args.store,
+        label=args.scenario or "built-in react",
+        loop_name=args.loop,
+        progress=not args.json,
+        console=console,
+    )
+    if args.loop == "uvloop":
+        import uvloop
+
+        report = uvloop.run(coro)
+    else:
+        report = asyncio.run(coro)
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        render_report(report, console)
+    return 0 if report.completed == report.runs else 1
+
+
+def _store(spec: str) -> RunStore:
+    if spec == "memory":
+        return MemoryRunStore()
+    from podium.store.sqlite import SQLiteRunStore
+
+    return SQLiteRunStore(spec)
+
+
+async def run_bench(
+    agent: Agent,
+    *,
+    runs: int,
+    concurrency: int,
+    store_spec: str = "memory",
+    label: str = "bench",
+    loop_name: str = "asyncio",
+    progress: bool = False,
+    console: Console | None = None,
+) -> BenchReport:
+    """Drive ``runs`` runs, ``concurrency`` at a time, and measure them."""
+    store = _store(store_spec)
+    aggregator = ProfileAggregator()
+    lag = LoopLagMonitor(0.01)
+    latencies: list[int] = []
+    completed = 0
+    next_run = 0
+    peak_rss = 0
+    gc.collect()
+    gc.freeze()  # start-up objects (modules, agent, tools) are never scanned again
+    baseline_rss = rss_kb()
+
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        refresh_per_second=4,
+        disable=not progress,
+    )
+    task_id = bar.add_task("runs", total=runs)
+
+    async with store, Engine(store, aggregator=aggregator) as engine:
+
+        async def lane() -> None:
+            nonlocal completed, next_run, peak_rss
+            while next_run < runs:
+                next_run += 1
+                t0 = time.perf_counter_ns()
+                record = await engine.run(agent, "Find out what Podium is.")
+                latencies.append(time.perf_counter_ns() - t0)
+                if record.status == "completed":
+                    completed += 1
+                if isinstance(store, MemoryRunStore):
+                    store.forget(record.run_id)  # keep memory flat: measure in-flight runs only
+                bar.advance(task_id)
+                if completed % 256 == 0:
+                    peak_rss = max(peak_rss, rss_kb())
+
+        lag.start()
+        with bar:
+            wall0 = time.perf_counter()
+            cpu0 = time.process_time()
+            await asyncio.gather(*(lane() for _ in range(concurrency)))
+            cpu = time.process_time() - cpu0
+            wall = time.perf_counter() - wall0
+        await lag.stop()
+    gc.unfreeze()
+    peak_rss = max(peak_rss, rss_kb())
+    summary = aggregator.summary()
+    latencies.sort()
+    steps = summary.steps
+    return BenchReport(
+        scenario=label,
+        loop=loop_name,
+        runs=runs,
+        completed=completed,
+        concurrency=concurrency,
+        steps=steps,
+        wall_s=round(wall, 3),
+        steps_per_s=round(steps / wall, 1) if wall else 0.0,
+        runs_per_s=round(runs / wall, 2) if wall else 0.0,
+        cpu_us_per_step=round(cpu / steps * 1e6, 2) if steps else 0.0,
+        profiled_cpu_us_per_step=round(summary.cpu_us_per_step, 2),
+        cpu_utilization=round(cpu / wall, 3) if wall else 0.0,
+        loop_lag_p99_ms=round(lag.p99_ms(), 3),
+        rss_per_run_kb=round(max(0, peak_rss - baseline_rss) / concurrency, 2),
+        run_wall_p50_ms=round(percentile(latencies, 50) / 1e6, 3),
+        run_wall_p99_ms=round(percentile(latencies, 99) / 1e6, 3),
+        phases=BenchReport.phase_rows(summary),
+    )

@@ -1,0 +1,209 @@
+"""Bench scenarios: a TOML or YAML file that sets the agent, its tools, the model and the load.
+
+Example (``examples/scenarios/react.toml``)::
+
+    [load]
+    runs = 2000
+    concurrency = 1000
+
+    [agent]
+    name = "react"
+    instructions = "You are a research agent."
+    max_steps = 12
+
+    [model]
+    ttft_ms = 20
+    per_token_ms = 1.0
+    jitter = "lognormal"
+    capacity = 0          # concurrent sequences; 0 = unbounded
+
+    [script]
+    tool = "lookup"
+    arguments = { query = "podium" }
+    tool_steps = 6
+    parallel = 1
+
+    [[tools]]
+    name = "lookup"
+    kind = "async"        # async | sync (thread pool) | cpu (process pool)
+    latency_ms = 5
+    result_chars = 400
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from podium.agent import Agent, ContextPolicy
+from podium.errors import ConfigError
+from podium.models.simulated import LatencyModel, Scenario, SimStep, SimToolCall, SimulatedModel
+from podium.tools.tool import Tool, tool
+
+__all__ = ("BenchScenario", "build_agent", "load_scenario")
+
+
+class LoadSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    runs: int = 2000
+    concurrency: int = 1000
+
+
+class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str = "react"
+    instructions: str = "You are a research agent. Use the tools to answer."
+    max_steps: int = 12
+    max_context_tokens: int = 32_000
+    max_tool_result_tokens: int = 2_000
+
+
+class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    ttft_ms: float = 20.0
+    per_token_ms: float = 1.0
+    prefill_per_token_ms: float = 0.0
+    jitter: Literal["none", "lognormal"] = "lognormal"
+    sigma: float = 0.25
+    capacity: int = 0
+    output_tokens: int | None = None
+    seed: int | None = 1
+
+
+class ScriptSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    tool: str = "lookup"
+    arguments: dict[str, Any] = msgspec.field(default_factory=lambda: {"query": "podium"})
+    tool_steps: int = 6
+    parallel: int = 1
+    final: str = "Here is what I found."
+    steps: list[list[SimToolCall]] | None = None
+
+
+class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    name: str
+    kind: Literal["async", "sync", "cpu"] = "async"
+    latency_ms: float = 5.0
+    jitter: Literal["none", "lognormal"] = "lognormal"
+    sigma: float = 0.25
+    result_chars: int = 400
+    error_rate: float = 0.0
+    timeout_s: float = 30.0
+    retries: int = 0
+    description: str = "Look something up."
+
+
+class BenchScenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    load: LoadSpec = LoadSpec()
+    agent: AgentSpec = AgentSpec()
+    model: ModelSpec = ModelSpec()
+    script: ScriptSpec = ScriptSpec()
+    tools: list[ToolSpec] = msgspec.field(default_factory=lambda: [ToolSpec("lookup")])
+
+
+def load_scenario(path: str | Path | None) -> BenchScenario:
+    """Read a scenario file (``.toml``, ``.yaml``/``.yml``); ``None`` gives the default one."""
+    if path is None:
+        return BenchScenario()
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"scenario {p}: {exc.strerror}") from exc
+    try:
+        raw: Any = tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"scenario {p}: {exc}") from exc
+    try:
+        return msgspec.convert(raw or {}, BenchScenario)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"scenario {p}: {exc}") from exc
+
+
+def _latency_s(rng: random.Random, spec: ToolSpec) -> float:
+    base = spec.latency_ms / 1000
+    if spec.jitter == "lognormal" and base > 0:
+        base *= math.exp(rng.gauss(-spec.sigma * spec.sigma / 2, spec.sigma))
+    return base
+
+
+def _make_tool(spec: ToolSpec, seed: int) -> Tool[Any, Any]:
+    rng = random.Random(seed)
+    payload = ("lorem ipsum dolor sit amet " * (spec.result_chars // 27 + 1))[: spec.result_chars]
+
+    def outcome(query: str) -> str:
+        if spec.error_rate and rng.random() < spec.error_rate:
+            raise RuntimeError(f"{spec.name} backend error")
+        return f"{query}: {payload}"
+
+    if spec.kind == "async":
+
+        async def run_async(query: str) -> str:
+            delay = _latency_s(rng, spec)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            return outcome(query)
+
+        fn: Any = run_async
+    elif spec.kind == "sync":
+
+        def run_sync(query: str) -> str:
+            delay = _latency_s(rng, spec)
+            if delay > 0:
+                time.sleep(delay)
+            return outcome(query)
+
+        fn = run_sync
+    else:
+        fn = _cpu_burn_tool(spec)
+    fn.__name__ = spec.name
+    fn.__doc__ = f"{spec.description}\n\nArgs:\n    query: What to look up."
+    return tool(timeout=spec.timeout_s, retries=spec.retries, cpu_bound=spec.kind == "cpu")(fn)
+
+
+def _cpu_burn_tool(spec: ToolSpec) -> Any:
+    from podium.cli import _cpu_tools
+
+    _cpu_tools.BURN_MS[spec.name] = spec.latency_ms
+    return _cpu_tools.make(spec.name)
+
+
+def build_agent(scenario: BenchScenario) -> Agent:
+    """The scenario's agent on a simulated model."""
+    m, s, a = scenario.model, scenario.script, scenario.agent
+    tools = [_make_tool(t, i) for i, t in enumerate(scenario.tools)]
+    if s.steps is not None:
+        script = Scenario(
+            steps=tuple(SimStep(tool_calls=tuple(step)) for step in s.steps),
+            final=s.final,
+            output_tokens=m.output_tokens,
+        )
+    else:
+        call = SimToolCall(s.tool, s.arguments)
+        script = Scenario(
+            steps=tuple(SimStep(tool_calls=(call,) * s.parallel) for _ in range(s.tool_steps)),
+            final=s.final,
+            output_tokens=m.output_tokens,
+        )
+    latency = LatencyModel(
+        ttft_s=m.ttft_ms / 1000,
+        per_token_s=m.per_token_ms / 1000,
+        prefill_per_token_s=m.prefill_per_token_ms / 1000,
+        jitter=m.jitter,
+        sigma=m.sigma,
+    )
+    model = SimulatedModel(script, latency=latency, capacity=m.capacity or None, seed=m.seed)
+    return Agent(
+        a.name,
+        model,
+        a.instructions,
+        tools,
+        max_steps=a.max_steps,
+        context=ContextPolicy(
+            max_context_tokens=a.max_context_tokens, max_tool_result_tokens=a.max_tool_result_tokens
+        ),
+    )

@@ -1,0 +1,102 @@
+"""The bench report: one struct, printed as a rich table or as one JSON object."""
+
+from __future__ import annotations
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from podium.engine.profile import PHASES, ProfileSummary
+
+__all__ = ("BenchReport", "PhaseRow", "render_report")
+
+
+class PhaseRow(msgspec.Struct, frozen=True):
+    wall_p50_ms: float
+    wall_p95_ms: float
+    wall_p99_ms: float
+    cpu_ms_total: float
+    wait_ms_total: float
+    cpu_share: float
+
+
+class BenchReport(msgspec.Struct, frozen=True):
+    """What ``podium bench --json`` prints."""
+
+    scenario: str
+    loop: str
+    runs: int
+    completed: int
+    concurrency: int
+    steps: int
+    wall_s: float
+    steps_per_s: float
+    runs_per_s: float
+    cpu_us_per_step: float
+    profiled_cpu_us_per_step: float
+    cpu_utilization: float
+    loop_lag_p99_ms: float
+    rss_per_run_kb: float
+    run_wall_p50_ms: float
+    run_wall_p99_ms: float
+    phases: dict[str, PhaseRow]
+
+    @classmethod
+    def phase_rows(cls, summary: ProfileSummary) -> dict[str, PhaseRow]:
+        return {
+            name: PhaseRow(
+                round(p.wall_p50_ms, 3),
+                round(p.wall_p95_ms, 3),
+                round(p.wall_p99_ms, 3),
+                round(p.cpu_ms_total, 3),
+                round(p.wait_ms_total, 3),
+                round(p.cpu_share, 4),
+            )
+            for name, p in summary.phases.items()
+        }
+
+
+def render_report(report: BenchReport, console: Console) -> None:
+    table = Table(
+        title=f"workload profile — {report.scenario} ({report.loop})", title_justify="left"
+    )
+    table.add_column("phase")
+    for col in ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "wait ms", "CPU share"):
+        table.add_column(col, justify="right")
+    for name in PHASES:
+        p = report.phases[name]
+        table.add_row(
+            name,
+            f"{p.wall_p50_ms:.3f}",
+            f"{p.wall_p95_ms:.3f}",
+            f"{p.wall_p99_ms:.3f}",
+            f"{p.cpu_ms_total:.1f}",
+            f"{p.wait_ms_total:.1f}",
+            f"{p.cpu_share:.0%}",
+        )
+    console.print(table)
+    summary = Table(show_header=False, box=None)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    rows = [
+        (
+            "runs completed",
+            f"{report.completed:,} / {report.runs:,} at concurrency {report.concurrency:,}",
+        ),
+        ("steps", f"{report.steps:,}"),
+        ("wall", f"{report.wall_s:.2f} s"),
+        ("steps/s", f"{report.steps_per_s:,.0f}"),
+        ("runs/s", f"{report.runs_per_s:,.1f}"),
+        ("CPU µs per step (process)", f"{report.cpu_us_per_step:.1f}"),
+        ("CPU µs per step (in phases)", f"{report.profiled_cpu_us_per_step:.1f}"),
+        ("CPU utilization", f"{report.cpu_utilization:.0%} of one core"),
+        (
+            "run latency p50 / p99",
+            f"{report.run_wall_p50_ms:.1f} / {report.run_wall_p99_ms:.1f} ms",
+        ),
+        ("event-loop lag p99", f"{report.loop_lag_p99_ms:.2f} ms"),
+        ("RSS per run", f"{report.rss_per_run_kb:.1f} KiB"),
+    ]
+    for k, v in rows:
+        summary.add_row(k, v)
+    console.print(summary)
