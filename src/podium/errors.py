@@ -90,13 +90,16 @@ class StaleRunError(StoreError):
 
 
 class RunError(PodiumError):
-    """A run ended without an answer."""
+    """A run ended without an answer: ``reason`` is the record's stable code
+    (``max_steps``, ``deadline``…), ``error`` the human-readable detail."""
 
-    def __init__(self, run_id: str, status: str, reason: str) -> None:
-        super().__init__(f"run {run_id} {status}: {reason}")
+    def __init__(self, run_id: str, status: str, reason: str, error: str | None = None) -> None:
+        detail = f": {error}" if error else ""
+        super().__init__(f"run {run_id} {status} ({reason}){detail}")
         self.run_id = run_id
         self.status = status
         self.reason = reason
+        self.error = error
 
 
 class RetryableToolError(Exception):

@@ -290,7 +290,7 @@ class Engine:
         state.profile.steps.append(profile)
         final = RunFinished(time.time(), "completed", output=response.content)
         self._apply_final(state, final)
-        entry = StepRecord(step, final.ts, message, (), response.usage)
+        entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         await self._append(state, (entry, final), sw, record=state.record)
         self._close_step(sw, profile)
 
@@ -326,23 +326,24 @@ class Engine:
         sw.lap(_MERGE)
         # checkpoint
         ts = time.time()
+        sw.flush()  # the journaled profile covers the phases up to here
+        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes), ttft)
         entries: list[JournalEntry]
         if deferred is not None:
             message, response = deferred
             results_in_order = (
                 (outcomes[0][1],) if len(outcomes) == 1 else tuple(r for _, r in outcomes)
             )
-            entries = [StepRecord(step, ts, message, results_in_order, response.usage)]
+            entries = [StepRecord(step, ts, message, results_in_order, response.usage, profile)]
         else:
             entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
             if len(planned) == 1:  # several calls journal their own outcomes as each finishes
                 entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
-            entries.append(StepCommitted(step, ts))
+            entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
             entries.append(compaction)
         state.step = step + 1
         await self._append(state, entries, sw)
-        profile = StepProfile(step, (), (), len(outcomes), ttft)
         self._close_step(sw, profile)
         state.profile.steps.append(profile)
         if state.invalid_calls > agent.max_invalid_tool_calls:

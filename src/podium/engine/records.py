@@ -14,7 +14,7 @@ from typing import Literal
 
 import msgspec
 
-from podium.engine.profile import RunProfile
+from podium.engine.profile import RunProfile, StepProfile
 from podium.errors import RunError
 from podium.messages import Message, Usage
 from podium.tools.executor import ToolResult
@@ -71,7 +71,7 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     def raise_for_status(self) -> RunRecord:
         """Return the record if the run completed, else raise :class:`RunError`."""
         if self.status != "completed":
-            raise RunError(self.run_id, self.status, self.error or self.reason or self.status)
+            raise RunError(self.run_id, self.status, self.reason or self.status, self.error)
         return self
 
 
@@ -109,6 +109,7 @@ class StepCommitted(msgspec.Struct, tag="step", gc=False, omit_defaults=True):
 
     step: int
     ts: float
+    profile: StepProfile | None = None
 
 
 class StepRecord(msgspec.Struct, tag="steprec", gc=False, omit_defaults=True):
@@ -116,14 +117,15 @@ class StepRecord(msgspec.Struct, tag="steprec", gc=False, omit_defaults=True):
     profile. Used when nothing had to be durable before the step's end (no side effects,
     a single call), which is the common case: one write per step.
 
-    Step timings are not journaled: they are observability, not state. A run's
-    profile is stored with its record when it ends."""
+    ``profile`` holds the step's timings up to its checkpoint (the checkpoint's own
+    time is known only after the write; the record stored at the run's end has it)."""
 
     step: int
     ts: float
     message: Message
     results: tuple[ToolResult, ...] = ()
     usage: Usage = Usage()
+    profile: StepProfile | None = None
 
 
 class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):

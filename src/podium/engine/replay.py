@@ -98,6 +98,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
                 if result.error in ("unknown_tool", "invalid_arguments"):
                     state.invalid_calls += 1
             state.step = entry.step + 1
+            if entry.profile is not None:
+                state.profile.steps.append(entry.profile)
         elif isinstance(entry, ModelTurn):
             turn, outcomes, flushed = entry, {}, False
             state.add_usage(entry.usage)
@@ -111,6 +113,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
             flush()
             turn = None
             state.step = entry.step + 1
+            if entry.profile is not None:
+                state.profile.steps.append(entry.profile)
         elif isinstance(entry, RunFinished):
             state.finished = entry
     if turn is not None:

@@ -168,8 +168,11 @@ class SQLiteRunStore(RunStore):
                 future.set_result(value)
 
     def _seq(self, conn: sqlite3.Connection, run_id: str) -> int:
+        """The next sequence number of the run's journal (looked up once, then cached)."""
         seq = self._next_seq.get(run_id)
         if seq is None:
+            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+                raise RunNotFoundError(run_id)
             row = conn.execute(
                 "SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)
             ).fetchone()

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from podium.tools.eager import Continuation, start_eagerly
+from podium.tools.eager import Continuation, start_eagerly, with_deadline
 from podium.tools.policy import backoff_delay
 from podium.tools.tool import Tool, ToolContext
 
@@ -164,8 +164,7 @@ class ToolExecutor:
                         value, cpu = started.value, 0
                     else:
                         try:
-                            async with asyncio.timeout(policy.timeout_s):
-                                value, cpu = await started.rest, 0
+                            value, cpu = await with_deadline(started.rest, policy.timeout_s), 0
                         finally:
                             started.rest.close()
                 elif limit is None:
@@ -232,8 +231,7 @@ class ToolExecutor:
             if rest is None:
                 return value, 0
             try:
-                async with asyncio.timeout(timeout):
-                    return await rest, 0
+                return await with_deadline(rest, timeout), 0
             finally:
                 rest.close()
         loop = asyncio.get_running_loop()
@@ -247,9 +245,8 @@ class ToolExecutor:
             )
         else:
             future = loop.run_in_executor(self._threads, _call_in_thread, tool.fn, kwargs)
-        async with asyncio.timeout(timeout):
-            result: tuple[Any, int] = await future
-            return result
+        result: tuple[Any, int] = await with_deadline(future, timeout)
+        return result
 
     def _limit(self, tool: Tool[Any, Any]) -> asyncio.Semaphore | None:
         n = tool.policy.max_concurrency
