@@ -12,12 +12,14 @@ from rich.table import Table
 
 from podium.cli.resolve import resolve_agent
 from podium.engine.driver import Engine
+from podium.engine.profile import STEP_PHASES, StepProfile
 from podium.engine.records import (
     Compacted,
     JournalEntry,
     ModelTurn,
     RunFinished,
     RunRecord,
+    StepCommitted,
     StepRecord,
     ToolOutcome,
 )
@@ -52,10 +54,13 @@ class _Printer:
             self._turn(entry.step, entry.message)
             for result in entry.results:
                 self._result(result)
+            self._timings(entry.profile)
         elif isinstance(entry, ModelTurn):
             self._turn(entry.step, entry.message)
         elif isinstance(entry, ToolOutcome):
             self._result(entry.result)
+        elif isinstance(entry, StepCommitted):
+            self._timings(entry.profile)
         elif isinstance(entry, Compacted):
             c.print(
                 f"  [magenta]context compacted[/magenta] ({entry.method}): "
@@ -70,6 +75,16 @@ class _Printer:
             self.console.print(f"  [italic]{escape(message.content)}[/italic]")
         for call in message.tool_calls:
             self.console.print(f"  [cyan]→ {call.name}[/cyan]({escape(call.arguments[:200])})")
+
+    def _timings(self, profile: StepProfile | None) -> None:
+        if profile is None or not profile.wall_ns:
+            return
+        parts = ", ".join(
+            f"{name} {w / 1e6:.2f}"
+            for name, w in zip(STEP_PHASES, profile.wall_ns, strict=True)
+            if w and name != "checkpoint"
+        )
+        self.console.print(f"  [dim]ms: {parts}[/dim]")
 
     def _result(self, result: ToolResult) -> None:
         style = "green" if result.ok else "red"

@@ -513,9 +513,13 @@ class Engine:
                 finally:
                     sw.resume()
         if self.observers:
+            if sw is not None:
+                sw.pause(_CHECKPOINT)  # observers' time is theirs, not the checkpoint's
             for observer in self.observers:
                 for entry in entries:
                     observer(state.record.run_id, entry)
+            if sw is not None:
+                sw.unpause()
 
     def _apply_final(self, state: RunState, final: RunFinished) -> None:
         record = state.record

@@ -63,6 +63,18 @@ class Stopwatch:
         self._mark = _perf()
         self._slice_cpu = self._clock()
 
+    def pause(self, phase: int) -> None:
+        """Stop both clocks for ``phase`` (work that belongs to no phase follows)."""
+        now = _perf()
+        self.wall[phase] += now - self._phase_start
+        self._running[phase] += now - self._mark
+        self._close_slice()
+
+    def unpause(self) -> None:
+        """Start the clocks again, in the phase that was paused."""
+        self._phase_start = self._mark = _perf()
+        self._slice_cpu = self._clock()
+
     def flush(self) -> None:
         """Share out the CPU of the slice so far (so ``cpu`` is current); counting goes on."""
         self._close_slice()
