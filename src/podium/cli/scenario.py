@@ -12,8 +12,8 @@ Example (``examples/scenarios/react.toml``)::
     max_steps = 12
 
     [model]
-    ttft_ms = 20
-    per_token_ms = 1.0
+    ttft_ms = 150
+    per_token_ms = 10
     jitter = "lognormal"
     capacity = 0          # concurrent sequences; 0 = unbounded
 
@@ -26,7 +26,7 @@ Example (``examples/scenarios/react.toml``)::
     [[tools]]
     name = "lookup"
     kind = "async"        # async | sync (thread pool) | cpu (process pool)
-    latency_ms = 5
+    latency_ms = 50
     result_chars = 400
 """
 
@@ -65,8 +65,8 @@ class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    ttft_ms: float = 20.0
-    per_token_ms: float = 1.0
+    ttft_ms: float = 150.0
+    per_token_ms: float = 10.0
     prefill_per_token_ms: float = 0.0
     jitter: Literal["none", "lognormal"] = "lognormal"
     sigma: float = 0.25
@@ -87,7 +87,7 @@ class ScriptSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     kind: Literal["async", "sync", "cpu"] = "async"
-    latency_ms: float = 5.0
+    latency_ms: float = 50.0
     jitter: Literal["none", "lognormal"] = "lognormal"
     sigma: float = 0.25
     result_chars: int = 400
