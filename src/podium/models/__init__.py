@@ -16,7 +16,6 @@ from podium.models.pool import Backend, BackendPool, BackendStatistics, PoolStat
 from podium.models.pool_routing import Router, RoutingRule
 from podium.models.resilience import CircuitBreaker, RetryPolicy, Timeouts
 from podium.models.sim_batching import BatchingConfig
-from podium.models.sim_server import SimServerConfig
 from podium.models.simulated import LatencyModel, Scenario, SimStep, SimToolCall, SimulatedModel
 
 __all__ = (
@@ -37,7 +36,6 @@ __all__ = (
     "Router",
     "RoutingRule",
     "Scenario",
-    "SimServerConfig",
     "SimStep",
     "SimToolCall",
     "SimulatedModel",
