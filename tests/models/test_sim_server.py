@@ -103,7 +103,7 @@ async def test_health_models_and_metrics(sim_server: SimServerProcess) -> None:
 
 
 async def test_queueing_beyond_capacity(sim_server_factory) -> None:  # type: ignore[no-untyped-def]
-    server = sim_server_factory("--capacity", "2", "--step-ms", "2", "--output-tokens", "200")
+    server = sim_server_factory("--capacity", "2", "--step-ms", "2", "--output-tokens", "100")
     async with OpenAIChatModel(server.base_url, "podium-sim") as m, aiohttp.ClientSession() as s:
         calls = [asyncio.ensure_future(m.request(req(Message("user", str(i))))) for i in range(5)]
         for _ in range(500):  # another process: poll its metrics until all five arrived
@@ -116,7 +116,7 @@ async def test_queueing_beyond_capacity(sim_server_factory) -> None:  # type: ig
         await asyncio.gather(*calls)
         async with s.get(server.root + "/metrics?format=json") as resp:
             stats = await resp.json()
-    assert stats["running"] == 0 and stats["tokens"] == 5 * 200
+    assert stats["running"] == 0 and stats["tokens"] == 5 * 100
     assert 0 < stats["occupancy"] <= 1 and stats["samples"]
 
 
