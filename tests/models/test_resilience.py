@@ -45,7 +45,7 @@ def test_breaker_opens_probes_once_and_closes() -> None:
     b.check()
     b.failure()
     assert b.state == "open"
-    with pytest.raises(ModelUnavailableError, match="next probe in 5.0s"):
+    with pytest.raises(ModelUnavailableError, match=r"next probe in 5\.0s"):
         b.check()
     now[0] = 5.0
     b.check()  # the one probe
