@@ -128,7 +128,8 @@ async def sweep(server: SimServer, args: argparse.Namespace) -> list[dict[str, A
         if not args.json:
             print(
                 f"  concurrency {n:4d}: occupancy {row['occupancy']:6.1%}  "
-                f"steps/s {row['steps_per_s']:7.1f}  worker CPU {row['worker_cpu_util']:6.1%} of one core"
+                f"steps/s {row['steps_per_s']:7.1f}  "
+                f"worker CPU {row['worker_cpu_util']:6.1%} of one core"
                 f"  ({row['cpu_us_per_step']:.0f} µs/step)",
                 flush=True,
             )
@@ -190,8 +191,9 @@ def main() -> int:
         print("no concurrency tried reached 90 % occupancy")
     else:
         print(
-            f"≥90 % occupancy from concurrency {first['concurrency']}: {first['occupancy']:.1%} busy, "
-            f"{first['steps_per_s']:.0f} steps/s, worker CPU {first['worker_cpu_util']:.1%} of one core"
+            f"≥90 % occupancy from concurrency {first['concurrency']}: "
+            f"{first['occupancy']:.1%} busy, {first['steps_per_s']:.0f} steps/s, "
+            f"worker CPU {first['worker_cpu_util']:.1%} of one core"
         )
     return 0
 

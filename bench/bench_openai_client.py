@@ -105,65 +105,67 @@ async def drive(call: Call, calls: int, concurrency: int) -> tuple[float, float]
     return cpu / calls * 1e6, calls / wall
 
 
-async def bench(base_url: str, args: argparse.Namespace) -> dict[str, Any]:
+async def bench_mode(base_url: str, stream: bool, args: argparse.Namespace) -> dict[str, Any]:
+    """Interleaved repeats of both clients in one mode (plain or streamed)."""
     import openai
 
     req = agent_request()
     messages, tools = openai_payload(req)
-    results: dict[str, Any] = {}
-    for stream in (False, True):
-        ours = OpenAIChatModel(
-            base_url, "podium-sim", stream=stream, max_connections=args.concurrency
-        )
-        theirs = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    ours = OpenAIChatModel(base_url, "podium-sim", stream=stream, max_connections=args.concurrency)
+    theirs = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
 
-        async def call_ours() -> int:
-            r = await ours.request(req)
-            return len(r.tool_calls)
+    async def call_ours() -> int:
+        r = await ours.request(req)
+        return len(r.tool_calls)
 
-        async def call_theirs() -> int:
-            if not stream:
-                r = await theirs.chat.completions.create(
-                    model="podium-sim",
-                    messages=messages,
-                    tools=tools,  # type: ignore[arg-type]
-                )
-                return len(r.choices[0].message.tool_calls or ())
-            s = await theirs.chat.completions.create(
+    async def call_theirs() -> int:
+        if not stream:
+            r = await theirs.chat.completions.create(
                 model="podium-sim",
-                messages=messages,  # type: ignore[arg-type]
+                messages=messages,
                 tools=tools,  # type: ignore[arg-type]
-                stream=True,
-                stream_options={"include_usage": True},
             )
-            args_by_index: dict[int, list[str]] = {}
-            async for chunk in s:
-                for choice in chunk.choices:
-                    for tc in choice.delta.tool_calls or ():
-                        if tc.function is not None and tc.function.arguments:
-                            args_by_index.setdefault(tc.index, []).append(tc.function.arguments)
-            return len(args_by_index)
+            return len(r.choices[0].message.tool_calls or ())
+        s = await theirs.chat.completions.create(
+            model="podium-sim",
+            messages=messages,  # type: ignore[arg-type]
+            tools=tools,  # type: ignore[arg-type]
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        args_by_index: dict[int, list[str]] = {}
+        async for chunk in s:
+            for choice in chunk.choices:
+                for tc in choice.delta.tool_calls or ():
+                    if tc.function is not None and tc.function.arguments:
+                        args_by_index.setdefault(tc.index, []).append(tc.function.arguments)
+        return len(args_by_index)
 
-        per: dict[str, list[tuple[float, float]]] = {"podium": [], "openai": []}
+    per: dict[str, list[tuple[float, float]]] = {"podium": [], "openai": []}
+    for fn in (call_ours, call_theirs):
+        await drive(fn, max(200, args.calls // 5), args.concurrency)  # warm up
+    for _ in range(args.repeats):
         for name, fn in (("podium", call_ours), ("openai", call_theirs)):
-            await drive(fn, max(200, args.calls // 5), args.concurrency)  # warm up
-        for _ in range(args.repeats):
-            for name, fn in (("podium", call_ours), ("openai", call_theirs)):
-                per[name].append(await drive(fn, args.calls, args.concurrency))
-        await ours.aclose()
-        await theirs.close()
-        mode = "stream" if stream else "plain"
-        row = {
-            name: {
-                "cpu_us_per_call": statistics.median(r[0] for r in runs),
-                "calls_per_s": statistics.median(r[1] for r in runs),
-                "repeats_cpu_us": [round(r[0], 1) for r in runs],
-            }
-            for name, runs in per.items()
+            per[name].append(await drive(fn, args.calls, args.concurrency))
+    await ours.aclose()
+    await theirs.close()
+    row = {
+        name: {
+            "cpu_us_per_call": statistics.median(r[0] for r in runs),
+            "calls_per_s": statistics.median(r[1] for r in runs),
+            "repeats_cpu_us": [round(r[0], 1) for r in runs],
         }
-        row["ratio"] = row["podium"]["cpu_us_per_call"] / row["openai"]["cpu_us_per_call"]
-        results[mode] = row
-    return results
+        for name, runs in per.items()
+    }
+    row["ratio"] = row["podium"]["cpu_us_per_call"] / row["openai"]["cpu_us_per_call"]
+    return row
+
+
+async def bench(base_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "plain": await bench_mode(base_url, False, args),
+        "stream": await bench_mode(base_url, True, args),
+    }
 
 
 def main() -> int:
