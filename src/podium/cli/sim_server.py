@@ -1,0 +1,92 @@
+"""``podium sim-server``: serve the simulated model over OpenAI-compatible HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from typing import Any
+
+from podium.models.sim_batching import BatchingConfig
+from podium.models.sim_server import SimServerConfig, build_app
+
+__all__ = ("register",)
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "sim-server",
+        help="serve a simulated continuous-batching model over OpenAI-compatible HTTP",
+        description=(
+            "A simulated inference server: batch capacity, per-token time growing with the"
+            " batch, prefill for uncached prompt tokens, queueing beyond capacity."
+            " Endpoints: /v1/chat/completions, /health, /v1/models, /metrics."
+        ),
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
+    p.add_argument("--model", default="podium-sim")
+    p.add_argument("--capacity", type=int, default=64, help="sequences decoded at once")
+    p.add_argument("--step-ms", type=float, default=15.0, help="decode step time at batch size 0")
+    p.add_argument(
+        "--step-per-seq-us", type=float, default=100.0, help="extra step time per running sequence"
+    )
+    p.add_argument(
+        "--prefill-per-token-us", type=float, default=20.0, help="prefill time per uncached token"
+    )
+    p.add_argument("--prefix-cache-tokens", type=int, default=2_000_000)
+    p.add_argument("--output-tokens", type=int, default=24, help="tokens in each reply")
+    p.add_argument(
+        "--tool-steps", type=int, default=3, help="steps that call a tool before answering"
+    )
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop")
+    p.set_defaults(handler=run)
+
+
+def config_from_args(args: argparse.Namespace) -> SimServerConfig:
+    return SimServerConfig(
+        model=args.model,
+        batching=BatchingConfig(
+            capacity=args.capacity,
+            step_s=args.step_ms / 1e3,
+            step_per_seq_s=args.step_per_seq_us / 1e6,
+            prefill_per_token_s=args.prefill_per_token_us / 1e6,
+            prefix_cache_tokens=args.prefix_cache_tokens,
+        ),
+        tool_steps=args.tool_steps,
+        output_tokens=args.output_tokens,
+    )
+
+
+async def serve(config: SimServerConfig, host: str, port: int) -> None:
+    """Serve until cancelled; prints ``listening on http://HOST:PORT`` once bound."""
+    from aiohttp import web
+
+    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=True)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096)
+    await site.start()
+    bound = port
+    server: Any = site._server  # an asyncio.Server once started
+    if server is not None and server.sockets:
+        bound = server.sockets[0].getsockname()[1]
+    print(f"listening on http://{host}:{bound}", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    if args.uvloop:
+        import uvloop
+
+        runner: Any = uvloop.run
+    else:
+        runner = asyncio.run
+    with contextlib.suppress(KeyboardInterrupt):
+        runner(serve(config, args.host, args.port))
+    print("sim-server stopped", file=sys.stderr)
+    return 0

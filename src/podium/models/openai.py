@@ -1,0 +1,321 @@
+"""One OpenAI-compatible chat-completions endpoint: pooled connections, retries, a breaker.
+
+Works with vLLM, SGLang, llama.cpp's ``llama-server``, Ollama and hosted
+OpenAI-compatible APIs. The wire format lives in :mod:`podium.models.openai_wire`;
+this module only moves bytes: one keep-alive ``aiohttp`` session per endpoint
+with a bounded connection pool, retries on connection errors, 429 and 5xx
+(``Retry-After`` honoured), a circuit breaker, and a timeout on every wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp
+import yarl
+
+from podium.errors import ModelError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
+from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.openai_wire import (
+    RequestEncoder,
+    SSEDecoder,
+    StreamAssembler,
+    StreamTruncatedError,
+    decode_completion,
+)
+from podium.models.resilience import CircuitBreaker, RetryPolicy, Timeouts, parse_retry_after
+
+__all__ = ("OpenAIChatModel",)
+
+_thread_ns = time.thread_time_ns
+_perf = time.perf_counter
+
+
+class OpenAIChatModel(Model):
+    """A model served behind ``POST {base_url}/chat/completions``.
+
+    ``stream=True`` makes :meth:`request` stream the reply too, which records
+    time to first token and per-token arrival times for the workload profile
+    at a small CPU cost; :meth:`stream` always streams. ``extra_body`` is sent
+    with every request (per-request ``ModelSettings.extra_body`` is merged on
+    top). Pass ``session`` to use your own ``aiohttp.ClientSession`` (it is
+    not closed by :meth:`aclose`).
+
+    Example::
+
+        model = OpenAIChatModel(
+            "http://127.0.0.1:8080/v1", "qwen2.5-7b",
+            extra_body={"cache_prompt": True},   # llama.cpp: reuse the KV cache
+            stream=True,
+        )
+        async with model:
+            reply = await model.request(ModelRequest(messages=[Message("user", "hi")]))
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        name: str | None = None,
+        stream: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        max_connections: int = 256,
+        include_usage: bool = True,
+        session: aiohttp.ClientSession | None = None,
+        seed: int | None = None,
+    ) -> None:
+        base = base_url.rstrip("/")
+        self.base_url = base
+        self.model = model
+        self.name = name or f"{model}@{yarl.URL(base).authority}"
+        self.streaming = stream
+        self.timeouts = timeouts or Timeouts()
+        self.retry = retry or RetryPolicy()
+        self.breaker = breaker or CircuitBreaker(name=self.name)
+        self.max_connections = max_connections
+        self._url = yarl.URL(base + "/chat/completions")
+        root = base[:-3] if base.endswith("/v1") else base
+        self._health_urls = [yarl.URL(root + "/health"), yarl.URL(base + "/models")]
+        self._encoder = RequestEncoder(
+            model, extra_body=dict(extra_body or {}), include_usage=include_usage
+        )
+        hdrs = {"Content-Type": "application/json", "Accept": "application/json"}
+        if api_key:
+            hdrs["Authorization"] = f"Bearer {api_key}"
+        hdrs.update(headers or {})
+        self._headers = hdrs
+        self._client_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.timeouts.connect_s, sock_read=self.timeouts.read_s
+        )
+        self._session = session
+        self._owns_session = session is None
+        self._rng = random.Random(seed)
+        self.calls = 0
+        self.retries = 0
+
+    # --- connection --------------------------------------------------------
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        session = self._session
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections,
+                limit_per_host=self.max_connections,
+                keepalive_timeout=60,
+            )
+            session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._client_timeout,
+                skip_auto_headers=("User-Agent",),
+            )
+            self._session = session
+            self._owns_session = True
+        return session
+
+    async def aclose(self) -> None:
+        if self._session is not None and self._owns_session:
+            await self._session.close()
+        self._session = None
+
+    async def _open(self, body: bytes, deadline: float) -> aiohttp.ClientResponse:
+        """Send ``body`` until a 200 arrives; retry what is worth retrying; raise the rest."""
+        loop = asyncio.get_running_loop()
+        session = self._get_session()
+        t = self.timeouts
+        retry = 0
+        while True:
+            self.breaker.check()
+            error: ModelError
+            retry_after: float | None = None
+            try:
+                async with asyncio.timeout_at(min(deadline, loop.time() + t.first_byte_s)):
+                    resp = await session.post(
+                        self._url, data=body, headers=self._headers, timeout=self._client_timeout
+                    )
+                    if resp.status != 200:
+                        try:
+                            text = (await resp.read()).decode("utf-8", "replace")
+                        finally:
+                            resp.release()
+            except aiohttp.ConnectionTimeoutError:
+                error = ModelTimeoutError(f"{self.name}: connect timed out after {t.connect_s}s")
+                self.breaker.failure()
+            except aiohttp.SocketTimeoutError as exc:
+                self.breaker.failure()
+                raise ModelTimeoutError(f"{self.name}: read timed out after {t.read_s}s") from exc
+            except aiohttp.ClientConnectionError as exc:
+                error = ModelUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}")
+                self.breaker.failure()
+            except TimeoutError as exc:
+                self.breaker.failure()
+                raise ModelTimeoutError(
+                    f"{self.name}: no response within {t.first_byte_s}s (or the total deadline)"
+                ) from exc
+            except BaseException:
+                self.breaker.abandon()
+                raise
+            else:
+                status = resp.status
+                if status == 200:
+                    self.breaker.success()
+                    return resp
+                retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+                error = ModelHTTPError(status, text, retry_after=retry_after)
+                if status >= 500:
+                    self.breaker.failure()
+                else:
+                    self.breaker.success()  # a 4xx is a live server saying no
+                if status not in self.retry.statuses:
+                    raise error
+            delay = self.retry.delay(retry, self._rng, retry_after)
+            if delay is None or loop.time() + delay >= deadline:
+                if isinstance(error, ModelHTTPError):
+                    raise error
+                raise ModelUnavailableError(f"{error} (after {retry + 1} attempts)") from error
+            retry += 1
+            self.retries += 1
+            await asyncio.sleep(delay)
+
+    # --- calls -------------------------------------------------------------
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        t0 = _perf()
+        c0 = _thread_ns()
+        self.calls += 1
+        streaming = self.streaming
+        body = self._encoder.encode(request, stream=streaming)
+        cpu = _thread_ns() - c0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeouts.total_s
+        resp = await self._open(body, deadline)
+        try:
+            async with asyncio.timeout_at(deadline):
+                if not streaming:
+                    data = await resp.read()
+                    c0 = _thread_ns()
+                    out = decode_completion(data, self.name)
+                    cpu += _thread_ns() - c0
+                else:
+                    out, spent = await self._read_stream(resp, t0)
+                    cpu += spent
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise StreamTruncatedError(
+                f"{self.name}: connection lost in the reply body: {exc}", connection_lost=True
+            ) from exc
+        except TimeoutError as exc:
+            raise ModelTimeoutError(f"{self.name}: reply not complete in time") from exc
+        finally:
+            resp.release()
+        out.cpu_ns = cpu
+        return out
+
+    async def _read_stream(
+        self, resp: aiohttp.ClientResponse, t0: float
+    ) -> tuple[ModelResponse, int]:
+        asm = StreamAssembler(backend=self.name)
+        sse = SSEDecoder()
+        cpu = 0
+        lost = False
+        try:
+            async for chunk in resp.content.iter_any():
+                c0 = _thread_ns()
+                now = _perf() - t0
+                for event in sse.feed(chunk):
+                    asm.feed(event, now)
+                cpu += _thread_ns() - c0
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+            lost = True
+        c0 = _thread_ns()
+        if not asm.done:
+            for event in sse.close():
+                asm.feed(event, _perf() - t0)
+        out = asm.finish(connection_lost=lost)
+        return out, cpu + _thread_ns() - c0
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        """Stream the reply; the last delta carries the whole :class:`ModelResponse`.
+
+        Retries happen only before the first byte of the reply; once deltas
+        have been yielded a broken stream raises
+        :class:`~podium.models.openai_wire.StreamTruncatedError`.
+        """
+        t0 = _perf()
+        c0 = _thread_ns()
+        self.calls += 1
+        body = self._encoder.encode(request, stream=True)
+        cpu = _thread_ns() - c0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeouts.total_s
+        resp = await self._open(body, deadline)
+        try:
+            asm = StreamAssembler(backend=self.name, deltas=True)
+            sse = SSEDecoder()
+            lost = False
+            content = resp.content
+            while True:
+                # each read is bounded by the session's sock_read timeout
+                try:
+                    chunk = await content.readany()
+                except aiohttp.SocketTimeoutError as exc:
+                    raise ModelTimeoutError(f"{self.name}: no stream data in time") from exc
+                except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+                    lost = True
+                    break
+                if not chunk:
+                    break
+                c0 = _thread_ns()
+                now = _perf() - t0
+                deltas = [d for event in sse.feed(chunk) for d in asm.feed(event, now)]
+                cpu += _thread_ns() - c0
+                for d in deltas:
+                    yield d
+                if loop.time() > deadline:
+                    raise ModelTimeoutError(f"{self.name}: stream not complete in time")
+            c0 = _thread_ns()
+            if not asm.done:
+                for event in sse.close():
+                    for d in asm.feed(event, _perf() - t0):
+                        yield d
+            final = asm.finish(connection_lost=lost)
+            final.cpu_ns = cpu + _thread_ns() - c0
+        finally:
+            resp.release()
+        yield StreamDelta(response=final)
+
+    # --- health ------------------------------------------------------------
+
+    async def health(self, timeout_s: float = 2.0) -> bool:
+        """True if the server answers ``/health`` (or, lacking one, ``/v1/models``) with 200.
+
+        llama.cpp answers 503 while it loads a model; Ollama has no ``/health``
+        and is probed at ``/v1/models``.
+        """
+        session = self._get_session()
+        for url in list(self._health_urls):
+            try:
+                async with asyncio.timeout(timeout_s):
+                    resp = await session.get(url, headers=self._headers)
+                    await resp.read()
+                    resp.release()
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+            if resp.status == 200:
+                if url is not self._health_urls[0]:
+                    self._health_urls = [url]  # remember the path that works
+                return True
+            if resp.status not in (404, 405):
+                return False
+        return False
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.base_url!r}, {self.model!r})"

@@ -1,0 +1,480 @@
+"""The OpenAI chat-completions wire protocol, sans I/O.
+
+Typed msgspec structs for the request, the reply and the streamed chunks;
+:class:`RequestEncoder` turns a :class:`ModelRequest` into body bytes,
+:func:`decode_completion` turns a reply body into a :class:`ModelResponse`,
+and :class:`SSEDecoder` + :class:`StreamAssembler` turn a stream of bytes into
+deltas and, at the end, one response. Nothing here touches a socket, so every
+server's format (vLLM, SGLang, llama.cpp, Ollama, OpenAI) is tested by feeding
+recorded bytes.
+
+The reply structs only declare the fields Podium reads; msgspec skips the rest
+without building objects for them, which is most of why decoding is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from podium.errors import ModelReplyError
+from podium.messages import Message, ToolCall, Usage
+from podium.models.base import ModelRequest, ModelResponse, StreamDelta, ToolDefinition
+
+__all__ = (
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "RequestEncoder",
+    "SSEDecoder",
+    "StreamAssembler",
+    "StreamTruncatedError",
+    "decode_completion",
+)
+
+
+class StreamTruncatedError(ModelReplyError):
+    """The stream ended before the reply did (no ``finish_reason``).
+
+    ``connection_lost`` is true when the connection broke (a backend killed
+    mid-stream) rather than closing cleanly; a pool fails such calls over to
+    another backend, since nothing of the reply reached the caller.
+    """
+
+    def __init__(self, message: str, *, connection_lost: bool = False) -> None:
+        super().__init__(message)
+        self.connection_lost = connection_lost
+
+
+# --- request -----------------------------------------------------------------
+
+
+class _Function(msgspec.Struct, gc=False):
+    name: str
+    arguments: str
+
+
+class _ToolCall(msgspec.Struct, gc=False):
+    id: str
+    function: _Function
+    type: str = "function"
+
+
+class _Message(msgspec.Struct, gc=False, omit_defaults=True):
+    role: str
+    content: str
+    tool_calls: list[_ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class _FunctionDef(msgspec.Struct, gc=False):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class _ToolDef(msgspec.Struct, gc=False):
+    function: _FunctionDef
+    type: str = "function"
+
+
+class _StreamOptions(msgspec.Struct, gc=False):
+    include_usage: bool = True
+
+
+class ChatRequest(msgspec.Struct, gc=False, omit_defaults=True):
+    """The body of ``POST /v1/chat/completions`` (the fields Podium sets)."""
+
+    model: str
+    messages: list[_Message]
+    tools: msgspec.Raw | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    stop: list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: _StreamOptions | None = None
+
+
+_REQUEST_FIELDS = frozenset(ChatRequest.__struct_fields__)
+
+
+def _wire_message(m: Message) -> _Message:
+    if m.tool_calls:
+        calls = [_ToolCall(c.id, _Function(c.name, c.arguments)) for c in m.tool_calls]
+        return _Message(m.role, m.content, calls, m.tool_call_id, m.name)
+    return _Message(m.role, m.content, None, m.tool_call_id, m.name)
+
+
+class RequestEncoder:
+    """Encodes requests for one model name.
+
+    Tool schemas are encoded once per tools tuple (agents reuse theirs), and
+    ``extra_body`` fields (the endpoint's and the request's) are spliced into
+    the JSON object without re-encoding the rest.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        extra_body: dict[str, Any] | None = None,
+        include_usage: bool = True,
+    ) -> None:
+        self.model = model
+        self._extra = dict(extra_body or {})
+        self._enc = msgspec.json.Encoder()
+        self._include_usage = include_usage
+        self._tools_cache: dict[int, tuple[tuple[ToolDefinition, ...], msgspec.Raw]] = {}
+
+    def _tools(self, tools: tuple[ToolDefinition, ...]) -> msgspec.Raw | None:
+        if not tools:
+            return None
+        hit = self._tools_cache.get(id(tools))
+        if hit is not None and hit[0] is tools:
+            return hit[1]
+        raw = msgspec.Raw(
+            self._enc.encode(
+                [_ToolDef(_FunctionDef(t.name, t.description, t.parameters)) for t in tools]
+            )
+        )
+        if len(self._tools_cache) >= 256:
+            self._tools_cache.clear()
+        self._tools_cache[id(tools)] = (tools, raw)  # holding the tuple keeps its id unique
+        return raw
+
+    def encode(self, request: ModelRequest, *, stream: bool = False) -> bytes:
+        """The request body as JSON bytes."""
+        s = request.settings
+        body = ChatRequest(
+            self.model,
+            [_wire_message(m) for m in request.messages],
+            self._tools(request.tools),
+            s.max_tokens,
+            s.temperature,
+            list(s.stop) if s.stop else None,
+            s.seed,
+            stream,
+            _StreamOptions() if stream and self._include_usage else None,
+        )
+        extra = {**self._extra, **s.extra_body} if s.extra_body else self._extra
+        if not extra:
+            return self._enc.encode(body)
+        if _REQUEST_FIELDS.isdisjoint(extra):
+            head = self._enc.encode(body)
+            return head[:-1] + b"," + self._enc.encode(extra)[1:]
+        merged = msgspec.to_builtins(body)
+        merged.update(extra)
+        return self._enc.encode(merged)
+
+
+# --- reply -------------------------------------------------------------------
+
+
+class _RespFunction(msgspec.Struct, gc=False):
+    name: str = ""
+    arguments: str | dict[str, Any] = ""
+
+
+class _RespToolCall(msgspec.Struct, gc=False):
+    function: _RespFunction
+    id: str | None = None
+
+
+class _RespMessage(msgspec.Struct, gc=False):
+    content: str | None = None
+    tool_calls: list[_RespToolCall] | None = None
+
+
+class _Choice(msgspec.Struct, gc=False):
+    message: _RespMessage
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct, gc=False):
+    cached_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_tokens_details: _PromptDetails | None = None
+
+
+class _Timings(msgspec.Struct, gc=False):
+    """llama.cpp's ``timings``: ``cache_n`` is the prompt tokens its cache held."""
+
+    cache_n: int | None = None
+
+
+class _WireError(msgspec.Struct, gc=False):
+    message: str = ""
+
+
+class ChatCompletion(msgspec.Struct, gc=False):
+    """A non-streamed reply."""
+
+    choices: list[_Choice]
+    model: str = ""
+    usage: _Usage | None = None
+    timings: _Timings | None = None
+
+
+_completion_decoder = msgspec.json.Decoder(ChatCompletion)
+_json_encode = msgspec.json.encode
+
+
+def _arguments(raw: str | dict[str, Any]) -> str:
+    # Ollama's native shape is an object; the OpenAI shape is a JSON string.
+    return raw if isinstance(raw, str) else _json_encode(raw).decode()
+
+
+def _usage(usage: _Usage | None, timings: _Timings | None) -> Usage:
+    if usage is None:
+        return Usage(requests=1)
+    cached = 0
+    if usage.prompt_tokens_details is not None and usage.prompt_tokens_details.cached_tokens:
+        cached = usage.prompt_tokens_details.cached_tokens
+    elif timings is not None and timings.cache_n:
+        cached = timings.cache_n
+    return Usage(usage.prompt_tokens, usage.completion_tokens, cached, 1)
+
+
+def decode_completion(body: bytes, backend: str = "") -> ModelResponse:
+    """Decode a chat-completion body; anything malformed is :class:`ModelReplyError`."""
+    try:
+        reply = _completion_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        raise ModelReplyError(f"invalid chat-completion body: {exc}") from exc
+    if not reply.choices:
+        raise ModelReplyError("chat-completion body has no choices")
+    choice = reply.choices[0]
+    msg = choice.message
+    calls: tuple[ToolCall, ...] = ()
+    if msg.tool_calls:
+        calls = tuple(
+            ToolCall(c.id or f"call_{i}", c.function.name, _arguments(c.function.arguments))
+            for i, c in enumerate(msg.tool_calls)
+        )
+    finish = choice.finish_reason or ("tool_calls" if calls else "stop")
+    return ModelResponse(
+        content=msg.content or "",
+        tool_calls=calls,
+        usage=_usage(reply.usage, reply.timings),
+        finish_reason=finish,
+        model=reply.model,
+        backend=backend,
+    )
+
+
+# --- streaming ---------------------------------------------------------------
+
+
+class _FunctionDelta(msgspec.Struct, gc=False):
+    name: str | None = None
+    arguments: str | dict[str, Any] | None = None
+
+
+class _ToolCallDelta(msgspec.Struct, gc=False):
+    index: int = 0
+    id: str | None = None
+    function: _FunctionDelta | None = None
+
+
+class _Delta(msgspec.Struct, gc=False):
+    content: str | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _ChunkChoice(msgspec.Struct, gc=False):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(msgspec.Struct, gc=False):
+    """One ``chat.completion.chunk`` event of a stream."""
+
+    choices: list[_ChunkChoice] = []
+    model: str = ""
+    usage: _Usage | None = None
+    timings: _Timings | None = None
+    error: _WireError | None = None
+
+
+_chunk_decoder = msgspec.json.Decoder(ChatCompletionChunk)
+
+
+class SSEDecoder:
+    """Splits a server-sent-events byte stream into the ``data`` of each event.
+
+    Comments (``: ping``), ``event:``/``id:``/``retry:`` lines and CRLF line
+    ends are handled; a trailing line without its newline is held until more
+    bytes arrive, and dropped at the end (it is a truncated event).
+    """
+
+    __slots__ = ("_buf", "_data")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The data payloads of the events completed by ``chunk``."""
+        buf = self._buf + chunk if self._buf else chunk
+        lines = buf.split(b"\n")
+        self._buf = lines.pop()
+        out: list[bytes] = []
+        data = self._data
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if data:
+                    out.append(data[0] if len(data) == 1 else b"\n".join(data))
+                    data.clear()
+            elif line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+        return out
+
+    def close(self) -> list[bytes]:
+        """Events left at the end of the stream (complete lines without the blank line)."""
+        out = [b"\n".join(self._data)] if self._data else []
+        self._data = []
+        self._buf = b""
+        return out
+
+
+class _CallBuilder:
+    __slots__ = ("args", "id", "name")
+
+    def __init__(self, id: str | None, name: str) -> None:
+        self.id = id
+        self.name = name
+        self.args: list[str] = []
+
+
+class StreamAssembler:
+    """Assembles chunks into one :class:`ModelResponse`, recording token timing.
+
+    Feed it each event's data with the time (seconds since the call began)
+    it arrived; with ``deltas=True`` :meth:`feed` also returns the
+    :class:`StreamDelta` items for a caller that streams. :meth:`finish`
+    raises :class:`StreamTruncatedError` if no ``finish_reason`` came.
+    """
+
+    __slots__ = (
+        "_calls",
+        "_content",
+        "_deltas",
+        "_finish",
+        "_model",
+        "_times",
+        "_timings",
+        "_usage",
+        "backend",
+        "done",
+    )
+
+    def __init__(self, *, backend: str = "", deltas: bool = False) -> None:
+        self.backend = backend
+        self.done = False
+        self._deltas = deltas
+        self._content: list[str] = []
+        self._calls: list[_CallBuilder] = []
+        self._finish: str | None = None
+        self._usage: _Usage | None = None
+        self._timings: _Timings | None = None
+        self._model = ""
+        self._times: list[float] = []
+
+    def feed(self, data: bytes, now: float) -> list[StreamDelta]:
+        """Take one event's data; ``[DONE]`` marks the end."""
+        if data == b"[DONE]":
+            self.done = True
+            return []
+        try:
+            chunk = _chunk_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            raise ModelReplyError(f"invalid stream chunk: {exc}") from exc
+        if chunk.error is not None:
+            raise ModelReplyError(f"backend error in stream: {chunk.error.message}")
+        if chunk.usage is not None:
+            self._usage = chunk.usage
+        if chunk.timings is not None:
+            self._timings = chunk.timings
+        if chunk.model:
+            self._model = chunk.model
+        out: list[StreamDelta] = []
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta is not None:
+                if delta.content:
+                    self._content.append(delta.content)
+                    self._times.append(now)
+                    if self._deltas:
+                        out.append(StreamDelta(content=delta.content))
+                if delta.tool_calls:
+                    self._tool_deltas(delta.tool_calls, now, out)
+            if choice.finish_reason:
+                self._finish = choice.finish_reason
+            break  # only the first choice (n=1)
+        return out
+
+    def _tool_deltas(
+        self, deltas: list[_ToolCallDelta], now: float, out: list[StreamDelta]
+    ) -> None:
+        calls = self._calls
+        for d in deltas:
+            fn = d.function
+            name = fn.name if fn is not None and fn.name else ""
+            args = fn.arguments if fn is not None and fn.arguments else ""
+            if not isinstance(args, str):
+                args = _arguments(args)
+            i = d.index
+            if i < len(calls) and d.id and calls[i].id and d.id != calls[i].id:
+                i = len(calls)  # a new id at a used index: servers that send every call as index 0
+            while i >= len(calls):
+                calls.append(_CallBuilder(None, ""))
+            call = calls[i]
+            if d.id and not call.id:
+                call.id = d.id
+            if name and not call.name:
+                call.name = name
+            if args:
+                call.args.append(args)
+            self._times.append(now)
+            if self._deltas:
+                out.append(
+                    StreamDelta(
+                        tool_call_index=i,
+                        tool_call_id=d.id,
+                        tool_name=name or None,
+                        arguments=args,
+                    )
+                )
+
+    def finish(self, *, connection_lost: bool = False) -> ModelResponse:
+        """The assembled response; raises if the stream stopped early."""
+        if self._finish is None:
+            where = "mid tool-call" if self._calls else "before finish_reason"
+            how = "connection lost" if connection_lost else "stream ended"
+            raise StreamTruncatedError(f"{how} {where}", connection_lost=connection_lost)
+        calls = tuple(
+            ToolCall(c.id or f"call_{i}", c.name, "".join(c.args))
+            for i, c in enumerate(self._calls)
+        )
+        for c in calls:
+            if not c.name:
+                raise ModelReplyError(f"streamed tool call {c.id} has no name")
+        times = self._times
+        return ModelResponse(
+            content="".join(self._content),
+            tool_calls=calls,
+            usage=_usage(self._usage, self._timings),
+            finish_reason=self._finish,
+            model=self._model,
+            backend=self.backend,
+            ttft_s=times[0] if times else None,
+            token_times_s=tuple(times),
+        )

@@ -1,0 +1,400 @@
+"""Several endpoints behind one model name: health, capacity, affinity, LAS, routing.
+
+::
+
+    pool = BackendPool(
+        [
+            Backend(OpenAIChatModel("http://gpu-a:8000/v1", "qwen"), capacity=64, group="gpu"),
+            Backend(OpenAIChatModel("http://gpu-b:8000/v1", "qwen"), capacity=64, group="gpu"),
+            Backend(OpenAIChatModel("http://cpu-a:8080/v1", "qwen"), capacity=4, group="cpu"),
+        ],
+        rules=[RoutingRule("cpu", tags=("small",))],
+        default_group="gpu",
+    )
+
+* A backend takes traffic only after a health check passes (``/health`` or
+  ``/v1/models``); checks repeat every ``health_interval_s``; a backend that
+  fails is drained (no new calls) and re-admitted once it passes again.
+* Each backend runs at most ``capacity`` calls (its batch size); a call goes
+  to its run's previous backend if that one has a free slot (session
+  affinity: its KV/prefix cache is reused), else to the backend with the
+  fewest outstanding calls relative to capacity.
+* When every eligible backend is full, calls queue in a
+  :class:`~podium.models.pool_sched.LASQueue`: least attained service first.
+* A call that fails because its backend went away (connection refused, a
+  stream cut) is checked, drained if dead, and retried on another backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Literal, TypeVar
+
+import msgspec
+
+from podium.errors import ConfigError, ModelTimeoutError, ModelUnavailableError
+from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.openai_wire import StreamTruncatedError
+from podium.models.pool_routing import Router, RoutingRule
+from podium.models.pool_sched import LASQueue, service_level
+
+__all__ = ("Backend", "BackendPool", "BackendStatistics", "PoolStatistics")
+
+BackendState = Literal["pending", "healthy", "drained"]
+HealthCheck = Callable[[float], Awaitable[bool]]
+V = TypeVar("V")
+
+
+class Backend:
+    """One endpoint of a pool: a model, its batch capacity and its group.
+
+    ``health`` is an async ``fn(timeout_s) -> bool``; by default the model's
+    own ``health`` method (``OpenAIChatModel`` has one) or always healthy.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        capacity: int = 64,
+        group: str = "default",
+        name: str | None = None,
+        health: HealthCheck | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ConfigError("backend capacity must be at least 1")
+        self.model = model
+        self.capacity = capacity
+        self.group = group
+        self.name = name or model.name
+        probe = health or getattr(model, "health", None)
+        self._health: HealthCheck | None = probe
+        self.state: BackendState = "pending"
+        self.outstanding = 0
+        self.served = 0
+        self.failures = 0
+        self._fails = 0
+        self._passes = 0
+
+    @property
+    def free(self) -> bool:
+        return self.state == "healthy" and self.outstanding < self.capacity
+
+    async def probe(self, timeout_s: float) -> bool:
+        if self._health is None:
+            return True
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._health(timeout_s)
+        except Exception:  # a probe that breaks is a failed probe
+            return False
+
+
+class BackendStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of one backend."""
+
+    name: str
+    group: str
+    state: BackendState
+    outstanding: int
+    capacity: int
+    served: int
+    failures: int
+
+
+class PoolStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of the pool."""
+
+    backends: tuple[BackendStatistics, ...]
+    waiting: int
+    failovers: int
+
+
+class _Call:
+    __slots__ = ("chain", "exclude", "future")
+
+    def __init__(self, chain: tuple[str, ...], exclude: frozenset[str]) -> None:
+        self.chain = chain
+        self.exclude = exclude
+        self.future: asyncio.Future[Backend] = asyncio.get_running_loop().create_future()
+
+
+class BackendPool(Model):
+    """A :class:`Model` spreading calls over backends (see the module docstring)."""
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        *,
+        rules: Sequence[RoutingRule] = (),
+        default_group: str | None = None,
+        fallback: Mapping[str, Sequence[str]] | None = None,
+        name: str = "pool",
+        health_interval_s: float = 5.0,
+        health_timeout_s: float = 2.0,
+        unhealthy_after: int = 2,
+        healthy_after: int = 1,
+        queue_timeout_s: float = 300.0,
+        las_quantum_s: float = 1.0,
+        failover_attempts: int = 2,
+        affinity_entries: int = 100_000,
+    ) -> None:
+        if not backends:
+            raise ConfigError("a BackendPool needs at least one backend")
+        names = [b.name for b in backends]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"backend names must be unique: {names}")
+        self.name = name
+        self.backends = tuple(backends)
+        groups = list(dict.fromkeys(b.group for b in backends))
+        self._groups = {g: [b for b in backends if b.group == g] for g in groups}
+        self.router = Router(
+            rules, default_group=default_group or groups[0], groups=groups, fallback=fallback
+        )
+        self.health_interval_s = health_interval_s
+        self.health_timeout_s = health_timeout_s
+        self.unhealthy_after = unhealthy_after
+        self.healthy_after = healthy_after
+        self.queue_timeout_s = queue_timeout_s
+        self.las_quantum_s = las_quantum_s
+        self.failover_attempts = failover_attempts
+        self._queues: dict[tuple[str, ...], LASQueue[_Call]] = {}
+        self._affinity: OrderedDict[str, Backend] = OrderedDict()
+        self._service: OrderedDict[str, float] = OrderedDict()
+        self._affinity_entries = affinity_entries
+        self._started: asyncio.Future[None] | None = None
+        self._health_task: asyncio.Task[None] | None = None
+        self.failovers = 0
+
+    # --- lifecycle and health -------------------------------------------------
+
+    async def start(self) -> None:
+        """Run the first health round (no traffic before it) and start the periodic checks."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            try:
+                await self.check_health()
+            except BaseException as exc:
+                self._started.set_exception(exc)
+                self._started = None
+                raise
+            self._health_task = asyncio.create_task(self._health_loop(), name=f"{self.name}-health")
+            self._started.set_result(None)
+        elif not self._started.done():
+            await asyncio.shield(self._started)
+
+    async def check_health(self) -> None:
+        """Probe every backend once, now, and admit or drain them."""
+        results = await asyncio.gather(*(b.probe(self.health_timeout_s) for b in self.backends))
+        for backend, ok in zip(self.backends, results, strict=True):
+            self._verdict(backend, ok)
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval_s)
+            await self.check_health()
+
+    def _verdict(self, backend: Backend, ok: bool, *, now: bool = False) -> None:
+        if ok:
+            backend._fails = 0
+            backend._passes += 1
+            if backend.state != "healthy" and backend._passes >= self.healthy_after:
+                backend.state = "healthy"
+                self._dispatch(backend)
+            return
+        backend._passes = 0
+        backend._fails += 1
+        if backend.state == "pending" or (
+            backend.state == "healthy" and (now or backend._fails >= self.unhealthy_after)
+        ):
+            backend.state = "drained"
+            self._fail_stranded()
+            for other in self.backends:  # calls whose group went down may use a fallback now
+                self._dispatch(other)
+
+    async def aclose(self) -> None:
+        if self._health_task is not None:
+            self._health_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health_task
+            self._health_task = None
+        for queue in self._queues.values():
+            for call in queue.drain():
+                if not call.future.done():
+                    call.future.set_exception(ModelUnavailableError(f"{self.name} closed"))
+        for b in self.backends:
+            await b.model.aclose()
+
+    # --- slots ------------------------------------------------------------------
+
+    def _active_group(self, chain: tuple[str, ...]) -> str | None:
+        for g in chain:
+            if any(b.state == "healthy" for b in self._groups[g]):
+                return g
+        return None
+
+    def _pick(self, run_id: str, group: str, exclude: frozenset[str]) -> Backend | None:
+        if run_id:
+            b = self._affinity.get(run_id)
+            if b is not None and b.group == group and b.free and b.name not in exclude:
+                return b
+        best: Backend | None = None
+        best_load = 2.0
+        for b in self._groups[group]:
+            if b.free and b.name not in exclude:
+                load = b.outstanding / b.capacity
+                if load < best_load:
+                    best, best_load = b, load
+        return best
+
+    async def _acquire(self, request: ModelRequest, exclude: frozenset[str]) -> Backend:
+        chain = self.router.chain(request)
+        group = self._active_group(chain)
+        if group is None:
+            raise ModelUnavailableError(f"{self.name}: no healthy backend in groups {chain}")
+        backend = self._pick(request.run_id, group, exclude)
+        if backend is not None:
+            backend.outstanding += 1
+            return backend
+        if all(b.name in exclude for b in self._groups[group] if b.state == "healthy"):
+            raise ModelUnavailableError(
+                f"{self.name}: every healthy backend already failed this call"
+            )
+        call = _Call(chain, exclude)
+        attained = max(request.attained_service_s, self._service.get(request.run_id, 0.0))
+        affine = self._affinity.get(request.run_id) if request.run_id else None
+        queue = self._queues.get(chain)
+        if queue is None:
+            queue = self._queues[chain] = LASQueue()
+        waiter = queue.push(
+            call,
+            service_level(attained, self.las_quantum_s),
+            affine.name if affine is not None else None,
+        )
+        try:
+            async with asyncio.timeout(self.queue_timeout_s):
+                return await call.future
+        except BaseException as exc:
+            queue.remove(waiter)
+            fut = call.future
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled() and fut.exception() is None:
+                self._release(fut.result(), "", 0.0, False)  # handed a slot as we gave up
+            if isinstance(exc, TimeoutError):
+                raise ModelTimeoutError(
+                    f"{self.name}: no backend slot within {self.queue_timeout_s}s"
+                ) from None
+            raise
+
+    def _eligible(self, backend: Backend) -> Callable[[_Call], bool]:
+        def ok(call: _Call) -> bool:
+            return backend.name not in call.exclude
+
+        return ok
+
+    def _dispatch(self, backend: Backend) -> None:
+        """Hand ``backend``'s free slots to the best waiting calls that may use it."""
+        while backend.free:
+            best: tuple[tuple[int, int], LASQueue[_Call]] | None = None
+            ok = self._eligible(backend)
+            for chain, queue in self._queues.items():
+                if not queue or self._active_group(chain) != backend.group:
+                    continue
+                key = queue.peek_key(backend.name, ok)
+                if key is not None and (best is None or key < best[0]):
+                    best = (key, queue)
+            if best is None:
+                return
+            call = best[1].pop(backend.name, ok)
+            if call is None or call.future.done():
+                continue
+            backend.outstanding += 1
+            call.future.set_result(backend)
+
+    def _release(self, backend: Backend, run_id: str, service_s: float, ok: bool) -> None:
+        backend.outstanding -= 1
+        if ok:
+            backend.served += 1
+            if run_id:
+                self._remember(self._affinity, run_id, backend)
+                self._remember(self._service, run_id, self._service.get(run_id, 0.0) + service_s)
+        self._dispatch(backend)
+
+    def _remember(self, table: OrderedDict[str, V], key: str, value: V) -> None:
+        table[key] = value
+        table.move_to_end(key)
+        if len(table) > self._affinity_entries:
+            table.popitem(last=False)
+
+    def _fail_stranded(self) -> None:
+        """Fail queued calls that no healthy backend can serve any more."""
+        for chain, queue in self._queues.items():
+            if queue and self._active_group(chain) is None:
+                for call in queue.drain():
+                    if not call.future.done():
+                        call.future.set_exception(
+                            ModelUnavailableError(f"{self.name}: no healthy backend in {chain}")
+                        )
+
+    async def _on_backend_error(self, backend: Backend) -> None:
+        backend.failures += 1
+        if backend.state == "healthy" and not await backend.probe(self.health_timeout_s):
+            self._verdict(backend, False, now=True)
+
+    # --- calls --------------------------------------------------------------------
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        await self.start()
+        exclude: frozenset[str] = frozenset()
+        for attempt in range(self.failover_attempts + 1):
+            backend = await self._acquire(request, exclude)
+            t0 = time.perf_counter()
+            ok = False
+            try:
+                response = await backend.model.request(request)
+                ok = True
+                return response
+            except (ModelUnavailableError, StreamTruncatedError) as exc:
+                if isinstance(exc, StreamTruncatedError) and not exc.connection_lost:
+                    raise
+                await self._on_backend_error(backend)
+                if attempt >= self.failover_attempts:
+                    raise
+                exclude |= {backend.name}
+                self.failovers += 1
+            finally:
+                self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        """Stream from one backend (no fail-over once deltas have flowed)."""
+        await self.start()
+        backend = await self._acquire(request, frozenset())
+        t0 = time.perf_counter()
+        ok = False
+        try:
+            async for delta in backend.model.stream(request):
+                yield delta
+            ok = True
+        except (ModelUnavailableError, StreamTruncatedError):
+            await self._on_backend_error(backend)
+            raise
+        finally:
+            self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+
+    def statistics(self) -> PoolStatistics:
+        return PoolStatistics(
+            tuple(
+                BackendStatistics(
+                    b.name, b.group, b.state, b.outstanding, b.capacity, b.served, b.failures
+                )
+                for b in self.backends
+            ),
+            sum(len(q) for q in self._queues.values()),
+            self.failovers,
+        )
