@@ -2,9 +2,11 @@
 
 One ``podium sim-server`` (capacity C, a continuous-batching latency model)
 runs in its own process on its own core; this process, pinned to one core,
-drives closed-loop agent runs through ``BackendPool`` → ``OpenAIChatModel``:
-each run makes ``tool_steps + 1`` model calls with a tool call (an I/O wait)
-between them and a history that grows every step, then a new run starts.
+drives closed-loop runs of a Podium agent — the engine with validation,
+context accounting, checkpoints and the profile — on ``BackendPool`` →
+``OpenAIChatModel``: each run makes ``tool_steps + 1`` model calls with a tool
+call (an I/O wait) between them and a history that grows every step, then a
+new run starts.
 For each concurrency it reports the backend's occupancy (busy sequence-seconds
 from ``/metrics`` over C × the window), agent steps per second, and this
 worker's CPU utilization (process CPU time / wall time, of one core).
@@ -24,17 +26,11 @@ import aiohttp
 import msgspec
 
 from _simproc import SimServer, pin_self
-from podium.messages import Message
-from podium.models import Backend, BackendPool, ModelRequest, OpenAIChatModel, ToolDefinition
+from podium import Agent, Engine, MemoryRunStore, tool
+from podium.engine.records import StepCommitted, StepRecord
+from podium.models import Backend, BackendPool, OpenAIChatModel
 
-TOOLS = (
-    ToolDefinition(
-        "search",
-        "Search the web.",
-        {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
-    ),
-)
-SYSTEM = Message("system", "You are a research agent. Think step by step. " * 30)
+SYSTEM = "You are a research agent. Think step by step. " * 30
 
 
 class Counters:
@@ -44,22 +40,20 @@ class Counters:
         self.errors = 0
 
 
-async def agent_run(pool: BackendPool, run_id: str, tool_s: float, c: Counters) -> None:
-    history = [SYSTEM, Message("user", f"Task {run_id}: find facts about Paris.")]
-    step = 0
-    while True:
-        req = ModelRequest(messages=history, tools=TOOLS, run_id=run_id, step=step)
-        r = await pool.request(req)
-        c.steps += 1
-        step += 1
-        if not r.tool_calls:
-            c.runs += 1
-            return
-        history = [*history, Message("assistant", r.content, tool_calls=r.tool_calls)]
+def make_agent(pool: BackendPool, tool_s: float) -> Agent:
+    """A Podium agent on the pool: the engine, validation, context and profile all on."""
+
+    @tool(timeout=10.0)
+    async def search(q: str) -> str:
+        """Search the web.
+
+        Args:
+            q: The query.
+        """
         await asyncio.sleep(tool_s)  # the tool: an I/O wait (HTTP API, database)
-        history.append(
-            Message("tool", "Paris: 2.1M inhabitants. " * 6, tool_call_id=r.tool_calls[0].id)
-        )
+        return "Paris: 2.1M inhabitants. " * 6
+
+    return Agent("researcher", pool, SYSTEM, [search], max_steps=20)
 
 
 async def metrics(session: aiohttp.ClientSession, root: str) -> dict[str, Any]:
@@ -75,20 +69,26 @@ async def measure(
         base_url, "podium-sim", stream=args.stream, max_connections=4 * args.capacity
     )
     pool = BackendPool([Backend(model, capacity=args.capacity)])
+    agent = make_agent(pool, args.tool_ms / 1e3)
     c = Counters()
     stop = False
-    serial = 0
+
+    def count(run_id: str, entry: object) -> None:
+        if isinstance(entry, StepRecord | StepCommitted):
+            c.steps += 1
+
+    engine = Engine(MemoryRunStore(), observers=[count])
 
     async def runner() -> None:
-        nonlocal serial
         while not stop:
-            serial += 1
-            try:
-                await agent_run(pool, f"c{concurrency}-r{serial}", args.tool_ms / 1e3, c)
-            except Exception:
+            record = await engine.run(agent, "Find facts about Paris.")
+            engine.store.forget(record.run_id)  # type: ignore[attr-defined]
+            if record.status == "completed":
+                c.runs += 1
+            else:
                 c.errors += 1
 
-    async with aiohttp.ClientSession() as session, pool:
+    async with aiohttp.ClientSession() as session, pool, engine:
         tasks = [asyncio.create_task(runner()) for _ in range(concurrency)]
         await asyncio.sleep(args.warmup)
         m0, s0, c0, t0 = (
