@@ -206,9 +206,11 @@ def _routes(gw: Gateway) -> list[Route]:
     async def openapi(request: Request) -> Response:
         return Response(spec, media_type="application/json")
 
+    async def runs(request: Request) -> Response:
+        return await (create_run if request.method == "POST" else list_runs)(request)
+
     return [
-        Route("/v1/runs", create_run, methods=["POST"]),
-        Route("/v1/runs", list_runs, methods=["GET"]),
+        Route("/v1/runs", runs, methods=["GET", "POST"]),
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
