@@ -80,6 +80,14 @@ path = "gateway_agents:sleepy"
 concurrency = 64
 
 [[keys]]
+key = "{KEY_A}"
+tenant = "tenant-a"
+
+[[keys]]
+key = "{KEY_B}"
+tenant = "tenant-b"
+
+[[keys]]
 key = "{KEY_LIMITED}"
 tenant = "limited"
 rate = 0.5
@@ -110,7 +118,6 @@ def podium_server(tmp: Path, config: str = SERVER_CONFIG,
     child_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-        "PODIUM_KEYS": KEYS_ENV,
         **(env or {}),
     }
     proc = subprocess.Popen(
@@ -142,6 +149,8 @@ def podium_server(tmp: Path, config: str = SERVER_CONFIG,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 @pytest.fixture(scope="session")
