@@ -182,8 +182,6 @@ async def test_no_key_no_access_except_health() -> None:
          "invalid_request", "wait_timeout_s"),
         (b'{"agent": "react", "input": "q", "metadata": {"a": 1}}', {}, 422,
          "invalid_request", "metadata[...]"),
-        (b'{"agent": "react", "input": "q", "wait": true, "stream": true}', {}, 422,
-         "invalid_request", "stream"),
         (b'{"agent": "react", "input": ', {}, 400, "invalid_json", None),
         (b'{"agent": "nobody", "input": "q"}', {}, 404, "not_found", "agent"),
         (b'agent=react', {"content-type": "application/x-www-form-urlencoded"}, 415,

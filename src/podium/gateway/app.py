@@ -114,8 +114,6 @@ def _routes(gw: Gateway) -> list[Route]:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
         body = await read_json(request, RunCreate, max_body)
-        if body.wait and body.stream:
-            raise ApiError(422, "invalid_request", "choose one of wait and stream", field="stream")
         record = await gw.submit(tenant, body.agent, body.input, body.metadata)
         location = {"Location": f"/v1/runs/{record.run_id}"}
         if body.stream:

@@ -1,6 +1,7 @@
 """``POST /v1/chat/completions``: any OpenAI client library talks to a Podium agent.
 
-``model`` names the agent. The agent's input is the last user message; earlier
+``model`` names the agent. The agent's input is the last user message (or the
+last message, if no user wrote one); earlier
 messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
 not apply). The reply is the run's final answer: one ``chat.completion``, or
@@ -55,11 +56,10 @@ def _text(message: ChatMessage) -> str:
 
 def input_from_messages(messages: list[ChatMessage]) -> str:
     """The run's input: the last user message, after a transcript of what came before it."""
-    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
-    if last_user is None:
-        raise ApiError(
-            422, "invalid_request", "messages need at least one user message", field="messages"
-        )
+    # Without a user message, the last message (whoever wrote it) is the question.
+    last_user = max(
+        (i for i, m in enumerate(messages) if m.role == "user"), default=len(messages) - 1
+    )
     earlier = [f"{m.role}: {_text(m)}" for m in messages[:last_user] if _text(m)]
     question = _text(messages[last_user])
     if not earlier:

@@ -38,7 +38,8 @@ class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /v1/runs``: start ``agent`` on ``input``.
 
     ``wait``: answer when the run has finished (or after ``wait_timeout_s``,
-    with its status so far). ``stream``: answer with its events as SSE.
+    with its status so far). ``stream``: answer with its events as SSE (it wins
+    over ``wait`` when both are set).
     """
 
     agent: Name
