@@ -12,10 +12,10 @@ import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import gateway_agents
 import httpx
 import pytest
 
-import gateway_agents
 from podium.config import load_config
 from podium.gateway.app import create_app
 from podium.gateway.runtime import build_gateway
@@ -49,7 +49,8 @@ async def gateway_client(
     transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
     try:
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://podium.test",
+            transport=transport,
+            base_url="http://podium.test",
             headers={"Authorization": f"Bearer {key}"},
         ) as client:
             yield gw, client
@@ -104,13 +105,15 @@ class ServerProcess:
         self.lines = lines
 
     def client(self, key: str = KEY_A) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"},
-                            timeout=30)
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
 
 
 @contextlib.contextmanager
-def podium_server(tmp: Path, config: str = SERVER_CONFIG,
-                  env: Mapping[str, str] | None = None) -> Iterator[ServerProcess]:
+def podium_server(
+    tmp: Path, config: str = SERVER_CONFIG, env: Mapping[str, str] | None = None
+) -> Iterator[ServerProcess]:
     """Start ``podium serve`` and wait for its start-up line (read, not polled)."""
     path = tmp / "podium.toml"
     path.write_text(config)
@@ -121,9 +124,23 @@ def podium_server(tmp: Path, config: str = SERVER_CONFIG,
         **(env or {}),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli.main", "serve", "--config", str(path),
-         "--port", str(port), "--log-level", "info"],
-        cwd=tmp, env=child_env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "podium.cli.main",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+            "--log-level",
+            "info",
+        ],
+        cwd=tmp,
+        env=child_env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     lines: list[str] = []
     started = threading.Event()

@@ -108,16 +108,20 @@ async def test_aimd_reacts_to_real_cpu_burn_and_recovers() -> None:
 async def test_tenant_over_its_rate_gets_429_with_retry_after() -> None:
     env = {"PODIUM_LIMITS__TENANT_RATE": "0.5", "PODIUM_LIMITS__TENANT_BURST": "2"}
     async with gateway_client(env) as (gw, client):
-        codes = [(await client.post("/v1/runs", json={"agent": "react", "input": "q"}))
-                 for _ in range(3)]
+        codes = [
+            (await client.post("/v1/runs", json={"agent": "react", "input": "q"})) for _ in range(3)
+        ]
         assert [r.status_code for r in codes] == [202, 202, 429]
         refused = codes[-1]
         assert refused.json()["error"]["type"] == "rate_limited"
         assert 1 <= int(refused.headers["retry-after"]) <= 2
         assert refused.json()["error"]["retry_after"] == pytest.approx(2.0, abs=0.1)
         # Another tenant has its own bucket.
-        other = await client.post("/v1/runs", json={"agent": "react", "input": "q"},
-                                  headers={"Authorization": f"Bearer {KEY_B}"})
+        other = await client.post(
+            "/v1/runs",
+            json={"agent": "react", "input": "q"},
+            headers={"Authorization": f"Bearer {KEY_B}"},
+        )
         assert other.status_code == 202
         assert len(await gw.store.list()) == 3
 
@@ -131,8 +135,9 @@ async def test_full_backlog_sheds_with_queue_full() -> None:
         "PODIUM_POOLS__DEFAULT__EXPECTED_RUN_S": "1",
     }
     async with gateway_client(env) as (_, client):
-        codes = [(await client.post("/v1/runs", json={"agent": "react", "input": "q"}))
-                 for _ in range(5)]
+        codes = [
+            (await client.post("/v1/runs", json={"agent": "react", "input": "q"})) for _ in range(5)
+        ]
         # 2 slots (the one-worker minimum) × (3 − 1) s / 1 s = 4 may wait.
         assert [r.status_code for r in codes] == [202, 202, 202, 202, 429]
         assert codes[-1].json()["error"]["type"] == "queue_full"
@@ -144,6 +149,7 @@ async def test_adaptive_limit_drops_under_a_cpu_burning_agent_and_recovers() -> 
     """Runs whose tool burns CPU on the loop push the process over 85 %: the limit (a metric)
     falls and new runs are shed as overloaded; once they finish it climbs back."""
     import gateway_agents
+
     from podium.gateway.service import ServedAgent
 
     env = {

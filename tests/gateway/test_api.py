@@ -41,23 +41,32 @@ async def test_create_returns_202_then_get_shows_the_finished_run() -> None:
         assert body["steps"] == 3 and body["usage"]["requests"] == 3
         profile = body["profile"]
         assert set(profile["phases"]) == {
-            "admit", "assemble", "model", "parse", "tools", "merge", "checkpoint"
+            "admit",
+            "assemble",
+            "model",
+            "parse",
+            "tools",
+            "merge",
+            "checkpoint",
         }
         assert len(profile["steps"]) == 3 and profile["wall_ms"] > 0
 
 
 async def test_wait_returns_the_result() -> None:
     async with gateway_client() as (_, client):
-        r = await client.post("/v1/runs", json={"agent": "slow", "input": "q", "wait": True,
-                                                "metadata": {"ticket": "T-1"}})
+        r = await client.post(
+            "/v1/runs",
+            json={"agent": "slow", "input": "q", "wait": True, "metadata": {"ticket": "T-1"}},
+        )
         assert r.status_code == 200
         assert r.json()["output"] == "slow answer" and r.json()["metadata"] == {"ticket": "T-1"}
 
 
 async def test_wait_timeout_answers_202_with_the_status_so_far() -> None:
     async with gateway_client() as (_, client):
-        r = await client.post("/v1/runs", json={"agent": "sleepy", "input": "q", "wait": True,
-                                                "wait_timeout_s": 0.05})
+        r = await client.post(
+            "/v1/runs", json={"agent": "sleepy", "input": "q", "wait": True, "wait_timeout_s": 0.05}
+        )
         assert r.status_code == 202 and r.json()["status"] in {"queued", "running"}
 
 
@@ -79,30 +88,31 @@ async def test_events_resume_after_last_event_id() -> None:
         run = (await client.post("/v1/runs", json={"agent": "react", "input": "q"})).json()
         await gw.wait(run["id"], 10)
         full = parse_sse((await client.get(f"/v1/runs/{run['id']}/events")).text)
-        resumed = parse_sse((await client.get(
-            f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": "3"})).text)
+        resumed = parse_sse(
+            (await client.get(f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": "3"})).text
+        )
         assert resumed == full[4:]
-        after_final = await client.get(f"/v1/runs/{run['id']}/events",
-                                       headers={"Last-Event-ID": full[-1]["id"]})
+        after_final = await client.get(
+            f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": full[-1]["id"]}
+        )
         assert after_final.status_code == 200 and parse_sse(after_final.text) == []
 
 
 async def test_events_follow_a_live_run() -> None:
     async with gateway_client() as (_, client):
         run = (await client.post("/v1/runs", json={"agent": "slow", "input": "q"})).json()
-        names = []
         async with client.stream("GET", f"/v1/runs/{run['id']}/events") as r:
-            async for line in r.aiter_lines():
-                if line.startswith("event: "):
-                    names.append(line[7:])
+            names = [line[7:] async for line in r.aiter_lines() if line.startswith("event: ")]
         assert names[0] == "model_reply" and names[-1] == "final"
 
 
 async def test_cancel_a_running_run_and_a_finished_one() -> None:
     async with gateway_client() as (gw, client):
         run = (await client.post("/v1/runs", json={"agent": "sleepy", "input": "q"})).json()
-        while (await gw.store.get(run["id"])).status != "running":  # type: ignore[union-attr]
-            await asyncio.sleep(0)  # a loop turn for the worker to claim it
+        # The store signals journal appends only, not status changes: give the worker loop
+        # turns until it has claimed the run.
+        while (await gw.store.get(run["id"])).status != "running":  # type: ignore[union-attr]  # noqa: ASYNC110
+            await asyncio.sleep(0)
         r = await client.post(f"/v1/runs/{run['id']}/cancel")
         assert r.status_code == 200 and r.json()["status"] == "cancelled"
         events = parse_sse((await client.get(f"/v1/runs/{run['id']}/events")).text)
@@ -143,8 +153,9 @@ async def test_agents_lists_tools_with_schemas() -> None:
 
 async def test_tenants_see_only_their_own_runs() -> None:
     async with gateway_client() as (_, client):
-        run = (await client.post("/v1/runs", json={"agent": "react", "input": "secret",
-                                                   "wait": True})).json()
+        run = (
+            await client.post("/v1/runs", json={"agent": "react", "input": "secret", "wait": True})
+        ).json()
         other = {"Authorization": f"Bearer {KEY_B}"}
         missing = await client.get("/v1/runs/run_does_not_exist", headers=other)
         foreign = await client.get(f"/v1/runs/{run['id']}", headers=other)
@@ -160,8 +171,13 @@ async def test_tenants_see_only_their_own_runs() -> None:
 async def test_no_key_no_access_except_health() -> None:
     async with gateway_client() as (_, client):
         anonymous = httpx.Headers({"Authorization": ""})
-        for method, path in [("GET", "/v1/runs"), ("GET", "/v1/agents"), ("GET", "/metrics"),
-                             ("POST", "/v1/runs"), ("GET", "/v1/runs/x")]:
+        for method, path in [
+            ("GET", "/v1/runs"),
+            ("GET", "/v1/agents"),
+            ("GET", "/metrics"),
+            ("POST", "/v1/runs"),
+            ("GET", "/v1/runs/x"),
+        ]:
             r = await client.request(method, path, headers=anonymous)
             assert r.status_code == 401, path
             assert r.json()["error"]["type"] == "unauthorized"
@@ -178,24 +194,45 @@ async def test_no_key_no_access_except_health() -> None:
         (b'{"agent": "react", "input": "q", "colour": 1}', {}, 422, "invalid_request", "colour"),
         (b'{"agent": "react", "input": 7}', {}, 422, "invalid_request", "input"),
         (b'{"input": "q"}', {}, 422, "invalid_request", "agent"),
-        (b'{"agent": "react", "input": "q", "wait_timeout_s": -1}', {}, 422,
-         "invalid_request", "wait_timeout_s"),
-        (b'{"agent": "react", "input": "q", "metadata": {"a": 1}}', {}, 422,
-         "invalid_request", "metadata[...]"),
+        (
+            b'{"agent": "react", "input": "q", "wait_timeout_s": -1}',
+            {},
+            422,
+            "invalid_request",
+            "wait_timeout_s",
+        ),
+        (
+            b'{"agent": "react", "input": "q", "metadata": {"a": 1}}',
+            {},
+            422,
+            "invalid_request",
+            "metadata[...]",
+        ),
         (b'{"agent": "react", "input": ', {}, 400, "invalid_json", None),
         (b'{"agent": "nobody", "input": "q"}', {}, 404, "not_found", "agent"),
-        (b'agent=react', {"content-type": "application/x-www-form-urlencoded"}, 415,
-         "unsupported_media_type", "content-type"),
-        (b'{"agent": "react", "input": "' + b"x" * 2000 + b'"}', {}, 413,
-         "payload_too_large", None),
+        (
+            b"agent=react",
+            {"content-type": "application/x-www-form-urlencoded"},
+            415,
+            "unsupported_media_type",
+            "content-type",
+        ),
+        (
+            b'{"agent": "react", "input": "' + b"x" * 2000 + b'"}',
+            {},
+            413,
+            "payload_too_large",
+            None,
+        ),
     ],
 )
 async def test_bad_input_is_a_clear_error_and_changes_nothing(
     content: bytes, headers: dict[str, str], status: int, type: str, field: str | None
 ) -> None:
     async with gateway_client({"PODIUM_SERVER__MAX_BODY_BYTES": "1000"}) as (gw, client):
-        r = await client.post("/v1/runs", content=content,
-                              headers={"content-type": "application/json", **headers})
+        r = await client.post(
+            "/v1/runs", content=content, headers={"content-type": "application/json", **headers}
+        )
         assert r.status_code == status, r.text
         error = r.json()["error"]
         assert error["type"] == type and error.get("field") == field and error["message"]
@@ -215,9 +252,14 @@ async def test_metrics_export_requests_admission_and_queues() -> None:
         await client.post("/v1/runs", json={"agent": "react", "input": "q", "wait": True})
         text = (await client.get("/metrics")).text
         assert 'podium_http_requests_total{method="POST",route="/v1/runs",status="200"} 1.0' in text
-        for name in ("podium_admission_limit", "podium_runs_admitted_total",
-                     "podium_event_loop_lag_p99_seconds", "podium_queue_waiting",
-                     "podium_process_cpu_utilization", "podium_run_duration_seconds_count"):
+        for name in (
+            "podium_admission_limit",
+            "podium_runs_admitted_total",
+            "podium_event_loop_lag_p99_seconds",
+            "podium_queue_waiting",
+            "podium_process_cpu_utilization",
+            "podium_run_duration_seconds_count",
+        ):
             assert name in text
 
 
@@ -225,6 +267,14 @@ async def test_openapi_document_is_served() -> None:
     async with gateway_client() as (_, client):
         spec = (await client.get("/openapi.json", headers={"Authorization": ""})).json()
         assert spec["openapi"].startswith("3.1")
-        assert {"/v1/runs", "/v1/runs/{run_id}", "/v1/runs/{run_id}/events",
-                "/v1/runs/{run_id}/cancel", "/v1/agents", "/v1/chat/completions",
-                "/healthz", "/readyz", "/metrics"} <= set(spec["paths"])
+        assert {
+            "/v1/runs",
+            "/v1/runs/{run_id}",
+            "/v1/runs/{run_id}/events",
+            "/v1/runs/{run_id}/cancel",
+            "/v1/agents",
+            "/v1/chat/completions",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+        } <= set(spec["paths"])

@@ -40,8 +40,12 @@ tenant = "acme"
 def test_file_then_environment(tmp_path: Path) -> None:
     path = tmp_path / "podium.toml"
     path.write_text(TOML.format(hash=hash_key("secret")))
-    env = {"PODIUM_SERVER__PORT": "9100", "PODIUM_POOLS__CPU__WORKERS": "3",
-           "PODIUM_LIMITS__ADAPTIVE__CPU_THRESHOLD": "0.5", "HOME": "/x"}
+    env = {
+        "PODIUM_SERVER__PORT": "9100",
+        "PODIUM_POOLS__CPU__WORKERS": "3",
+        "PODIUM_LIMITS__ADAPTIVE__CPU_THRESHOLD": "0.5",
+        "HOME": "/x",
+    }
     config = load_config(path, env)
     assert config.server.port == 9100 and config.server.store == "memory"
     assert config.pools["cpu"].rate == 10.0 and config.pools["cpu"].workers == 3
@@ -51,8 +55,10 @@ def test_file_then_environment(tmp_path: Path) -> None:
 
 
 def test_compact_agent_and_key_lists_from_the_environment() -> None:
-    env = {"PODIUM_AGENTS": "a=pkg.mod:a, b=pkg.mod:b",
-           "PODIUM_KEYS": f"{hash_key('k1')}=t1,plain=t2"}
+    env = {
+        "PODIUM_AGENTS": "a=pkg.mod:a, b=pkg.mod:b",
+        "PODIUM_KEYS": f"{hash_key('k1')}=t1,plain=t2",
+    }
     config = load_config(None, env)
     assert [(a.name, a.path) for a in config.agents] == [("a", "pkg.mod:a"), ("b", "pkg.mod:b")]
     ring = KeyRing(config.keys)
@@ -87,7 +93,7 @@ async def test_loop_lag_monitor_sees_a_blocked_loop() -> None:
     monitor = LoopLagMonitor(0.005)
     monitor.start()
     await asyncio.sleep(0.03)
-    time.sleep(0.1)  # block the loop on purpose
+    time.sleep(0.1)  # noqa: ASYNC251 - block the loop on purpose
     await asyncio.sleep(0.02)
     await monitor.stop()
     stats = monitor.statistics()

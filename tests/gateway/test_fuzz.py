@@ -50,8 +50,12 @@ def test_operation_conforms_to_the_document(
     responses: list[int] = []
 
     @given(case=operation.as_strategy())
-    @settings(max_examples=40, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=40,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     def fuzz(case: Any) -> None:
         response = case.call_and_validate(
             base_url=server.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30

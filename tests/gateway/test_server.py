@@ -22,7 +22,10 @@ def test_runs_over_http(server: ServerProcess) -> None:
         assert client.get(f"/v1/runs/{run_id}").json()["status"] == "completed"
         assert any(x["id"] == run_id for x in client.get("/v1/runs").json()["data"])
         assert [a["name"] for a in client.get("/v1/agents").json()["data"]] == [
-            "react", "slow", "sleepy"]
+            "react",
+            "slow",
+            "sleepy",
+        ]
         assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
         assert httpx.get(f"{server.url}/readyz").json()["status"] == "ready"
         assert "podium_admission_limit" in client.get("/metrics").text
