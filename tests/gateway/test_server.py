@@ -71,28 +71,30 @@ def test_rate_limited_tenant_gets_429_with_retry_after(server: ServerProcess) ->
 
 
 def test_openai_client_talks_to_an_agent(server: ServerProcess) -> None:
-    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY_A, max_retries=0)
-    reply = client.chat.completions.create(
-        model="react", messages=[{"role": "user", "content": "find podium"}]
-    )
-    assert reply.choices[0].message.content == "42."
-    assert reply.choices[0].finish_reason == "stop" and reply.usage is not None
-    assert reply.usage.total_tokens > 0
+    with openai.OpenAI(base_url=f"{server.url}/v1", api_key=KEY_A, max_retries=0) as client:
+        reply = client.chat.completions.create(
+            model="react", messages=[{"role": "user", "content": "find podium"}]
+        )
+        assert reply.choices[0].message.content == "42."
+        assert reply.choices[0].finish_reason == "stop" and reply.usage is not None
+        assert reply.usage.total_tokens > 0
 
-    stream = client.chat.completions.create(
-        model="slow",
-        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}],
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "slow answer"
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+        stream = client.chat.completions.create(
+            model="slow",
+            messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == "slow answer"
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
-    with pytest.raises(openai.NotFoundError):
-        client.chat.completions.create(model="nobody", messages=[{"role": "user", "content": "q"}])
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(
+                model="nobody", messages=[{"role": "user", "content": "q"}]
+            )
 
 
 def test_graceful_shutdown_drains_in_flight_runs(tmp_path: Path) -> None:
