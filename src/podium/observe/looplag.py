@@ -1,7 +1,17 @@
-"""Event-loop lag: how late the loop runs a callback it scheduled on time.
+"""Event-loop lag: how late the loop wakes a task that asked to sleep ``interval_s``.
 
-A ticker sleeps ``interval_s`` again and again and records how much later
-than asked it woke. A blocked loop (a synchronous call on it) shows as lag.
+A loop that is blocked (a synchronous call, a CPU-heavy parse) or merely
+saturated wakes its sleepers late; the overshoot is the lag every other task
+on the loop suffered too. The monitor keeps the last ``window`` samples in a
+compact array and reports percentiles.
+
+Example::
+
+    monitor = LoopLagMonitor(0.05)
+    monitor.start()            # inside a running loop
+    ...
+    print(monitor.p99_ms())
+    await monitor.stop()
 """
 
 from __future__ import annotations
@@ -13,8 +23,6 @@ from array import array
 
 import msgspec
 
-from podium.engine.profile import percentile
-
 __all__ = ("LoopLagMonitor", "LoopLagStatistics")
 
 
@@ -23,27 +31,25 @@ class LoopLagStatistics(msgspec.Struct, frozen=True):
     p50_ms: float
     p99_ms: float
     max_ms: float
+    interval_s: float
 
 
 class LoopLagMonitor:
-    """Measure the running loop's lag. Example::
+    """A task measuring the loop's wake-up lag every ``interval_s`` over a sliding window."""
 
-    monitor = LoopLagMonitor(0.01)
-    monitor.start()
-    ...
-    await monitor.stop()
-    print(monitor.p99_ms())
-    """
-
-    def __init__(self, interval_s: float = 0.01, max_samples: int = 100_000) -> None:
+    def __init__(self, interval_s: float = 0.05, *, window: int = 1200) -> None:
+        if interval_s <= 0 or window < 1:
+            raise ValueError("interval_s must be positive and window at least 1")
         self.interval_s = interval_s
-        self._samples: array[int] = array("q")
-        self._max = max_samples
+        self._window = window
+        self._samples: array[float] = array("d")
+        self._next = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._tick(), name="podium-looplag")
+        """Start measuring on the running loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="podium-looplag")
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -52,24 +58,48 @@ class LoopLagMonitor:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _tick(self) -> None:
-        interval_ns = int(self.interval_s * 1e9)
+    async def _run(self) -> None:
+        interval = self.interval_s
         while True:
-            before = time.perf_counter_ns()
-            await asyncio.sleep(self.interval_s)
-            lag = time.perf_counter_ns() - before - interval_ns
-            if len(self._samples) >= self._max:
-                del self._samples[: self._max // 2]  # keep the recent half
-            self._samples.append(max(0, lag))
+            t0 = time.perf_counter()
+            await asyncio.sleep(interval)
+            self.record(max(0.0, time.perf_counter() - t0 - interval))
+
+    def record(self, lag_s: float) -> None:
+        """Add one lag sample (seconds)."""
+        if len(self._samples) < self._window:
+            self._samples.append(lag_s)
+        else:
+            self._samples[self._next] = lag_s
+            self._next = (self._next + 1) % self._window
+
+    def _quantile_ms(self, q: float) -> float:
+        if not self._samples:
+            return 0.0
+        ordered = sorted(self._samples)
+        index = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))
+        return ordered[index] * 1e3
 
     def p99_ms(self) -> float:
-        return self.statistics().p99_ms
+        """The 99th percentile lag over the window, in milliseconds (0 before any sample)."""
+        return self._quantile_ms(0.99)
+
+    def recent_ms(self, n: int = 5) -> float:
+        """The largest of the last ``n`` samples: what a controller reacts to."""
+        if not self._samples:
+            return 0.0
+        size = len(self._samples)
+        if size < self._window:
+            recent = self._samples[-n:]
+        else:
+            recent = array("d", (self._samples[(self._next - 1 - i) % size] for i in range(n)))
+        return max(recent) * 1e3
 
     def statistics(self) -> LoopLagStatistics:
-        values = sorted(self._samples)
         return LoopLagStatistics(
-            len(values),
-            percentile(values, 50) / 1e6,
-            percentile(values, 99) / 1e6,
-            (values[-1] / 1e6) if values else 0.0,
+            len(self._samples),
+            self._quantile_ms(0.5),
+            self._quantile_ms(0.99),
+            max(self._samples) * 1e3 if self._samples else 0.0,
+            self.interval_s,
         )

@@ -1,0 +1,232 @@
+"""``podium.toml``: the settings of ``podium serve`` and ``podium worker``, typed.
+
+Every setting can also come from the environment, which wins over the file:
+``PODIUM_<SECTION>__<FIELD>`` (double underscore between levels, any case),
+for example ``PODIUM_SERVER__PORT=9000``, ``PODIUM_LIMITS__TENANT_RATE=50``,
+``PODIUM_POOLS__DEFAULT__WORKERS=2`` (pool names are read in lower case).
+Two lists have a compact form:
+``PODIUM_AGENTS="react=pkg.mod:agent,other=pkg.other:make"`` and
+``PODIUM_KEYS="sha256:<hex>=tenant-a,pk_plain_key=tenant-b"``.
+
+Example::
+
+    [server]
+    host = "127.0.0.1"
+    port = 8000
+    store = "sqlite:podium.sqlite"      # or "memory"
+
+    [[agents]]
+    name = "support"
+    path = "myapp.agents:support"
+    pool = "default"
+
+    [pools.default]
+    workers = 1            # in-process workers (embedded mode)
+    concurrency = 256      # runs each worker drives at once
+    rate = 100.0           # admitted runs/s (token bucket), 0 = unlimited
+    burst = 200
+    latency_target_s = 30.0
+
+    [limits]
+    tenant_rate = 50.0
+    tenant_burst = 100
+
+    [[keys]]
+    hash = "sha256:9f86d0…"   # `podium serve --hash-key SECRET` prints it
+    tenant = "acme"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from podium.errors import ConfigError
+
+__all__ = (
+    "AdaptiveConfig",
+    "AgentConfig",
+    "Config",
+    "KeyConfig",
+    "LimitsConfig",
+    "PoolConfig",
+    "ServerConfig",
+    "load_config",
+)
+
+_ENV_PREFIX = "PODIUM_"
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Where and how the gateway listens, and which store and queue it uses.
+
+    ``store``: ``"sqlite:PATH"`` (the embedded default), ``"memory"``.
+    ``redis``: a ``redis://`` URL switches to the distributed mode (Redis store
+    and queue, workers in separate ``podium worker`` processes).
+    """
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000
+    store: str = "sqlite:podium.sqlite"
+    redis: str | None = None
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1)] = 1 << 20
+    wait_timeout_s: Positive = 300.0
+    drain_grace_s: NonNegative = 30.0
+    docs: bool = True
+
+
+class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An agent to serve: ``path`` is ``package.module:attribute`` or a built-in example name."""
+
+    path: str
+    name: str | None = None
+    pool: str = "default"
+
+
+class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A resource pool: its workers and its admission limits.
+
+    ``rate``/``burst``: token bucket of admitted runs per second (0: unlimited).
+    ``latency_target_s``: a new run is refused when the backlog ahead of it
+    would take longer than this to finish. ``expected_run_s`` seeds the run
+    duration estimate until runs have been measured. ``max_queue`` caps the
+    backlog outright.
+    """
+
+    workers: Annotated[int, msgspec.Meta(ge=0)] = 1
+    concurrency: Annotated[int, msgspec.Meta(ge=1)] = 256
+    rate: NonNegative = 0.0
+    burst: NonNegative = 0.0
+    latency_target_s: Positive = 30.0
+    expected_run_s: Positive = 1.0
+    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+
+
+class AdaptiveConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The AIMD limiter on the admitted rate, driven by process CPU and event-loop lag.
+
+    Every ``interval_s`` it samples the serving process's CPU utilization (1.0
+    = one core busy) and the loop lag p99. Above ``cpu_threshold`` or
+    ``lag_threshold_ms`` the limit is multiplied by ``decrease``; below both it
+    grows by ``increase`` × ``max_rate`` per interval, up to ``max_rate``.
+    """
+
+    enabled: bool = True
+    cpu_threshold: Annotated[float, msgspec.Meta(gt=0)] = 0.85
+    lag_threshold_ms: Positive = 100.0
+    interval_s: Positive = 1.0
+    max_rate: Positive = 10_000.0
+    min_rate: Positive = 1.0
+    decrease: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.7
+    increase: Annotated[float, msgspec.Meta(gt=0, le=1)] = 0.05
+
+
+class LimitsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Per-tenant token bucket (0: unlimited) and the adaptive limiter."""
+
+    tenant_rate: NonNegative = 0.0
+    tenant_burst: NonNegative = 0.0
+    adaptive: AdaptiveConfig = msgspec.field(default_factory=AdaptiveConfig)
+
+
+class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An API key for a tenant: ``hash`` is ``sha256:<hex>``; ``key`` (plain) is for development."""
+
+    tenant: str
+    hash: str | None = None
+    key: str | None = None
+    rate: NonNegative | None = None
+    burst: NonNegative | None = None
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    agents: list[AgentConfig] = msgspec.field(default_factory=list)
+    pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    keys: list[KeyConfig] = msgspec.field(default_factory=list)
+
+    def pool(self, name: str) -> PoolConfig:
+        """The pool's settings (defaults for a pool the file does not name)."""
+        return self.pools.get(name) or PoolConfig()
+
+    def pool_names(self) -> list[str]:
+        names = dict.fromkeys(self.pools)
+        names.update(dict.fromkeys(a.pool for a in self.agents))
+        return list(names) or ["default"]
+
+
+def _parse_scalar(text: str) -> Any:
+    """An env value as TOML would read it (numbers, booleans), else the string itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def _parse_pairs(text: str, what: str) -> list[tuple[str, str]]:
+    pairs: list[tuple[str, str]] = []
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        left, sep, right = item.rpartition("=")
+        if not sep or not left or not right:
+            raise ConfigError(
+                f"{what}: expected LEFT=RIGHT items separated by commas, got {item!r}"
+            )
+        pairs.append((left, right))
+    return pairs
+
+
+def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Merge ``PODIUM_*`` variables into the raw settings (they win over the file)."""
+    for name, value in environ.items():
+        upper = name.upper()
+        if not upper.startswith(_ENV_PREFIX):
+            continue
+        path = [p.lower() for p in upper[len(_ENV_PREFIX) :].split("__")]
+        if path == ["agents"]:
+            data["agents"] = [{"name": n, "path": p} for n, p in _parse_pairs(value, name)]
+        elif path == ["keys"]:
+            data["keys"] = [
+                {"hash": k, "tenant": t} if k.startswith("sha256:") else {"key": k, "tenant": t}
+                for k, t in _parse_pairs(value, name)
+            ]
+        elif path[0] in {"server", "limits", "pools"} and len(path) >= 2:
+            node = data
+            for key in path[:-1]:
+                child = node.get(key)
+                if not isinstance(child, dict):
+                    child = node[key] = {}
+                node = child
+            node[path[-1]] = _parse_scalar(value)
+    return data
+
+
+def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read ``path`` (TOML; optional), apply ``PODIUM_*`` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} not found") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
+    data = apply_env(data, os.environ if environ is None else environ)
+    try:
+        config = msgspec.convert(data, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"config: {exc}") from exc
+    for key in config.keys:
+        if (key.hash is None) == (key.key is None):
+            raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
+        if key.hash is not None and not key.hash.startswith("sha256:"):
+            raise ConfigError(f"keys: tenant {key.tenant!r}: hash must look like sha256:<hex>")
+    return config

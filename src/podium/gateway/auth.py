@@ -1,0 +1,80 @@
+"""API keys → tenants. Keys are kept only as SHA-256 digests, in memory and at rest.
+
+A key arrives as ``Authorization: Bearer <key>`` or ``X-API-Key: <key>``. API
+keys are long random tokens, so one unsalted SHA-256 is enough to make a leaked
+config file useless (unlike passwords, they cannot be guessed from a list).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Mapping
+
+import msgspec
+
+from podium.config import KeyConfig
+from podium.gateway.errors import ApiError
+
+__all__ = ("KeyRing", "Tenant", "generate_key", "hash_key")
+
+
+class Tenant(msgspec.Struct, frozen=True):
+    """Who a request is for, and the tenant's own rate (None: the default from ``[limits]``)."""
+
+    name: str
+    rate: float | None = None
+    burst: float | None = None
+
+
+def hash_key(key: str) -> str:
+    """``sha256:<hex>`` of an API key: what goes in ``podium.toml``."""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    """A new random API key (``pk_`` + 32 url-safe characters)."""
+    return "pk_" + secrets.token_urlsafe(24)
+
+
+class KeyRing:
+    """Looks up the tenant of a request's key."""
+
+    def __init__(self, keys: Iterable[KeyConfig]) -> None:
+        self._tenants: dict[str, Tenant] = {}
+        for k in keys:
+            digest = k.hash if k.hash is not None else hash_key(k.key or "")
+            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst)
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+    def add(self, key: str, tenant: str) -> None:
+        self._tenants[hash_key(key)] = Tenant(tenant)
+
+    @staticmethod
+    def key_from(headers: Mapping[str, str]) -> str | None:
+        auth = headers.get("authorization")
+        if auth:
+            scheme, _, value = auth.partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                return value.strip()
+            return None
+        key = headers.get("x-api-key")
+        return key.strip() if key else None
+
+    def authenticate(self, headers: Mapping[str, str]) -> Tenant:
+        """The request's tenant, or a 401 (the same for a missing and an unknown key)."""
+        key = self.key_from(headers)
+        if key is not None:
+            # Looked up by digest: the timing of a dict probe says nothing about the secret.
+            tenant = self._tenants.get(hash_key(key))
+            if tenant is not None:
+                return tenant
+        raise ApiError(
+            401,
+            "unauthorized",
+            "a valid API key is required (Authorization: Bearer <key>)",
+            field="authorization",
+            headers={"WWW-Authenticate": "Bearer"},
+        )

@@ -1,0 +1,137 @@
+"""Prometheus metrics of the gateway, served at ``/metrics``.
+
+Counters and histograms are updated on the request path; everything that
+already has a ``statistics()`` (admission, queue, workers, loop lag) is read
+at scrape time by a collector, so it costs nothing between scrapes. Each
+gateway has its own registry (several can live in one test process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from podium.gateway.service import Gateway
+
+__all__ = ("CONTENT_TYPE", "GatewayMetrics")
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class _StatisticsCollector(Collector):
+    """Gauges read from the gateway's components when Prometheus scrapes."""
+
+    def __init__(self, gateway: Callable[[], Gateway | None]) -> None:
+        self._gateway = gateway
+
+    def collect(self) -> Iterator[Metric]:
+        gw = self._gateway()
+        if gw is None:
+            return
+        adm = gw.admission.statistics()
+        a = adm.adaptive
+        yield _gauge("podium_admission_limit", "Adaptive admitted-rate limit (runs/s).", a.limit)
+        yield _gauge("podium_admission_max_rate", "Ceiling of the adaptive limit.", a.max_rate)
+        yield _gauge(
+            "podium_process_cpu_utilization",
+            "CPU seconds per second of the serving process (1.0 = one core).",
+            a.cpu_utilization,
+        )
+        yield _gauge(
+            "podium_admission_overloaded", "1 while the limiter sees overload.", float(a.overloaded)
+        )
+        lag = gw.lag.statistics()
+        yield _gauge(
+            "podium_event_loop_lag_p99_seconds", "Event-loop lag p99 (window).", lag.p99_ms / 1e3
+        )
+        admitted = CounterMetricFamily("podium_runs_admitted", "Runs admitted.", labels=["pool"])
+        for pool, n in adm.admitted.items():
+            admitted.add_metric([pool], n)
+        yield admitted
+        rejected = CounterMetricFamily(
+            "podium_runs_rejected", "Runs refused with a 429.", labels=["pool", "reason"]
+        )
+        for key, n in adm.rejected.items():
+            pool, _, reason = key.partition(":")
+            rejected.add_metric([pool, reason], n)
+        yield rejected
+        depth = GaugeMetricFamily(
+            "podium_queue_waiting", "Runs waiting in the queue.", labels=["pool"]
+        )
+        in_flight = GaugeMetricFamily(
+            "podium_queue_in_flight", "Runs claimed by workers.", labels=["pool"]
+        )
+        for pool in gw.pools:
+            q = gw.queue.statistics(pool)
+            depth.add_metric([pool], q.waiting)
+            in_flight.add_metric([pool], q.in_flight)
+        yield depth
+        yield in_flight
+        gate = GaugeMetricFamily(
+            "podium_pool_max_waiting",
+            "Backlog a pool admits within its latency target.",
+            labels=["pool"],
+        )
+        run_s = GaugeMetricFamily(
+            "podium_pool_run_seconds", "Moving average run duration.", labels=["pool"]
+        )
+        for pool, g in adm.gates.items():
+            gate.add_metric([pool], g.max_waiting)
+            run_s.add_metric([pool], g.run_s)
+        yield gate
+        yield run_s
+        active = GaugeMetricFamily(
+            "podium_worker_active_runs",
+            "Runs in-process workers drive.",
+            labels=["pool", "consumer"],
+        )
+        for worker in gw.workers:
+            w = worker.statistics()
+            active.add_metric([worker.pool, w.consumer], w.active)
+        yield active
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class GatewayMetrics:
+    """The gateway's registry: request counters and latencies, plus the collector."""
+
+    def __init__(self, gateway: Callable[[], Gateway | None]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "podium_http_requests",
+            "HTTP requests answered.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "podium_http_request_duration_seconds",
+            "Time to the response's first byte.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.run_latency = Histogram(
+            "podium_run_duration_seconds",
+            "Run duration from admission to its end.",
+            ["pool"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.registry.register(_StatisticsCollector(gateway))
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

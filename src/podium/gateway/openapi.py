@@ -1,0 +1,262 @@
+"""The OpenAPI 3.1 document served at ``/openapi.json``.
+
+Bodies' schemas come from the msgspec structs themselves (one source of
+truth); this module adds the paths, parameters, status codes and headers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from podium.gateway.errors import ErrorBody
+from podium.gateway.schemas import (
+    AgentList,
+    ChatCompletion,
+    ChatRequest,
+    Health,
+    Readiness,
+    RunCreate,
+    RunList,
+    RunOut,
+)
+
+__all__ = ("openapi_document",)
+
+_REF = "#/components/schemas/{name}"
+_STATUSES = ["queued", "running", "completed", "failed", "cancelled"]
+_ERROR_TEXT = {
+    "400": "The body is not JSON.",
+    "401": "No API key, or an unknown one.",
+    "404": "No such run (for this tenant) or agent.",
+    "409": "The run cannot be cancelled (it already ended, or runs elsewhere).",
+    "413": "The body is over the size limit.",
+    "415": "The body is not application/json.",
+    "422": "A field is missing, unknown, of the wrong type or out of range.",
+    "429": "Shed by admission control: retry after the Retry-After header's seconds.",
+    "502": "The agent's run did not complete.",
+    "503": "A backend the gateway needs is unreachable.",
+    "504": "The run did not finish within the wait timeout.",
+}
+
+
+def _json(name: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": _REF.format(name=name)}}}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for code in codes:
+        out[code] = {"description": _ERROR_TEXT[code], "content": _json("ErrorBody")}
+        if code == "429":
+            out[code]["headers"] = {
+                "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "string"}}
+            }
+    return out
+
+
+_SSE = {"text/event-stream": {"schema": {"type": "string"}}}
+_AUTH: list[dict[str, list[str]]] = [{"apiKey": []}]
+_RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _paths() -> dict[str, Any]:
+    body_errors = ("400", "401", "413", "415", "422")
+    return {
+        "/v1/runs": {
+            "post": {
+                "operationId": "createRun",
+                "summary": "Start a run: 202 with its id, its result (wait) or its events (stream)",
+                "security": _AUTH,
+                "requestBody": {"required": True, "content": _json("RunCreate")},
+                "responses": {
+                    "200": {
+                        "description": "The finished run (wait), or its events as SSE (stream).",
+                        "content": {**_json("RunOut"), **_SSE},
+                    },
+                    "202": {
+                        "description": "Accepted: the run is queued (or still running "
+                        "after the wait timeout).",
+                        "content": _json("RunOut"),
+                    },
+                    **_errors(*body_errors, "404", "429", "503"),
+                },
+            },
+            "get": {
+                "operationId": "listRuns",
+                "summary": "The tenant's runs, newest first",
+                "security": _AUTH,
+                "parameters": [
+                    {
+                        "name": "status",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": _STATUSES},
+                    },
+                    {
+                        "name": "agent",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": 1000,
+                            "default": 100,
+                        },
+                    },
+                ],
+                "responses": {
+                    "200": {"description": "Runs.", "content": _json("RunList")},
+                    **_errors("401", "422"),
+                },
+            },
+        },
+        "/v1/runs/{run_id}": {
+            "get": {
+                "operationId": "getRun",
+                "summary": "A run: status, output, usage, error and workload profile",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "The run.", "content": _json("RunOut")},
+                    **_errors("401", "404", "422"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/events": {
+            "get": {
+                "operationId": "runEvents",
+                "summary": "The run's events as SSE, live; resumable with Last-Event-ID",
+                "security": _AUTH,
+                "parameters": [
+                    _RUN_ID,
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "after",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": -1},
+                    },
+                ],
+                "responses": {
+                    "200": {"description": "Server-Sent Events.", "content": _SSE},
+                    **_errors("401", "404", "422"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/cancel": {
+            "post": {
+                "operationId": "cancelRun",
+                "summary": "Cancel a queued or running run",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "The cancelled run.", "content": _json("RunOut")},
+                    **_errors("401", "404", "409", "422"),
+                },
+            }
+        },
+        "/v1/agents": {
+            "get": {
+                "operationId": "listAgents",
+                "summary": "The served agents and their tools (with JSON Schemas)",
+                "security": _AUTH,
+                "responses": {
+                    "200": {"description": "Agents.", "content": _json("AgentList")},
+                    **_errors("401", "422"),
+                },
+            }
+        },
+        "/v1/chat/completions": {
+            "post": {
+                "operationId": "createChatCompletion",
+                "summary": "OpenAI-compatible: `model` names an agent; the reply is its answer",
+                "security": _AUTH,
+                "requestBody": {"required": True, "content": _json("ChatRequest")},
+                "responses": {
+                    "200": {
+                        "description": "A chat.completion, or chat.completion.chunk events "
+                        "(stream).",
+                        "content": {**_json("ChatCompletion"), **_SSE},
+                    },
+                    **_errors(*body_errors, "404", "429", "502", "503", "504"),
+                },
+            }
+        },
+        "/healthz": {
+            "get": {
+                "operationId": "healthz",
+                "summary": "Alive",
+                "security": [],
+                "responses": {"200": {"description": "Alive.", "content": _json("Health")}},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "security": [],
+                "summary": "Store, queue and model backends reachable",
+                "responses": {
+                    "200": {"description": "Ready.", "content": _json("Readiness")},
+                    "503": {"description": "Not ready.", "content": _json("Readiness")},
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics",
+                "summary": "Prometheus metrics",
+                "security": _AUTH,
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text format.",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_errors("401"),
+                },
+            }
+        },
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document (a plain dict, JSON-ready)."""
+    types = (
+        RunCreate,
+        RunOut,
+        RunList,
+        AgentList,
+        ChatRequest,
+        ChatCompletion,
+        ErrorBody,
+        Health,
+        Readiness,
+    )
+    _, components = msgspec.json.schema_components(types, ref_template=_REF)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Podium gateway",
+            "version": "1",
+            "description": "Serve LLM agents over HTTP. Every error body is "
+            '{"error": {"type", "message", "field"?, "retry_after"?}}.',
+        },
+        "paths": _paths(),
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": _AUTH,
+    }

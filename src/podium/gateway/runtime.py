@@ -1,0 +1,118 @@
+"""From a :class:`~podium.config.Config` to a running :class:`Gateway`: store, queue, workers.
+
+Embedded mode (the default): the store named by ``server.store`` (SQLite, or
+memory), an in-process queue, and in-process workers per pool. Distributed
+mode (``server.redis``): a Redis store and queue, no workers here — they run
+as ``podium worker`` processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from podium.cli.resolve import BUILTIN_AGENTS, resolve_agent
+from podium.config import Config
+from podium.engine.driver import Engine
+from podium.errors import ConfigError
+from podium.gateway.auth import KeyRing
+from podium.gateway.service import Gateway, ServedAgent
+from podium.queue.base import RunQueue
+from podium.queue.local import LocalQueue
+from podium.store.base import RunStore
+from podium.store.memory import MemoryRunStore
+from podium.worker.worker import Worker
+
+__all__ = ("build_gateway", "load_agents", "open_store")
+
+log = logging.getLogger("podium.gateway")
+
+
+def load_agents(config: Config) -> list[ServedAgent]:
+    """The configured agents; with none configured, the built-in examples that import."""
+    if config.agents:
+        return [
+            ServedAgent(agent := resolve_agent(a.path), a.name or agent.name, a.pool)
+            for a in config.agents
+        ]
+    served: list[ServedAgent] = []
+    for name in BUILTIN_AGENTS:
+        try:
+            served.append(ServedAgent(resolve_agent(name), name))
+        except ConfigError as exc:
+            log.warning("built-in agent %s unavailable: %s", name, exc)
+    if not served:
+        raise ConfigError("no agents to serve: add [[agents]] to podium.toml or pass --agent")
+    return served
+
+
+def _redis_class(module: str, name: str, url: str) -> Any:
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(
+            f"--redis needs {module}.{name}, which this installation lacks ({exc}); "
+            "install Podium with Redis support"
+        ) from exc
+    from_url = getattr(cls, "from_url", None)
+    return from_url(url) if callable(from_url) else cls(url)
+
+
+def open_store(config: Config) -> RunStore:
+    if config.server.redis:
+        store: RunStore = _redis_class("podium.store.redis", "RedisRunStore", config.server.redis)
+        return store
+    spec = config.server.store
+    if spec == "memory":
+        return MemoryRunStore()
+    kind, _, path = spec.partition(":")
+    if kind != "sqlite" or not path:
+        raise ConfigError(f"server.store: use 'sqlite:PATH' or 'memory', got {spec!r}")
+    try:
+        from podium.store.sqlite import SQLiteRunStore  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        log.warning("SQLite store not available in this build; runs are kept in memory")
+        return MemoryRunStore()
+    sqlite_store: RunStore = SQLiteRunStore(path)
+    return sqlite_store
+
+
+def open_queue(config: Config) -> RunQueue:
+    if config.server.redis:
+        queue: RunQueue = _redis_class("podium.queue.redis", "RedisQueue", config.server.redis)
+        return queue
+    return LocalQueue()
+
+
+def build_gateway(
+    config: Config,
+    agents: Sequence[ServedAgent] | None = None,
+    keys: KeyRing | None = None,
+    *,
+    store: RunStore | None = None,
+) -> Gateway:
+    """Everything ``podium serve`` runs, wired; start it with the app's lifespan."""
+    served = list(agents) if agents is not None else load_agents(config)
+    store = store or open_store(config)
+    queue = open_queue(config)
+    keys = keys or KeyRing(config.keys)
+    if config.server.redis:
+        return Gateway(config, served, store, queue, keys)
+    engine = Engine(store)
+    by_name = {s.name: s.agent for s in served}
+    pools = dict.fromkeys([*config.pool_names(), *(s.pool for s in served)])
+    workers = [
+        Worker(
+            queue,
+            engine,
+            by_name,
+            pool=pool,
+            concurrency=config.pool(pool).concurrency,
+            consumer=f"gateway-{pool}-{i}",
+        )
+        for pool in pools
+        for i in range(config.pool(pool).workers)
+    ]
+    return Gateway(config, served, store, queue, keys, engine=engine, workers=workers)

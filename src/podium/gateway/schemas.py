@@ -1,0 +1,273 @@
+"""Request and response bodies of the gateway, as msgspec structs (JSON at the edge).
+
+Request structs forbid unknown fields, so a typo is a 422 naming the field
+rather than a silently ignored option. :func:`run_out` turns a stored
+:class:`~podium.engine.records.RunRecord` into what the API shows.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from podium.engine.profile import STEP_PHASES, RunProfile
+from podium.engine.records import RunRecord
+
+__all__ = (
+    "AgentList",
+    "AgentOut",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatRequest",
+    "Health",
+    "Readiness",
+    "RunCreate",
+    "RunList",
+    "RunOut",
+    "ToolOut",
+    "run_out",
+)
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled"]
+
+
+class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/runs``: start ``agent`` on ``input``.
+
+    ``wait``: answer when the run has finished (or after ``wait_timeout_s``,
+    with its status so far). ``stream``: answer with its events as SSE (it wins
+    over ``wait`` when both are set).
+    """
+
+    agent: Name
+    input: str
+    wait: bool = False
+    stream: bool = False
+    wait_timeout_s: Timeout | None = None
+    metadata: dict[str, str] = {}
+
+
+class UsageOut(msgspec.Struct):
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    requests: int
+    total_tokens: int
+
+
+class PhaseOut(msgspec.Struct):
+    wall_ms: float
+    cpu_ms: float
+
+
+class StepOut(msgspec.Struct):
+    step: int
+    tool_calls: int
+    wall_ms: dict[str, float]
+    cpu_ms: dict[str, float]
+
+
+class ProfileOut(msgspec.Struct):
+    """The run's workload profile: per-phase wall and CPU time, summed and per step."""
+
+    admit_ms: float
+    wall_ms: float
+    cpu_ms: float
+    phases: dict[str, PhaseOut]
+    steps: list[StepOut]
+
+
+class RunOut(msgspec.Struct):
+    id: str
+    object: Literal["run"]
+    agent: str
+    status: RunStatusName
+    input: str
+    output: str | None
+    error: str | None
+    reason: str | None
+    steps: int
+    usage: UsageOut
+    pool: str
+    metadata: dict[str, str]
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    profile: ProfileOut | None
+
+
+class RunList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[RunOut]
+
+
+class ToolOut(msgspec.Struct):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class AgentOut(msgspec.Struct):
+    name: str
+    description: str
+    model: str
+    pool: str
+    max_steps: int
+    tools: list[ToolOut]
+
+
+class AgentList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[AgentOut]
+
+
+class Health(msgspec.Struct):
+    status: str
+
+
+class Readiness(msgspec.Struct):
+    status: Literal["ready", "unavailable"]
+    checks: dict[str, str]
+
+
+# -- the OpenAI-compatible facade ----------------------------------------------------------
+
+
+class ContentPart(msgspec.Struct, kw_only=True):
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    include_usage: bool = False
+
+
+class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/chat/completions``: ``model`` names the agent; sampling options are accepted
+    for compatibility and ignored (the agent's own settings apply)."""
+
+    model: Name
+    messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    user: str | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    metadata: dict[str, str] | None = None
+
+
+class ChatUsage(msgspec.Struct):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(msgspec.Struct):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(msgspec.Struct):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+
+
+class ChatCompletion(msgspec.Struct):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: ChatUsage
+
+
+class ChunkDelta(msgspec.Struct, omit_defaults=True):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(msgspec.Struct):
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None = None
+
+
+class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: ChatUsage | None = None
+
+
+# -- record → API view ---------------------------------------------------------------------
+
+
+def profile_out(profile: RunProfile) -> ProfileOut:
+    phases = {
+        name: PhaseOut(wall / 1e6, cpu / 1e6)
+        for name, (wall, cpu) in profile.phase_totals().items()
+    }
+    steps = [
+        StepOut(
+            s.step,
+            s.tool_calls,
+            {n: w / 1e6 for n, w in zip(STEP_PHASES, s.wall_ns, strict=False)},
+            {n: c / 1e6 for n, c in zip(STEP_PHASES, s.cpu_ns, strict=False)},
+        )
+        for s in profile.steps
+    ]
+    return ProfileOut(
+        profile.admit_ns / 1e6, profile.wall_ns / 1e6, profile.cpu_ns / 1e6, phases, steps
+    )
+
+
+def _phase_totals_safe(profile: RunProfile) -> ProfileOut | None:
+    # A profile whose steps carry fewer phases than STEP_PHASES (an older record) is skipped.
+    if any(len(s.wall_ns) < len(STEP_PHASES) for s in profile.steps):
+        return None
+    return profile_out(profile)
+
+
+def run_out(record: RunRecord) -> RunOut:
+    u = record.usage
+    return RunOut(
+        id=record.run_id,
+        object="run",
+        agent=record.agent,
+        status=record.status,
+        input=record.input,
+        output=record.output,
+        error=record.error,
+        reason=record.reason,
+        steps=record.steps,
+        usage=UsageOut(
+            u.input_tokens, u.output_tokens, u.cached_tokens, u.requests, u.total_tokens
+        ),
+        pool=record.pool,
+        metadata=dict(record.metadata),
+        created_at=record.created_at,
+        started_at=record.started_at,
+        finished_at=record.finished_at,
+        profile=None if record.profile is None else _phase_totals_safe(record.profile),
+    )

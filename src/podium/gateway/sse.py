@@ -1,0 +1,118 @@
+"""Server-Sent Events of a run: one event per journal entry, resumable with ``Last-Event-ID``.
+
+Each event's ``id`` is the entry's sequence number in the run's journal, so a
+client that reconnects with ``Last-Event-ID: 7`` gets entries 8, 9, … and
+never a duplicate. Event names::
+
+    model_reply    the model's turn (content and tool calls) at a step
+    tool_result    one tool call's outcome
+    compacted      older turns were summarized
+    step_finished  a step was checkpointed (with its phase timings)
+    final          the run ended (status, output, error, reason) — the last event
+
+Journal kinds this module does not know are sent under their own tag with
+their fields as-is. While nothing happens a ``: keep-alive`` comment is sent
+every ``heartbeat_s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from podium.engine.profile import STEP_PHASES
+from podium.engine.records import JournalEntry, RunFinished, RunRecord, StepCommitted
+from podium.store.base import RunStore
+
+__all__ = ("EVENT_NAMES", "event_name", "follow_journal", "format_event", "parse_last_event_id")
+
+EVENT_NAMES: dict[str, str] = {
+    "model": "model_reply",
+    "tool": "tool_result",
+    "compact": "compacted",
+    "step": "step_finished",
+    "final": "final",
+}
+KEEPALIVE = b": keep-alive\n\n"
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _tag(entry: object) -> str:
+    tag = getattr(getattr(type(entry), "__struct_config__", None), "tag", None)
+    return tag if isinstance(tag, str) else type(entry).__name__.lower()
+
+
+def event_name(entry: object) -> str:
+    tag = _tag(entry)
+    return EVENT_NAMES.get(tag, tag)
+
+
+def event_data(seq: int | None, entry: JournalEntry) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(entry)
+    data.pop("type", None)
+    if isinstance(entry, StepCommitted) and entry.profile is not None:
+        p = entry.profile
+        data["profile"] = {
+            "tool_calls": p.tool_calls,
+            "wall_ms": {n: w / 1e6 for n, w in zip(STEP_PHASES, p.wall_ns, strict=False)},
+            "cpu_ms": {n: c / 1e6 for n, c in zip(STEP_PHASES, p.cpu_ns, strict=False)},
+        }
+    if seq is not None:
+        data["seq"] = seq
+    return data
+
+
+def format_event(seq: int | None, name: str, data: object) -> bytes:
+    """One SSE frame (``data`` as one line of JSON)."""
+    head = b"" if seq is None else b"id: %d\n" % seq
+    return head + b"event: " + name.encode() + b"\ndata: " + _encode(data) + b"\n\n"
+
+
+def parse_last_event_id(value: str | None) -> int:
+    """The sequence number to resume after (-1: from the start; junk counts as -1)."""
+    if value is None:
+        return -1
+    try:
+        return max(-1, int(value.strip()))
+    except ValueError:
+        return -1
+
+
+def final_from_record(record: RunRecord) -> bytes:
+    """A ``final`` event for a run that ended without a journal entry (e.g. dead-lettered)."""
+    final = RunFinished(
+        record.finished_at or 0.0, record.status, record.output, record.error, record.reason
+    )
+    return format_event(None, "final", event_data(None, final))
+
+
+async def follow_journal(
+    store: RunStore, run_id: str, after: int = -1, *, heartbeat_s: float = 10.0
+) -> AsyncIterator[bytes]:
+    """SSE frames for the journal of ``run_id`` after ``after``, live until the run ends."""
+    items = await store.journal(run_id, after)
+    while True:
+        if not items:
+            record = await store.get(run_id)
+            if record is None:
+                return
+            if record.done:
+                # Ended: either its final entry was already sent (a resume after it), or it
+                # ended without one (dead-lettered) and the record has the verdict.
+                journal = await store.journal(run_id, max(-1, after - 1))
+                if not any(isinstance(e, RunFinished) for _, e in journal):
+                    yield final_from_record(record)
+                return
+            items = await store.wait_journal(run_id, after, heartbeat_s)
+            if not items:
+                yield KEEPALIVE
+            continue
+        for seq, entry in items:
+            after = seq
+            yield format_event(seq, event_name(entry), event_data(seq, entry))
+            if isinstance(entry, RunFinished):
+                return
+        items = await store.journal(run_id, after)

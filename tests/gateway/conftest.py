@@ -1,0 +1,177 @@
+"""Gateway test helpers: an in-process gateway over httpx's ASGI transport, and a real
+``podium serve`` subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import gateway_agents
+import httpx
+import pytest
+
+from podium.config import load_config
+from podium.gateway.app import create_app
+from podium.gateway.runtime import build_gateway
+from podium.gateway.service import Gateway, ServedAgent
+from podium.store.memory import MemoryRunStore
+
+HERE = Path(__file__).parent
+KEY_A, KEY_B, KEY_LIMITED = "pk_test_tenant_a", "pk_test_tenant_b", "pk_test_limited"
+KEYS_ENV = f"{KEY_A}=tenant-a,{KEY_B}=tenant-b"
+
+
+def default_agents() -> list[ServedAgent]:
+    return [
+        ServedAgent(gateway_agents.react()),
+        ServedAgent(gateway_agents.slow()),
+        ServedAgent(gateway_agents.sleepy()),
+    ]
+
+
+@contextlib.asynccontextmanager
+async def gateway_client(
+    env: Mapping[str, str] | None = None,
+    agents: Sequence[ServedAgent] | None = None,
+    key: str = KEY_A,
+) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
+    """A started in-process gateway and a client authenticated as ``key``'s tenant."""
+    base = {"PODIUM_KEYS": KEYS_ENV, "PODIUM_SERVER__DRAIN_GRACE_S": "0.2"}
+    config = load_config(None, {**base, **(env or {})})
+    gw = build_gateway(config, agents or default_agents(), store=MemoryRunStore())
+    await gw.start()
+    transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
+    try:
+        async with httpx.AsyncClient(
+            transport=transport,
+            base_url="http://podium.test",
+            headers={"Authorization": f"Bearer {key}"},
+        ) as client:
+            yield gw, client
+    finally:
+        await gw.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+SERVER_CONFIG = f"""
+[server]
+store = "memory"
+drain_grace_s = 10
+
+[[agents]]
+path = "gateway_agents:react"
+[[agents]]
+path = "gateway_agents:slow"
+[[agents]]
+path = "gateway_agents:sleepy"
+
+[pools.default]
+concurrency = 64
+
+[[keys]]
+key = "{KEY_A}"
+tenant = "tenant-a"
+
+[[keys]]
+key = "{KEY_B}"
+tenant = "tenant-b"
+
+[[keys]]
+key = "{KEY_LIMITED}"
+tenant = "limited"
+rate = 0.5
+burst = 2
+"""
+
+
+class ServerProcess:
+    """A ``podium serve`` child process; ``url`` is where it listens."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, lines: list[str]) -> None:
+        self.proc = proc
+        self.url = url
+        self.lines = lines
+
+    def client(self, key: str = KEY_A) -> httpx.Client:
+        return httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        )
+
+
+@contextlib.contextmanager
+def podium_server(
+    tmp: Path, config: str = SERVER_CONFIG, env: Mapping[str, str] | None = None
+) -> Iterator[ServerProcess]:
+    """Start ``podium serve`` and wait for its start-up line (read, not polled)."""
+    path = tmp / "podium.toml"
+    path.write_text(config)
+    port = free_port()
+    child_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        **(env or {}),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "podium.cli.main",
+            "serve",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+            "--log-level",
+            "info",
+        ],
+        cwd=tmp,
+        env=child_env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: list[str] = []
+    started = threading.Event()
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "Uvicorn running on" in line:
+                started.set()
+        started.set()  # exited
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        if not started.wait(30) or proc.poll() is not None:
+            raise RuntimeError("podium serve did not start:\n" + "".join(lines))
+        yield ServerProcess(proc, f"http://127.0.0.1:{port}", lines)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One shared real server for the end-to-end tests."""
+    with podium_server(tmp_path_factory.mktemp("serve")) as srv:
+        yield srv

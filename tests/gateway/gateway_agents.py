@@ -1,0 +1,76 @@
+"""Agents the gateway tests serve (importable by a `podium serve` subprocess)."""
+
+from __future__ import annotations
+
+import time
+
+from podium import Agent, LatencyModel, Scenario, SimulatedModel, tool
+
+
+@tool
+async def lookup(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: What to look up.
+    """
+    return f"Result for {query}: 42 items found."
+
+
+@tool
+async def burn(query: str) -> str:
+    """Burn CPU on the event loop for 20 ms (a badly written tool, on purpose).
+
+    Args:
+        query: Ignored.
+    """
+    end = time.perf_counter() + 0.02
+    while time.perf_counter() < end:
+        pass
+    return "burnt"
+
+
+def react() -> Agent:
+    """Two instant tool steps, then the answer."""
+    return Agent(
+        "react",
+        SimulatedModel(Scenario.react("lookup", {"query": "podium"}, tool_steps=2, final="42.")),
+        "You look things up.",
+        [lookup],
+        max_steps=6,
+    )
+
+
+def slow() -> Agent:
+    """Three steps of 30 ms simulated model latency each (about 0.1 s a run)."""
+    return Agent(
+        "slow",
+        SimulatedModel(
+            Scenario.react("lookup", {"query": "slow"}, tool_steps=2, final="slow answer"),
+            latency=LatencyModel(ttft_s=0.03),
+        ),
+        "You are slow.",
+        [lookup],
+        max_steps=6,
+    )
+
+
+def sleepy() -> Agent:
+    """One step that takes 30 s: stays running until cancelled."""
+    return Agent(
+        "sleepy",
+        SimulatedModel(Scenario(final="never"), latency=LatencyModel(ttft_s=30.0)),
+        "You take your time.",
+        max_steps=2,
+    )
+
+
+def burner() -> Agent:
+    """Each run burns 4 × 20 ms of CPU on the loop."""
+    return Agent(
+        "burner",
+        SimulatedModel(Scenario.react("burn", {"query": "x"}, tool_steps=4)),
+        "You burn CPU.",
+        [burn],
+        max_steps=6,
+    )

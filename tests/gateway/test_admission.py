@@ -1,0 +1,185 @@
+"""Token buckets, the backlog gate, the AIMD controller, and 429s through the API."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from conftest import KEY_B, gateway_client
+from podium.config import AdaptiveConfig, LimitsConfig, PoolConfig
+from podium.gateway.admission import Admission, AimdController, BacklogGate, TokenBucket
+from podium.gateway.auth import Tenant
+from podium.gateway.errors import ApiError
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bucket_allows_the_burst_then_says_how_long_to_wait() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(2.0, 3.0, clock=clock)
+    for _ in range(3):
+        assert bucket.wait_time() == 0
+        bucket.take()
+    assert bucket.wait_time() == pytest.approx(0.5)
+    clock.now += 0.5
+    assert bucket.wait_time() == 0
+
+
+def test_a_refused_run_costs_no_tokens() -> None:
+    clock = FakeClock()
+    limits = LimitsConfig(tenant_rate=10, tenant_burst=10)
+    admission = Admission(limits, {"default": PoolConfig(rate=1, burst=1)}, clock=clock)
+    tenant = Tenant("t")
+    admission.admit(tenant, "default", 0)
+    with pytest.raises(ApiError) as refused:
+        admission.admit(tenant, "default", 0)
+    assert refused.value.status == 429 and refused.value.headers["Retry-After"] == "1"
+    assert admission.statistics().rejected == {"default:rate_limited": 1}
+    # The tenant's bucket was not charged for the refused run: 9 tokens left.
+    assert admission._tenant_bucket(tenant).statistics().tokens == pytest.approx(9)
+
+
+def test_backlog_gate_bounds_the_queue_by_the_latency_target() -> None:
+    gate = BacklogGate(slots=10, latency_target_s=2.0, expected_run_s=0.5, max_queue=1000)
+    assert gate.max_waiting == 30  # 10 slots × (2.0 − 0.5) s / 0.5 s
+    assert gate.retry_after(29) is None
+    assert gate.retry_after(30) == pytest.approx(0.5)
+    for _ in range(200):
+        gate.observe(1.0)  # runs got slower: the bound shrinks
+    assert gate.max_waiting == 10
+
+
+def test_aimd_lowers_the_limit_under_load_and_raises_it_back() -> None:
+    clock, cpu = FakeClock(), FakeClock()
+    cfg = AdaptiveConfig(max_rate=100, min_rate=1, decrease=0.5, increase=0.1, interval_s=1)
+    aimd = AimdController(cfg, cpu_clock=cpu, clock=clock)
+    for _ in range(40):
+        aimd.bucket.take()
+    clock.now += 1
+    cpu.now += 0.95  # 95 % of a core
+    assert aimd.step() == pytest.approx(20)  # min(limit, admitted 40/s) × 0.5
+    clock.now += 1
+    cpu.now += 0.2
+    assert aimd.step() == pytest.approx(30)  # + 0.1 × max_rate
+    for _ in range(20):
+        clock.now += 1
+        aimd.step()
+    assert aimd.limit == 100 and aimd.statistics().decreases == 1
+
+
+@pytest.mark.anyio
+async def test_aimd_reacts_to_real_cpu_burn_and_recovers() -> None:
+    cfg = AdaptiveConfig(max_rate=200, interval_s=0.05, increase=0.25, decrease=0.5)
+    aimd = AimdController(cfg)
+    stop = threading.Event()
+
+    def burn() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    aimd.start()
+    burner = threading.Thread(target=burn)
+    burner.start()
+    try:
+        while aimd.limit >= cfg.max_rate:
+            aimd.changed.clear()
+            await asyncio.wait_for(aimd.changed.wait(), 10)
+        lowered = aimd.limit
+    finally:
+        stop.set()
+        burner.join()
+    while aimd.limit < cfg.max_rate:
+        aimd.changed.clear()
+        await asyncio.wait_for(aimd.changed.wait(), 10)
+    await aimd.stop()
+    assert lowered < cfg.max_rate and aimd.statistics().increases >= 1
+
+
+@pytest.mark.anyio
+async def test_tenant_over_its_rate_gets_429_with_retry_after() -> None:
+    env = {"PODIUM_LIMITS__TENANT_RATE": "0.5", "PODIUM_LIMITS__TENANT_BURST": "2"}
+    async with gateway_client(env) as (gw, client):
+        codes = [
+            (await client.post("/v1/runs", json={"agent": "react", "input": "q"})) for _ in range(3)
+        ]
+        assert [r.status_code for r in codes] == [202, 202, 429]
+        refused = codes[-1]
+        assert refused.json()["error"]["type"] == "rate_limited"
+        assert 1 <= int(refused.headers["retry-after"]) <= 2
+        assert refused.json()["error"]["retry_after"] == pytest.approx(2.0, abs=0.1)
+        # Another tenant has its own bucket.
+        other = await client.post(
+            "/v1/runs",
+            json={"agent": "react", "input": "q"},
+            headers={"Authorization": f"Bearer {KEY_B}"},
+        )
+        assert other.status_code == 202
+        assert len(await gw.store.list()) == 3
+
+
+@pytest.mark.anyio
+async def test_full_backlog_sheds_with_queue_full() -> None:
+    env = {
+        "PODIUM_POOLS__DEFAULT__WORKERS": "0",  # nothing drains the queue
+        "PODIUM_POOLS__DEFAULT__CONCURRENCY": "2",
+        "PODIUM_POOLS__DEFAULT__LATENCY_TARGET_S": "3",
+        "PODIUM_POOLS__DEFAULT__EXPECTED_RUN_S": "1",
+    }
+    async with gateway_client(env) as (_, client):
+        codes = [
+            (await client.post("/v1/runs", json={"agent": "react", "input": "q"})) for _ in range(5)
+        ]
+        # 2 slots (the one-worker minimum) × (3 − 1) s / 1 s = 4 may wait.
+        assert [r.status_code for r in codes] == [202, 202, 202, 202, 429]
+        assert codes[-1].json()["error"]["type"] == "queue_full"
+        assert int(codes[-1].headers["retry-after"]) >= 1
+
+
+@pytest.mark.anyio
+async def test_adaptive_limit_drops_under_a_cpu_burning_agent_and_recovers() -> None:
+    """Runs whose tool burns CPU on the loop push the process over 85 %: the limit (a metric)
+    falls and new runs are shed as overloaded; once they finish it climbs back."""
+    import gateway_agents
+
+    from podium.gateway.service import ServedAgent
+
+    env = {
+        "PODIUM_LIMITS__ADAPTIVE__INTERVAL_S": "0.1",
+        "PODIUM_LIMITS__ADAPTIVE__MAX_RATE": "50",
+        "PODIUM_LIMITS__ADAPTIVE__INCREASE": "0.2",
+    }
+    async with gateway_client(env, [ServedAgent(gateway_agents.burner())]) as (gw, client):
+        aimd = gw.admission.controller
+
+        def limit_metric() -> float:
+            text = gw.metrics.render().decode()
+            line = next(x for x in text.splitlines() if x.startswith("podium_admission_limit "))
+            return float(line.split()[1])
+
+        assert limit_metric() == 50
+        statuses: list[int] = []
+        deadline = time.monotonic() + 20
+        while aimd.limit >= 50 and time.monotonic() < deadline:
+            r = await client.post("/v1/runs", json={"agent": "burner", "input": "q"})
+            statuses.append(r.status_code)
+            await asyncio.sleep(0.01)  # pace the load like a client would
+        assert aimd.limit < 50 and limit_metric() < 50
+        while True:  # keep offering load until a run is shed as overloaded
+            r = await client.post("/v1/runs", json={"agent": "burner", "input": "q"})
+            if r.status_code == 429:
+                assert r.json()["error"]["type"] == "overloaded"
+                break
+            await asyncio.sleep(0.01)
+        while aimd.limit < 50:  # load stopped: recovers
+            aimd.changed.clear()
+            await asyncio.wait_for(aimd.changed.wait(), 20)
+        assert limit_metric() == 50 and 202 in statuses

@@ -1,0 +1,100 @@
+"""``podium.toml`` loading, ``PODIUM_*`` overrides, keys and the loop-lag monitor."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from podium.config import load_config
+from podium.errors import ConfigError
+from podium.gateway.auth import KeyRing, hash_key
+from podium.gateway.errors import ApiError
+from podium.observe.looplag import LoopLagMonitor
+
+TOML = """
+[server]
+port = 9000
+store = "memory"
+
+[[agents]]
+name = "support"
+path = "gateway_agents:react"
+pool = "cpu"
+
+[pools.cpu]
+rate = 10.0
+burst = 20
+
+[limits]
+tenant_rate = 5.0
+
+[[keys]]
+hash = "{hash}"
+tenant = "acme"
+"""
+
+
+def test_file_then_environment(tmp_path: Path) -> None:
+    path = tmp_path / "podium.toml"
+    path.write_text(TOML.format(hash=hash_key("secret")))
+    env = {
+        "PODIUM_SERVER__PORT": "9100",
+        "PODIUM_POOLS__CPU__WORKERS": "3",
+        "PODIUM_LIMITS__ADAPTIVE__CPU_THRESHOLD": "0.5",
+        "HOME": "/x",
+    }
+    config = load_config(path, env)
+    assert config.server.port == 9100 and config.server.store == "memory"
+    assert config.pools["cpu"].rate == 10.0 and config.pools["cpu"].workers == 3
+    assert config.limits.tenant_rate == 5.0 and config.limits.adaptive.cpu_threshold == 0.5
+    assert config.agents[0].pool == "cpu" and config.pool_names() == ["cpu"]
+    assert KeyRing(config.keys).authenticate({"authorization": "Bearer secret"}).name == "acme"
+
+
+def test_compact_agent_and_key_lists_from_the_environment() -> None:
+    env = {
+        "PODIUM_AGENTS": "a=pkg.mod:a, b=pkg.mod:b",
+        "PODIUM_KEYS": f"{hash_key('k1')}=t1,plain=t2",
+    }
+    config = load_config(None, env)
+    assert [(a.name, a.path) for a in config.agents] == [("a", "pkg.mod:a"), ("b", "pkg.mod:b")]
+    ring = KeyRing(config.keys)
+    assert ring.authenticate({"x-api-key": "k1"}).name == "t1"
+    assert ring.authenticate({"authorization": "Bearer plain"}).name == "t2"
+    with pytest.raises(ApiError):
+        ring.authenticate({"authorization": "Bearer other"})
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "needle"),
+    [
+        ("[server]\nprot = 1\n", {}, "prot"),
+        ("[server]\nport = 'high'\n", {}, "port"),
+        ("", {"PODIUM_SERVER__PORT": "99999"}, "port"),
+        ("[[keys]]\ntenant = 'x'\n", {}, "exactly one of hash or key"),
+        ("[[keys]]\ntenant = 'x'\nhash = 'md5:1'\n", {}, "sha256"),
+        ("[server\n", {}, "podium.toml"),
+    ],
+)
+def test_bad_settings_name_what_is_wrong(
+    tmp_path: Path, text: str, env: dict[str, str], needle: str
+) -> None:
+    path = tmp_path / "podium.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(path, env)
+
+
+@pytest.mark.anyio
+async def test_loop_lag_monitor_sees_a_blocked_loop() -> None:
+    monitor = LoopLagMonitor(0.005)
+    monitor.start()
+    await asyncio.sleep(0.03)
+    time.sleep(0.1)  # noqa: ASYNC251 - block the loop on purpose
+    await asyncio.sleep(0.02)
+    await monitor.stop()
+    stats = monitor.statistics()
+    assert stats.samples >= 3 and stats.max_ms >= 80 and monitor.p99_ms() >= 80
