@@ -75,9 +75,13 @@ async def test_stream_sends_one_event_per_journal_entry_ending_with_final() -> N
         r = await client.post("/v1/runs", json={"agent": "react", "input": "q", "stream": True})
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = parse_sse(r.text)
-        assert [e["id"] for e in events] == [str(i) for i in range(len(events))]
+        # A step journaled whole is one entry sent as a group of events; the group's last
+        # event carries the entry's id, so ids are the journal's sequence numbers in order.
+        ids = [e["id"] for e in events if "id" in e]
+        assert ids == [str(i) for i in range(len(ids))]
         names = [e["event"] for e in events]
         assert names[:3] == ["model_reply", "tool_result", "step_finished"]
+        assert "id" not in events[0] and events[2]["id"] == "0"
         assert names[-1] == "final" and names.count("step_finished") == 3
         final = events[-1]["data"]
         assert isinstance(final, dict) and final["status"] == "completed"
@@ -89,9 +93,11 @@ async def test_events_resume_after_last_event_id() -> None:
         await gw.wait(run["id"], 10)
         full = parse_sse((await client.get(f"/v1/runs/{run['id']}/events")).text)
         resumed = parse_sse(
-            (await client.get(f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": "3"})).text
+            (await client.get(f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": "1"})).text
         )
-        assert resumed == full[4:]
+        cut = next(i for i, e in enumerate(full) if e.get("id") == "1")
+        assert resumed == full[cut + 1 :]
+        assert resumed[0]["event"] == "model_reply"  # the next step, whole
         after_final = await client.get(
             f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": full[-1]["id"]}
         )

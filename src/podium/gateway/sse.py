@@ -10,8 +10,12 @@ never a duplicate. Event names::
     step_finished  a step was checkpointed (with its phase timings)
     final          the run ended (status, output, error, reason) — the last event
 
-Journal kinds this module does not know are sent under their own tag with
-their fields as-is. While nothing happens a ``: keep-alive`` comment is sent
+A step journaled whole (one ``StepRecord`` entry, the common case) is sent as
+the same three kinds of event — ``model_reply``, a ``tool_result`` per call,
+``step_finished`` — of which only the last carries the entry's ``id``: a client
+cut off inside the group resumes from the previous id and gets the whole step
+again. Journal kinds this module does not know are sent under their own tag
+with their fields as-is. While nothing happens a ``: keep-alive`` comment is sent
 every ``heartbeat_s``.
 """
 
@@ -22,8 +26,16 @@ from typing import Any
 
 import msgspec
 
-from podium.engine.profile import STEP_PHASES
-from podium.engine.records import JournalEntry, RunFinished, RunRecord, StepCommitted
+from podium.engine.profile import STEP_PHASES, StepProfile
+from podium.engine.records import (
+    JournalEntry,
+    ModelTurn,
+    RunFinished,
+    RunRecord,
+    StepCommitted,
+    StepRecord,
+    ToolOutcome,
+)
 from podium.store.base import RunStore
 
 __all__ = ("EVENT_NAMES", "event_name", "follow_journal", "format_event", "parse_last_event_id")
@@ -50,19 +62,37 @@ def event_name(entry: object) -> str:
     return EVENT_NAMES.get(tag, tag)
 
 
+def _profile_data(p: StepProfile) -> dict[str, Any]:
+    return {
+        "tool_calls": p.tool_calls,
+        "wall_ms": {n: w / 1e6 for n, w in zip(STEP_PHASES, p.wall_ns, strict=False)},
+        "cpu_ms": {n: c / 1e6 for n, c in zip(STEP_PHASES, p.cpu_ns, strict=False)},
+    }
+
+
 def event_data(seq: int | None, entry: JournalEntry) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(entry)
     data.pop("type", None)
     if isinstance(entry, StepCommitted) and entry.profile is not None:
-        p = entry.profile
-        data["profile"] = {
-            "tool_calls": p.tool_calls,
-            "wall_ms": {n: w / 1e6 for n, w in zip(STEP_PHASES, p.wall_ns, strict=False)},
-            "cpu_ms": {n: c / 1e6 for n, c in zip(STEP_PHASES, p.cpu_ns, strict=False)},
-        }
+        data["profile"] = _profile_data(entry.profile)
     if seq is not None:
         data["seq"] = seq
     return data
+
+
+def entry_events(seq: int, entry: JournalEntry) -> list[tuple[str, dict[str, Any]]]:
+    """The (name, data) events of one journal entry, in order."""
+    if not isinstance(entry, StepRecord):
+        return [(event_name(entry), event_data(seq, entry))]
+    turn = ModelTurn(entry.step, entry.ts, entry.message, entry.usage)
+    events = [("model_reply", event_data(seq, turn))]
+    for index, result in enumerate(entry.results):
+        outcome = ToolOutcome(entry.step, entry.ts, index, result)
+        events.append(("tool_result", event_data(seq, outcome)))
+    events.append(
+        ("step_finished", event_data(seq, StepCommitted(entry.step, entry.ts, entry.profile)))
+    )
+    return events
 
 
 def format_event(seq: int | None, name: str, data: object) -> bytes:
@@ -112,7 +142,10 @@ async def follow_journal(
             continue
         for seq, entry in items:
             after = seq
-            yield format_event(seq, event_name(entry), event_data(seq, entry))
+            events = entry_events(seq, entry)
+            last = len(events) - 1
+            for i, (name, data) in enumerate(events):
+                yield format_event(seq if i == last else None, name, data)
             if isinstance(entry, RunFinished):
                 return
         items = await store.journal(run_id, after)
