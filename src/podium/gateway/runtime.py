@@ -70,13 +70,9 @@ def open_store(config: Config) -> RunStore:
     kind, _, path = spec.partition(":")
     if kind != "sqlite" or not path:
         raise ConfigError(f"server.store: use 'sqlite:PATH' or 'memory', got {spec!r}")
-    try:
-        from podium.store.sqlite import SQLiteRunStore  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        log.warning("SQLite store not available in this build; runs are kept in memory")
-        return MemoryRunStore()
-    sqlite_store: RunStore = SQLiteRunStore(path)
-    return sqlite_store
+    from podium.store.sqlite import SQLiteRunStore
+
+    return SQLiteRunStore(path)
 
 
 def open_queue(config: Config) -> RunQueue:

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
-from typing import cast
 
 from podium.agent import Agent
 from podium.config import Config
@@ -27,7 +26,7 @@ from podium.gateway.errors import ApiError
 from podium.gateway.metrics import GatewayMetrics
 from podium.observe.looplag import LoopLagMonitor
 from podium.queue.base import QueueItem, RunQueue
-from podium.store.base import JournalItem, RunStore
+from podium.store.base import RunStore
 from podium.worker.worker import Worker
 
 __all__ = ("Gateway", "ServedAgent")
@@ -187,9 +186,7 @@ class Gateway:
         deadline = time.monotonic() + wait_s
         after = -1
         while (left := deadline - time.monotonic()) > 0:
-            items: list[JournalItem] = cast(
-                "list[JournalItem]", await self.store.wait_journal(run_id, after, min(left, 5.0))
-            )
+            items = await self.store.wait_journal(run_id, after, min(left, 5.0))
             if any(isinstance(e, RunFinished) for _, e in items):
                 return
             if items:
