@@ -138,7 +138,7 @@ async def test_breaker_opens_rejects_without_calling_then_half_opens(
     result = await executor.execute(fragile, args(fragile), ctx())
     assert (result.ok, result.error, result.attempts) == (False, "circuit_open", 0)
     assert calls == 3  # rejected without calling
-    assert breaker.statistics().rejected_count == 1
+    assert breaker.statistics().rejected == 1
 
     clock.now += 10.0
     assert breaker.state == "half_open"
@@ -160,7 +160,7 @@ def test_half_open_lets_one_probe_and_a_failed_probe_reopens() -> None:
     assert not breaker.allow()  # only one
     breaker.record_failure()
     assert breaker.state == "open"
-    assert breaker.statistics().opened_count == 2
+    assert breaker.statistics().opened == 2
 
 
 async def test_max_concurrency_is_respected(executor: ToolExecutor) -> None:

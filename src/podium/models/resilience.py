@@ -11,10 +11,11 @@ import email.utils
 import random
 import time
 from collections.abc import Callable
-from typing import Literal
 
 import msgspec
 
+from podium.breaker import BreakerPolicy, BreakerStatistics
+from podium.breaker import CircuitBreaker as _SharedBreaker
 from podium.errors import ConfigError, ModelUnavailableError
 
 __all__ = (
@@ -91,22 +92,12 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-class BreakerStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of a :class:`CircuitBreaker`."""
+class CircuitBreaker(_SharedBreaker):
+    """The shared breaker with an endpoint's vocabulary: :meth:`check` raises
+    :class:`ModelUnavailableError` while open, so callers fail fast instead of
+    queueing on a dead endpoint."""
 
-    state: Literal["closed", "open", "half_open"]
-    consecutive_failures: int
-    opened: int
-    rejected: int
-
-
-class CircuitBreaker:
-    """Opens after ``failures`` consecutive failures; lets one probe through after ``reset_s``.
-
-    While open, :meth:`check` raises :class:`ModelUnavailableError` at once,
-    so callers fail fast instead of queueing on a dead endpoint. One success
-    closes it again.
-    """
+    __slots__ = ("name",)
 
     def __init__(
         self,
@@ -116,56 +107,16 @@ class CircuitBreaker:
         name: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if failures < 1:
-            raise ConfigError("CircuitBreaker.failures must be at least 1")
+        super().__init__(BreakerPolicy(failures, reset_s), clock=clock)
         self.name = name
-        self.failures = failures
-        self.reset_s = reset_s
-        self._clock = clock
-        self._consecutive = 0
-        self._opened_at: float | None = None
-        self._probing = False
-        self._opened = 0
-        self._rejected = 0
-
-    @property
-    def state(self) -> Literal["closed", "open", "half_open"]:
-        if self._opened_at is None:
-            return "closed"
-        if self._clock() - self._opened_at >= self.reset_s:
-            return "half_open"
-        return "open"
 
     def check(self) -> None:
         """Raise if no call may go now; in half-open state only one probe may."""
-        if self._opened_at is None:
-            return
-        state = self.state
-        if state == "half_open" and not self._probing:
-            self._probing = True
-            return
-        self._rejected += 1
-        wait = max(0.0, self.reset_s - (self._clock() - self._opened_at))
-        raise ModelUnavailableError(
-            f"circuit open for {self.name or 'endpoint'} after {self._consecutive} failures"
-            f" (next probe in {wait:.1f}s)"
-        )
+        if not self.allow():
+            raise ModelUnavailableError(
+                f"circuit open for {self.name or 'endpoint'} after {self.consecutive_failures}"
+                f" failures (next probe in {self.retry_in():.1f}s)"
+            )
 
-    def success(self) -> None:
-        self._consecutive = 0
-        self._opened_at = None
-        self._probing = False
-
-    def abandon(self) -> None:
-        """The call ended without a verdict (cancelled): let another probe through."""
-        self._probing = False
-
-    def failure(self) -> None:
-        self._consecutive += 1
-        if self._probing or (self._opened_at is None and self._consecutive >= self.failures):
-            self._opened_at = self._clock()
-            self._opened += 1
-        self._probing = False
-
-    def statistics(self) -> BreakerStatistics:
-        return BreakerStatistics(self.state, self._consecutive, self._opened, self._rejected)
+    success = _SharedBreaker.record_success
+    failure = _SharedBreaker.record_failure
