@@ -14,8 +14,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from podium.agent import Agent
 from podium.engine.profile import ProfileAggregator, StepProfile
@@ -34,6 +33,7 @@ from podium.engine.replay import RunState, replay
 from podium.engine.step import PlannedCall, plan_tool_calls, tool_message, truncate_result
 from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
 from podium.errors import ModelError, ModelReplyError, RunNotFoundError
+from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
 from podium.store.base import RunStore
@@ -77,7 +77,7 @@ class _Finish(Exception):
         self.error = error
 
 
-class Engine:
+class Engine(AsyncCloseable):
     """Runs agents: creates runs in a store, drives their steps, resumes them after a crash.
 
     Example::
@@ -562,14 +562,3 @@ class Engine:
             self.executor.close()
         if self._own_store:
             await self.store.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Sequence
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import msgspec
 
+from podium.lifecycle import AsyncCloseable
 from podium.messages import Message, ToolCall, Usage
 
 __all__ = (
@@ -103,7 +103,7 @@ class StreamDelta(msgspec.Struct, gc=False, omit_defaults=True):
     response: ModelResponse | None = None
 
 
-class Model(abc.ABC):
+class Model(AsyncCloseable, abc.ABC):
     """A model backend.
 
     Subclasses implement :meth:`request`. Example::
@@ -127,14 +127,3 @@ class Model(abc.ABC):
 
     async def aclose(self) -> None:
         """Release connections and background tasks."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -13,10 +13,10 @@ embedded default) and a Redis Streams queue for many workers on many machines.
 from __future__ import annotations
 
 import abc
-from types import TracebackType
-from typing import Self
 
 import msgspec
+
+from podium.lifecycle import AsyncCloseable
 
 __all__ = ("Claim", "QueueItem", "QueueStatistics", "RunQueue")
 
@@ -50,7 +50,7 @@ class QueueStatistics(msgspec.Struct, frozen=True):
     dead_lettered: int
 
 
-class RunQueue(abc.ABC):
+class RunQueue(AsyncCloseable, abc.ABC):
     """Runs waiting for workers, per pool."""
 
     @abc.abstractmethod
@@ -88,14 +88,3 @@ class RunQueue(abc.ABC):
 
     async def aclose(self) -> None:
         """Release connections."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -12,12 +12,12 @@ import asyncio
 import builtins
 import time
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Self
 
 import msgspec
 
 from podium.engine.records import JournalEntry, RunRecord
+from podium.lifecycle import AsyncCloseable
+from podium.store.notify import JournalNotifier
 
 __all__ = ("JournalItem", "RunStore", "StoreStatistics")
 
@@ -32,8 +32,10 @@ class StoreStatistics(msgspec.Struct, frozen=True):
     bytes_written: int
 
 
-class RunStore(abc.ABC):
+class RunStore(AsyncCloseable, abc.ABC):
     """Where runs live. Every method is safe to call from many runs at once."""
+
+    _notifier: JournalNotifier | None = None
 
     @abc.abstractmethod
     async def create(self, record: RunRecord) -> None:
@@ -76,28 +78,23 @@ class RunStore(abc.ABC):
     ) -> builtins.list[JournalItem]:
         """Entries after ``after``; waits up to ``timeout`` seconds for some to arrive.
 
-        The default polls; stores that can be notified override it.
+        Stores that write in this process set ``_notifier`` and are woken by their own
+        appends; the others poll (or override this with their service's blocking read).
         """
+        items = await self.journal(run_id, after)
+        if items:
+            return items
+        if self._notifier is not None:
+            await self._notifier.wait(run_id, timeout)
+            return await self.journal(run_id, after)
         deadline = time.monotonic() + timeout
-        while True:
-            items = await self.journal(run_id, after)
-            if items or time.monotonic() >= deadline:
-                return items
+        while not items and time.monotonic() < deadline:
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            items = await self.journal(run_id, after)
+        return items
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(0, 0, 0, 0)
 
     async def aclose(self) -> None:
         """Flush and release the store."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

@@ -19,7 +19,7 @@ class MemoryRunStore(RunStore):
     def __init__(self) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[JournalEntry]] = {}
-        self._notifier = JournalNotifier()
+        self._notifier: JournalNotifier | None = JournalNotifier()
         self._appends = 0
         self._entries = 0
 
@@ -51,20 +51,14 @@ class MemoryRunStore(RunStore):
         self._entries += len(entries)
         if record is not None:
             await self.update(record)
-        self._notifier.notify(run_id)
+        if self._notifier is not None:
+            self._notifier.notify(run_id)
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         journal = self._journals.get(run_id)
         if journal is None:
             raise RunNotFoundError(run_id)
         return [(i, e) for i, e in enumerate(journal) if i > after]
-
-    async def wait_journal(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
-        items = await self.journal(run_id, after)
-        if not items:
-            await self._notifier.wait(run_id, timeout)
-            items = await self.journal(run_id, after)
-        return items
 
     async def list(
         self,

@@ -82,7 +82,7 @@ class SQLiteRunStore(RunStore):
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_seq: dict[str, int] = {}  # owned by the database thread
-        self._notifier = JournalNotifier()
+        self._notifier: JournalNotifier | None = JournalNotifier()
         self._appends = 0
         self._entries = 0
         self._bytes = 0
@@ -259,7 +259,8 @@ class SQLiteRunStore(RunStore):
         self._appends += 1
         self._entries += len(rows)
         self._bytes += size
-        self._notifier.notify(run_id)
+        if self._notifier is not None:
+            self._notifier.notify(run_id)
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         def op(conn: sqlite3.Connection) -> list[tuple[int, bytes]] | None:
@@ -280,13 +281,6 @@ class SQLiteRunStore(RunStore):
             raise RunNotFoundError(run_id)
         decode = self._entry_decoder.decode
         return [(seq, decode(data)) for seq, data in rows]
-
-    async def wait_journal(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
-        items = await self.journal(run_id, after)
-        if not items:
-            await self._notifier.wait(run_id, timeout)
-            items = await self.journal(run_id, after)
-        return items
 
     async def list(
         self,
