@@ -397,8 +397,6 @@ class Engine(AsyncCloseable):
                     raise
                 attempt += 1
                 continue
-            if response.cpu_ns:
-                sw.cpu[_MODEL] = max(sw.cpu[_MODEL], response.cpu_ns)
             return response
 
     async def _run_tools(

@@ -95,8 +95,6 @@ class Stopwatch:
         running = self._running
         total = sum(running)
         if total > 0:
-            cpu = self.cpu
-            for i in range(6):
-                if running[i]:
-                    cpu[i] += spent * running[i] // total
-                    running[i] = 0
+            pairs = zip(self.cpu, running, strict=True)
+            self.cpu = [have + spent * ran // total for have, ran in pairs]
+            self._running = [0, 0, 0, 0, 0, 0]

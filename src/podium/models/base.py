@@ -76,9 +76,10 @@ class ModelRequest(msgspec.Struct, gc=False):
 class ModelResponse(msgspec.Struct, gc=False):
     """A backend's reply.
 
-    ``cpu_ns`` is the CPU the client spent on this call outside waiting
-    (encoding, decoding); the engine books it as the CPU share of the
-    ``model`` phase. ``ttft_s`` is the time to first token when streamed.
+    ``cpu_ns`` is the CPU the client itself spent on this call (encoding,
+    decoding), for the backend's own statistics; the engine measures the loop
+    thread's CPU around the call itself and does not add it again.
+    ``ttft_s`` is the time to first token when streamed.
     """
 
     content: str = ""
