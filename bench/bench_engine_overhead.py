@@ -5,7 +5,7 @@ answer, an instant simulated model, an instant async tool, 1,000 concurrent
 runs. Both loops run in this one process, in alternating rounds, and the
 report gives the median CPU µs per step of each and their ratio.
 
-    python bench/bench_engine_overhead.py [--runs 1000] [--rounds 5] [--json]
+    python bench/bench_engine_overhead.py [--runs 1000] [--rounds 9] [--uvloop] [--json]
 """
 
 from __future__ import annotations
@@ -121,6 +121,9 @@ async def main_async(runs: int, rounds: int) -> dict[str, Any]:
         ours.append(p)
         profiled.append(prof)
     h, o = statistics.median(hand), statistics.median(ours)
+    # Each round measures both loops back to back; the median of those per-round ratios is
+    # the figure least moved by a noisy neighbour on a shared machine.
+    ratios = [p / b for p, b in zip(ours, hand, strict=True)]
     return {
         "runs": runs,
         "rounds": rounds,
@@ -128,7 +131,9 @@ async def main_async(runs: int, rounds: int) -> dict[str, Any]:
         "hand_cpu_us_per_step": round(h, 2),
         "podium_cpu_us_per_step": round(o, 2),
         "podium_profiled_cpu_us_per_step": round(statistics.median(profiled), 2),
-        "ratio": round(o / h, 2),
+        "ratio": round(statistics.median(ratios), 2),
+        "ratio_of_medians": round(o / h, 2),
+        "round_ratios": [round(r, 2) for r in ratios],
         "target_ratio": 5.0,
     }
 
@@ -136,7 +141,7 @@ async def main_async(runs: int, rounds: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -155,7 +160,10 @@ def main() -> int:
             f"  (of which the profile attributes to phases: "
             f"{result['podium_profiled_cpu_us_per_step']:.2f} µs)"
         )
-        print(f"ratio             : {result['ratio']:8.2f}×  (target ≤ {result['target_ratio']}×)")
+        print(
+            f"ratio             : {result['ratio']:8.2f}×  median of per-round ratios "
+            f"(target ≤ {result['target_ratio']}×); ratio of medians {result['ratio_of_medians']}×"
+        )
     return 0
 
 
