@@ -356,7 +356,7 @@ class Engine(AsyncCloseable):
     def _close_step(self, sw: Stopwatch, profile: StepProfile) -> None:
         """End the checkpoint phase, file the step's timings, start the next step's clock."""
         sw.lap(_CHECKPOINT)
-        sw.flush()
+        sw.flush_phase(_CHECKPOINT)  # the step was flushed before its journal write
         profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
         sw.restart()
         if self.aggregator is not None:
