@@ -46,13 +46,13 @@ class WorkerProcess:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
-    async def wait_ready(self, timeout: float = 20.0) -> None:
+    async def wait_ready(self, within: float = 20.0) -> None:
         await wait_until(lambda: " ready " in self.text() or self.proc.poll() is not None,
-                         timeout, f"{self.log.name} ready")
+                         within, f"{self.log.name} ready")
         assert self.proc.poll() is None, self.text()
 
-    async def wait_exit(self, timeout: float = 60.0) -> int:
-        await wait_until(lambda: self.proc.poll() is not None, timeout, f"{self.log.name} exit")
+    async def wait_exit(self, within: float = 60.0) -> int:
+        await wait_until(lambda: self.proc.poll() is not None, within, f"{self.log.name} exit")
         return self.proc.returncode
 
     def signal(self, sig: int) -> None:
@@ -66,10 +66,10 @@ class WorkerProcess:
 
 
 async def wait_until(
-    predicate: Callable[[], bool | Awaitable[bool]], timeout: float, what: str
+    predicate: Callable[[], bool | Awaitable[bool]], within: float, what: str
 ) -> None:
-    """Poll ``predicate`` until true, failing after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    """Poll ``predicate`` until true, failing after ``within`` seconds."""
+    deadline = time.monotonic() + within
     while True:
         value = predicate()
         if not isinstance(value, bool):

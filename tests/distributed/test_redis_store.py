@@ -122,13 +122,31 @@ async def test_wait_journal_follows_live(shared_redis_url: str, prefix: str) -> 
         assert await reader.wait_journal("w1", 0, 0.05) == []
 
 
-async def test_retried_write_applies_once(shared_redis_url: str, prefix: str) -> None:
-    """A write whose reply was lost and is sent again with the same id is not applied twice."""
+async def test_retried_writes_apply_once(shared_redis_url: str, prefix: str) -> None:
+    """A write whose reply was lost and is sent again is not applied twice."""
     async with RedisRunStore(shared_redis_url, prefix=prefix) as store:
-        await store.create(RunRecord("i1", "agent", "x"))
-        keys = [store._run_key("i1"), store._journal_key("i1")]
-        args = ["append", -1, "same-id", b"", "", "", "0", 0, store._idx, "0", "i1",
-                store._enc.encode(turn(0))]
-        await store._write(keys=keys, args=args)
-        await store._write(keys=keys, args=args)
+        record = RunRecord("i1", "agent", "x")
+        await store.create(record)
+        keys = (store._run_key("i1"), store._journal_key("i1"))
+
+        async def record_write(counter: int, expected: int) -> list[int]:
+            reply: list[int] = await store._pipe.execute(
+                "EVALSHA", store._write, 2, *keys, "update", expected, f"w:{counter}",
+                store._enc.encode(record), "running", "default", "1.0", 0, store._idx, "0",
+                "i1", store._enc.encode([turn(0)]), 1,
+            )
+            return reply
+
+        assert await record_write(5, 0) == [1, 1]
+        assert await record_write(5, 0) == [1, 1]  # sent again: already applied
+        assert await record_write(4, 0) == [1, 1]  # an older write of the same writer
         assert len(await store.journal("i1")) == 1
+        # a journal-only append retried after a lost reply
+        store._held["i1"] = (1, 1)
+        await store.append("i1", [turn(1)])
+        store._held["i1"] = (1, 1)
+        await store.append("i1", [turn(1)])
+        assert [seq for seq, _ in await store.journal("i1")] == [0, 1]
+        store._held["i1"] = (1, 1)
+        with pytest.raises(StaleRunError):  # a different write at that place: overtaken
+            await store.append("i1", [turn(7)])

@@ -31,7 +31,9 @@ def _stats(text: str) -> dict[str, int]:
     return stats
 
 
-async def test_sigterm_drain_loses_no_step(shared_redis_url: str, prefix: str, tmp_path: Path) -> None:
+async def test_sigterm_drain_loses_no_step(
+    shared_redis_url: str, prefix: str, tmp_path: Path
+) -> None:
     effects = tmp_path / "effects.log"
     ids = [f"run-{i:02d}" for i in range(24)]
     agent = "tests.distributed.app:effects"

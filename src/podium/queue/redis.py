@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
@@ -29,6 +29,7 @@ from redis.exceptions import ResponseError
 from podium.errors import QueueUnavailableError
 from podium.queue.base import Claim, QueueItem, QueueStatistics, RunQueue
 from podium.store.redis import UNAVAILABLE, connect
+from podium.store.redis_batch import Autopipeline
 
 __all__ = ("DeadLetter", "RedisQueue")
 
@@ -129,9 +130,10 @@ class RedisQueue(RunQueue):
         self.prefix = prefix
         self.lease_s = lease_s
         self.reclaim_every_s = lease_s / 4 if reclaim_every_s is None else reclaim_every_s
-        self._reclaim = self.client.register_script(_RECLAIM)
-        self._heartbeat = self.client.register_script(_HEARTBEAT)
-        self._release = self.client.register_script(_RELEASE)
+        self._pipe = Autopipeline(self.client)  # everything but blocking reads
+        self._reclaim = self._pipe.register(_RECLAIM)
+        self._heartbeat = self._pipe.register(_HEARTBEAT)
+        self._release = self._pipe.register(_RELEASE)
         self._enc = msgspec.msgpack.Encoder()
         self._item_dec = msgspec.msgpack.Decoder(QueueItem)
         self._groups: set[str] = set()
@@ -170,7 +172,8 @@ class RedisQueue(RunQueue):
             item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
         async with _translate():
             await self._ensure_group(item.pool)
-            await self.client.xadd(self.stream_key(item.pool), {"d": self._enc.encode(item)})
+            await self._pipe.execute("XADD", self.stream_key(item.pool), "*",
+                                     "d", self._enc.encode(item))
         self._stats(item.pool).submitted += 1
 
     async def claim(
@@ -192,11 +195,10 @@ class RedisQueue(RunQueue):
         now = time.time()
         claims: list[Claim] = []
         if time.monotonic() >= self._next_reclaim.get(pool, 0.0):
-            reply: list[Any] = await cast(Any, self._reclaim(
-                keys=[key],
-                args=[_GROUP, consumer, int(self.lease_s * 1000), count,
-                      self._cursor.get(pool, "0-0")],
-            ))
+            reply: list[Any] = await self._pipe.execute(
+                "EVALSHA", self._reclaim, 1, key, _GROUP, consumer, int(self.lease_s * 1000),
+                count, self._cursor.get(pool, "0-0"),
+            )
             cursor = reply[0].decode()
             self._cursor[pool] = cursor
             if cursor == "0-0":  # scanned the whole pending list: rest a while
@@ -234,10 +236,10 @@ class RedisQueue(RunQueue):
         lost: list[Claim] = []
         async with _translate():
             for pool, held in by_pool.items():
-                gone: list[bytes] = await cast(Any, self._heartbeat(
-                    keys=[self.stream_key(pool)],
-                    args=[_GROUP, consumer, *(c.receipt for c in held)],
-                ))
+                gone: list[bytes] = await self._pipe.execute(
+                    "EVALSHA", self._heartbeat, 1, self.stream_key(pool), _GROUP, consumer,
+                    *(c.receipt for c in held),
+                )
                 if gone:
                     ids = {g.decode() for g in gone}
                     lost.extend(c for c in held if c.receipt in ids)
@@ -245,19 +247,19 @@ class RedisQueue(RunQueue):
 
     async def ack(self, claim: Claim) -> None:
         key = self.stream_key(claim.item.pool)
-        async with _translate(), self.client.pipeline(transaction=True) as pipe:
-            pipe.xack(key, _GROUP, claim.receipt)
-            pipe.xdel(key, claim.receipt)
-            await pipe.execute()
+        async with _translate():
+            acked = self._pipe.submit("XACK", key, _GROUP, claim.receipt)
+            await self._pipe.execute("XDEL", key, claim.receipt)
+            await acked
         self._stats(claim.item.pool).acked += 1
 
     async def release(self, claim: Claim) -> None:
         """Hand the run to the next worker now; a release is not counted as a delivery."""
         async with _translate():
-            await self._release(
-                keys=[self.stream_key(claim.item.pool)],
-                args=[_GROUP, claim.consumer, claim.receipt, self._enc.encode(claim.item),
-                      max(0, claim.deliveries - 1)],
+            await self._pipe.execute(
+                "EVALSHA", self._release, 1, self.stream_key(claim.item.pool), _GROUP,
+                claim.consumer, claim.receipt, self._enc.encode(claim.item),
+                max(0, claim.deliveries - 1),
             )
 
     async def dead_letter(self, claim: Claim, reason: str) -> None:
@@ -298,11 +300,10 @@ class RedisQueue(RunQueue):
         key = self.stream_key(pool)
         async with _translate():
             await self._ensure_group(pool)
-            async with self.client.pipeline(transaction=False) as pipe:
-                pipe.xlen(key)
-                pipe.xpending(key, _GROUP)
-                length, summary = await pipe.execute()
-        pending = int(summary["pending"]) if summary else 0
+            length_f = self._pipe.submit("XLEN", key)
+            summary = await self._pipe.execute("XPENDING", key, _GROUP)
+            length = await length_f
+        pending = int(summary[0]) if summary else 0  # raw XPENDING summary: [count, ...]
         c = self._stats(pool)
         c.waiting, c.in_flight = max(0, length - pending), pending
         return int(length), pending
@@ -315,5 +316,6 @@ class RedisQueue(RunQueue):
         )
 
     async def aclose(self) -> None:
+        await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()

@@ -3,20 +3,30 @@
 Layout (``podium`` is the configurable prefix; ``{id}`` is a hash tag so a
 run's two keys live in one slot)::
 
-    podium:{run_id}:run       hash: r = record (MessagePack), v = version,
-                              n = journal length, w = id of the last write
-    podium:{run_id}:journal   stream: entry seq k has id 0-(k+1), field e = entry
+    podium:{run_id}:run       hash: r = record (MessagePack), v = version, b = bucket,
+                              wp/wc = writer and counter of the last record write
+    podium:{run_id}:journal   stream: one entry per append, e = the entries (a
+                              MessagePack array), id = <version>-<last seq + 2>
     podium:idx:all            sorted sets of run ids scored by created_at, for
-    podium:idx:t:<tenant>     listing by tenant and status
-    podium:idx:s:<status>
-    podium:idx:ts:<tenant>:<status>
+    podium:idx:t:<tenant>     listing by tenant and status; the bucket is the
+    podium:idx:s:<bucket>     status, except that queued and running share the
+    podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing)
 
-Every write (create, update, a checkpoint) is one Lua script: one round trip,
-atomic, and fenced by the run's version — a writer whose version is stale gets
-:class:`~podium.errors.StaleRunError`, so two workers can never both advance a
-run. Journal-only appends are fenced by the version this store last wrote or
-read for the run. Each write carries a unique id, so a write retried after a
-lost reply is recognised as already applied instead of applied twice.
+Fencing, so two workers can never both advance a run:
+
+- a record write (create, update, a checkpoint with the record) is one Lua
+  script that checks the version the writer holds, bumps it, and moves the
+  journal stream's last id to ``<new version>-0`` (XSETID);
+- a checkpoint without the record is one plain XADD at
+  ``<held version>-<seq>``: Redis refuses an id not above the stream's last,
+  so a writer whose version was overtaken is refused — no script needed on
+  the hot path.
+
+A refused writer gets :class:`~podium.errors.StaleRunError`. Writes are
+idempotent, so a batch retried after a lost reply does not apply twice (a
+record write carries its writer's id and a growing counter; a refused XADD is
+checked against the entry already at its id). Writes and reads of every run a
+process drives share one connection through an :class:`Autopipeline`.
 Finished runs expire after ``finished_ttl_s``.
 """
 
@@ -40,8 +50,17 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError, StoreUnavailableError
 from podium.store.base import JournalItem, RunStore, StoreStatistics
+from podium.store.redis_batch import Autopipeline
 
 __all__ = ("RedisRunStore", "connect")
+
+
+def _bucket(status: str) -> str:
+    return "active" if status in ("queued", "running") else status
+
+
+def _seq_part(stream_id: bytes) -> int:
+    return int(stream_id.split(b"-", 1)[1])
 
 #: Errors that mean "Redis is away"; redis-py retries these with backoff first.
 UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -89,56 +108,67 @@ async def translate_errors() -> AsyncIterator[None]:
 
 
 # KEYS: run hash, journal stream.
-# ARGV: mode, expected version (-1: unchecked), write id, record ('' = none), status, tenant,
-#       created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal, run id,
-#       entries...
+# ARGV: mode (create|update), expected version, write id "writer:counter", record, bucket,
+#       tenant, created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal,
+#       run id, entries payload ('' = none), entry count.
+# Returns {version, journal length}.
 _WRITE = """
 local run, journal = KEYS[1], KEYS[2]
 local mode, expected, wid, rec = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local status, tenant, created = ARGV[5], ARGV[6], ARGV[7]
+local bucket, tenant, created = ARGV[5], ARGV[6], ARGV[7]
 local ttl, idx, terminal, id = tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11]
-local cur = redis.call('HMGET', run, 'v', 'n', 'w', 's')
+local payload, count = ARGV[12], tonumber(ARGV[13])
+local wp, wc = string.match(wid, '^(.*):(%d+)$')
+wc = tonumber(wc)
+local function length()
+  local last = redis.call('XREVRANGE', journal, '+', '-', 'COUNT', 1)
+  if last[1] then return tonumber(string.match(last[1][1], '%-(%d+)$')) - 1 end
+  return 0
+end
 local v, n, old
 if mode == 'create' then
-  if cur[1] then return redis.error_reply('PODIUM_EXISTS ' .. id) end
+  if redis.call('EXISTS', run) == 1 then return redis.error_reply('PODIUM_EXISTS ' .. id) end
   v, n, old = expected, 0, false
+  redis.call('XADD', journal, '0-1', 'e', '')  -- the stream exists (empty) from now on
+  redis.call('XDEL', journal, '0-1')
 else
+  local cur = redis.call('HMGET', run, 'v', 'wp', 'wc', 'b')
   if not cur[1] then return redis.error_reply('PODIUM_NOTFOUND ' .. id) end
-  v, n, old = tonumber(cur[1]), tonumber(cur[2]), cur[4]
-  if cur[3] == wid then return {v, n} end
-  if expected >= 0 and v ~= expected then
+  v, old = tonumber(cur[1]), cur[4]
+  if cur[2] == wp and tonumber(cur[3]) >= wc then return {v, length()} end  -- a retry
+  if v ~= expected then
     return redis.error_reply('PODIUM_STALE ' .. id .. ' is at version ' .. v ..
       ', this writer holds ' .. expected)
   end
-end
-for i = 12, #ARGV do
-  n = n + 1
-  redis.call('XADD', journal, '0-' .. n, 'e', ARGV[i])
-end
-if rec ~= '' then
-  if mode ~= 'create' then v = v + 1 end
-  redis.call('HSET', run, 'r', rec, 'v', v, 'n', n, 'w', wid, 's', status)
-  if old ~= status then
-    local score = tonumber(created)
-    if old then
-      redis.call('ZREM', idx .. 's:' .. old, id)
-      redis.call('ZREM', idx .. 'ts:' .. tenant .. ':' .. old, id)
-    else
-      redis.call('ZADD', idx .. 'all', score, id)
-      redis.call('ZADD', idx .. 't:' .. tenant, score, id)
-    end
-    redis.call('ZADD', idx .. 's:' .. status, score, id)
-    redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. status, score, id)
+  v = v + 1
+  n = length()
+  redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
+  if count > 0 then
+    n = n + count
+    redis.call('XADD', journal, v .. '-' .. (n + 1), 'e', payload)
   end
-  if terminal == '1' and ttl > 0 then
-    redis.call('PEXPIRE', run, ttl)
-    redis.call('PEXPIRE', journal, ttl)
+end
+redis.call('HSET', run, 'r', rec, 'v', v, 'wp', wp, 'wc', wc, 'b', bucket)
+if old ~= bucket then
+  local score = tonumber(created)
+  if old then
+    redis.call('ZREM', idx .. 's:' .. old, id)
+    redis.call('ZREM', idx .. 'ts:' .. tenant .. ':' .. old, id)
+  else
+    redis.call('ZADD', idx .. 'all', score, id)
+    redis.call('ZADD', idx .. 't:' .. tenant, score, id)
   end
-else
-  redis.call('HSET', run, 'n', n, 'w', wid)
+  redis.call('ZADD', idx .. 's:' .. bucket, score, id)
+  redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. bucket, score, id)
+end
+if terminal == '1' and ttl > 0 then
+  redis.call('PEXPIRE', run, ttl)
+  redis.call('PEXPIRE', journal, ttl)
 end
 return {v, n}
 """
+
+_STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 
 
 class RedisRunStore(RunStore):
@@ -168,14 +198,15 @@ class RedisRunStore(RunStore):
         self.prefix = prefix
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = f"{prefix}:idx:"
-        self._write = self.client.register_script(_WRITE)
+        self._pipe = Autopipeline(self.client)
+        self._write = self._pipe.register(_WRITE)
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
-        self._entry_dec = msgspec.msgpack.Decoder(JournalEntry)
-        # The version this store last wrote or read per run it drives: the fence for
-        # journal-only appends. Dropped when the run finishes.
-        self._held: dict[str, int] = {}
-        self._writer = f"{os.getpid()}-{os.urandom(4).hex()}-"
+        self._entries_dec = msgspec.msgpack.Decoder(list[JournalEntry])
+        # Per run this store drives: the version it holds (the fence for journal-only
+        # appends) and the journal's length. Dropped when the run finishes.
+        self._held: dict[str, tuple[int, int]] = {}
+        self._writer = f"{os.getpid()}-{os.urandom(6).hex()}:"
         self._write_ids = count(1)
         self._runs = self._appends = self._entries = self._bytes = 0
 
@@ -189,39 +220,36 @@ class RedisRunStore(RunStore):
 
     # -- writes -----------------------------------------------------------------------------
 
-    async def _exec(
-        self,
-        mode: str,
-        run_id: str,
-        expected: int,
-        record: RunRecord | None,
-        entries: Sequence[JournalEntry],
-    ) -> int:
-        """Run the write script; returns the run's version after it."""
-        encode = self._enc.encode
-        payload = [encode(e) for e in entries]
-        status: str
-        if record is not None:
-            rec = encode(record)
-            status, tenant, created = record.status, record.tenant, repr(record.created_at)
-            terminal = "1" if record.status in TERMINAL_STATUSES else "0"
-        else:
-            rec, status, tenant, created, terminal = b"", "", "", "0", "0"
-        args: list[Any] = [
-            mode, expected, f"{self._writer}{next(self._write_ids)}", rec, status, tenant,
-            created, self.finished_ttl_ms, self._idx, terminal, run_id, *payload,
-        ]
+    def _payload(self, entries: Sequence[JournalEntry]) -> bytes:
+        return self._enc.encode(list(entries)) if entries else b""
+
+    async def _write_record(
+        self, mode: str, record: RunRecord, expected: int, entries: Sequence[JournalEntry]
+    ) -> tuple[int, int]:
+        """The record script; returns (version, journal length) after it."""
+        rec = self._enc.encode(record)
+        payload = self._payload(entries)
+        terminal = "1" if record.status in TERMINAL_STATUSES else "0"
+        run_id = record.run_id
         async with translate_errors():
-            reply = await self._write(keys=[self._run_key(run_id), self._journal_key(run_id)],
-                                      args=args)
+            reply = await self._pipe.execute(
+                "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
+                mode, expected, f"{self._writer}{next(self._write_ids)}", rec,
+                _bucket(record.status),
+                record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
+                terminal, run_id, payload, len(entries),
+            )
+        self._count(len(entries), len(rec) + len(payload))
+        return int(reply[0]), int(reply[1])
+
+    def _count(self, entries: int, size: int) -> None:
         self._appends += 1
-        self._entries += len(payload)
-        self._bytes += len(rec) + sum(len(p) for p in payload)
-        return int(cast(list[Any], reply)[0])
+        self._entries += entries
+        self._bytes += size
 
     async def create(self, record: RunRecord) -> None:
         record.updated_at = record.updated_at or time.time()
-        await self._exec("create", record.run_id, record.version, record, ())
+        await self._write_record("create", record, record.version, ())
         self._runs += 1
 
     async def update(self, record: RunRecord) -> None:
@@ -233,11 +261,7 @@ class RedisRunStore(RunStore):
         if record is not None:
             await self._put(record, entries)
         elif entries:
-            try:
-                await self._exec("append", run_id, self._held.get(run_id, -1), None, entries)
-            except StaleRunError:
-                self._held.pop(run_id, None)
-                raise
+            await self._append_entries(run_id, entries)
 
     async def _put(self, record: RunRecord, entries: Sequence[JournalEntry]) -> None:
         """Write ``record`` (and entries) if its version is current; bumps ``record.version``."""
@@ -245,7 +269,7 @@ class RedisRunStore(RunStore):
         record.version = old + 1  # what the stored copy says once written
         record.updated_at = time.time()
         try:
-            await self._exec("update", record.run_id, old, record, entries)
+            version, length = await self._write_record("update", record, old, entries)
         except BaseException as exc:
             record.version = old
             if isinstance(exc, StaleRunError):
@@ -254,45 +278,94 @@ class RedisRunStore(RunStore):
         if record.status in TERMINAL_STATUSES:
             self._held.pop(record.run_id, None)
         else:
-            self._held[record.run_id] = record.version
+            self._held[record.run_id] = (version, length)
+
+    async def _append_entries(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
+        """A checkpoint without the record: one XADD at ``<held version>-<last seq + 2>``."""
+        held = self._held.get(run_id)
+        if held is None:  # not driven through this store: learn where the run stands
+            held = await self._position(run_id)
+        version, length = held
+        length += len(entries)
+        entry_id = f"{version}-{length + 1}"
+        payload = self._payload(entries)
+        key = self._journal_key(run_id)
+        async with translate_errors():
+            try:
+                added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
+            except ResponseError as exc:
+                if _STALE_ID not in str(exc):
+                    raise
+                # Overtaken — unless this is a retry of our own write that did land.
+                rows = await self._pipe.execute("XRANGE", key, entry_id, entry_id)
+                if not (rows and rows[0][1][1] == payload):
+                    self._held.pop(run_id, None)
+                    raise StaleRunError(
+                        f"{run_id}: another writer advanced it past version {version}"
+                    ) from None
+                added = True
+        if added is None:
+            raise RunNotFoundError(run_id)
+        self._held[run_id] = (version, length)
+        self._count(len(entries), len(payload))
+
+    async def _position(self, run_id: str) -> tuple[int, int]:
+        async with translate_errors():
+            version_f = self._pipe.submit("HGET", self._run_key(run_id), "v")
+            last = await self._pipe.execute(
+                "XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1
+            )
+            version = await version_f
+        if version is None:
+            raise RunNotFoundError(run_id)
+        return int(version), (_seq_part(last[0][0]) - 1 if last else 0)
 
     # -- reads ------------------------------------------------------------------------------
 
     async def get(self, run_id: str) -> RunRecord | None:
         async with translate_errors():
-            raw: bytes | None = await cast(Any, self.client.hget(self._run_key(run_id), "r"))
+            raw: bytes | None = await self._pipe.execute("HGET", self._run_key(run_id), "r")
         if raw is None:
             return None
         return self._record_dec.decode(raw)
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
-        async with translate_errors(), self.client.pipeline(transaction=False) as pipe:
-            pipe.xrange(self._journal_key(run_id), f"0-{after + 2}", "+")
-            pipe.exists(self._run_key(run_id))
-            rows, exists = await pipe.execute()
+        async with translate_errors():
+            rows_f = self._pipe.submit("XRANGE", self._journal_key(run_id), "-", "+")
+            exists_f = self._pipe.submit("EXISTS", self._run_key(run_id))
+            rows, exists = await rows_f, await exists_f
         if not rows and not exists:
             raise RunNotFoundError(run_id)
-        return self._decode_rows(rows)
+        items = self._decode_rows(rows)
+        return [item for item in items if item[0] > after] if after >= 0 else items
 
-    def _decode_rows(self, rows: list[tuple[bytes, dict[bytes, bytes]]]) -> list[JournalItem]:
-        decode = self._entry_dec.decode
-        return [(int(sid.split(b"-", 1)[1]) - 1, decode(fields[b"e"])) for sid, fields in rows]
+    def _decode_rows(self, rows: list[Any]) -> list[JournalItem]:
+        """Raw stream rows ``[id, [b"e", payload]]`` to ``(seq, entry)`` pairs."""
+        decode = self._entries_dec.decode
+        out: list[JournalItem] = []
+        for sid, fields in rows:
+            entries = decode(fields[1])
+            first = _seq_part(sid) - 1 - len(entries)
+            out.extend((first + i, e) for i, e in enumerate(entries))
+        return out
 
     async def wait_journal(
         self, run_id: str, after: int, timeout: float  # noqa: ASYNC109 (the interface's)
     ) -> list[JournalItem]:
         """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine)."""
-        if timeout <= 0:
-            return await self.journal(run_id, after)
-        block_ms = max(1, int(timeout * 1000))
+        key = self._journal_key(run_id)
         async with translate_errors():
-            reply: Any = await self.client.xread(
-                {self._journal_key(run_id): f"0-{after + 1}"}, block=block_ms
-            )
+            last = await self._pipe.execute("XREVRANGE", key, "+", "-", "COUNT", 1)
+        if (last and _seq_part(last[0][0]) - 2 > after) or timeout <= 0:
+            return await self.journal(run_id, after)
+        start = last[0][0] if last else b"0-1"
+        async with translate_errors():
+            reply: Any = await self.client.xread({key: start}, block=max(1, int(timeout * 1000)))
         if not reply:
             return []
         _, rows = reply[0]
-        return self._decode_rows(rows)
+        items = self._decode_rows([(sid, [b"e", f[b"e"]]) for sid, f in rows])
+        return [item for item in items if item[0] > after]
 
     async def list(
         self,
@@ -303,11 +376,11 @@ class RedisRunStore(RunStore):
         limit: int = 100,
     ) -> list[RunRecord]:
         if tenant is not None and status is not None:
-            key = f"{self._idx}ts:{tenant}:{status}"
+            key = f"{self._idx}ts:{tenant}:{_bucket(status)}"
         elif tenant is not None:
             key = f"{self._idx}t:{tenant}"
         elif status is not None:
-            key = f"{self._idx}s:{status}"
+            key = f"{self._idx}s:{_bucket(status)}"
         else:
             key = f"{self._idx}all"
         found: list[RunRecord] = []
@@ -342,5 +415,6 @@ class RedisRunStore(RunStore):
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
 
     async def aclose(self) -> None:
+        await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()
