@@ -152,10 +152,12 @@ async def steps_per_s(url: str, procs: int, runs: int, concurrency: int) -> floa
                "--prefix", prefix, "--agent", "bench.bench_distributed:agent", "--burst",
                "--procs", str(procs), "--concurrency", str(concurrency),
                "--log-level", "WARNING"]
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, timeout=300, check=False)
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 300)
         if proc.returncode != 0:
-            raise RuntimeError(proc.stderr.decode()[-2000:])
+            raise RuntimeError(err.decode()[-2000:])
         records = [await store.get(i) for i in ids]
         assert all(r is not None and r.status == "completed" for r in records)
         start = min(r.started_at or 0.0 for r in records if r is not None)

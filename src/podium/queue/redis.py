@@ -124,13 +124,15 @@ class RedisQueue(RunQueue):
         prefix: str = "podium",
         lease_s: float = 30.0,
         reclaim_every_s: float | None = None,
+        reconnect_retries: int = 10,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.lease_s = lease_s
         self.reclaim_every_s = lease_s / 4 if reclaim_every_s is None else reclaim_every_s
-        self._pipe = Autopipeline(self.client)  # everything but blocking reads
+        # everything but blocking reads goes through one pipelined connection
+        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
         self._reclaim = self._pipe.register(_RECLAIM)
         self._heartbeat = self._pipe.register(_HEARTBEAT)
         self._release = self._pipe.register(_RELEASE)

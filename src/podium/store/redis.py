@@ -89,22 +89,27 @@ def connect(
     )
 
 
+def translated(exc: Exception) -> Exception:
+    """The Podium error for a Redis error (raise it ``from`` the original)."""
+    if isinstance(exc, UNAVAILABLE):
+        return StoreUnavailableError(f"redis unavailable: {exc}")
+    message = str(exc)
+    if message.startswith("PODIUM_STALE"):
+        return StaleRunError(message.removeprefix("PODIUM_STALE "))
+    if message.startswith("PODIUM_NOTFOUND"):
+        return RunNotFoundError(message.removeprefix("PODIUM_NOTFOUND "))
+    if message.startswith("PODIUM_EXISTS"):
+        return StoreError(f"run {message.removeprefix('PODIUM_EXISTS ')} exists")
+    return StoreError(message)
+
+
 @asynccontextmanager
 async def translate_errors() -> AsyncIterator[None]:
     """Redis's errors become Podium's at this boundary."""
     try:
         yield
-    except UNAVAILABLE as exc:
-        raise StoreUnavailableError(f"redis unavailable: {exc}") from exc
-    except ResponseError as exc:
-        message = str(exc)
-        if message.startswith("PODIUM_STALE"):
-            raise StaleRunError(message.removeprefix("PODIUM_STALE ")) from None
-        if message.startswith("PODIUM_NOTFOUND"):
-            raise RunNotFoundError(message.removeprefix("PODIUM_NOTFOUND ")) from None
-        if message.startswith("PODIUM_EXISTS"):
-            raise StoreError(f"run {message.removeprefix('PODIUM_EXISTS ')} exists") from None
-        raise StoreError(message) from exc
+    except (*UNAVAILABLE, ResponseError) as exc:
+        raise translated(exc) from exc
 
 
 # KEYS: run hash, journal stream.
@@ -183,7 +188,9 @@ class RedisRunStore(RunStore):
 
     ``client`` may be shared with a :class:`~podium.queue.redis.RedisQueue`
     (one connection pool per process). ``finished_ttl_s=0`` keeps finished
-    runs forever.
+    runs forever. ``reconnect_retries``: how many reconnects (with backoff,
+    about ten seconds in all by default) a command waits through before
+    :class:`~podium.errors.StoreUnavailableError`.
     """
 
     def __init__(
@@ -192,13 +199,14 @@ class RedisRunStore(RunStore):
         *,
         prefix: str = "podium",
         finished_ttl_s: float = 7 * 86_400,
+        reconnect_retries: int = 10,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = f"{prefix}:idx:"
-        self._pipe = Autopipeline(self.client)
+        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
         self._write = self._pipe.register(_WRITE)
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
@@ -290,20 +298,22 @@ class RedisRunStore(RunStore):
         entry_id = f"{version}-{length + 1}"
         payload = self._payload(entries)
         key = self._journal_key(run_id)
-        async with translate_errors():
-            try:
-                added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
-            except ResponseError as exc:
-                if _STALE_ID not in str(exc):
-                    raise
-                # Overtaken — unless this is a retry of our own write that did land.
+        try:  # the hot path: plain try, no context manager
+            added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
+        except ResponseError as exc:
+            if _STALE_ID not in str(exc):
+                raise translated(exc) from exc
+            # Overtaken — unless this is a retry of our own write that did land.
+            async with translate_errors():
                 rows = await self._pipe.execute("XRANGE", key, entry_id, entry_id)
-                if not (rows and rows[0][1][1] == payload):
-                    self._held.pop(run_id, None)
-                    raise StaleRunError(
-                        f"{run_id}: another writer advanced it past version {version}"
-                    ) from None
-                added = True
+            if not (rows and rows[0][1][1] == payload):
+                self._held.pop(run_id, None)
+                raise StaleRunError(
+                    f"{run_id}: another writer advanced it past version {version}"
+                ) from None
+            added = True
+        except UNAVAILABLE as exc:
+            raise translated(exc) from exc
         if added is None:
             raise RunNotFoundError(run_id)
         self._held[run_id] = (version, length)

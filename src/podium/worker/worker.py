@@ -155,6 +155,11 @@ class Worker:
             return False
 
     def _start(self, claim: Claim) -> None:
+        held = self._active.get(claim.item.run_id)
+        if held is not None:  # our own lease ran out and we took the run back: keep driving it
+            self._active[claim.item.run_id] = (claim, held[1])
+            self._slots.release()
+            return
         task = asyncio.create_task(self._drive(claim), name=f"run:{claim.item.run_id}")
         self._active[claim.item.run_id] = (claim, task)
 
@@ -186,8 +191,9 @@ class Worker:
             self._slots.release()
 
     async def _execute(self, claim: Claim) -> bool | None:
-        """Drive the run: True when it ended, False when a drain paused it, None when it
-        is not ours (dead-lettered, or lost to another worker).
+        """Drive the run: True when it ended, False when a drain paused it, None when
+        there is nothing more to do here (it had ended already, was dead-lettered, or
+        was lost to another worker).
 
         While the store is away the run is resumed from its last checkpoint once
         it is back (backing off meanwhile). A stale checkpoint means another
@@ -206,6 +212,9 @@ class Worker:
                     else:
                         why = "run not in store"
                     await self._dead_letter(claim, why)
+                    return None
+                if record.done:  # finished before (its ack was lost): just ack it
+                    await self._ack(claim)
                     return None
                 if self._draining.is_set():
                     return False
@@ -234,7 +243,10 @@ class Worker:
 
     async def _dead_letter(self, claim: Claim, reason: str) -> None:
         record = await self.engine.store.get(claim.item.run_id)
-        if record is not None and not record.done:
+        if record is not None and record.done:  # it did finish; only its ack was lost
+            await self._ack(claim)
+            return
+        if record is not None:
             record.status = "failed"
             record.reason = "dead_letter"
             record.error = reason
