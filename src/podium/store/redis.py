@@ -362,7 +362,11 @@ class RedisRunStore(RunStore):
     async def wait_journal(
         self, run_id: str, after: int, timeout: float  # noqa: ASYNC109 (the interface's)
     ) -> list[JournalItem]:
-        """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine)."""
+        """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine).
+
+        One call blocks for at most 8 s (under the client's socket timeout); callers
+        following a run loop anyway.
+        """
         key = self._journal_key(run_id)
         async with translate_errors():
             last = await self._pipe.execute("XREVRANGE", key, "+", "-", "COUNT", 1)
@@ -370,7 +374,9 @@ class RedisRunStore(RunStore):
             return await self.journal(run_id, after)
         start = last[0][0] if last else b"0-1"
         async with translate_errors():
-            reply: Any = await self.client.xread({key: start}, block=max(1, int(timeout * 1000)))
+            reply: Any = await self.client.xread(
+                {key: start}, block=max(1, int(min(timeout, 8.0) * 1000))
+            )
         if not reply:
             return []
         _, rows = reply[0]
