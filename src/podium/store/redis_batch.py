@@ -30,6 +30,8 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from podium.errors import ConfigError
+
 __all__ = ("Autopipeline",)
 
 
@@ -80,7 +82,13 @@ class Autopipeline:
     def __init__(
         self, client: aioredis.Redis, *, retries: int = 10, timeout: float = 10.0
     ) -> None:
-        kwargs = client.connection_pool.connection_kwargs
+        pool = client.connection_pool
+        kwargs = pool.connection_kwargs
+        if pool.connection_class is not aioredis.Connection:
+            # TLS and unix sockets would need their own transport here; not built yet.
+            raise ConfigError(
+                f"{pool.connection_class.__name__} is not supported: use a redis:// TCP URL"
+            )
         self.host: str = kwargs.get("host", "127.0.0.1")
         self.port: int = int(kwargs.get("port", 6379))
         self.db: int = int(kwargs.get("db", 0) or 0)
