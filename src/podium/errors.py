@@ -12,7 +12,9 @@
     │   └── ModelReplyError         the reply could not be understood (bad JSON, truncated stream)
     ├── StoreError                  the run store failed
     │   ├── RunNotFoundError        no run with that id
-    │   └── StaleRunError           another writer advanced the run (optimistic concurrency)
+    │   ├── StaleRunError           another writer advanced the run (optimistic concurrency)
+    │   └── StoreUnavailableError   the store's service cannot be reached (also a ConnectionError)
+    ├── QueueUnavailableError       the queue's service cannot be reached (also a ConnectionError)
     └── RunError                    a run ended without an answer (``reason`` says why)
 
 Control flow inside a tool is kept apart from failures: a tool raises
@@ -30,11 +32,13 @@ __all__ = (
     "ModelTimeoutError",
     "ModelUnavailableError",
     "PodiumError",
+    "QueueUnavailableError",
     "RetryableToolError",
     "RunError",
     "RunNotFoundError",
     "StaleRunError",
     "StoreError",
+    "StoreUnavailableError",
     "ToolDefinitionError",
 )
 
@@ -87,6 +91,14 @@ class RunNotFoundError(StoreError):
 
 class StaleRunError(StoreError):
     """Another writer advanced the run first; this writer's checkpoint is refused."""
+
+
+class StoreUnavailableError(StoreError, ConnectionError):
+    """The store's service (Redis) cannot be reached; what was written before is intact."""
+
+
+class QueueUnavailableError(PodiumError, ConnectionError):
+    """The queue's service (Redis) cannot be reached; a worker backs off and tries again."""
 
 
 class RunError(PodiumError):

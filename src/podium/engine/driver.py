@@ -68,6 +68,10 @@ def new_run_id() -> str:
     return f"run_{_ID_PREFIX}{next(_id_counter):08x}"
 
 
+class _Paused(Exception):
+    """The run stopped at a step boundary on request (a drain); it stays ``running``."""
+
+
 class _Finish(Exception):
     """Ends the step loop with a terminal status (control flow, never escapes the engine)."""
 
@@ -105,6 +109,7 @@ class Engine(AsyncCloseable):
         self.observers: list[Observer] = list(observers)
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._cancelling: set[str] = set()
+        self._pausing: set[str] = set()
 
     # -- public API -------------------------------------------------------------------------
 
@@ -149,6 +154,17 @@ class Engine(AsyncCloseable):
             return False
         self._cancelling.add(run_id)
         task.cancel()
+        return True
+
+    def pause(self, run_id: str) -> bool:
+        """Ask a run driven here to stop after its current step's checkpoint (for a drain).
+
+        :meth:`execute` then returns the record still ``running``; any worker resumes
+        it from that checkpoint with nothing to redo.
+        """
+        if run_id not in self._tasks:
+            return False
+        self._pausing.add(run_id)
         return True
 
     @property
@@ -197,6 +213,8 @@ class Engine(AsyncCloseable):
                         await self._steps(agent, state)
             except _Finish as end:
                 return await self._finish(state, end.status, end.reason, error=end.error)
+            except _Paused:
+                return record
             except TimeoutError:
                 if scope is None or not scope.expired():
                     raise
@@ -219,12 +237,16 @@ class Engine(AsyncCloseable):
             return await self._finish(state, "completed", None)  # recorded with the last step
         finally:
             self._tasks.pop(run_id, None)
+            self._pausing.discard(run_id)
 
     async def _steps(self, agent: Agent, state: RunState) -> None:
         sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
         if state.pending is not None:
             await self._resume_pending(agent, state, sw)
+        pausing = self._pausing
         while True:
+            if pausing and state.record.run_id in pausing:
+                raise _Paused
             if state.step >= agent.max_steps:
                 raise _Finish(
                     "failed", "max_steps", f"no final answer after {agent.max_steps} steps"

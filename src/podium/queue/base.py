@@ -32,12 +32,17 @@ class QueueItem(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
 
 class Claim(msgspec.Struct, gc=False):
-    """A delivery of an item to one worker. ``receipt`` identifies it to ack/heartbeat."""
+    """A delivery of an item to one worker. ``receipt`` identifies it to ack/heartbeat.
+
+    ``consumer`` is the worker it was delivered to (distributed queues check it
+    before a release, so a worker that lost its lease cannot give the run back).
+    """
 
     item: QueueItem
     receipt: str
     deliveries: int = 1
     claimed_at: float = 0.0
+    consumer: str = ""
 
 
 class QueueStatistics(msgspec.Struct, frozen=True):
@@ -64,8 +69,12 @@ class RunQueue(AsyncCloseable, abc.ABC):
         """Up to ``count`` runs for ``consumer``, waiting up to ``block_s`` for one."""
 
     @abc.abstractmethod
-    async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
-        """Extend the leases of runs ``consumer`` is still driving."""
+    async def heartbeat(self, consumer: str, claims: list[Claim]) -> list[Claim] | None:
+        """Extend the leases of runs ``consumer`` is still driving.
+
+        Queues that can tell return the claims whose lease was lost (another
+        worker took the run over); the worker stops driving those.
+        """
 
     @abc.abstractmethod
     async def ack(self, claim: Claim) -> None:
@@ -82,6 +91,14 @@ class RunQueue(AsyncCloseable, abc.ABC):
     @abc.abstractmethod
     async def depth(self, pool: str = "default") -> int:
         """Runs waiting (not in flight) in ``pool``."""
+
+    async def outstanding(self, pool: str = "default") -> int:
+        """Runs not yet acked: waiting or in flight anywhere (burst workers wait for zero).
+
+        Defaults to :meth:`depth`, right for a queue whose in-flight runs all
+        belong to the asking process.
+        """
+        return await self.depth(pool)
 
     def statistics(self, pool: str = "default") -> QueueStatistics:
         return QueueStatistics(pool, 0, 0, 0, 0, 0, 0)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 import time
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ import msgspec
 
 from podium.agent import Agent
 from podium.engine.driver import Engine
+from podium.errors import StaleRunError
 from podium.queue.base import Claim, RunQueue
 
 __all__ = ("Worker", "WorkerStatistics")
@@ -37,6 +39,24 @@ class WorkerStatistics(msgspec.Struct, frozen=True):
     released: int
     dead_lettered: int
     draining: bool
+    lost: int = 0  # runs another worker took over (lease lost, or a stale checkpoint refused)
+
+
+class Backoff:
+    """Exponential backoff with full jitter, for a service that is away (Redis restarting)."""
+
+    __slots__ = ("base", "cap", "failures")
+
+    def __init__(self, base: float = 0.05, cap: float = 5.0) -> None:
+        self.base, self.cap, self.failures = base, cap, 0
+
+    def next(self) -> float:
+        delay = random.uniform(0, min(self.cap, self.base * 2**self.failures))
+        self.failures += 1
+        return delay
+
+    def reset(self) -> None:
+        self.failures = 0
 
 
 class Worker:
@@ -75,9 +95,15 @@ class Worker:
         self._completed = 0
         self._released = 0
         self._dead = 0
+        self._lost_runs = 0
+        self._lost: set[str] = set()  # runs whose lease was lost: cancelled, never released
+        self._claim_backoff = Backoff()
 
     async def run(self, *, burst: bool = False) -> None:
-        """Claim and drive runs until :meth:`drain` (with ``burst``: until the queue is empty)."""
+        """Claim and drive runs until :meth:`drain`.
+
+        With ``burst``, until the pool has nothing waiting or in flight on any worker.
+        """
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="podium-heartbeat")
         try:
             while not self._draining.is_set():
@@ -87,9 +113,14 @@ class Worker:
                     break
                 # We hold one slot; claim as many runs as there are free slots (batched).
                 claims = await self._claim(min(self.concurrency - len(self._active), 64))
+                if claims and self._draining.is_set():  # drain began while we were claiming
+                    for claim in claims:
+                        await self._release(claim)
+                    self._slots.release()
+                    break
                 if not claims:
                     self._slots.release()
-                    if burst and not self._active and await self.queue.depth(self.pool) == 0:
+                    if burst and not self._active and await self._nothing_left():
                         break
                     continue
                 for i, claim in enumerate(claims):
@@ -105,15 +136,30 @@ class Worker:
 
     async def _claim(self, count: int) -> list[Claim]:
         try:
-            return await self.queue.claim(
+            claims = await self.queue.claim(
                 self.consumer, pool=self.pool, count=count, block_s=self.claim_block_s
             )
         except (ConnectionError, OSError) as exc:  # the queue's service is away: back off
-            log.warning("claim failed (%s); retrying", exc)
-            await asyncio.sleep(0.5)
+            delay = self._claim_backoff.next()
+            log.warning("claim failed (%s); retrying in %.2fs", exc, delay)
+            await asyncio.sleep(delay)
             return []
+        self._claim_backoff.reset()
+        return claims
+
+    async def _nothing_left(self) -> bool:
+        """Burst mode's exit test: nothing waiting, nothing in flight on any worker."""
+        try:
+            return await self.queue.outstanding(self.pool) == 0
+        except (ConnectionError, OSError):
+            return False
 
     def _start(self, claim: Claim) -> None:
+        held = self._active.get(claim.item.run_id)
+        if held is not None:  # our own lease ran out and we took the run back: keep driving it
+            self._active[claim.item.run_id] = (claim, held[1])
+            self._slots.release()
+            return
         task = asyncio.create_task(self._drive(claim), name=f"run:{claim.item.run_id}")
         self._active[claim.item.run_id] = (claim, task)
 
@@ -121,37 +167,96 @@ class Worker:
         run_id = claim.item.run_id
         try:
             if claim.deliveries > self.max_deliveries:
-                await self._dead_letter(
-                    claim, f"delivered {claim.deliveries} times without finishing"
-                )
-                return
-            agent = self.agents.get(claim.item.agent)
-            record = await self.engine.store.get(run_id)
-            if agent is None or record is None:
-                why = f"unknown agent {claim.item.agent!r}" if agent is None else "run not in store"
+                why = f"delivered {claim.deliveries} times without finishing"
                 await self._dead_letter(claim, why)
                 return
-            admit_ns = max(0, int((claim.claimed_at - claim.item.enqueued_at) * 1e9))
-            await self.engine.execute(agent, record, admit_ns=admit_ns)
-            await self.queue.ack(claim)
-            self._completed += 1
+            done = await self._execute(claim)
+            if done is None:
+                return
+            if done:
+                await self._ack(claim)
+                self._completed += 1
+            else:  # paused at a step boundary by a drain: the next worker resumes it there
+                await self._release(claim)
         except asyncio.CancelledError:
-            await asyncio.shield(self._release(claim))
+            if run_id in self._lost:
+                self._lost.discard(run_id)
+            else:
+                await asyncio.shield(self._release(claim))
             raise
+        except Exception:  # a bug, not a crash: leave the lease to expire and count deliveries
+            log.exception("run %s failed in the worker; it will be delivered again", run_id)
         finally:
             self._active.pop(run_id, None)
             self._slots.release()
 
+    async def _execute(self, claim: Claim) -> bool | None:
+        """Drive the run: True when it ended, False when a drain paused it, None when
+        there is nothing more to do here (it had ended already, was dead-lettered, or
+        was lost to another worker).
+
+        While the store is away the run is resumed from its last checkpoint once
+        it is back (backing off meanwhile). A stale checkpoint means another
+        worker holds the run now: stop driving it, and neither ack nor release.
+        """
+        run_id = claim.item.run_id
+        agent = self.agents.get(claim.item.agent)
+        admit_ns = max(0, int((claim.claimed_at - claim.item.enqueued_at) * 1e9))
+        backoff = Backoff()
+        while True:
+            try:
+                record = await self.engine.store.get(run_id)
+                if agent is None or record is None:
+                    if agent is None:
+                        why = f"unknown agent {claim.item.agent!r}"
+                    else:
+                        why = "run not in store"
+                    await self._dead_letter(claim, why)
+                    return None
+                if record.done:  # finished before (its ack was lost): just ack it
+                    await self._ack(claim)
+                    return None
+                if self._draining.is_set():
+                    return False
+                record = await self.engine.execute(agent, record, admit_ns=admit_ns)
+                return record.done
+            except StaleRunError as exc:
+                log.warning("run %s: another worker holds it now (%s)", run_id, exc)
+                self._lost_runs += 1
+                return None
+            except (ConnectionError, OSError) as exc:
+                delay = backoff.next()
+                log.warning("run %s: store unavailable (%s); resuming in %.2fs", run_id, exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _ack(self, claim: Claim, attempts: int = 8) -> None:
+        backoff = Backoff()
+        for attempt in range(attempts):
+            try:
+                await self.queue.ack(claim)
+                return
+            except (ConnectionError, OSError) as exc:
+                if attempt == attempts - 1:  # the run is finished in the store: a redelivery
+                    log.warning("ack of %s failed (%s); it will be redelivered", claim.receipt, exc)
+                    return  # finds it done and acks it then
+                await asyncio.sleep(backoff.next())
+
     async def _dead_letter(self, claim: Claim, reason: str) -> None:
-        self._dead += 1
         record = await self.engine.store.get(claim.item.run_id)
-        if record is not None and not record.done:
+        if record is not None and record.done:  # it did finish; only its ack was lost
+            await self._ack(claim)
+            return
+        if record is not None:
             record.status = "failed"
             record.reason = "dead_letter"
             record.error = reason
             record.finished_at = time.time()
-            await self.engine.store.update(record)
+            try:
+                await self.engine.store.update(record)
+            except StaleRunError:  # someone else advanced it meanwhile: leave it to them
+                return
         await self.queue.dead_letter(claim, reason)
+        self._dead += 1
 
     async def _release(self, claim: Claim) -> None:
         self._released += 1
@@ -163,16 +268,32 @@ class Worker:
             await asyncio.sleep(self.heartbeat_s)
             if self._active:
                 try:
-                    await self.queue.heartbeat(self.consumer, [c for c, _ in self._active.values()])
+                    lost = await self.queue.heartbeat(
+                        self.consumer, [c for c, _ in self._active.values()]
+                    )
                 except (ConnectionError, OSError) as exc:
                     log.warning("heartbeat failed (%s)", exc)
+                    continue
+                for claim in lost or ():
+                    held = self._active.get(claim.item.run_id)
+                    if held is not None and held[0].receipt == claim.receipt:
+                        log.warning("run %s: lease lost to another worker", claim.item.run_id)
+                        self._lost.add(claim.item.run_id)
+                        self._lost_runs += 1
+                        held[1].cancel()
 
     async def drain(self, grace_s: float = 30.0) -> None:
-        """Stop claiming; give running runs ``grace_s`` to finish, then release the rest.
+        """Stop claiming; give running steps ``grace_s`` to finish and checkpoint.
 
-        A released run's last checkpoint is intact; another worker resumes it there.
+        Each run stops at its next step boundary and is released; a run whose
+        step is still going when the grace ends is cancelled mid-step and
+        released too. Either way its last checkpoint is intact and another
+        worker resumes it there (re-running only the calls that had no outcome,
+        under the same idempotency keys).
         """
         self._draining.set()
+        for run_id in self._active:
+            self.engine.pause(run_id)  # stop after the step in progress is checkpointed
         tasks = [t for _, t in self._active.values()]
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=grace_s)
@@ -190,4 +311,5 @@ class Worker:
             self._released,
             self._dead,
             self._draining.is_set(),
+            self._lost_runs,
         )

@@ -1,0 +1,323 @@
+"""The run queue on Redis Streams consumer groups: many workers, many machines.
+
+Layout (``podium`` is the configurable prefix)::
+
+    podium:queue:<pool>   stream of queued runs (field d = QueueItem, n = earlier deliveries)
+                          with one consumer group, "workers"
+    podium:dead:<pool>    dead-letter stream: run_id, agent, reason, deliveries, d
+
+A claim is an XREADGROUP delivery; its lease is the entry's idle time in the
+group's pending list. Heartbeats reset the idle time of the entries a worker
+still owns (XCLAIM JUSTID) and report the ones it lost. Entries idle longer
+than the lease — their worker crashed, was killed or cut off — are taken over
+with XAUTOCLAIM, which also counts the delivery. Acked entries are deleted, so
+the stream holds only runs waiting or in flight.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.exceptions import ResponseError
+
+from podium.errors import QueueUnavailableError
+from podium.queue.base import Claim, QueueItem, QueueStatistics, RunQueue
+from podium.store.redis import UNAVAILABLE, connect
+from podium.store.redis_batch import Autopipeline
+
+__all__ = ("DeadLetter", "RedisQueue")
+
+_GROUP = "workers"
+
+# KEYS: stream. ARGV: group, consumer, min idle ms, count, start id.
+# Returns {next start, {id, fields, deliveries}...}.
+_RECLAIM = """
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5], 'COUNT', ARGV[4])
+local out = {r[1]}
+for _, e in ipairs(r[2]) do
+  if type(e) == 'table' then
+    local p = redis.call('XPENDING', KEYS[1], ARGV[1], e[1], e[1], 1)
+    local n = 1
+    if p[1] then n = p[1][4] end
+    table.insert(out, {e[1], e[2], n})
+  end
+end
+return out
+"""
+
+# KEYS: stream. ARGV: group, consumer, ids... Resets the lease of each id still owned by
+# consumer; returns the ids it no longer owns (taken over, acked or dead-lettered).
+_HEARTBEAT = """
+local lost = {}
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    table.insert(lost, ARGV[i])
+  end
+end
+return lost
+"""
+
+# KEYS: stream. ARGV: group, consumer, id, item, earlier deliveries.
+# Gives a run back only if consumer still owns it: a fresh entry wakes waiting workers.
+_RELEASE = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if not p[1] or p[1][2] ~= ARGV[2] then return 0 end
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+redis.call('XDEL', KEYS[1], ARGV[3])
+redis.call('XADD', KEYS[1], '*', 'd', ARGV[4], 'n', ARGV[5])
+return 1
+"""
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    """A run the queue gave up on."""
+
+    item: QueueItem
+    reason: str
+    deliveries: int
+    ts: float
+
+
+@asynccontextmanager
+async def _translate() -> AsyncIterator[None]:
+    try:
+        yield
+    except UNAVAILABLE as exc:
+        raise QueueUnavailableError(f"redis unavailable: {exc}") from exc
+
+
+class _Counters:
+    __slots__ = ("acked", "dead", "in_flight", "redelivered", "submitted", "waiting")
+
+    def __init__(self) -> None:
+        self.submitted = self.acked = self.redelivered = self.dead = 0
+        self.waiting = self.in_flight = 0
+
+
+class RedisQueue(RunQueue):
+    """Runs waiting for workers, one Redis stream per pool, leases of ``lease_s``.
+
+    Example::
+
+        client = connect("redis://redis:6379/0")
+        queue = RedisQueue(client, lease_s=30)
+        await queue.submit(QueueItem(record.run_id, agent.name, pool="support"))
+
+    A worker must heartbeat more often than ``lease_s`` (the worker does, every
+    ``lease_s / 3``); a run whose lease has run out is delivered to the next
+    worker that claims, which resumes it from its checkpoint.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis | str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "podium",
+        lease_s: float = 30.0,
+        reclaim_every_s: float | None = None,
+        reconnect_retries: int = 10,
+    ) -> None:
+        self._own_client = isinstance(client, str)
+        self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
+        self.prefix = prefix
+        self.lease_s = lease_s
+        self.reclaim_every_s = lease_s / 4 if reclaim_every_s is None else reclaim_every_s
+        # everything but blocking reads goes through one pipelined connection
+        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
+        self._reclaim = self._pipe.register(_RECLAIM)
+        self._heartbeat = self._pipe.register(_HEARTBEAT)
+        self._release = self._pipe.register(_RELEASE)
+        self._enc = msgspec.msgpack.Encoder()
+        self._item_dec = msgspec.msgpack.Decoder(QueueItem)
+        self._groups: set[str] = set()
+        self._cursor: dict[str, str] = {}
+        self._next_reclaim: dict[str, float] = {}
+        self._counters: dict[str, _Counters] = {}
+
+    # -- keys and setup ---------------------------------------------------------------------
+
+    def stream_key(self, pool: str) -> str:
+        return f"{self.prefix}:queue:{pool}"
+
+    def dead_key(self, pool: str) -> str:
+        return f"{self.prefix}:dead:{pool}"
+
+    def _stats(self, pool: str) -> _Counters:
+        c = self._counters.get(pool)
+        if c is None:
+            c = self._counters[pool] = _Counters()
+        return c
+
+    async def _ensure_group(self, pool: str, *, force: bool = False) -> None:
+        if pool in self._groups and not force:
+            return
+        try:
+            await self.client.xgroup_create(self.stream_key(pool), _GROUP, id="0", mkstream=True)
+        except ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+        self._groups.add(pool)
+
+    # -- the queue --------------------------------------------------------------------------
+
+    async def submit(self, item: QueueItem) -> None:
+        if not item.enqueued_at:
+            item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
+        async with _translate():
+            await self._ensure_group(item.pool)
+            await self._pipe.execute("XADD", self.stream_key(item.pool), "*",
+                                     "d", self._enc.encode(item))
+        self._stats(item.pool).submitted += 1
+
+    async def claim(
+        self, consumer: str, *, pool: str = "default", count: int = 1, block_s: float = 1.0
+    ) -> list[Claim]:
+        """Runs whose lease expired first (XAUTOCLAIM, every ``reclaim_every_s``), then new ones."""
+        async with _translate():
+            await self._ensure_group(pool)
+            try:
+                return await self._claim(consumer, pool, count, block_s)
+            except ResponseError as exc:
+                if "NOGROUP" not in str(exc):  # Redis lost its data: make the group again
+                    raise
+                await self._ensure_group(pool, force=True)
+                return []
+
+    async def _claim(self, consumer: str, pool: str, count: int, block_s: float) -> list[Claim]:
+        key = self.stream_key(pool)
+        now = time.time()
+        claims: list[Claim] = []
+        if time.monotonic() >= self._next_reclaim.get(pool, 0.0):
+            reply: list[Any] = await self._pipe.execute(
+                "EVALSHA", self._reclaim, 1, key, _GROUP, consumer, int(self.lease_s * 1000),
+                count, self._cursor.get(pool, "0-0"),
+            )
+            cursor = reply[0].decode()
+            self._cursor[pool] = cursor
+            if cursor == "0-0":  # scanned the whole pending list: rest a while
+                # jitter so the workers of a pool do not all scan at once
+                self._next_reclaim[pool] = time.monotonic() + self.reclaim_every_s * (
+                    0.75 + random.random() / 2
+                )
+            for entry_id, fields, deliveries in reply[1:]:
+                claims.append(self._claim_of(consumer, entry_id, fields, int(deliveries), now))
+            self._stats(pool).redelivered += len(claims)
+        if len(claims) < count:
+            block = None if claims or block_s <= 0 else max(1, int(block_s * 1000))
+            streams: Any = await self.client.xreadgroup(
+                _GROUP, consumer, {key: ">"}, count=count - len(claims), block=block
+            )
+            for _, rows in streams or ():
+                for entry_id, fields in rows:
+                    claims.append(self._claim_of(consumer, entry_id, fields, 1, now))
+        return claims
+
+    def _claim_of(
+        self, consumer: str, entry_id: bytes, fields: Any, deliveries: int, now: float
+    ) -> Claim:
+        if isinstance(fields, list):  # from Lua: a flat [field, value, ...] array
+            fields = dict(zip(fields[::2], fields[1::2], strict=True))
+        earlier = int(fields.get(b"n", 0))
+        item = self._item_dec.decode(fields[b"d"])
+        return Claim(item, entry_id.decode(), earlier + deliveries, now, consumer)
+
+    async def heartbeat(self, consumer: str, claims: list[Claim]) -> list[Claim]:
+        """Extend the leases ``consumer`` still holds; returns the claims it has lost."""
+        by_pool: dict[str, list[Claim]] = {}
+        for claim in claims:
+            by_pool.setdefault(claim.item.pool, []).append(claim)
+        lost: list[Claim] = []
+        async with _translate():
+            for pool, held in by_pool.items():
+                gone: list[bytes] = await self._pipe.execute(
+                    "EVALSHA", self._heartbeat, 1, self.stream_key(pool), _GROUP, consumer,
+                    *(c.receipt for c in held),
+                )
+                if gone:
+                    ids = {g.decode() for g in gone}
+                    lost.extend(c for c in held if c.receipt in ids)
+        return lost
+
+    async def ack(self, claim: Claim) -> None:
+        key = self.stream_key(claim.item.pool)
+        async with _translate():
+            acked = self._pipe.submit("XACK", key, _GROUP, claim.receipt)
+            await self._pipe.execute("XDEL", key, claim.receipt)
+            await acked
+        self._stats(claim.item.pool).acked += 1
+
+    async def release(self, claim: Claim) -> None:
+        """Hand the run to the next worker now; a release is not counted as a delivery."""
+        async with _translate():
+            await self._pipe.execute(
+                "EVALSHA", self._release, 1, self.stream_key(claim.item.pool), _GROUP,
+                claim.consumer, claim.receipt, self._enc.encode(claim.item),
+                max(0, claim.deliveries - 1),
+            )
+
+    async def dead_letter(self, claim: Claim, reason: str) -> None:
+        pool = claim.item.pool
+        key = self.stream_key(pool)
+        async with _translate(), self.client.pipeline(transaction=True) as pipe:
+            pipe.xadd(self.dead_key(pool), {
+                "run_id": claim.item.run_id, "agent": claim.item.agent, "reason": reason,
+                "deliveries": claim.deliveries, "ts": repr(time.time()),
+                "d": self._enc.encode(claim.item),
+            })
+            pipe.xack(key, _GROUP, claim.receipt)
+            pipe.xdel(key, claim.receipt)
+            await pipe.execute()
+        self._stats(pool).dead += 1
+
+    async def dead_letters(self, pool: str = "default", limit: int = 100) -> list[DeadLetter]:
+        """The dead-letter stream of ``pool``, oldest first."""
+        async with _translate():
+            rows: Any = await self.client.xrange(self.dead_key(pool), count=limit)
+        return [
+            DeadLetter(self._item_dec.decode(f[b"d"]), f[b"reason"].decode(),
+                       int(f[b"deliveries"]), float(f[b"ts"]))
+            for _, f in rows
+        ]
+
+    async def depth(self, pool: str = "default") -> int:
+        """Runs waiting for a first delivery (not in anyone's pending list)."""
+        length, pending = await self._sizes(pool)
+        return max(0, length - pending)
+
+    async def outstanding(self, pool: str = "default") -> int:
+        """Runs not yet acked: waiting, or in flight on some worker (alive or not)."""
+        length, _ = await self._sizes(pool)
+        return length
+
+    async def _sizes(self, pool: str) -> tuple[int, int]:
+        key = self.stream_key(pool)
+        async with _translate():
+            await self._ensure_group(pool)
+            length_f = self._pipe.submit("XLEN", key)
+            summary = await self._pipe.execute("XPENDING", key, _GROUP)
+            length = await length_f
+        pending = int(summary[0]) if summary else 0  # raw XPENDING summary: [count, ...]
+        c = self._stats(pool)
+        c.waiting, c.in_flight = max(0, length - pending), pending
+        return int(length), pending
+
+    def statistics(self, pool: str = "default") -> QueueStatistics:
+        """This process's counters; ``waiting``/``in_flight`` as last seen by ``depth``."""
+        c = self._stats(pool)
+        return QueueStatistics(
+            pool, c.waiting, c.in_flight, c.submitted, c.acked, c.redelivered, c.dead
+        )
+
+    async def aclose(self) -> None:
+        await self._pipe.aclose()
+        if self._own_client:
+            await self.client.aclose()

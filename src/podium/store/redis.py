@@ -1,0 +1,436 @@
+"""A run store on Redis: records and journals shared by every worker and gateway.
+
+Layout (``podium`` is the configurable prefix; ``{id}`` is a hash tag so a
+run's two keys live in one slot)::
+
+    podium:{run_id}:run       hash: r = record (MessagePack), v = version, b = bucket,
+                              wp/wc = writer and counter of the last record write
+    podium:{run_id}:journal   stream: one entry per append, e = the entries (a
+                              MessagePack array), id = <version>-<last seq + 2>
+    podium:idx:all            sorted sets of run ids scored by created_at, for
+    podium:idx:t:<tenant>     listing by tenant and status; the bucket is the
+    podium:idx:s:<bucket>     status, except that queued and running share the
+    podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing)
+
+Fencing, so two workers can never both advance a run:
+
+- a record write (create, update, a checkpoint with the record) is one Lua
+  script that checks the version the writer holds, bumps it, and moves the
+  journal stream's last id to ``<new version>-0`` (XSETID);
+- a checkpoint without the record is one plain XADD at
+  ``<held version>-<seq>``: Redis refuses an id not above the stream's last,
+  so a writer whose version was overtaken is refused — no script needed on
+  the hot path.
+
+A refused writer gets :class:`~podium.errors.StaleRunError`. Writes are
+idempotent, so a batch retried after a lost reply does not apply twice (a
+record write carries its writer's id and a growing counter; a refused XADD is
+checked against the entry already at its id). Writes and reads of every run a
+process drives share one connection through an :class:`Autopipeline`.
+Finished runs expire after ``finished_ttl_s``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from itertools import count
+from typing import Any, cast
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
+from podium.errors import RunNotFoundError, StaleRunError, StoreError, StoreUnavailableError
+from podium.store.base import JournalItem, RunStore, StoreStatistics
+from podium.store.redis_batch import Autopipeline
+
+__all__ = ("RedisRunStore", "connect")
+
+
+def _bucket(status: str) -> str:
+    return "active" if status in ("queued", "running") else status
+
+
+def _seq_part(stream_id: bytes) -> int:
+    return int(stream_id.split(b"-", 1)[1])
+
+#: Errors that mean "Redis is away"; redis-py retries these with backoff first.
+UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def connect(
+    url: str = "redis://127.0.0.1:6379/0",
+    *,
+    retries: int = 8,
+    socket_timeout: float = 10.0,
+    max_connections: int | None = None,
+) -> aioredis.Redis:
+    """A redis-py asyncio client tuned for Podium: hiredis, jittered exponential retries.
+
+    With the defaults a command survives about ten seconds of Redis being away
+    (a restart) before the error reaches the caller.
+    """
+    return aioredis.Redis.from_url(
+        url,
+        retry=Retry(ExponentialWithJitterBackoff(cap=2.0, base=0.05), retries),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=socket_timeout,
+        health_check_interval=30,
+        max_connections=max_connections,
+    )
+
+
+def translated(exc: Exception) -> Exception:
+    """The Podium error for a Redis error (raise it ``from`` the original)."""
+    if isinstance(exc, UNAVAILABLE):
+        return StoreUnavailableError(f"redis unavailable: {exc}")
+    message = str(exc)
+    if message.startswith("PODIUM_STALE"):
+        return StaleRunError(message.removeprefix("PODIUM_STALE "))
+    if message.startswith("PODIUM_NOTFOUND"):
+        return RunNotFoundError(message.removeprefix("PODIUM_NOTFOUND "))
+    if message.startswith("PODIUM_EXISTS"):
+        return StoreError(f"run {message.removeprefix('PODIUM_EXISTS ')} exists")
+    return StoreError(message)
+
+
+@asynccontextmanager
+async def translate_errors() -> AsyncIterator[None]:
+    """Redis's errors become Podium's at this boundary."""
+    try:
+        yield
+    except (*UNAVAILABLE, ResponseError) as exc:
+        raise translated(exc) from exc
+
+
+# KEYS: run hash, journal stream.
+# ARGV: mode (create|update), expected version, write id "writer:counter", record, bucket,
+#       tenant, created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal,
+#       run id, entries payload ('' = none), entry count.
+# Returns {version, journal length}.
+_WRITE = """
+local run, journal = KEYS[1], KEYS[2]
+local mode, expected, wid, rec = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local bucket, tenant, created = ARGV[5], ARGV[6], ARGV[7]
+local ttl, idx, terminal, id = tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11]
+local payload, count = ARGV[12], tonumber(ARGV[13])
+local wp, wc = string.match(wid, '^(.*):(%d+)$')
+wc = tonumber(wc)
+local function length()
+  local last = redis.call('XREVRANGE', journal, '+', '-', 'COUNT', 1)
+  if last[1] then return tonumber(string.match(last[1][1], '%-(%d+)$')) - 1 end
+  return 0
+end
+local v, n, old
+if mode == 'create' then
+  if redis.call('EXISTS', run) == 1 then return redis.error_reply('PODIUM_EXISTS ' .. id) end
+  v, n, old = expected, 0, false
+  redis.call('XADD', journal, '0-1', 'e', '')  -- the stream exists (empty) from now on
+  redis.call('XDEL', journal, '0-1')
+else
+  local cur = redis.call('HMGET', run, 'v', 'wp', 'wc', 'b')
+  if not cur[1] then return redis.error_reply('PODIUM_NOTFOUND ' .. id) end
+  v, old = tonumber(cur[1]), cur[4]
+  if cur[2] == wp and tonumber(cur[3]) >= wc then return {v, length()} end  -- a retry
+  if v ~= expected then
+    return redis.error_reply('PODIUM_STALE ' .. id .. ' is at version ' .. v ..
+      ', this writer holds ' .. expected)
+  end
+  v = v + 1
+  n = length()
+  redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
+  if count > 0 then
+    n = n + count
+    redis.call('XADD', journal, v .. '-' .. (n + 1), 'e', payload)
+  end
+end
+redis.call('HSET', run, 'r', rec, 'v', v, 'wp', wp, 'wc', wc, 'b', bucket)
+if old ~= bucket then
+  local score = tonumber(created)
+  if old then
+    redis.call('ZREM', idx .. 's:' .. old, id)
+    redis.call('ZREM', idx .. 'ts:' .. tenant .. ':' .. old, id)
+  else
+    redis.call('ZADD', idx .. 'all', score, id)
+    redis.call('ZADD', idx .. 't:' .. tenant, score, id)
+  end
+  redis.call('ZADD', idx .. 's:' .. bucket, score, id)
+  redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. bucket, score, id)
+end
+if terminal == '1' and ttl > 0 then
+  redis.call('PEXPIRE', run, ttl)
+  redis.call('PEXPIRE', journal, ttl)
+end
+return {v, n}
+"""
+
+_STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
+
+
+class RedisRunStore(RunStore):
+    """Runs, checkpoints and live event streams in Redis.
+
+    Example::
+
+        client = connect("redis://redis:6379/0")
+        store = RedisRunStore(client, finished_ttl_s=86_400)
+        async with Engine(store) as engine:
+            ...
+
+    ``client`` may be shared with a :class:`~podium.queue.redis.RedisQueue`
+    (one connection pool per process). ``finished_ttl_s=0`` keeps finished
+    runs forever. ``reconnect_retries``: how many reconnects (with backoff,
+    about ten seconds in all by default) a command waits through before
+    :class:`~podium.errors.StoreUnavailableError`.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis | str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "podium",
+        finished_ttl_s: float = 7 * 86_400,
+        reconnect_retries: int = 10,
+    ) -> None:
+        self._own_client = isinstance(client, str)
+        self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
+        self.prefix = prefix
+        self.finished_ttl_ms = int(finished_ttl_s * 1000)
+        self._idx = f"{prefix}:idx:"
+        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
+        self._write = self._pipe.register(_WRITE)
+        self._enc = msgspec.msgpack.Encoder()
+        self._record_dec = msgspec.msgpack.Decoder(RunRecord)
+        self._entries_dec = msgspec.msgpack.Decoder(list[JournalEntry])
+        # Per run this store drives: the version it holds (the fence for journal-only
+        # appends) and the journal's length. Dropped when the run finishes.
+        self._held: dict[str, tuple[int, int]] = {}
+        self._writer = f"{os.getpid()}-{os.urandom(6).hex()}:"
+        self._write_ids = count(1)
+        self._runs = self._appends = self._entries = self._bytes = 0
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def _run_key(self, run_id: str) -> str:
+        return f"{self.prefix}:{{{run_id}}}:run"
+
+    def _journal_key(self, run_id: str) -> str:
+        return f"{self.prefix}:{{{run_id}}}:journal"
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _payload(self, entries: Sequence[JournalEntry]) -> bytes:
+        return self._enc.encode(list(entries)) if entries else b""
+
+    async def _write_record(
+        self, mode: str, record: RunRecord, expected: int, entries: Sequence[JournalEntry]
+    ) -> tuple[int, int]:
+        """The record script; returns (version, journal length) after it."""
+        rec = self._enc.encode(record)
+        payload = self._payload(entries)
+        terminal = "1" if record.status in TERMINAL_STATUSES else "0"
+        run_id = record.run_id
+        async with translate_errors():
+            reply = await self._pipe.execute(
+                "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
+                mode, expected, f"{self._writer}{next(self._write_ids)}", rec,
+                _bucket(record.status),
+                record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
+                terminal, run_id, payload, len(entries),
+            )
+        self._count(len(entries), len(rec) + len(payload))
+        return int(reply[0]), int(reply[1])
+
+    def _count(self, entries: int, size: int) -> None:
+        self._appends += 1
+        self._entries += entries
+        self._bytes += size
+
+    async def create(self, record: RunRecord) -> None:
+        record.updated_at = record.updated_at or time.time()
+        await self._write_record("create", record, record.version, ())
+        self._runs += 1
+
+    async def update(self, record: RunRecord) -> None:
+        await self._put(record, ())
+
+    async def append(
+        self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
+    ) -> None:
+        if record is not None:
+            await self._put(record, entries)
+        elif entries:
+            await self._append_entries(run_id, entries)
+
+    async def _put(self, record: RunRecord, entries: Sequence[JournalEntry]) -> None:
+        """Write ``record`` (and entries) if its version is current; bumps ``record.version``."""
+        old = record.version
+        record.version = old + 1  # what the stored copy says once written
+        record.updated_at = time.time()
+        try:
+            version, length = await self._write_record("update", record, old, entries)
+        except BaseException as exc:
+            record.version = old
+            if isinstance(exc, StaleRunError):
+                self._held.pop(record.run_id, None)
+            raise
+        if record.status in TERMINAL_STATUSES:
+            self._held.pop(record.run_id, None)
+        else:
+            self._held[record.run_id] = (version, length)
+
+    async def _append_entries(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
+        """A checkpoint without the record: one XADD at ``<held version>-<last seq + 2>``."""
+        held = self._held.get(run_id)
+        if held is None:  # not driven through this store: learn where the run stands
+            held = await self._position(run_id)
+        version, length = held
+        length += len(entries)
+        entry_id = f"{version}-{length + 1}"
+        payload = self._payload(entries)
+        key = self._journal_key(run_id)
+        try:  # the hot path: plain try, no context manager
+            added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
+        except ResponseError as exc:
+            if _STALE_ID not in str(exc):
+                raise translated(exc) from exc
+            # Overtaken — unless this is a retry of our own write that did land.
+            async with translate_errors():
+                rows = await self._pipe.execute("XRANGE", key, entry_id, entry_id)
+            if not (rows and rows[0][1][1] == payload):
+                self._held.pop(run_id, None)
+                raise StaleRunError(
+                    f"{run_id}: another writer advanced it past version {version}"
+                ) from None
+            added = True
+        except UNAVAILABLE as exc:
+            raise translated(exc) from exc
+        if added is None:
+            raise RunNotFoundError(run_id)
+        self._held[run_id] = (version, length)
+        self._count(len(entries), len(payload))
+
+    async def _position(self, run_id: str) -> tuple[int, int]:
+        async with translate_errors():
+            version_f = self._pipe.submit("HGET", self._run_key(run_id), "v")
+            last = await self._pipe.execute(
+                "XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1
+            )
+            version = await version_f
+        if version is None:
+            raise RunNotFoundError(run_id)
+        return int(version), (_seq_part(last[0][0]) - 1 if last else 0)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def get(self, run_id: str) -> RunRecord | None:
+        async with translate_errors():
+            raw: bytes | None = await self._pipe.execute("HGET", self._run_key(run_id), "r")
+        if raw is None:
+            return None
+        return self._record_dec.decode(raw)
+
+    async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
+        async with translate_errors():
+            rows_f = self._pipe.submit("XRANGE", self._journal_key(run_id), "-", "+")
+            exists_f = self._pipe.submit("EXISTS", self._run_key(run_id))
+            rows, exists = await rows_f, await exists_f
+        if not rows and not exists:
+            raise RunNotFoundError(run_id)
+        items = self._decode_rows(rows)
+        return [item for item in items if item[0] > after] if after >= 0 else items
+
+    def _decode_rows(self, rows: list[Any]) -> list[JournalItem]:
+        """Raw stream rows ``[id, [b"e", payload]]`` to ``(seq, entry)`` pairs."""
+        decode = self._entries_dec.decode
+        out: list[JournalItem] = []
+        for sid, fields in rows:
+            entries = decode(fields[1])
+            first = _seq_part(sid) - 1 - len(entries)
+            out.extend((first + i, e) for i, e in enumerate(entries))
+        return out
+
+    async def wait_journal(
+        self, run_id: str, after: int, timeout: float
+    ) -> list[JournalItem]:
+        """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine).
+
+        One call blocks for at most 8 s (under the client's socket timeout); callers
+        following a run loop anyway.
+        """
+        key = self._journal_key(run_id)
+        async with translate_errors():
+            last = await self._pipe.execute("XREVRANGE", key, "+", "-", "COUNT", 1)
+        if (last and _seq_part(last[0][0]) - 2 > after) or timeout <= 0:
+            return await self.journal(run_id, after)
+        start = last[0][0] if last else b"0-1"
+        async with translate_errors():
+            reply: Any = await self.client.xread(
+                {key: start}, block=max(1, int(min(timeout, 8.0) * 1000))
+            )
+        if not reply:
+            return []
+        _, rows = reply[0]
+        items = self._decode_rows([(sid, [b"e", f[b"e"]]) for sid, f in rows])
+        return [item for item in items if item[0] > after]
+
+    async def list(
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        agent: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        if tenant is not None and status is not None:
+            key = f"{self._idx}ts:{tenant}:{_bucket(status)}"
+        elif tenant is not None:
+            key = f"{self._idx}t:{tenant}"
+        elif status is not None:
+            key = f"{self._idx}s:{_bucket(status)}"
+        else:
+            key = f"{self._idx}all"
+        found: list[RunRecord] = []
+        start, page = 0, max(limit, 50)
+        async with translate_errors():
+            while len(found) < limit:
+                ids: list[bytes] = await cast(Any, self.client).zrevrange(
+                    key, start, start + page - 1
+                )
+                if not ids:
+                    break
+                start += page
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for run_id in ids:
+                        pipe.hget(self._run_key(run_id.decode()), "r")
+                    raws = await pipe.execute()
+                expired = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
+                if expired:  # finished runs whose TTL passed: tidy the index lazily
+                    await self.client.zrem(key, *expired)
+                    start -= len(expired)
+                for raw in raws:
+                    if raw is None:
+                        continue
+                    record = self._record_dec.decode(raw)
+                    if (status is None or record.status == status) and (
+                        agent is None or record.agent == agent
+                    ):
+                        found.append(record)
+        return found[:limit]
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
+
+    async def aclose(self) -> None:
+        await self._pipe.aclose()
+        if self._own_client:
+            await self.client.aclose()

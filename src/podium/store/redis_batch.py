@@ -1,0 +1,249 @@
+"""Automatic pipelining on one connection: the Redis commands of many runs, written together.
+
+redis-py holds one connection per command in flight, so a worker driving 256
+runs would open 256 sockets and pay a coroutine, a timeout scope and a system
+call pair per checkpoint. An :class:`Autopipeline` queues each command with a
+future; at the end of the loop turn everything queued is packed by hiredis (C)
+and written at once to a single connection, whose replies hiredis parses and
+hands back in order. No coroutine runs per command, and batches do not wait
+for each other: the connection carries as many as are in flight.
+
+If the connection drops, the commands without a reply are sent again after a
+reconnect with jittered exponential backoff, which is why every write Podium
+sends is idempotent; after ``retries`` failed reconnects they fail with the
+connection error. Scripts are called by SHA; after a Redis restart (NOSCRIPT)
+they are loaded and the refused command sent again. Blocking reads
+(XREADGROUP, XREAD BLOCK) do not belong here: they use the redis-py client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import deque
+from typing import Any, cast
+
+import hiredis
+import redis.asyncio as aioredis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+
+from podium.errors import ConfigError
+
+__all__ = ("Autopipeline",)
+
+
+class _Op:
+    __slots__ = ("args", "fut", "sent_at")
+
+    def __init__(self, args: tuple[Any, ...], fut: asyncio.Future[Any]) -> None:
+        self.args = args
+        self.fut = fut
+        self.sent_at = 0.0
+
+
+class _Protocol(asyncio.Protocol):
+    """Replies, in order, to the ops written on this connection."""
+
+    def __init__(self, owner: Autopipeline) -> None:
+        self.owner = owner
+        self.reader = hiredis.Reader()
+        self.waiting: deque[_Op] = deque()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        while (reply := self.reader.gets()) is not False:
+            op = self.waiting.popleft()
+            if isinstance(reply, hiredis.ReplyError):
+                message = str(reply)
+                if message.startswith("NOSCRIPT"):
+                    self.owner._reload_and_resend(op)
+                    continue
+                reply = ResponseError(message)
+                if not op.fut.done():
+                    op.fut.set_exception(reply)
+            elif not op.fut.done():
+                op.fut.set_result(reply)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.owner._lost(self)
+
+
+class Autopipeline:
+    """Send the commands of one loop turn as one write on one connection."""
+
+    def __init__(
+        self, client: aioredis.Redis, *, retries: int = 10, timeout: float = 10.0
+    ) -> None:
+        pool = client.connection_pool
+        kwargs = pool.connection_kwargs
+        if pool.connection_class is not aioredis.Connection:
+            # TLS and unix sockets would need their own transport here; not built yet.
+            raise ConfigError(
+                f"{pool.connection_class.__name__} is not supported: use a redis:// TCP URL"
+            )
+        self.host: str = kwargs.get("host", "127.0.0.1")
+        self.port: int = int(kwargs.get("port", 6379))
+        self.db: int = int(kwargs.get("db", 0) or 0)
+        self.username: str | None = kwargs.get("username")
+        self.password: str | None = kwargs.get("password")
+        self.retries = retries
+        self.timeout = timeout
+        self._backoff = ExponentialWithJitterBackoff(cap=2.0, base=0.05)
+        self._scripts: dict[str, str] = {}
+        self._queue: list[_Op] = []
+        self._flush_scheduled = False
+        self._protocol: _Protocol | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._closed = False
+        self.batches = 0
+        self.commands = 0
+
+    def register(self, script: str) -> str:
+        """Remember a Lua script; returns the SHA to call it by (``EVALSHA``)."""
+        sha = hashlib.sha1(script.encode()).hexdigest()
+        self._scripts[sha] = script
+        return sha
+
+    # -- submitting -------------------------------------------------------------------------
+
+    def submit(self, *args: Any) -> asyncio.Future[Any]:
+        """Queue a command; the future gets its reply (or its error)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._queue.append(_Op(args, fut))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            loop.call_soon(self._flush)
+        return fut
+
+    async def execute(self, *args: Any) -> Any:
+        return await self.submit(*args)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        protocol = self._protocol
+        if protocol is None or protocol.transport is None:
+            self._connect_soon()
+            return
+        batch, self._queue = self._queue, []
+        batch = [op for op in batch if not op.fut.done()]  # callers cancelled meanwhile
+        if not batch:
+            return
+        now = time.monotonic()
+        for op in batch:
+            op.sent_at = now
+        protocol.waiting.extend(batch)
+        protocol.transport.write(b"".join([hiredis.pack_command(op.args) for op in batch]))
+        self.batches += 1
+        self.commands += len(batch)
+        if self._watchdog is None:
+            self._watchdog = asyncio.get_running_loop().call_later(self.timeout, self._check)
+
+    def _check(self) -> None:
+        """A reply overdue by ``timeout`` means a dead link: drop it, resend on a new one."""
+        self._watchdog = None
+        protocol = self._protocol
+        if protocol is None or not protocol.waiting:
+            return
+        if time.monotonic() - protocol.waiting[0].sent_at > self.timeout:
+            if protocol.transport is not None:
+                protocol.transport.abort()
+            return
+        self._watchdog = asyncio.get_running_loop().call_later(self.timeout, self._check)
+
+    def _reload_and_resend(self, op: _Op) -> None:
+        async def reload() -> None:
+            try:
+                for script in self._scripts.values():
+                    await self._connected_call("SCRIPT", "LOAD", script)
+            except Exception as exc:
+                if not op.fut.done():
+                    op.fut.set_exception(NoScriptError(str(exc)))
+                return
+            self._queue.insert(0, op)
+            self._flush()
+
+        asyncio.get_running_loop().create_task(reload())
+
+    async def _connected_call(self, *args: Any) -> Any:
+        fut = asyncio.get_running_loop().create_future()
+        protocol = self._protocol
+        if protocol is None or protocol.transport is None:
+            raise RedisConnectionError("not connected")
+        protocol.waiting.append(_Op(args, fut))
+        protocol.transport.write(hiredis.pack_command(args))
+        reply = await fut
+        return reply
+
+    # -- connection -------------------------------------------------------------------------
+
+    def _lost(self, protocol: _Protocol) -> None:
+        if self._protocol is protocol:
+            self._protocol = None
+        unanswered = [op for op in protocol.waiting if not op.fut.done()]
+        protocol.waiting.clear()
+        self._queue[:0] = unanswered  # sent again, in order, once reconnected
+        if self._queue and not self._closed:
+            self._connect_soon()
+
+    def _connect_soon(self) -> None:
+        if self._connecting is None and not self._closed:
+            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        failures = 0
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    _, protocol = await asyncio.wait_for(
+                        loop.create_connection(lambda: _Protocol(self), self.host, self.port),
+                        self.timeout,
+                    )
+                    self._protocol = protocol
+                    if self.password is not None:
+                        auth = (self.username, self.password) if self.username else (
+                            self.password,
+                        )
+                        await self._connected_call("AUTH", *auth)
+                    if self.db:
+                        await self._connected_call("SELECT", self.db)
+                    break
+                except (OSError, TimeoutError, RedisConnectionError) as exc:
+                    self._protocol = None
+                    failures += 1
+                    if failures > self.retries:
+                        self._fail_queued(RedisConnectionError(f"redis unavailable: {exc}"))
+                        return
+                    await asyncio.sleep(self._backoff.compute(failures))
+        finally:
+            self._connecting = None
+        if self._queue:
+            self._flush()
+
+    def _fail_queued(self, exc: Exception) -> None:
+        queued, self._queue = self._queue, []
+        for op in queued:
+            if not op.fut.done():
+                op.fut.set_exception(exc)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        if self._connecting is not None:
+            self._connecting.cancel()
+        protocol = self._protocol
+        if protocol is not None and protocol.transport is not None:
+            protocol.transport.close()
+        self._fail_queued(RedisConnectionError("closed"))
+

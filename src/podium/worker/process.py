@@ -1,0 +1,211 @@
+"""``podium worker`` processes: one pinned process per core around Redis, drained on SIGTERM.
+
+:func:`serve` is one worker process: it pins itself to its CPU, runs a
+:class:`~podium.worker.worker.Worker` on uvloop against a Redis store and
+queue, and on SIGTERM/SIGINT drains (stops claiming, lets running steps
+finish and checkpoint within the grace period, releases the rest).
+
+:func:`supervise` starts ``--procs`` such processes, placed by
+:func:`~podium.worker.topology.place_workers` (node by node, one per physical
+core first), forwards SIGTERM to them, and restarts one that dies unless in
+burst mode. Children are fresh interpreters (``python -m podium.worker.process
+CONFIG``), so nothing is inherited but the configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+
+from podium.worker.topology import Placement, place_workers, read_topology
+
+__all__ = ("WorkerConfig", "serve", "supervise")
+
+log = logging.getLogger("podium.worker")
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything one worker process needs (sent to children as JSON)."""
+
+    redis_url: str
+    agents: tuple[str, ...]
+    pool: str = "default"
+    concurrency: int = 256
+    burst: bool = False
+    grace_s: float = 30.0
+    max_deliveries: int = 3
+    lease_s: float = 30.0
+    prefix: str = "podium"
+    finished_ttl_s: float = 7 * 86_400
+    consumer: str | None = None
+    cpu: int | None = None
+    node_cpus: tuple[int, ...] = ()
+    threads: int | None = None
+    use_uvloop: bool = True
+    log_level: str = "INFO"
+
+
+# -- one worker process ---------------------------------------------------------------------
+
+
+def _pin(cpus: set[int]) -> None:
+    """Pin the calling thread (Linux: affinity is per thread) to ``cpus``."""
+    if cpus and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, cpus)
+
+
+def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if not use_uvloop:
+        return None
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency off Windows
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def serve(config: WorkerConfig) -> int:
+    """Run one worker process until drained (or, in burst mode, until the pool is empty)."""
+    logging.basicConfig(
+        level=config.log_level, stream=sys.stderr,
+        format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s",
+    )
+    if config.cpu is not None:
+        _pin({config.cpu})
+    with asyncio.Runner(loop_factory=_loop_factory(config.use_uvloop)) as runner:
+        return runner.run(_serve(config))
+
+
+async def _serve(config: WorkerConfig) -> int:
+    # Imported here so that `podium --help` never needs redis.
+    from podium.cli.resolve import resolve_agent
+    from podium.engine.driver import Engine
+    from podium.queue.redis import RedisQueue
+    from podium.store.redis import RedisRunStore, connect
+    from podium.tools.executor import ToolExecutor
+    from podium.worker.worker import Worker
+
+    agents = {a.name: a for a in map(resolve_agent, config.agents)}
+    node_cpus = set(config.node_cpus)
+    threads = ThreadPoolExecutor(
+        max_workers=config.threads or os.cpu_count() or 1,
+        thread_name_prefix="podium-tool",
+        initializer=_pin, initargs=(node_cpus,),  # sync tools may use the whole node
+    )
+    client = connect(config.redis_url, max_connections=None)
+    store = RedisRunStore(client, prefix=config.prefix, finished_ttl_s=config.finished_ttl_s)
+    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s)
+    executor = ToolExecutor(thread_pool=threads)
+    engine = Engine(store, executor)
+    worker = Worker(
+        queue, engine, agents, pool=config.pool, concurrency=config.concurrency,
+        consumer=config.consumer, heartbeat_s=config.lease_s / 3,
+        max_deliveries=config.max_deliveries, claim_block_s=min(1.0, config.lease_s / 3),
+    )
+    loop = asyncio.get_running_loop()
+    drained: list[asyncio.Task[None]] = []
+
+    def on_signal(signum: int) -> None:
+        if not drained:
+            log.info("signal %d: draining (grace %.1fs)", signum, config.grace_s)
+            drained.append(loop.create_task(worker.drain(config.grace_s)))
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    gc.collect()
+    gc.freeze()  # start-up objects (agents, modules) need no more scanning
+    print(
+        f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
+        f"agents={','.join(agents)}", file=sys.stderr, flush=True,
+    )
+    try:
+        await worker.run(burst=config.burst)
+        if drained:
+            await drained[0]
+    finally:
+        await engine.aclose()
+        executor.close()
+        threads.shutdown(wait=False, cancel_futures=True)
+        await client.aclose()
+    stats = worker.statistics()
+    print(f"podium worker {worker.consumer} done {msgspec.json.encode(stats).decode()}",
+          file=sys.stderr, flush=True)
+    return 0
+
+
+# -- many worker processes ------------------------------------------------------------------
+
+
+def _spawn(config: WorkerConfig, placement: Placement) -> subprocess.Popen[bytes]:
+    child = msgspec.structs.replace(
+        config, cpu=placement.cpu, node_cpus=placement.node_cpus,
+        threads=config.threads or placement.threads,
+    )
+    return subprocess.Popen(
+        [sys.executable, "-m", "podium.worker.process", msgspec.json.encode(child).decode()]
+    )
+
+
+def supervise(config: WorkerConfig, procs: int | None = None) -> int:
+    """Start ``procs`` pinned worker processes (default: one per CPU) and wait for them.
+
+    SIGTERM/SIGINT is forwarded to every child (each drains); a child that dies
+    is restarted after a second, except in burst mode or while stopping.
+    Returns 0 if every child exited cleanly.
+    """
+    placements = place_workers(read_topology(), procs)
+    children = {p.index: _spawn(config, p) for p in placements}
+    stopping = False
+
+    def forward(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+        for proc in children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    codes: dict[int, int] = {}
+    try:
+        while len(codes) < len(children):
+            for index, proc in list(children.items()):
+                if index in codes:
+                    continue
+                code = proc.poll()
+                if code is None:
+                    continue
+                if stopping or config.burst or code == 0:
+                    codes[index] = code
+                else:
+                    print(f"podium: worker {proc.pid} exited with {code}; restarting",
+                          file=sys.stderr, flush=True)
+                    time.sleep(1.0)
+                    children[index] = _spawn(config, placements[index])
+            time.sleep(0.1)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0 if all(c == 0 for c in codes.values()) else 1
+
+
+def run_child(argv: list[str]) -> int:
+    """Entry point of a child: ``python -m podium.worker.process CONFIG_JSON``."""
+    return serve(msgspec.json.decode(argv[0], type=WorkerConfig))
+
+
+if __name__ == "__main__":
+    sys.exit(run_child(sys.argv[1:]))

@@ -1,0 +1,68 @@
+"""Agents for the distributed tests, importable by worker subprocesses.
+
+``effects`` calls a side-effecting tool ``TOOL_STEPS`` times; each call appends
+``<idempotency key> <pid>`` to the file named by ``PODIUM_TEST_EFFECTS`` after
+``PODIUM_TEST_TOOL_DELAY`` seconds (the external system whose effects we count).
+``crasher``'s tool logs its attempt then kills its own worker with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from podium import Agent, Scenario, SimulatedModel, ToolContext, tool
+
+TOOL_STEPS = 4
+
+
+def _log(line: str) -> None:
+    path = os.environ.get("PODIUM_TEST_EFFECTS")
+    if path:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, f"{line}\n".encode())  # one write: lines never interleave
+        finally:
+            os.close(fd)
+
+
+@tool(side_effects=True)
+async def effect(item: str, ctx: ToolContext) -> str:
+    """Do something with an external effect.
+
+    Args:
+        item: What to act on.
+    """
+    await asyncio.sleep(float(os.environ.get("PODIUM_TEST_TOOL_DELAY", "0.02")))
+    _log(f"{ctx.idempotency_key} {os.getpid()}")
+    return f"did {item}"
+
+
+@tool(side_effects=True)
+async def crash(item: str, ctx: ToolContext) -> str:
+    """Crash the worker.
+
+    Args:
+        item: Ignored.
+    """
+    _log(f"{ctx.idempotency_key} {os.getpid()}")
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+effects = Agent(
+    "effects",
+    SimulatedModel(Scenario.react("effect", {"item": "x"}, tool_steps=TOOL_STEPS)),
+    "Act on the item.",
+    [effect],
+    max_steps=TOOL_STEPS + 2,
+)
+
+crasher = Agent(
+    "crasher",
+    SimulatedModel(Scenario.react("crash", {"item": "x"}, tool_steps=1)),
+    "Crash.",
+    [crash],
+    max_steps=3,
+)

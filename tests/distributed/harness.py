@@ -1,0 +1,113 @@
+"""Helpers for tests that run ``podium worker`` subprocesses against Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+from podium.engine.records import RunFinished, StepCommitted
+from podium.queue.base import QueueItem
+from podium.queue.redis import RedisQueue
+from podium.store.redis import RedisRunStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerProcess:
+    """One ``podium worker`` subprocess; its stderr goes to a log file we can wait on."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        name: str,
+        redis_url: str,
+        prefix: str,
+        agent: str,
+        effects: Path,
+        *extra: str,
+        tool_delay: float = 0.02,
+    ) -> None:
+        self.log = log_dir / f"{name}.log"
+        env = dict(os.environ, PODIUM_TEST_EFFECTS=str(effects),
+                   PODIUM_TEST_TOOL_DELAY=str(tool_delay), PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "podium.cli.main", "worker", "--redis", redis_url,
+               "--prefix", prefix, "--agent", agent, "--log-level", "WARNING", *extra]
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=out)
+        self.pid = self.proc.pid
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_ready(self, within: float = 20.0) -> None:
+        await wait_until(lambda: " ready " in self.text() or self.proc.poll() is not None,
+                         within, f"{self.log.name} ready")
+        assert self.proc.poll() is None, self.text()
+
+    async def wait_exit(self, within: float = 60.0) -> int:
+        await wait_until(lambda: self.proc.poll() is not None, within, f"{self.log.name} exit")
+        return self.proc.returncode
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.pid, sig)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+async def wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]], within: float, what: str
+) -> None:
+    """Poll ``predicate`` until true, failing after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        value = predicate()
+        if not isinstance(value, bool):
+            value = await value
+        if value:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def effect_lines(path: Path) -> list[tuple[str, int]]:
+    """``(idempotency key, pid)`` per executed tool call, in order."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        key, pid = line.split()
+        out.append((key, int(pid)))
+    return out
+
+
+async def submit_runs(
+    store: RedisRunStore, queue: RedisQueue, agent: str, ids: Iterable[str], pool: str = "default"
+) -> None:
+    from podium.engine.records import RunRecord
+
+    for run_id in ids:
+        await store.create(RunRecord(run_id, agent, "go", pool=pool))
+        await queue.submit(QueueItem(run_id, agent, pool=pool))
+
+
+async def check_completed_once(store: RedisRunStore, ids: Iterable[str]) -> None:
+    """Every run completed, with exactly one final entry and one commit per step."""
+    for run_id in ids:
+        record = await store.get(run_id)
+        assert record is not None and record.status == "completed", (run_id, record)
+        entries = [e for _, e in await store.journal(run_id)]
+        assert sum(isinstance(e, RunFinished) for e in entries) == 1, run_id
+        steps = Counter(e.step for e in entries if isinstance(e, StepCommitted))
+        assert all(n == 1 for n in steps.values()), (run_id, steps)

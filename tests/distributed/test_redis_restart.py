@@ -1,0 +1,62 @@
+"""Redis is SIGKILLed and restarted under load: workers reconnect, every run completes once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from podium.queue.redis import RedisQueue
+from podium.store.redis import RedisRunStore
+
+from .app import TOOL_STEPS
+from .harness import WorkerProcess, check_completed_once, effect_lines, submit_runs, wait_until
+from .redis_server import RedisServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_workers_survive_a_redis_restart(private_redis: RedisServer, tmp_path: Path) -> None:
+    effects = tmp_path / "effects.log"
+    ids = [f"run-{i:03d}" for i in range(100)]
+    url, prefix = private_redis.url, "podium"
+    workers = [
+        WorkerProcess(tmp_path, f"w{i}", url, prefix, "tests.distributed.app:effects", effects,
+                      "--concurrency", "16", "--lease", "5", "--burst", tool_delay=0.05)
+        for i in range(2)
+    ]
+    try:
+        for w in workers:
+            await w.wait_ready()
+        store = RedisRunStore(url, prefix=prefix)
+        queue = RedisQueue(url, prefix=prefix)
+        await submit_runs(store, queue, "effects", ids)
+        await wait_until(lambda: len(effect_lines(effects)) >= 120, 30, "load to be under way")
+        finished_before = {r.run_id: r for r in await store.list(status="completed", limit=1000)}
+        journals_before = {i: len(await store.journal(i)) for i in finished_before}
+        private_redis.kill()  # SIGKILL: only what the append-only file holds survives
+        await asyncio.sleep(1.0)  # the outage
+        private_redis.start()
+        for w in workers:
+            assert await w.wait_exit(60) == 0, w.text()
+        await check_completed_once(store, ids)
+        assert await queue.outstanding() == 0
+        for run_id, before in finished_before.items():  # nothing acknowledged was lost
+            after = await store.get(run_id)
+            assert after is not None and after.version == before.version
+            assert len(await store.journal(run_id)) == journals_before[run_id]
+        keys = Counter(k for k, _ in effect_lines(effects))
+        assert set(keys) == {f"{r}:{s}:0" for r in ids for s in range(TOOL_STEPS)}
+        assert all(n == 1 for n in keys.values()), [k for k, n in keys.items() if n > 1]
+        await store.aclose()
+        await queue.aclose()
+    finally:
+        for w in workers:
+            w.stop()
