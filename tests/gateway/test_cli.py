@@ -35,8 +35,8 @@ def test_hash_key_prints_what_goes_in_the_config(tmp_path: Path) -> None:
     ("args", "needle"),
     [
         (
-            ("--agent", "gateway_agents:react", "--redis", "redis://127.0.0.1:1/0"),
-            "--redis needs podium.store.redis",
+            ("--agent", "gateway_agents:react", "--redis", "rediss://127.0.0.1:1/0"),
+            "use a redis:// TCP URL",
         ),
         (("--agent", "no_such_module:agent"), "cannot import"),
         (("--store", "postgres://x", "--agent", "gateway_agents:react"), "server.store"),

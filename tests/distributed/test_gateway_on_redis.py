@@ -1,0 +1,114 @@
+"""The distributed mode end to end: a stateless `podium serve --redis` gateway and a separate
+`podium worker` process, sharing nothing but Redis.
+
+The gateway only admits and records runs; the worker drives them; the gateway streams the
+run's events live from Redis while another process writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .harness import ROOT, WorkerProcess
+from .redis_server import RedisServer, free_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+KEY = "pk_distributed_test"
+AGENT = "podium.examples.react:agent"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
+    config = tmp_path / "podium.toml"
+    config.write_text(
+        f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
+        f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
+    )
+    port = free_port()
+    log = (tmp_path / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "podium.cli.main",
+            "serve",
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        stdout=log,
+        stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=5) as client:
+            for _ in range(200):  # until it listens (bounded)
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None:
+                    raise AssertionError((tmp_path / "serve.log").read_text())
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+async def test_gateway_admits_worker_drives_gateway_streams(
+    gateway: str, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(
+        tmp_path, "worker", private_redis.url, "podium", AGENT, tmp_path / "effects.log"
+    )
+    try:
+        await worker.wait_ready()
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=30) as client:
+            ready = (await client.get("/readyz")).json()
+            assert ready["status"] == "ready", ready
+            names: list[str] = []
+            final: dict[str, object] = {}
+            async with client.stream(
+                "POST", "/v1/runs", json={"agent": "react", "input": "hi", "stream": True}
+            ) as r:
+                assert r.status_code == 200
+                event = ""
+                async for line in r.aiter_lines():
+                    if line.startswith("event: "):
+                        event = line[7:]
+                        names.append(event)
+                    elif line.startswith("data: ") and event == "final":
+                        final = json.loads(line[6:])
+            assert names[0] == "model_reply" and names[-1] == "final"
+            assert names.count("tool_result") == 6
+            assert final["status"] == "completed"
+            listed = (await client.get("/v1/runs", params={"status": "completed"})).json()
+            ids = [run["id"] for run in listed["data"]]
+            assert len(ids) == 1
+            got = (await client.get(f"/v1/runs/{ids[0]}")).json()
+            assert got["status"] == "completed" and got["steps"] == 7
+            assert got["output"].startswith("Podium: 42 items")
+    finally:
+        worker.stop()
