@@ -16,6 +16,7 @@ from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
 from podium.errors import ConfigError
+from podium.gctune import tune_for_serving
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.report import BenchReport, render_report
 from podium.observe.rss import rss_kb
@@ -100,8 +101,8 @@ async def run_bench(
     completed = 0
     next_run = 0
     peak_rss = 0
-    gc.collect()
-    gc.freeze()  # start-up objects (modules, agent, tools) are never scanned again
+    thresholds = gc.get_threshold()
+    tune_for_serving()  # as `podium worker` and `podium serve` do (see podium.gctune)
     baseline_rss = rss_kb()
 
     bar = Progress(
@@ -142,6 +143,7 @@ async def run_bench(
             wall = time.perf_counter() - wall0
         await lag.stop()
     gc.unfreeze()
+    gc.set_threshold(*thresholds)
     peak_rss = max(peak_rss, rss_kb())
     summary = aggregator.summary()
     latencies.sort()

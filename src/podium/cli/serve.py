@@ -90,6 +90,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from podium.gateway.app import create_app
+    from podium.gctune import tune_for_serving
 
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
     mode = f"distributed ({server.redis})" if server.redis else f"embedded ({server.store})"
@@ -99,6 +100,7 @@ def serve(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
     uvicorn.Server(
         uvicorn.Config(
             create_app(gateway),

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import signal
@@ -29,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from podium.gctune import tune_for_serving
 from podium.worker.topology import Placement, place_workers, read_topology
 
 __all__ = ("WorkerConfig", "serve", "supervise")
@@ -126,8 +126,7 @@ async def _serve(config: WorkerConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    gc.collect()
-    gc.freeze()  # start-up objects (agents, modules) need no more scanning
+    tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
