@@ -7,6 +7,7 @@ run's events live from Redis while another process writes them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 KEY = "pk_distributed_test"
 AGENT = "podium.examples.react:agent"
+SLOW = "tests.distributed.app:effects"  # four side-effecting tool calls, each as slow as we say
 
 
 @pytest.fixture
@@ -37,6 +39,7 @@ def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
     config = tmp_path / "podium.toml"
     config.write_text(
         f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
+        f'\n[[agents]]\npath = "{SLOW}"\n'
         f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
     )
     port = free_port()
@@ -110,5 +113,36 @@ async def test_gateway_admits_worker_drives_gateway_streams(
             got = (await client.get(f"/v1/runs/{ids[0]}")).json()
             assert got["status"] == "completed" and got["steps"] == 7
             assert got["output"].startswith("Podium: 42 items")
+    finally:
+        worker.stop()
+
+
+async def test_cancel_reaches_the_worker_on_another_process(
+    gateway: str, private_redis: RedisServer, tmp_path: Path
+) -> None:
+    effects = tmp_path / "effects.log"
+    worker = WorkerProcess(
+        tmp_path, "worker", private_redis.url, "podium", SLOW, effects, tool_delay=0.3
+    )
+    try:
+        await worker.wait_ready()
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with httpx.AsyncClient(base_url=gateway, headers=headers, timeout=30) as client:
+            run = (await client.post("/v1/runs", json={"agent": "effects", "input": "go"})).json()
+            # wait until the worker has done one side effect: the run is mid-flight there
+            for _ in range(400):
+                if effects.exists() and effects.read_text().strip():
+                    break
+                await asyncio.sleep(0.025)
+            r = await client.post(f"/v1/runs/{run['id']}/cancel")
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["status"] == "cancelled" and body["reason"] == "cancelled"
+            assert body["steps"] < 4  # it did not run to the end
+            done = len(effects.read_text().splitlines())
+            await asyncio.sleep(0.6)  # two tool delays: a run still going would add a line
+            assert len(effects.read_text().splitlines()) == done
+            again = await client.post(f"/v1/runs/{run['id']}/cancel")
+            assert again.status_code == 409
     finally:
         worker.stop()

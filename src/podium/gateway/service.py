@@ -19,7 +19,13 @@ from collections.abc import Mapping, Sequence
 from podium.agent import Agent
 from podium.config import Config
 from podium.engine.driver import Engine, new_run_id
-from podium.engine.records import JournalEntry, RunFinished, RunRecord, StepCommitted
+from podium.engine.records import (
+    JournalEntry,
+    RunFinished,
+    RunRecord,
+    StepCommitted,
+    StepRecord,
+)
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
@@ -212,16 +218,15 @@ class Gateway:
             if self.engine is not None:
                 self.engine.cancel(run_id)  # claimed in between: stop it too
             return record
-        raise ApiError(
-            409,
-            "conflict",
-            f"run {run_id!r} is running on another worker; this gateway cannot stop it",
-        )
+        # Running on another process: leave the request where its worker looks for it,
+        # then report the run as it stands once it has ended (or after the wait).
+        await self.store.request_cancel(run_id)
+        return await self.wait(run_id, 10.0)
 
     # -- engine observer (embedded mode) ----------------------------------------------------
 
     def _observe(self, run_id: str, entry: JournalEntry) -> None:
-        if isinstance(entry, StepCommitted):
+        if isinstance(entry, StepCommitted | StepRecord):
             if entry.profile is not None:
                 self._service_ns[run_id] = self._service_ns.get(run_id, 0) + sum(
                     entry.profile.wall_ns

@@ -36,6 +36,7 @@ class RunStore(AsyncCloseable, abc.ABC):
     """Where runs live. Every method is safe to call from many runs at once."""
 
     _notifier: JournalNotifier | None = None
+    _cancels: set[str] | None = None
 
     @abc.abstractmethod
     async def create(self, record: RunRecord) -> None:
@@ -92,6 +93,20 @@ class RunStore(AsyncCloseable, abc.ABC):
             await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
             items = await self.journal(run_id, after)
         return items
+
+    async def request_cancel(self, run_id: str) -> None:
+        """Ask whichever process drives the run to cancel it (it checks :meth:`cancel_requests`).
+
+        In one process this is a set in memory; distributed stores keep the request
+        where every worker sees it.
+        """
+        if self._cancels is None:
+            self._cancels = set()
+        self._cancels.add(run_id)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of ``run_ids`` someone asked to cancel."""
+        return set() if self._cancels is None else self._cancels.intersection(run_ids)
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(0, 0, 0, 0)

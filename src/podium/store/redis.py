@@ -332,6 +332,21 @@ class RedisRunStore(RunStore):
 
     # -- reads ------------------------------------------------------------------------------
 
+    def _cancel_key(self, run_id: str) -> str:
+        return f"{self.prefix}:{{{run_id}}}:cancel"
+
+    async def request_cancel(self, run_id: str) -> None:
+        """Leave the request where every worker sees it (kept a day, then forgotten)."""
+        async with translate_errors():
+            await self._pipe.execute("SET", self._cancel_key(run_id), b"1", "EX", 86_400)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        async with translate_errors():
+            flags = await self._pipe.execute("MGET", *map(self._cancel_key, run_ids))
+        return {run_id for run_id, flag in zip(run_ids, flags, strict=True) if flag}
+
     async def get(self, run_id: str) -> RunRecord | None:
         async with translate_errors():
             raw: bytes | None = await self._pipe.execute("HGET", self._run_key(run_id), "r")

@@ -79,6 +79,7 @@ class Worker:
         heartbeat_s: float = 5.0,
         max_deliveries: int = 3,
         claim_block_s: float = 1.0,
+        cancel_poll_s: float = 0.5,
     ) -> None:
         self.queue = queue
         self.engine = engine
@@ -89,6 +90,7 @@ class Worker:
         self.heartbeat_s = heartbeat_s
         self.max_deliveries = max_deliveries
         self.claim_block_s = claim_block_s
+        self.cancel_poll_s = cancel_poll_s
         self._active: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._draining = asyncio.Event()
@@ -105,6 +107,7 @@ class Worker:
         With ``burst``, until the pool has nothing waiting or in flight on any worker.
         """
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="podium-heartbeat")
+        cancels = asyncio.create_task(self._cancel_loop(), name="podium-cancels")
         try:
             while not self._draining.is_set():
                 await self._slots.acquire()
@@ -130,9 +133,10 @@ class Worker:
             while self._active and not self._draining.is_set():
                 await asyncio.wait([t for _, t in self._active.values()])
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            for task in (heartbeat, cancels):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _claim(self, count: int) -> list[Claim]:
         try:
@@ -262,6 +266,24 @@ class Worker:
         self._released += 1
         with contextlib.suppress(Exception):
             await self.queue.release(claim)
+
+    async def _cancel_loop(self) -> None:
+        """Cancel the runs someone asked to cancel (a gateway on another machine, say).
+
+        One store read per ``cancel_poll_s`` while runs are active; a cancelled run ends
+        ``cancelled`` at its next await point and is acked like any finished run.
+        """
+        while True:
+            await asyncio.sleep(self.cancel_poll_s)
+            if not self._active:
+                continue
+            try:
+                wanted = await self.engine.store.cancel_requests(list(self._active))
+            except (ConnectionError, OSError) as exc:
+                log.warning("reading cancel requests failed (%s)", exc)
+                continue
+            for run_id in wanted:
+                self.engine.cancel(run_id)
 
     async def _heartbeat_loop(self) -> None:
         while True:
