@@ -32,11 +32,11 @@ async def test_workers_survive_a_redis_restart(private_redis: RedisServer, tmp_p
                       "--concurrency", "16", "--lease", "5", "--burst", tool_delay=0.05)
         for i in range(2)
     ]
+    store = RedisRunStore(url, prefix=prefix)
+    queue = RedisQueue(url, prefix=prefix)
     try:
         for w in workers:
             await w.wait_ready()
-        store = RedisRunStore(url, prefix=prefix)
-        queue = RedisQueue(url, prefix=prefix)
         await submit_runs(store, queue, "effects", ids)
         await wait_until(lambda: len(effect_lines(effects)) >= 120, 30, "load to be under way")
         finished_before = {r.run_id: r for r in await store.list(status="completed", limit=1000)}
@@ -55,8 +55,8 @@ async def test_workers_survive_a_redis_restart(private_redis: RedisServer, tmp_p
         keys = Counter(k for k, _ in effect_lines(effects))
         assert set(keys) == {f"{r}:{s}:0" for r in ids for s in range(TOOL_STEPS)}
         assert all(n == 1 for n in keys.values()), [k for k, n in keys.items() if n > 1]
-        await store.aclose()
-        await queue.aclose()
     finally:
         for w in workers:
             w.stop()
+        await store.aclose()
+        await queue.aclose()

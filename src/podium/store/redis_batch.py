@@ -36,12 +36,13 @@ __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "fut", "sent_at")
+    __slots__ = ("args", "fut", "retries", "sent_at")
 
     def __init__(self, args: tuple[Any, ...], fut: asyncio.Future[Any]) -> None:
         self.args = args
         self.fut = fut
         self.sent_at = 0.0
+        self.retries = 0
 
 
 class _Protocol(asyncio.Protocol):
@@ -64,6 +65,11 @@ class _Protocol(asyncio.Protocol):
                 message = str(reply)
                 if message.startswith("NOSCRIPT"):
                     self.owner._reload_and_resend(op)
+                    continue
+                if message.startswith(("LOADING", "BUSY", "TRYAGAIN")):
+                    # A restarted Redis replaying its AOF (or busy with a script): not an
+                    # answer, a "come back soon". Resend with backoff like a lost link.
+                    self.owner._resend_later(op, message)
                     continue
                 reply = ResponseError(message)
                 if not op.fut.done():
@@ -173,6 +179,20 @@ class Autopipeline:
             self._flush()
 
         asyncio.get_running_loop().create_task(reload())
+
+    def _resend_later(self, op: _Op, why: str) -> None:
+        op.retries += 1
+        if op.retries > self.retries:
+            if not op.fut.done():
+                op.fut.set_exception(RedisConnectionError(f"redis unavailable: {why}"))
+            return
+
+        def again() -> None:
+            if not op.fut.done() and not self._closed:
+                self._queue.append(op)
+                self._flush()
+
+        asyncio.get_running_loop().call_later(self._backoff.compute(op.retries), again)
 
     async def _connected_call(self, *args: Any) -> Any:
         fut = asyncio.get_running_loop().create_future()

@@ -279,7 +279,7 @@ class Worker:
                 continue
             try:
                 wanted = await self.engine.store.cancel_requests(list(self._active))
-            except (ConnectionError, OSError) as exc:
+            except Exception as exc:  # a maintenance loop must not take the worker down
                 log.warning("reading cancel requests failed (%s)", exc)
                 continue
             for run_id in wanted:
@@ -295,6 +295,9 @@ class Worker:
                     )
                 except (ConnectionError, OSError) as exc:
                     log.warning("heartbeat failed (%s)", exc)
+                    continue
+                except Exception:  # a maintenance loop must not take the worker down
+                    log.exception("heartbeat failed")
                     continue
                 for claim in lost or ():
                     held = self._active.get(claim.item.run_id)
