@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
-__all__ = ("AsyncCloseable",)
+__all__ = ("AsyncCloseable", "stop_task")
 
 
 class AsyncCloseable:
@@ -24,3 +26,12 @@ class AsyncCloseable:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+async def stop_task(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task and wait until it has stopped (None is a no-op)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -20,7 +20,6 @@ those.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 
@@ -29,6 +28,7 @@ import msgspec
 from podium.config import AdaptiveConfig, LimitsConfig, PoolConfig
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
+from podium.lifecycle import stop_task
 from podium.observe.looplag import LoopLagMonitor
 
 __all__ = (
@@ -234,10 +234,7 @@ class AimdController:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     def statistics(self) -> AimdStatistics:
         return AimdStatistics(

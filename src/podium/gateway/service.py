@@ -30,6 +30,7 @@ from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
 from podium.gateway.metrics import GatewayMetrics
+from podium.lifecycle import stop_task
 from podium.observe.looplag import LoopLagMonitor
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
@@ -101,10 +102,7 @@ class Gateway:
         grace = self.config.server.drain_grace_s
         await asyncio.gather(*(w.drain(grace) for w in self.workers))
         for task in self._worker_tasks:
-            task.cancel()
-        for task in self._worker_tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         await self.admission.controller.stop()
         await self.lag.stop()
         if self.engine is not None:

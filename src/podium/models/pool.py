@@ -28,7 +28,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -37,6 +36,7 @@ from typing import Literal, TypeVar
 import msgspec
 
 from podium.errors import ConfigError, ModelTimeoutError, ModelUnavailableError
+from podium.lifecycle import stop_task
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.models.openai_wire import StreamTruncatedError
 from podium.models.pool_routing import Router, RoutingRule
@@ -217,11 +217,8 @@ class BackendPool(Model):
                 self._dispatch(other)
 
     async def aclose(self) -> None:
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
-            self._health_task = None
+        task, self._health_task = self._health_task, None
+        await stop_task(task)
         for queue in self._queues.values():
             for call in queue.drain():
                 if not call.future.done():

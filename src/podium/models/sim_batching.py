@@ -26,6 +26,7 @@ from collections.abc import Iterable
 import msgspec
 
 from podium.errors import ConfigError
+from podium.lifecycle import stop_task
 
 __all__ = ("BatchEngine", "BatchingConfig", "EngineStatistics", "PrefixCache", "SimSequence")
 
@@ -140,11 +141,8 @@ class BatchEngine:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await stop_task(task)
 
     def submit(self, prompt: Iterable[tuple[bytes, int]], output_tokens: int) -> SimSequence:
         """Queue a request: its prompt segments (for the prefix cache) and reply length."""

@@ -17,11 +17,12 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from array import array
 
 import msgspec
+
+from podium.lifecycle import stop_task
 
 __all__ = ("LoopLagMonitor", "LoopLagStatistics")
 
@@ -53,10 +54,7 @@ class LoopLagMonitor:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     async def _run(self) -> None:
         interval = self.interval_s

@@ -24,6 +24,7 @@ import msgspec
 from podium.agent import Agent
 from podium.engine.driver import Engine
 from podium.errors import StaleRunError
+from podium.lifecycle import stop_task
 from podium.queue.base import Claim, RunQueue
 
 __all__ = ("Worker", "WorkerStatistics")
@@ -134,9 +135,7 @@ class Worker:
                 await asyncio.wait([t for _, t in self._active.values()])
         finally:
             for task in (heartbeat, cancels):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await stop_task(task)
 
     async def _claim(self, count: int) -> list[Claim]:
         try:
