@@ -9,11 +9,10 @@ else ran in between.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
-__all__ = ("Continuation", "start_eagerly", "with_deadline")
+__all__ = ("Continuation", "start_eagerly")
 
 T = TypeVar("T")
 
@@ -67,42 +66,3 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[T, None] | tuple[Any, C
         return stop.value, None
     return _NOT_DONE, Continuation(coro, pending)
 
-
-class _Deadline:
-    """Cancels ``task`` at ``when`` unless disarmed first; remembers whether it fired."""
-
-    __slots__ = ("fired", "handle", "task")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], when: float):
-        self.task = task
-        self.fired = False
-        self.handle = loop.call_at(when, self._fire)
-
-    def _fire(self) -> None:
-        self.fired = True
-        self.task.cancel()
-
-
-async def with_deadline(awaitable: Awaitable[T], timeout: float | None) -> T:
-    """``await awaitable``, raising ``TimeoutError`` after ``timeout`` seconds.
-
-    The same contract as ``asyncio.timeout`` for one await, at a third of its cost
-    (one timer handle, no context manager): it matters on the path every
-    waiting tool call takes.
-    """
-    if timeout is None:
-        return await awaitable
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    if task is None:  # pragma: no cover - always inside a task in practice
-        async with asyncio.timeout(timeout):
-            return await awaitable
-    deadline = _Deadline(loop, task, loop.time() + timeout)
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        if deadline.fired and task.uncancel() == 0:
-            raise TimeoutError from None
-        raise
-    finally:
-        deadline.handle.cancel()

@@ -20,7 +20,8 @@ from typing import Any
 
 import msgspec
 
-from podium.tools.eager import Continuation, start_eagerly, with_deadline
+from podium.tools.deadlines import with_deadline
+from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.policy import backoff_delay
 from podium.tools.tool import Tool, ToolContext
 
