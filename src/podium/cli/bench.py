@@ -165,5 +165,5 @@ async def run_bench(
         rss_per_run_kb=round(max(0, peak_rss - baseline_rss) / concurrency, 2),
         run_wall_p50_ms=round(percentile(latencies, 50) / 1e6, 3),
         run_wall_p99_ms=round(percentile(latencies, 99) / 1e6, 3),
-        phases=BenchReport.phase_rows(summary),
+        phases=summary.phases,
     )

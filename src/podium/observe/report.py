@@ -6,18 +6,9 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from podium.engine.profile import PHASES, ProfileSummary
+from podium.engine.profile import PHASES, PhaseSummary
 
-__all__ = ("BenchReport", "PhaseRow", "render_report")
-
-
-class PhaseRow(msgspec.Struct, frozen=True):
-    wall_p50_ms: float
-    wall_p95_ms: float
-    wall_p99_ms: float
-    cpu_ms_total: float
-    wait_ms_total: float
-    cpu_share: float
+__all__ = ("BenchReport", "render_report")
 
 
 class BenchReport(msgspec.Struct, frozen=True):
@@ -39,21 +30,7 @@ class BenchReport(msgspec.Struct, frozen=True):
     rss_per_run_kb: float
     run_wall_p50_ms: float
     run_wall_p99_ms: float
-    phases: dict[str, PhaseRow]
-
-    @classmethod
-    def phase_rows(cls, summary: ProfileSummary) -> dict[str, PhaseRow]:
-        return {
-            name: PhaseRow(
-                round(p.wall_p50_ms, 3),
-                round(p.wall_p95_ms, 3),
-                round(p.wall_p99_ms, 3),
-                round(p.cpu_ms_total, 3),
-                round(p.wait_ms_total, 3),
-                round(p.cpu_share, 4),
-            )
-            for name, p in summary.phases.items()
-        }
+    phases: dict[str, PhaseSummary]
 
 
 def render_report(report: BenchReport, console: Console) -> None:
