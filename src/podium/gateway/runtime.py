@@ -8,10 +8,8 @@ as ``podium worker`` processes.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from podium.cli.resolve import BUILTIN_AGENTS, resolve_agent
 from podium.config import Config
@@ -48,22 +46,11 @@ def load_agents(config: Config) -> list[ServedAgent]:
     return served
 
 
-def _redis_class(module: str, name: str, url: str) -> Any:
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"--redis needs {module}.{name}, which this installation lacks ({exc}); "
-            "install Podium with Redis support"
-        ) from exc
-    from_url = getattr(cls, "from_url", None)
-    return from_url(url) if callable(from_url) else cls(url)
-
-
 def open_store(config: Config) -> RunStore:
     if config.server.redis:
-        store: RunStore = _redis_class("podium.store.redis", "RedisRunStore", config.server.redis)
-        return store
+        from podium.store.redis import RedisRunStore  # only the distributed mode needs redis
+
+        return RedisRunStore(config.server.redis)
     spec = config.server.store
     if spec == "memory":
         return MemoryRunStore()
@@ -77,8 +64,9 @@ def open_store(config: Config) -> RunStore:
 
 def open_queue(config: Config) -> RunQueue:
     if config.server.redis:
-        queue: RunQueue = _redis_class("podium.queue.redis", "RedisQueue", config.server.redis)
-        return queue
+        from podium.queue.redis import RedisQueue
+
+        return RedisQueue(config.server.redis)
     return LocalQueue()
 
 
