@@ -189,14 +189,10 @@ class Engine(AsyncCloseable):
             )
             state = replay(agent, record, entries)
             state.profile.admit_ns = admit_ns
-            if state.finished is not None:  # finished, but the record update was lost
-                return await self._finish(
-                    state,
-                    state.finished.status,
-                    state.finished.reason,
-                    state.finished.output,
-                    state.finished.error,
-                )
+            if state.finished is not None:  # the journal says it ended; bring the record level
+                self._apply_final(state, state.finished)
+                await self.store.update(record)
+                return record
             now = time.time()
             record.status = "running"
             if record.started_at is None:
