@@ -51,9 +51,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from tests.distributed.redis_server import RedisServer, free_port  # noqa: E402
+
 from podium.engine.records import RunFinished, StepCommitted  # noqa: E402
 from podium.store.redis import RedisRunStore  # noqa: E402
-from tests.distributed.redis_server import RedisServer, free_port  # noqa: E402
 
 KEY = "pk_chaos"
 AGENT_PATH = "chaos_agent:agent"
