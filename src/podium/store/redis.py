@@ -32,6 +32,7 @@ Finished runs expire after ``finished_ttl_s``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -49,8 +50,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError, StoreUnavailableError
+from podium.lifecycle import stop_task
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_tail import PendingWrite, RunTail
 
 __all__ = ("RedisRunStore", "connect")
 
@@ -211,11 +214,12 @@ class RedisRunStore(RunStore):
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
         self._entries_dec = msgspec.msgpack.Decoder(list[JournalEntry])
-        # Per run this store drives: the version it holds (the fence for journal-only
-        # appends) and the journal's length. Dropped when the run finishes.
-        self._held: dict[str, tuple[int, int]] = {}
-        self._writer = f"{os.getpid()}-{os.urandom(6).hex()}:"
-        self._write_ids = count(1)
+        # Per run this store writes: the version it holds, the journal's length and the
+        # writes waiting for their turn. Dropped when the run finishes.
+        self._tails: dict[str, RunTail] = {}
+        self._drains: set[asyncio.Task[None]] = set()
+        self._writer = f"{os.getpid()}-{os.urandom(6).hex()}"
+        self._ids = count(1)
         self._runs = self._appends = self._entries = self._bytes = 0
 
     # -- keys -------------------------------------------------------------------------------
@@ -231,24 +235,22 @@ class RedisRunStore(RunStore):
     def _payload(self, entries: Sequence[JournalEntry]) -> bytes:
         return self._enc.encode(list(entries)) if entries else b""
 
-    async def _write_record(
-        self, mode: str, record: RunRecord, expected: int, entries: Sequence[JournalEntry]
-    ) -> tuple[int, int]:
-        """The record script; returns (version, journal length) after it."""
+    def _record_args(
+        self, mode: str, record: RunRecord, expected: int, entries: Sequence[JournalEntry],
+        counter: int,
+    ) -> tuple[tuple[Any, ...], int]:
+        """The record script's command, and the bytes it writes."""
         rec = self._enc.encode(record)
         payload = self._payload(entries)
         terminal = "1" if record.status in TERMINAL_STATUSES else "0"
         run_id = record.run_id
-        async with translate_errors():
-            reply = await self._pipe.execute(
-                "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
-                mode, expected, f"{self._writer}{next(self._write_ids)}", rec,
-                _bucket(record.status),
-                record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
-                terminal, run_id, payload, len(entries),
-            )
-        self._count(len(entries), len(rec) + len(payload))
-        return int(reply[0]), int(reply[1])
+        args = (
+            "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
+            mode, expected, f"{self._writer}:{counter}", rec, _bucket(record.status),
+            record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
+            terminal, run_id, payload, len(entries),
+        )
+        return args, len(rec) + len(payload)
 
     def _count(self, entries: int, size: int) -> None:
         self._appends += 1
@@ -257,47 +259,142 @@ class RedisRunStore(RunStore):
 
     async def create(self, record: RunRecord) -> None:
         record.updated_at = record.updated_at or time.time()
-        await self._write_record("create", record, record.version, ())
+        args, size = self._record_args("create", record, record.version, (), next(self._ids))
+        async with translate_errors():
+            await self._pipe.execute(*args)
+        self._count(0, size)
         self._runs += 1
 
     async def update(self, record: RunRecord) -> None:
-        await self._put(record, ())
+        await self._in_turn(record.run_id, (), record)
 
     async def append(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
     ) -> None:
-        if record is not None:
-            await self._put(record, entries)
-        elif entries:
-            await self._append_entries(run_id, entries)
+        if record is not None or entries:
+            await self._in_turn(run_id, entries, record)
 
-    async def _put(self, record: RunRecord, entries: Sequence[JournalEntry]) -> None:
+    # -- one write of a run at a time ---------------------------------------------------------
+
+    async def _in_turn(
+        self, run_id: str, entries: Sequence[JournalEntry], record: RunRecord | None
+    ) -> None:
+        """Write when it is this run's turn: now, or with the writes queued behind the one
+        in flight (they go out together when it returns)."""
+        tail = self._tails.get(run_id)
+        if tail is None:
+            tail = self._tails[run_id] = RunTail()
+        if tail.busy:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            tail.waiting.append(PendingWrite(entries, record, fut))
+            await fut
+            return
+        tail.busy = True
+        try:
+            await self._write_now(run_id, tail, entries, record)
+        finally:
+            self._pass_turn(run_id, tail)
+
+    def _pass_turn(self, run_id: str, tail: RunTail) -> None:
+        if tail.waiting:
+            task = asyncio.get_running_loop().create_task(self._drain(run_id, tail))
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
+            return
+        tail.busy = False
+        self._forget_if_done(run_id, tail)
+
+    def _forget_if_done(self, run_id: str, tail: RunTail) -> None:
+        """Drop the tail of a run that finished (or that this store never wrote)."""
+        idle = tail.unsettled is None and not tail.busy
+        if idle and (tail.finished or tail.version < 0) and self._tails.get(run_id) is tail:
+            del self._tails[run_id]
+
+    async def _drain(self, run_id: str, tail: RunTail) -> None:
+        """Write what queued up during the last write: entry-only appends merged into one,
+        up to and including the next record write (which carries them)."""
+        try:
+            while tail.waiting:
+                batch: list[PendingWrite] = []
+                entries: list[JournalEntry] = []
+                record: RunRecord | None = None
+                while tail.waiting and record is None:
+                    pending = tail.waiting.popleft()
+                    if pending.fut.done():  # its caller gave up before it was sent
+                        continue
+                    batch.append(pending)
+                    entries.extend(pending.entries)
+                    record = pending.record
+                if not batch:
+                    continue
+                try:
+                    await self._write_now(run_id, tail, entries, record)
+                except Exception as exc:
+                    for pending in batch:
+                        if not pending.fut.done():
+                            pending.fut.set_exception(exc)
+                else:
+                    for pending in batch:
+                        if not pending.fut.done():
+                            pending.fut.set_result(None)
+        finally:
+            while tail.waiting:  # only when closed mid-drain
+                pending = tail.waiting.popleft()
+                if not pending.fut.done():
+                    pending.fut.set_exception(StoreError("the store was closed"))
+            tail.busy = False
+            self._forget_if_done(run_id, tail)
+
+    async def _write_now(
+        self, run_id: str, tail: RunTail, entries: Sequence[JournalEntry],
+        record: RunRecord | None,
+    ) -> None:
+        if tail.unsettled is not None or (record is None and not tail.known):
+            await self._settle(run_id, tail)
+        if record is not None:
+            await self._put(tail, record, entries)
+        else:
+            await self._append_entries(run_id, tail, entries)
+
+    async def _put(
+        self, tail: RunTail, record: RunRecord, entries: Sequence[JournalEntry]
+    ) -> None:
         """Write ``record`` (and entries) if its version is current; bumps ``record.version``."""
         old = record.version
         record.version = old + 1  # what the stored copy says once written
         record.updated_at = time.time()
+        counter = next(self._ids)
+        args, size = self._record_args("update", record, old, entries, counter)
+        tail.unsettled = (counter, record)  # until the reply says how it went
         try:
-            version, length = await self._write_record("update", record, old, entries)
+            reply = await self._pipe.execute(*args)
         except BaseException as exc:
             record.version = old
-            if isinstance(exc, StaleRunError):
-                self._held.pop(record.run_id, None)
+            if isinstance(exc, (*UNAVAILABLE, ResponseError)):
+                error = translated(exc)
+                if not isinstance(error, StoreUnavailableError):
+                    tail.unsettled = None  # refused: it did not apply
+                    if isinstance(error, StaleRunError):
+                        tail.fenced = True
+                raise error from exc
             raise
-        if record.status in TERMINAL_STATUSES:
-            self._held.pop(record.run_id, None)
-        else:
-            self._held[record.run_id] = (version, length)
+        tail.unsettled = None
+        tail.fenced = False
+        tail.version, tail.length = int(reply[0]), int(reply[1])
+        tail.finished = record.status in TERMINAL_STATUSES
+        self._count(len(entries), size)
 
-    async def _append_entries(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
+    async def _append_entries(
+        self, run_id: str, tail: RunTail, entries: Sequence[JournalEntry]
+    ) -> None:
         """A checkpoint without the record: one XADD at ``<held version>-<last seq + 2>``."""
-        held = self._held.get(run_id)
-        if held is None:  # not driven through this store: learn where the run stands
-            held = await self._position(run_id)
-        version, length = held
-        length += len(entries)
+        if tail.fenced:
+            raise StaleRunError(f"{run_id}: another writer advanced it past version {tail.version}")
+        version, length = tail.version, tail.length + len(entries)
         entry_id = f"{version}-{length + 1}"
         payload = self._payload(entries)
         key = self._journal_key(run_id)
+        tail.length = -1  # unknown until the reply comes: an interrupted write may have landed
         try:  # the hot path: plain try, no context manager
             added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
         except ResponseError as exc:
@@ -307,7 +404,7 @@ class RedisRunStore(RunStore):
             async with translate_errors():
                 rows = await self._pipe.execute("XRANGE", key, entry_id, entry_id)
             if not (rows and rows[0][1][1] == payload):
-                self._held.pop(run_id, None)
+                tail.fenced = True
                 raise StaleRunError(
                     f"{run_id}: another writer advanced it past version {version}"
                 ) from None
@@ -316,19 +413,34 @@ class RedisRunStore(RunStore):
             raise translated(exc) from exc
         if added is None:
             raise RunNotFoundError(run_id)
-        self._held[run_id] = (version, length)
+        tail.length = length
         self._count(len(entries), len(payload))
 
-    async def _position(self, run_id: str) -> tuple[int, int]:
+    async def _settle(self, run_id: str, tail: RunTail) -> None:
+        """Learn where the run stands: its version, whether our interrupted record write
+        landed, whether another holder advanced it, and the journal's length."""
         async with translate_errors():
-            version_f = self._pipe.submit("HGET", self._run_key(run_id), "v")
+            head_f = self._pipe.submit("HMGET", self._run_key(run_id), "v", "wp", "wc")
             last = await self._pipe.execute(
                 "XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1
             )
-            version = await version_f
-        if version is None:
+            raw_version, writer, write_count = await head_f
+        if raw_version is None:
             raise RunNotFoundError(run_id)
-        return int(version), (_seq_part(last[0][0]) - 1 if last else 0)
+        version = int(raw_version)
+        if tail.unsettled is not None:
+            counter, record = tail.unsettled
+            tail.unsettled = None
+            if writer is not None and writer.decode() == self._writer and int(
+                write_count
+            ) >= counter:  # it landed: the holder's record is at the version it wrote
+                record.version = tail.version = version
+                tail.finished = record.status in TERMINAL_STATUSES
+        if tail.version < 0:  # not written through this store before: take the run as it is
+            tail.version = version
+        elif version != tail.version:
+            tail.fenced = True
+        tail.length = _seq_part(last[0][0]) - 1 if last else 0
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -446,6 +558,8 @@ class RedisRunStore(RunStore):
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
 
     async def aclose(self) -> None:
+        for task in list(self._drains):
+            await stop_task(task)
         await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()
