@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from podium.errors import QueueUnavailableError
-from podium.queue.base import Claim, QueueItem, QueueStatistics, RunQueue
+from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
 from podium.store.redis import UNAVAILABLE, connect
 from podium.store.redis_batch import Autopipeline
 
@@ -76,15 +76,6 @@ redis.call('XDEL', KEYS[1], ARGV[3])
 redis.call('XADD', KEYS[1], '*', 'd', ARGV[4], 'n', ARGV[5])
 return 1
 """
-
-
-class DeadLetter(msgspec.Struct, frozen=True):
-    """A run the queue gave up on."""
-
-    item: QueueItem
-    reason: str
-    deliveries: int
-    ts: float
 
 
 @asynccontextmanager
