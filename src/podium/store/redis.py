@@ -72,21 +72,24 @@ UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 def connect(
     url: str = "redis://127.0.0.1:6379/0",
     *,
-    retries: int = 8,
+    retries: int = 2,
     socket_timeout: float = 10.0,
+    connect_timeout: float = 0.5,
     max_connections: int | None = None,
 ) -> aioredis.Redis:
-    """A redis-py asyncio client tuned for Podium: hiredis, jittered exponential retries.
+    """A redis-py asyncio client tuned for Podium: hiredis, a few jittered retries.
 
-    With the defaults a command survives about ten seconds of Redis being away
-    (a restart) before the error reaches the caller.
+    With the defaults a command fails within about two seconds when Redis is away
+    (the error says so quickly; callers that can wait retry on their own), and the
+    next command after Redis is back reconnects. ``socket_timeout`` bounds a read,
+    so it stays above the longest blocking read (8 s).
     """
     return aioredis.Redis.from_url(
         url,
-        retry=Retry(ExponentialWithJitterBackoff(cap=2.0, base=0.05), retries),
+        retry=Retry(ExponentialWithJitterBackoff(cap=0.25, base=0.05), retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
         health_check_interval=30,
         max_connections=max_connections,
     )
@@ -191,9 +194,9 @@ class RedisRunStore(RunStore):
 
     ``client`` may be shared with a :class:`~podium.queue.redis.RedisQueue`
     (one connection pool per process). ``finished_ttl_s=0`` keeps finished
-    runs forever. ``reconnect_retries``: how many reconnects (with backoff,
-    about ten seconds in all by default) a command waits through before
-    :class:`~podium.errors.StoreUnavailableError`.
+    runs forever. A command waits ``unavailable_s`` at most (or
+    ``reconnect_retries`` reconnects) for Redis before it fails with
+    :class:`~podium.errors.StoreUnavailableError`; the next one reconnects.
     """
 
     def __init__(
@@ -203,13 +206,16 @@ class RedisRunStore(RunStore):
         prefix: str = "podium",
         finished_ttl_s: float = 7 * 86_400,
         reconnect_retries: int = 10,
+        unavailable_s: float = 1.5,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = f"{prefix}:idx:"
-        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
+        self._pipe = Autopipeline(
+            self.client, retries=reconnect_retries, unavailable_s=unavailable_s
+        )
         self._write = self._pipe.register(_WRITE)
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
@@ -292,8 +298,20 @@ class RedisRunStore(RunStore):
         tail.busy = True
         try:
             await self._write_now(run_id, tail, entries, record)
+        except StoreUnavailableError as exc:
+            self._fail_waiting(tail, exc)
+            raise
         finally:
             self._pass_turn(run_id, tail)
+
+    @staticmethod
+    def _fail_waiting(tail: RunTail, exc: Exception) -> None:
+        """Redis is away: the writes queued behind the one that found out fail with it, not
+        each after a wait of its own."""
+        while tail.waiting:
+            pending = tail.waiting.popleft()
+            if not pending.fut.done():
+                pending.fut.set_exception(exc)
 
     def _pass_turn(self, run_id: str, tail: RunTail) -> None:
         if tail.waiting:
@@ -333,6 +351,8 @@ class RedisRunStore(RunStore):
                     for pending in batch:
                         if not pending.fut.done():
                             pending.fut.set_exception(exc)
+                    if isinstance(exc, StoreUnavailableError):
+                        self._fail_waiting(tail, exc)
                 else:
                     for pending in batch:
                         if not pending.fut.done():
@@ -420,11 +440,11 @@ class RedisRunStore(RunStore):
         """Learn where the run stands: its version, whether our interrupted record write
         landed, whether another holder advanced it, and the journal's length."""
         async with translate_errors():
-            head_f = self._pipe.submit("HMGET", self._run_key(run_id), "v", "wp", "wc")
-            last = await self._pipe.execute(
-                "XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1
+            head, last = await self._pipe.execute_all(
+                ("HMGET", self._run_key(run_id), "v", "wp", "wc"),
+                ("XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1),
             )
-            raw_version, writer, write_count = await head_f
+        raw_version, writer, write_count = head
         if raw_version is None:
             raise RunNotFoundError(run_id)
         version = int(raw_version)
@@ -468,9 +488,10 @@ class RedisRunStore(RunStore):
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         async with translate_errors():
-            rows_f = self._pipe.submit("XRANGE", self._journal_key(run_id), "-", "+")
-            exists_f = self._pipe.submit("EXISTS", self._run_key(run_id))
-            rows, exists = await rows_f, await exists_f
+            rows, exists = await self._pipe.execute_all(
+                ("XRANGE", self._journal_key(run_id), "-", "+"),
+                ("EXISTS", self._run_key(run_id)),
+            )
         if not rows and not exists:
             raise RunNotFoundError(run_id)
         items = self._decode_rows(rows)
@@ -492,8 +513,25 @@ class RedisRunStore(RunStore):
         """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine).
 
         One call blocks for at most 8 s (under the client's socket timeout); callers
-        following a run loop anyway.
+        following a run loop anyway. While Redis is away it keeps trying (with
+        backoff) until ``timeout`` has passed, then returns nothing: a follower
+        rides out an outage instead of being cut at the first failed read.
         """
+        deadline = time.monotonic() + max(0.0, timeout)
+        failures = 0
+        while True:
+            try:
+                return await self._wait_once(run_id, after, deadline - time.monotonic())
+            except StoreUnavailableError:
+                left = deadline - time.monotonic()
+                if timeout <= 0:
+                    raise
+                if left <= 0:
+                    return []
+                failures += 1
+                await asyncio.sleep(min(left, 0.05 * 2 ** min(failures, 5)))
+
+    async def _wait_once(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
         key = self._journal_key(run_id)
         async with translate_errors():
             last = await self._pipe.execute("XREVRANGE", key, "+", "-", "COUNT", 1)

@@ -83,6 +83,8 @@ class SQLiteRunStore(RunStore):
             await engine.run(agent, "hello")
     """
 
+    _notify_poll_s = 0.25  # another process on the same file appends without waking us
+
     def __init__(
         self,
         path: str | Path,
