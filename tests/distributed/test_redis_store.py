@@ -93,3 +93,25 @@ async def test_interrupted_record_write_does_not_fence_its_own_holder(
         got = await store.get("x1")
         assert got is not None and got.version == record.version
         assert len(await store.journal("x1")) == 4
+
+
+async def test_positions_of_unfinished_runs_are_bounded(
+    shared_redis_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs released or lost here never finish here: what the store remembers of them is
+    bounded, and a forgotten run is read again on its next write."""
+    from podium.store import redis as redis_store
+
+    monkeypatch.setattr(redis_store, "_MAX_TAILS", 4)
+    async with RedisRunStore(shared_redis_url, prefix=prefix) as store:
+        records = [RunRecord(f"b{i}", "agent", "x") for i in range(10)]
+        for record in records:
+            await store.create(record)
+            record.status = "running"
+            await store.update(record)
+            await store.append(record.run_id, [turn(0)])
+        assert len(store._tails) <= 4
+        for record in records:
+            await store.append(record.run_id, [turn(1)], record=record)
+            await store.append(record.run_id, [turn(2)])
+            assert [seq for seq, _ in await store.journal(record.run_id)] == [0, 1, 2]

@@ -180,6 +180,7 @@ return {v, n}
 """
 
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
+_MAX_TAILS = 50_000  # runs whose write position this store remembers at most
 
 
 class RedisRunStore(RunStore):
@@ -289,6 +290,8 @@ class RedisRunStore(RunStore):
         in flight (they go out together when it returns)."""
         tail = self._tails.get(run_id)
         if tail is None:
+            if len(self._tails) >= _MAX_TAILS:
+                self._forget_idle_tails()
             tail = self._tails[run_id] = RunTail()
         if tail.busy:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -303,6 +306,13 @@ class RedisRunStore(RunStore):
             raise
         finally:
             self._pass_turn(run_id, tail)
+
+    def _forget_idle_tails(self) -> None:
+        """Bound the tails kept for runs that never finished here (released, lost):
+        the oldest half of the idle ones go (a forgotten run is read again if written)."""
+        idle = [k for k, t in self._tails.items() if not t.busy and t.unsettled is None]
+        for run_id in idle[: max(1, len(idle) // 2)]:
+            del self._tails[run_id]
 
     @staticmethod
     def _fail_waiting(tail: RunTail, exc: Exception) -> None:

@@ -275,19 +275,25 @@ class Worker:
                 await asyncio.sleep(backoff.next())
 
     async def _dead_letter(self, claim: Claim, reason: str) -> None:
-        record = await self.engine.store.get(claim.item.run_id)
-        if record is not None and record.done:  # it did finish; only its ack was lost
-            await self._ack(claim)
-            return
-        if record is not None:
+        for _ in range(3):  # a write from elsewhere meanwhile: read the run again
+            record = await self.engine.store.get(claim.item.run_id)
+            if record is not None and record.done:  # it did finish; only its ack was lost
+                await self._ack(claim)
+                return
+            if record is None:
+                break
             record.status = "failed"
             record.reason = "dead_letter"
             record.error = reason
             record.finished_at = time.time()
             try:
                 await self.engine.store.update(record)
-            except StaleRunError:  # someone else advanced it meanwhile: leave it to them
-                return
+                break
+            except StaleRunError:
+                if await self._lease_lost(claim):  # another worker has it: leave it to them
+                    return
+        else:
+            return  # kept being overtaken: the lease runs out and the queue decides again
         await self.queue.dead_letter(claim, reason)
         self._dead += 1
 
