@@ -297,3 +297,53 @@ async def test_runs_survive_a_restart_of_the_backing_service(
     await after.append("s1", [turn(1)], record=got if after is not store else record)
     await after.append("s1", [turn(2)])
     assert [seq for seq, _ in await after.journal("s1")] == [0, 1, 2]
+
+
+# One example: appends issued together, each maybe cancelled after a few loop turns.
+_cancelled_appends = st.lists(
+    st.tuples(st.integers(1, 2), st.booleans(), st.none() | st.integers(0, 3)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(
+    max_examples=20, deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(appends=_cancelled_appends)
+async def test_cancelled_appends_never_fence_their_own_holder(
+    backend: StoreBackend, appends: list[tuple[int, bool, int | None]]
+) -> None:
+    """A cancelled write may or may not have landed, but the holder goes on writing: its
+    next writes are accepted and the journal stays gapless."""
+    store = backend.store()
+    record = await started(store)
+    run_id = record.run_id
+
+    async def cancel_after(task: asyncio.Task[None], turns: int) -> None:
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+
+    tasks, cancellers = [], []
+    for i, (size, with_record, cancel_at) in enumerate(appends):
+        entries: list[JournalEntry] = [turn(i, f"{i}.{k}") for k in range(size)]
+        task = asyncio.create_task(
+            store.append(run_id, entries, record=record if with_record else None)
+        )
+        tasks.append(task)
+        if cancel_at is not None:
+            cancellers.append(cancel_after(task, cancel_at))
+    await asyncio.gather(*cancellers)
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for task in tasks:
+        assert task.cancelled() or task.exception() is None
+    record.steps = 99
+    await store.append(run_id, [turn(100)], record=record)
+    await store.append(run_id, [turn(101)])
+    items = await store.journal(run_id)
+    assert [seq for seq, _ in items] == list(range(len(items)))
+    assert [e for _, e in items][-2:] == [turn(100), turn(101)]
+    stored = await store.get(run_id)
+    assert stored is not None and stored.version == record.version and stored.steps == 99

@@ -363,6 +363,11 @@ class RedisRunStore(RunStore):
                             pending.fut.set_exception(exc)
                     if isinstance(exc, StoreUnavailableError):
                         self._fail_waiting(tail, exc)
+                except BaseException:  # closed mid-write: its callers must not wait forever
+                    for pending in batch:
+                        if not pending.fut.done():
+                            pending.fut.set_exception(StoreError("the store was closed"))
+                    raise
                 else:
                     for pending in batch:
                         if not pending.fut.done():

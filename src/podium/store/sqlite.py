@@ -310,6 +310,8 @@ class SQLiteRunStore(RunStore):
 
         try:
             await self._submit(op)
+        except asyncio.CancelledError:
+            raise  # the op is queued and applies in order: the caller's version is right
         except BaseException:
             record.version = expected  # a refused write leaves the caller's version alone
             raise
@@ -354,6 +356,8 @@ class SQLiteRunStore(RunStore):
 
         try:
             await self._submit(op)
+        except asyncio.CancelledError:
+            raise  # the op is queued and applies in order: the caller's version is right
         except BaseException:
             if record is not None:
                 record.version = expected
