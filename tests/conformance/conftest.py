@@ -141,8 +141,21 @@ class QueueBackend:
     def __init__(self, name: str) -> None:
         self.name = name
         self.prefix = f"podium-conf-{uuid.uuid4().hex[:10]}"
+        self.redis_url = REDIS_URL
+        self.server: RedisServer | None = None
+        self.restartable = name != "local"
         self._local: LocalQueue | None = None
         self._open: list[RunQueue] = []
+
+    def use_private_redis(self, server: RedisServer) -> None:
+        self.server = server
+        self.redis_url = server.url
+
+    def restart(self) -> None:
+        """SIGKILL the private redis-server and start it again on its AOF."""
+        assert self.server is not None
+        self.server.kill()
+        self.server.start()
 
     def queue(self, *, lease_s: float = 30.0) -> RunQueue:
         if self.name == "local":  # one process: every handle is the same queue
@@ -151,7 +164,9 @@ class QueueBackend:
             return self._local
         from podium.queue.redis import RedisQueue
 
-        queue = RedisQueue(REDIS_URL, prefix=self.prefix, lease_s=lease_s, reclaim_every_s=0)
+        queue = RedisQueue(
+            self.redis_url, prefix=self.prefix, lease_s=lease_s, reclaim_every_s=0
+        )
         self._open.append(queue)
         return queue
 
@@ -160,7 +175,7 @@ class QueueBackend:
             await queue.aclose()
         if self._local is not None:
             await self._local.aclose()
-        if self.name == "redis":
+        if self.name == "redis" and self.server is None:
             _delete_prefix(REDIS_URL, self.prefix)
 
 

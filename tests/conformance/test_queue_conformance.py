@@ -110,3 +110,24 @@ async def test_dead_letter(queues: QueueBackend) -> None:
     assert q.statistics("p").dead_lettered == 1
     assert await q.dead_letters("elsewhere") == []
     assert [c.item.run_id for c in await q.claim("w1", pool="p", block_s=0)] == ["r2"]
+
+
+async def test_queued_and_claimed_runs_survive_a_restart(
+    queues: QueueBackend, request: pytest.FixtureRequest
+) -> None:
+    if not queues.restartable:
+        pytest.skip(f"{queues.name}: no backing service (its runs live as long as it does)")
+    queues.use_private_redis(request.getfixturevalue("private_redis"))
+    q = queues.queue(lease_s=0.2)
+    await q.submit(QueueItem("r1", "agent"))
+    await q.submit(QueueItem("r2", "agent"))
+    (held,) = await q.claim("w1", block_s=0)
+    queues.restart()
+    # the same queue object goes on: the waiting run is there, the claimed one still held
+    assert await q.outstanding() == 2 and await q.depth() == 1
+    assert await q.heartbeat("w1", [held]) == []
+    (waiting,) = await q.claim("w2", block_s=0)
+    assert waiting.item.run_id == "r2"
+    await q.ack(held)
+    await q.ack(waiting)
+    assert await q.outstanding() == 0
