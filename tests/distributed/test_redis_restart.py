@@ -23,11 +23,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.mark.parametrize(("agent", "calls"), [("effects", 1), ("parallel_effects", PARALLEL_CALLS)])
+@pytest.mark.parametrize(
+    ("agent", "calls", "outage_s"), [("effects", 1, 1.0), ("parallel_effects", PARALLEL_CALLS, 3.0)]
+)
 async def test_workers_survive_a_redis_restart(
-    private_redis: RedisServer, tmp_path: Path, agent: str, calls: int
+    private_redis: RedisServer, tmp_path: Path, agent: str, calls: int, outage_s: float
 ) -> None:
-    """With parallel calls too: their outcomes, written together, survive the restart."""
+    """With parallel calls too: their outcomes, written together, survive the restart, and
+    an outage longer than a gateway call waits (a worker waits longer) repeats no call."""
     effects = tmp_path / "effects.log"
     ids = [f"run-{i:03d}" for i in range(100)]
     url, prefix = private_redis.url, "podium"
@@ -47,7 +50,7 @@ async def test_workers_survive_a_redis_restart(
         finished_before = {r.run_id: r for r in await store.list(status="completed", limit=1000)}
         journals_before = {i: len(await store.journal(i)) for i in finished_before}
         private_redis.kill()  # SIGKILL: only what the append-only file holds survives
-        await asyncio.sleep(1.0)  # the outage
+        await asyncio.sleep(outage_s)  # the outage
         private_redis.start()
         for w in workers:
             assert await w.wait_exit(60) == 0, w.text()
