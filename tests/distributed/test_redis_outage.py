@@ -102,3 +102,14 @@ async def test_a_follower_rides_out_an_outage(private_redis: RedisServer) -> Non
         # and with Redis still away when the wait ends: nothing, not an error
         private_redis.kill()
         assert await reader.wait_journal("f1", 0, 0.5) == []
+
+
+async def test_a_store_on_another_database_reconnects_to_it(private_redis: RedisServer) -> None:
+    url = private_redis.url.removesuffix("/0") + "/3"
+    async with RedisRunStore(url) as store:
+        await store.create(RunRecord("d1", "agent", "x"))
+        private_redis.kill()
+        private_redis.start()
+        await store.create(RunRecord("d2", "agent", "x"))  # after the reconnect: SELECT 3 again
+        assert {r.run_id for r in await store.list()} == {"d1", "d2"}
+        assert await store.client.exists("podium:{d2}:run") == 1

@@ -39,11 +39,14 @@ __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "born", "fut", "retries", "sent_at")
+    __slots__ = ("args", "born", "fut", "internal", "retries", "sent_at")
 
-    def __init__(self, args: tuple[Any, ...], fut: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False
+    ) -> None:
         self.args = args
         self.fut = fut
+        self.internal = internal  # connection set-up (AUTH, SELECT, SCRIPT LOAD): not resent
         self.born = time.monotonic()
         self.sent_at = 0.0
         self.retries = 0
@@ -197,6 +200,11 @@ class Autopipeline:
             try:
                 for script in self._scripts.values():
                     await self._connected_call("SCRIPT", "LOAD", script)
+            except RedisConnectionError:  # the link dropped: send it again once reconnected
+                if not op.fut.done():
+                    self._queue.insert(0, op)
+                    self._connect_soon()
+                return
             except Exception as exc:
                 if not op.fut.done():
                     op.fut.set_exception(NoScriptError(str(exc)))
@@ -227,7 +235,7 @@ class Autopipeline:
         protocol = self._protocol
         if protocol is None or protocol.transport is None:
             raise RedisConnectionError("not connected")
-        protocol.waiting.append(_Op(args, fut))
+        protocol.waiting.append(_Op(args, fut, internal=True))
         protocol.transport.write(hiredis.pack_command(args))
         reply = await fut
         return reply
@@ -237,7 +245,14 @@ class Autopipeline:
     def _lost(self, protocol: _Protocol) -> None:
         if self._protocol is protocol:
             self._protocol = None
-        unanswered = [op for op in protocol.waiting if not op.fut.done()]
+        unanswered = []
+        for op in protocol.waiting:
+            if op.fut.done():
+                continue
+            if op.internal:  # its caller (a connect or a script load) decides what next
+                op.fut.set_exception(RedisConnectionError("connection lost"))
+            else:
+                unanswered.append(op)
         protocol.waiting.clear()
         self._queue[:0] = unanswered  # sent again, in order, once reconnected
         if self._queue and not self._closed:
