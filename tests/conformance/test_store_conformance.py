@@ -226,6 +226,8 @@ async def test_follow_a_run_with_wait_journal(backend: StoreBackend) -> None:
     assert [(seq, type(e)) for seq, e in await waiting] == [(1, RunFinished)]
     # entries already there come back at once, with no waiting
     assert [seq for seq, _ in await reader.wait_journal("w1", -1, 10.0)] == [0, 1]
+    with pytest.raises(RunNotFoundError):
+        await reader.wait_journal("no-such-run", -1, 10.0)
 
 
 async def test_list_by_tenant_status_and_agent(backend: StoreBackend) -> None:

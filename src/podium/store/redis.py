@@ -552,6 +552,8 @@ class RedisRunStore(RunStore):
             last = await self._pipe.execute("XREVRANGE", key, "+", "-", "COUNT", 1)
         if (last and _seq_part(last[0][0]) - 2 > after) or timeout <= 0:
             return await self.journal(run_id, after)
+        if not last:  # an empty journal, or no such run (that raises RunNotFoundError)
+            await self.journal(run_id, after)
         start = last[0][0] if last else b"0-1"
         async with translate_errors():
             reply: Any = await self.client.xread(
