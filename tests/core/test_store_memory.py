@@ -5,49 +5,31 @@ from __future__ import annotations
 import pytest
 
 from podium import Agent, Engine, MemoryRunStore, RunRecord, Scenario, SimulatedModel, tool
-from podium.engine.records import RunFinished, StepCommitted
-from podium.errors import RunNotFoundError, StoreError
+from podium.engine.records import RunFinished
+from podium.errors import RunNotFoundError
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_journal_reads_back_in_order() -> None:
-    store = MemoryRunStore()
-    await store.create(RunRecord("r1", "a", "hi"))
-    await store.append("r1", [StepCommitted(0, 1.0), StepCommitted(1, 2.0)])
-    await store.append("r1", [StepCommitted(2, 3.0)])
-    items = await store.journal("r1")
-    assert [seq for seq, _ in items] == [0, 1, 2]
-    assert [e.step for _, e in items] == [0, 1, 2]  # type: ignore[union-attr]
-    assert [seq for seq, _ in await store.journal("r1", after=0)] == [1, 2]
-    assert await store.journal("r1", after=2) == []
-
-
-async def test_append_with_record_updates_it_atomically() -> None:
-    store = MemoryRunStore()
-    record = RunRecord("r1", "a", "hi")
-    await store.create(record)
-    record.status = "completed"
-    await store.append("r1", [RunFinished(1.0, "completed", output="x")], record=record)
-    got = await store.get("r1")
-    assert got is not None and got.status == "completed" and got.version == 1
-
-
-async def test_errors_and_listing() -> None:
-    store = MemoryRunStore()
-    await store.create(RunRecord("a", "x", "1", tenant="t1", created_at=1.0))
-    await store.create(RunRecord("b", "y", "2", tenant="t2", created_at=2.0))
-    with pytest.raises(StoreError):
-        await store.create(RunRecord("a", "x", "again"))
+async def test_finished_runs_are_kept_up_to_a_bound() -> None:
+    """Past ``max_finished`` the runs that finished first are forgotten; running ones stay."""
+    store = MemoryRunStore(max_finished=3, finished_ttl_s=None)
+    await store.create(RunRecord("live", "a", "x"))
+    for i in range(5):
+        record = RunRecord(f"r{i}", "a", "x")
+        await store.create(record)
+        record.status = "completed"
+        await store.append(f"r{i}", [RunFinished(1.0, "completed", "ok")], record=record)
+    assert {r.run_id for r in await store.list()} == {"live", "r2", "r3", "r4"}
+    assert await store.get("r0") is None
     with pytest.raises(RunNotFoundError):
-        await store.journal("missing")
-    with pytest.raises(RunNotFoundError):
-        await store.update(RunRecord("missing", "x", ""))
-    assert await store.get("missing") is None
-    assert [r.run_id for r in await store.list()] == ["b", "a"]
-    assert [r.run_id for r in await store.list(tenant="t1")] == ["a"]
-    assert [r.run_id for r in await store.list(agent="y")] == ["b"]
-    assert [r.run_id for r in await store.list(limit=1)] == ["b"]
+        await store.journal("r1")
+    assert store.statistics().runs == 4
+
+
+async def test_default_retention_is_bounded() -> None:
+    store = MemoryRunStore()
+    assert store.max_finished is not None and store.finished_ttl_s is not None
 
 
 @tool

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -11,89 +10,18 @@ import pytest
 from podium import (
     Agent,
     Engine,
-    MemoryRunStore,
     RunRecord,
-    RunStore,
     Scenario,
     SimulatedModel,
     tool,
 )
-from podium.engine.records import RunFinished, StepCommitted
-from podium.errors import RunNotFoundError, StoreError
+from podium.engine.records import StepCommitted
+from podium.errors import StoreError
 
 sqlite_store = pytest.importorskip("podium.store.sqlite")
 SQLiteRunStore = sqlite_store.SQLiteRunStore
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    s: RunStore = (
-        MemoryRunStore() if request.param == "memory" else SQLiteRunStore(tmp_path / "runs.sqlite")
-    )
-    async with s:
-        yield s
-
-
-async def test_create_get_update(store: RunStore) -> None:
-    record = RunRecord("r1", "agent", "hello", tenant="t1", metadata={"k": "v"})
-    await store.create(record)
-    got = await store.get("r1")
-    assert got is not None
-    assert (got.run_id, got.agent, got.input, got.status, got.metadata) == (
-        "r1",
-        "agent",
-        "hello",
-        "queued",
-        {"k": "v"},
-    )
-    record.status = "running"
-    await store.update(record)
-    got = await store.get("r1")
-    assert got is not None and got.status == "running" and got.version == record.version >= 1
-    assert await store.get("nope") is None
-    with pytest.raises(StoreError):
-        await store.create(RunRecord("r1", "agent", "again"))
-    with pytest.raises(RunNotFoundError):
-        await store.update(RunRecord("nope", "a", ""))
-
-
-async def test_append_and_journal_in_order(store: RunStore) -> None:
-    await store.create(RunRecord("r1", "agent", "hello"))
-    await store.create(RunRecord("r2", "agent", "other"))
-    await store.append("r1", [StepCommitted(0, 1.0), StepCommitted(1, 2.0)])
-    await store.append("r2", [StepCommitted(7, 1.5)])
-    record = RunRecord("r1", "agent", "hello", status="completed", output="x")
-    await store.append("r1", [RunFinished(3.0, "completed", output="x")], record=record)
-    items = await store.journal("r1")
-    assert [seq for seq, _ in items] == [0, 1, 2]
-    assert items[0][1] == StepCommitted(0, 1.0)
-    assert items[2][1] == RunFinished(3.0, "completed", output="x")
-    assert [seq for seq, _ in await store.journal("r1", after=1)] == [2]
-    assert [e for _, e in await store.journal("r2")] == [StepCommitted(7, 1.5)]
-    got = await store.get("r1")
-    assert got is not None and (got.status, got.output) == ("completed", "x")
-    assert await store.journal("r1", after=2) == []
-    with pytest.raises(RunNotFoundError):
-        await store.journal("nope")
-
-
-async def test_append_to_an_unknown_run_is_refused(store: RunStore) -> None:
-    with pytest.raises(RunNotFoundError):
-        await store.append("nope", [StepCommitted(0, 1.0)])
-
-
-async def test_list_filters_newest_first(store: RunStore) -> None:
-    await store.create(RunRecord("a", "x", "1", tenant="t1", created_at=1.0))
-    await store.create(RunRecord("b", "y", "2", tenant="t2", created_at=2.0))
-    await store.create(RunRecord("c", "x", "3", tenant="t1", created_at=3.0, status="completed"))
-    assert [r.run_id for r in await store.list()] == ["c", "b", "a"]
-    assert [r.run_id for r in await store.list(tenant="t1")] == ["c", "a"]
-    assert [r.run_id for r in await store.list(agent="y")] == ["b"]
-    assert [r.run_id for r in await store.list(status="completed")] == ["c"]
-    assert [r.run_id for r in await store.list(tenant="t1", status="queued")] == ["a"]
-    assert [r.run_id for r in await store.list(limit=2)] == ["c", "b"]
 
 
 @tool
@@ -161,3 +89,20 @@ async def test_closed_store_refuses_work(tmp_path: Path) -> None:
     await store.aclose()
     with pytest.raises(StoreError):
         await store.get("r1")
+
+
+async def test_a_file_from_before_expiry_is_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            "CREATE TABLE runs (run_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, agent TEXT NOT NULL,"
+            " status TEXT NOT NULL, created_at REAL NOT NULL, version INTEGER NOT NULL,"
+            " record BLOB NOT NULL) WITHOUT ROWID;"
+        )
+    conn.close()
+    async with SQLiteRunStore(path, finished_ttl_s=60) as store:
+        record = RunRecord("r1", "agent", "x")
+        await store.create(record)
+        record.status = "completed"
+        await store.update(record)
+        assert [r.run_id for r in await store.list(status="completed")] == ["r1"]

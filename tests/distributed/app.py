@@ -15,6 +15,7 @@ import signal
 from podium import Agent, Scenario, SimulatedModel, ToolContext, tool
 
 TOOL_STEPS = 4
+PARALLEL_CALLS = 4
 
 
 def _log(line: str) -> None:
@@ -55,6 +56,17 @@ effects = Agent(
     "effects",
     SimulatedModel(Scenario.react("effect", {"item": "x"}, tool_steps=TOOL_STEPS)),
     "Act on the item.",
+    [effect],
+    max_steps=TOOL_STEPS + 2,
+)
+
+#: Every step makes PARALLEL_CALLS calls at once; with one delay they finish together.
+parallel_effects = Agent(
+    "parallel_effects",
+    SimulatedModel(
+        Scenario.react("effect", {"item": "x"}, tool_steps=TOOL_STEPS, parallel=PARALLEL_CALLS)
+    ),
+    "Act on the item, several times at once.",
     [effect],
     max_steps=TOOL_STEPS + 2,
 )

@@ -11,7 +11,7 @@ import pytest
 from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 
-from .app import TOOL_STEPS
+from .app import PARALLEL_CALLS, TOOL_STEPS
 from .harness import WorkerProcess, check_completed_once, effect_lines, submit_runs, wait_until
 from .redis_server import RedisServer
 
@@ -23,12 +23,19 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def test_workers_survive_a_redis_restart(private_redis: RedisServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("agent", "calls", "outage_s"), [("effects", 1, 1.0), ("parallel_effects", PARALLEL_CALLS, 3.0)]
+)
+async def test_workers_survive_a_redis_restart(
+    private_redis: RedisServer, tmp_path: Path, agent: str, calls: int, outage_s: float
+) -> None:
+    """With parallel calls too: their outcomes, written together, survive the restart, and
+    an outage longer than a gateway call waits (a worker waits longer) repeats no call."""
     effects = tmp_path / "effects.log"
     ids = [f"run-{i:03d}" for i in range(100)]
     url, prefix = private_redis.url, "podium"
     workers = [
-        WorkerProcess(tmp_path, f"w{i}", url, prefix, "tests.distributed.app:effects", effects,
+        WorkerProcess(tmp_path, f"w{i}", url, prefix, f"tests.distributed.app:{agent}", effects,
                       "--concurrency", "16", "--lease", "5", "--burst", tool_delay=0.05)
         for i in range(2)
     ]
@@ -37,12 +44,13 @@ async def test_workers_survive_a_redis_restart(private_redis: RedisServer, tmp_p
     try:
         for w in workers:
             await w.wait_ready()
-        await submit_runs(store, queue, "effects", ids)
-        await wait_until(lambda: len(effect_lines(effects)) >= 120, 30, "load to be under way")
+        await submit_runs(store, queue, agent, ids)
+        await wait_until(lambda: len(effect_lines(effects)) >= 120 * calls, 30,
+                         "load to be under way")
         finished_before = {r.run_id: r for r in await store.list(status="completed", limit=1000)}
         journals_before = {i: len(await store.journal(i)) for i in finished_before}
         private_redis.kill()  # SIGKILL: only what the append-only file holds survives
-        await asyncio.sleep(1.0)  # the outage
+        await asyncio.sleep(outage_s)  # the outage
         private_redis.start()
         for w in workers:
             assert await w.wait_exit(60) == 0, w.text()
@@ -53,7 +61,9 @@ async def test_workers_survive_a_redis_restart(private_redis: RedisServer, tmp_p
             assert after is not None and after.version == before.version
             assert len(await store.journal(run_id)) == journals_before[run_id]
         keys = Counter(k for k, _ in effect_lines(effects))
-        assert set(keys) == {f"{r}:{s}:0" for r in ids for s in range(TOOL_STEPS)}
+        assert set(keys) == {
+            f"{r}:{s}:{c}" for r in ids for s in range(TOOL_STEPS) for c in range(calls)
+        }
         assert all(n == 1 for n in keys.values()), [k for k, n in keys.items() if n > 1]
     finally:
         for w in workers:

@@ -118,3 +118,42 @@ async def test_own_expired_lease_is_not_driven_twice(
         assert Counter(k for k, _ in effect_lines(effects_log)) == {
             f"mine:{s}:0": 1 for s in range(TOOL_STEPS)
         }
+
+
+@pytest.mark.parametrize("other_write", ["touch", "end"])
+async def test_stale_write_on_a_held_run_is_resumed_or_acked(
+    shared_redis_url: str, prefix: str, effects_log: Path, monkeypatch: pytest.MonkeyPatch,
+    other_write: str,
+) -> None:
+    """Another process writes the run while this worker holds its lease: the worker's next
+    checkpoint is refused as stale, yet the run is neither lost nor left un-acked."""
+    monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "0.3")
+    async with (
+        RedisRunStore(shared_redis_url, prefix=prefix) as store,
+        RedisRunStore(shared_redis_url, prefix=prefix) as other,
+        RedisQueue(shared_redis_url, prefix=prefix, lease_s=30) as queue,
+    ):
+        await submit_runs(store, queue, "effects", ["written"])
+        worker = Worker(queue, Engine(store), {"effects": effects}, claim_block_s=0.05)
+        task = asyncio.create_task(worker.run(burst=True))
+        await wait_until(lambda: worker.statistics().active == 1, 10, "the claim")
+        record = await other.get("written")
+        while record is None or record.status != "running":
+            await asyncio.sleep(0.01)
+            record = await other.get("written")
+        if other_write == "end":
+            record.status, record.reason = "failed", "stopped by an operator"
+        record.metadata = {"touched": "yes"}
+        await other.update(record)  # the worker's tool call is in flight (0.3 s)
+        monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "0.01")
+        await asyncio.wait_for(task, 20)  # before the fix: stuck until the 30 s lease ran out
+        stats = worker.statistics()
+        assert stats.lost == 0 and stats.dead_lettered == 0
+        assert await queue.outstanding() == 0
+        final = await store.get("written")
+        assert final is not None
+        if other_write == "end":
+            assert final.status == "failed"
+        else:
+            assert final.status == "completed" and stats.completed == 1
+            await check_completed_once(store, ["written"])

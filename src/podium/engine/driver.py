@@ -456,7 +456,16 @@ class Engine(AsyncCloseable):
             await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
             return call.index, result
 
-        gathered = await asyncio.gather(*(one(c) for c in todo))
+        tasks = [asyncio.ensure_future(one(c)) for c in todo]
+        try:
+            gathered = await asyncio.gather(*tasks)
+        except BaseException:
+            # A failed checkpoint (the store away, or the run taken over) ends this drive:
+            # stop the other calls too, so none journals an outcome behind a resumed drive.
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            raise
         sw.resume()
         sw.add_cpu(_TOOLS, sum(r.cpu_ns for _, r in gathered))
         results.extend(gathered)

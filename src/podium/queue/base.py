@@ -18,7 +18,7 @@ import msgspec
 
 from podium.lifecycle import AsyncCloseable
 
-__all__ = ("Claim", "QueueItem", "QueueStatistics", "RunQueue")
+__all__ = ("Claim", "DeadLetter", "QueueItem", "QueueStatistics", "RunQueue")
 
 
 class QueueItem(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
@@ -43,6 +43,15 @@ class Claim(msgspec.Struct, gc=False):
     deliveries: int = 1
     claimed_at: float = 0.0
     consumer: str = ""
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    """A run the queue gave up on."""
+
+    item: QueueItem
+    reason: str
+    deliveries: int
+    ts: float
 
 
 class QueueStatistics(msgspec.Struct, frozen=True):
@@ -91,6 +100,10 @@ class RunQueue(AsyncCloseable, abc.ABC):
     @abc.abstractmethod
     async def depth(self, pool: str = "default") -> int:
         """Runs waiting (not in flight) in ``pool``."""
+
+    async def dead_letters(self, pool: str = "default", limit: int = 100) -> list[DeadLetter]:
+        """The runs of ``pool`` the queue gave up on, oldest first."""
+        raise NotImplementedError(f"{type(self).__name__} does not list its dead letters")
 
     async def outstanding(self, pool: str = "default") -> int:
         """Runs not yet acked: waiting or in flight anywhere (burst workers wait for zero).

@@ -1,8 +1,11 @@
 """The in-process queue: the embedded default (one process, no services).
 
-No leases are needed inside one process: a worker that dies takes the
-process with it. A run claimed but not acked when the process restarts is
-found again by its ``running`` status in the store.
+Inside one process a worker that dies takes the process with it, so by
+default claims have no lease (``lease_s=None``): a run claimed but not acked
+when the process restarts is found again by its ``running`` status in the
+store. With ``lease_s`` set, claims behave as on Redis: a claim not
+heartbeaten for ``lease_s`` is delivered again (counted) to the next claimer,
+and its old holder's heartbeat reports it lost.
 """
 
 from __future__ import annotations
@@ -12,26 +15,30 @@ import itertools
 import time
 from collections import deque
 
-from podium.queue.base import Claim, QueueItem, QueueStatistics, RunQueue
+from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
 
 __all__ = ("LocalQueue",)
 
 
 class _Pool:
-    __slots__ = ("acked", "dead", "in_flight", "items", "redelivered", "submitted", "wakeup")
+    __slots__ = (
+        "acked", "dead", "in_flight", "items", "leases", "redelivered", "submitted", "wakeup"
+    )
 
     def __init__(self) -> None:
         self.items: deque[Claim] = deque()
         self.in_flight: dict[str, Claim] = {}
+        self.leases: dict[str, float] = {}  # receipt -> monotonic expiry (with lease_s)
         self.wakeup = asyncio.Event()
         self.submitted = self.acked = self.redelivered = 0
-        self.dead: list[tuple[QueueItem, str]] = []
+        self.dead: list[DeadLetter] = []
 
 
 class LocalQueue(RunQueue):
     """FIFO per pool, in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lease_s: float | None = None) -> None:
+        self.lease_s = lease_s
         self._pools: dict[str, _Pool] = {}
         self._receipts = itertools.count(1)
 
@@ -53,48 +60,94 @@ class LocalQueue(RunQueue):
         self, consumer: str, *, pool: str = "default", count: int = 1, block_s: float = 1.0
     ) -> list[Claim]:
         p = self._pool(pool)
-        if not p.items and block_s > 0:
+        deadline = time.monotonic() + max(block_s, 0.0)
+        while True:
+            claims = self._take(p, consumer, count)
+            left = deadline - time.monotonic()
+            if claims or left <= 0:
+                return claims
+            if p.leases:  # wake up for the next lease to run out, too
+                left = min(left, max(0.0, min(p.leases.values()) - time.monotonic()) + 0.001)
             p.wakeup.clear()
             try:
-                async with asyncio.timeout(block_s):
+                async with asyncio.timeout(left):
                     await p.wakeup.wait()
             except TimeoutError:
-                return []
+                pass
+
+    def _take(self, p: _Pool, consumer: str, count: int) -> list[Claim]:
+        now, mono = time.time(), time.monotonic()
         claims: list[Claim] = []
-        now = time.time()
+        if p.leases:  # runs whose holder stopped heartbeating first, counted as deliveries
+            for receipt, expiry in list(p.leases.items()):
+                if len(claims) >= count:
+                    break
+                if expiry <= mono:
+                    old = p.in_flight[receipt]
+                    claim = Claim(old.item, receipt, old.deliveries + 1, now, consumer)
+                    p.in_flight[receipt] = claim
+                    p.leases[receipt] = mono + (self.lease_s or 0.0)
+                    p.redelivered += 1
+                    claims.append(claim)
         while p.items and len(claims) < count:
             claim = p.items.popleft()
             claim.claimed_at = now
+            claim.consumer = consumer
             p.in_flight[claim.receipt] = claim
+            if self.lease_s is not None:
+                p.leases[claim.receipt] = mono + self.lease_s
             claims.append(claim)
         return claims
 
-    async def heartbeat(self, consumer: str, claims: list[Claim]) -> None:
-        return None
+    def _owned(self, p: _Pool, consumer: str, claim: Claim) -> bool:
+        held = p.in_flight.get(claim.receipt)
+        return held is not None and held.consumer == consumer
+
+    async def heartbeat(self, consumer: str, claims: list[Claim]) -> list[Claim]:
+        """Extend ``consumer``'s leases; returns the claims it no longer holds."""
+        lost: list[Claim] = []
+        mono = time.monotonic()
+        for claim in claims:
+            p = self._pool(claim.item.pool)
+            if not self._owned(p, consumer, claim):
+                lost.append(claim)
+            elif self.lease_s is not None:
+                p.leases[claim.receipt] = mono + self.lease_s
+        return lost
 
     async def ack(self, claim: Claim) -> None:
         p = self._pool(claim.item.pool)
+        p.leases.pop(claim.receipt, None)
         if p.in_flight.pop(claim.receipt, None) is not None:
             p.acked += 1
 
     async def release(self, claim: Claim) -> None:
+        """Give the run back now, uncounted; only its current holder can."""
         p = self._pool(claim.item.pool)
-        if p.in_flight.pop(claim.receipt, None) is not None:
-            claim.deliveries += 1
-            p.redelivered += 1
-            p.items.appendleft(claim)
-            p.wakeup.set()
+        if not self._owned(p, claim.consumer, claim):
+            return
+        held = p.in_flight.pop(claim.receipt)
+        p.leases.pop(claim.receipt, None)
+        p.items.appendleft(Claim(held.item, held.receipt, held.deliveries))
+        p.redelivered += 1
+        p.wakeup.set()
 
     async def dead_letter(self, claim: Claim, reason: str) -> None:
         p = self._pool(claim.item.pool)
         p.in_flight.pop(claim.receipt, None)
-        p.dead.append((claim.item, reason))
+        p.leases.pop(claim.receipt, None)
+        p.dead.append(DeadLetter(claim.item, reason, claim.deliveries, time.time()))
+
+    async def dead_letters(self, pool: str = "default", limit: int = 100) -> list[DeadLetter]:
+        return self._pool(pool).dead[:limit]
 
     async def depth(self, pool: str = "default") -> int:
         return len(self._pool(pool).items)
 
-    def dead_letters(self, pool: str = "default") -> list[tuple[QueueItem, str]]:
-        return list(self._pool(pool).dead)
+    async def outstanding(self, pool: str = "default") -> int:
+        """Runs not yet acked: waiting, or claimed and still in flight."""
+        p = self._pool(pool)
+        return len(p.items) + len(p.in_flight)
 
     def statistics(self, pool: str = "default") -> QueueStatistics:
         p = self._pool(pool)

@@ -27,7 +27,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from podium.errors import QueueUnavailableError
-from podium.queue.base import Claim, QueueItem, QueueStatistics, RunQueue
+from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
 from podium.store.redis import UNAVAILABLE, connect
 from podium.store.redis_batch import Autopipeline
 
@@ -78,15 +78,6 @@ return 1
 """
 
 
-class DeadLetter(msgspec.Struct, frozen=True):
-    """A run the queue gave up on."""
-
-    item: QueueItem
-    reason: str
-    deliveries: int
-    ts: float
-
-
 @asynccontextmanager
 async def _translate() -> AsyncIterator[None]:
     try:
@@ -125,6 +116,7 @@ class RedisQueue(RunQueue):
         lease_s: float = 30.0,
         reclaim_every_s: float | None = None,
         reconnect_retries: int = 10,
+        unavailable_s: float = 1.5,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
@@ -132,7 +124,9 @@ class RedisQueue(RunQueue):
         self.lease_s = lease_s
         self.reclaim_every_s = lease_s / 4 if reclaim_every_s is None else reclaim_every_s
         # everything but blocking reads goes through one pipelined connection
-        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
+        self._pipe = Autopipeline(
+            self.client, retries=reconnect_retries, unavailable_s=unavailable_s
+        )
         self._reclaim = self._pipe.register(_RECLAIM)
         self._heartbeat = self._pipe.register(_HEARTBEAT)
         self._release = self._pipe.register(_RELEASE)
@@ -250,9 +244,9 @@ class RedisQueue(RunQueue):
     async def ack(self, claim: Claim) -> None:
         key = self.stream_key(claim.item.pool)
         async with _translate():
-            acked = self._pipe.submit("XACK", key, _GROUP, claim.receipt)
-            await self._pipe.execute("XDEL", key, claim.receipt)
-            await acked
+            await self._pipe.execute_all(
+                ("XACK", key, _GROUP, claim.receipt), ("XDEL", key, claim.receipt)
+            )
         self._stats(claim.item.pool).acked += 1
 
     async def release(self, claim: Claim) -> None:
@@ -302,9 +296,9 @@ class RedisQueue(RunQueue):
         key = self.stream_key(pool)
         async with _translate():
             await self._ensure_group(pool)
-            length_f = self._pipe.submit("XLEN", key)
-            summary = await self._pipe.execute("XPENDING", key, _GROUP)
-            length = await length_f
+            length, summary = await self._pipe.execute_all(
+                ("XLEN", key), ("XPENDING", key, _GROUP)
+            )
         pending = int(summary[0]) if summary else 0  # raw XPENDING summary: [count, ...]
         c = self._stats(pool)
         c.waiting, c.in_flight = max(0, length - pending), pending

@@ -36,6 +36,9 @@ class RunStore(AsyncCloseable, abc.ABC):
     """Where runs live. Every method is safe to call from many runs at once."""
 
     _notifier: JournalNotifier | None = None
+    #: With a notifier: how often to look for entries written by other processes (None:
+    #: no other process writes this store).
+    _notify_poll_s: float | None = None
     _cancels: set[str] | None = None
 
     @abc.abstractmethod
@@ -83,14 +86,14 @@ class RunStore(AsyncCloseable, abc.ABC):
         appends; the others poll (or override this with their service's blocking read).
         """
         items = await self.journal(run_id, after)
-        if items:
-            return items
-        if self._notifier is not None:
-            await self._notifier.wait(run_id, timeout)
-            return await self.journal(run_id, after)
         deadline = time.monotonic() + timeout
-        while not items and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+        while not items and (left := deadline - time.monotonic()) > 0:
+            if self._notifier is None:
+                await asyncio.sleep(min(0.05, left))
+            elif self._notify_poll_s is None:  # only this process writes: its appends wake us
+                await self._notifier.wait(run_id, left)
+            else:  # woken by this process's appends; another's are seen by polling
+                await self._notifier.wait(run_id, min(left, self._notify_poll_s))
             items = await self.journal(run_id, after)
         return items
 

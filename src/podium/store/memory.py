@@ -1,44 +1,84 @@
-"""An in-memory run store: for tests, benchmarks and ephemeral runs."""
+"""An in-memory run store: for tests, benchmarks and ephemeral runs.
+
+Finished runs are kept for a bounded time and number (``finished_ttl_s``,
+``max_finished``), oldest finished first out, so a long-lived process does not
+keep every run it ever served.
+"""
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 
+import msgspec
+
 from podium.engine.records import JournalEntry, RunRecord
-from podium.errors import RunNotFoundError, StoreError
+from podium.errors import RunNotFoundError, StaleRunError, StoreError
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
 
 __all__ = ("MemoryRunStore",)
 
+_copy = msgspec.structs.replace  # a shallow copy: the store keeps its own snapshot
+
 
 class MemoryRunStore(RunStore):
-    """Keeps records and journals in dicts; entries are stored as the immutable structs they are."""
+    """Keeps records and journals in dicts; entries are stored as the immutable structs they are.
 
-    def __init__(self) -> None:
+    Records are snapshots: :meth:`get` returns a copy, and :meth:`update` is refused
+    with :class:`~podium.errors.StaleRunError` when the record's version is not the
+    stored one (someone else wrote the run since it was read), as in every store.
+
+    ``finished_ttl_s``: how long a finished run stays readable (None: no time limit).
+    ``max_finished``: how many finished runs are kept at most (None: no limit); past
+    it, the ones that finished first are forgotten.
+    """
+
+    def __init__(
+        self, *, finished_ttl_s: float | None = 3600.0, max_finished: int | None = 10_000
+    ) -> None:
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[JournalEntry]] = {}
+        self._finished: OrderedDict[str, float] = OrderedDict()  # run id -> expiry, in order
+        self.finished_ttl_s = finished_ttl_s
+        self.max_finished = max_finished
         self._notifier: JournalNotifier | None = JournalNotifier()
         self._appends = 0
         self._entries = 0
 
     async def create(self, record: RunRecord) -> None:
+        self._expire()
         if record.run_id in self._runs:
             raise StoreError(f"run {record.run_id} exists")
         record.updated_at = record.updated_at or time.time()
-        self._runs[record.run_id] = record
+        self._runs[record.run_id] = _copy(record)
         self._journals[record.run_id] = []
+        if record.done:
+            self._retire(record.run_id)
 
     async def get(self, run_id: str) -> RunRecord | None:
-        return self._runs.get(run_id)
+        self._expire()
+        record = self._runs.get(run_id)
+        return None if record is None else _copy(record)
 
     async def update(self, record: RunRecord) -> None:
-        if record.run_id not in self._runs:
+        self._put(record)
+
+    def _put(self, record: RunRecord) -> None:
+        stored = self._runs.get(record.run_id)
+        if stored is None:
             raise RunNotFoundError(record.run_id)
+        if stored.version != record.version:
+            raise StaleRunError(
+                f"{record.run_id} is at version {stored.version}, "
+                f"this writer holds {record.version}"
+            )
         record.version += 1
         record.updated_at = time.time()
-        self._runs[record.run_id] = record
+        self._runs[record.run_id] = _copy(record)
+        if record.done:
+            self._retire(record.run_id)
 
     async def append(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
@@ -46,19 +86,21 @@ class MemoryRunStore(RunStore):
         journal = self._journals.get(run_id)
         if journal is None:
             raise RunNotFoundError(run_id)
+        if record is not None:
+            self._put(record)  # checked first: a refused record write appends nothing
         journal.extend(entries)
         self._appends += 1
         self._entries += len(entries)
-        if record is not None:
-            await self.update(record)
         if self._notifier is not None:
             self._notifier.notify(run_id)
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
+        self._expire()
         journal = self._journals.get(run_id)
         if journal is None:
             raise RunNotFoundError(run_id)
-        return [(i, e) for i, e in enumerate(journal) if i > after]
+        start = max(after + 1, 0)
+        return [(i, journal[i]) for i in range(start, len(journal))]
 
     async def list(
         self,
@@ -68,6 +110,7 @@ class MemoryRunStore(RunStore):
         agent: str | None = None,
         limit: int = 100,
     ) -> list[RunRecord]:
+        self._expire()
         found = [
             r
             for r in self._runs.values()
@@ -76,7 +119,7 @@ class MemoryRunStore(RunStore):
             and (agent is None or r.agent == agent)
         ]
         found.sort(key=lambda r: r.created_at, reverse=True)
-        return found[:limit]
+        return [_copy(r) for r in found[: max(limit, 0)]]
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(len(self._runs), self._appends, self._entries, 0)
@@ -85,3 +128,26 @@ class MemoryRunStore(RunStore):
         """Drop a run (benchmarks call this to keep memory flat)."""
         self._runs.pop(run_id, None)
         self._journals.pop(run_id, None)
+        self._finished.pop(run_id, None)
+
+    # -- retention --------------------------------------------------------------------------
+
+    def _retire(self, run_id: str) -> None:
+        """The run finished: it is kept for ``finished_ttl_s``, among ``max_finished`` at most."""
+        ttl = self.finished_ttl_s
+        self._finished.pop(run_id, None)
+        self._finished[run_id] = float("inf") if ttl is None else time.monotonic() + ttl
+        if self.max_finished is not None:
+            while len(self._finished) > self.max_finished:
+                self.forget(next(iter(self._finished)))
+
+    def _expire(self) -> None:
+        finished = self._finished
+        if not finished or self.finished_ttl_s is None:
+            return
+        now = time.monotonic()
+        while finished:
+            run_id, expires = next(iter(finished.items()))
+            if expires > now:
+                return
+            self.forget(run_id)

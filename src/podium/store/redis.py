@@ -32,6 +32,7 @@ Finished runs expire after ``finished_ttl_s``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -49,8 +50,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError, StoreUnavailableError
+from podium.lifecycle import stop_task
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_tail import PendingWrite, RunTail
 
 __all__ = ("RedisRunStore", "connect")
 
@@ -69,21 +72,24 @@ UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 def connect(
     url: str = "redis://127.0.0.1:6379/0",
     *,
-    retries: int = 8,
+    retries: int = 2,
     socket_timeout: float = 10.0,
+    connect_timeout: float = 0.5,
     max_connections: int | None = None,
 ) -> aioredis.Redis:
-    """A redis-py asyncio client tuned for Podium: hiredis, jittered exponential retries.
+    """A redis-py asyncio client tuned for Podium: hiredis, a few jittered retries.
 
-    With the defaults a command survives about ten seconds of Redis being away
-    (a restart) before the error reaches the caller.
+    With the defaults a command fails within about two seconds when Redis is away
+    (the error says so quickly; callers that can wait retry on their own), and the
+    next command after Redis is back reconnects. ``socket_timeout`` bounds a read,
+    so it stays above the longest blocking read (8 s).
     """
     return aioredis.Redis.from_url(
         url,
-        retry=Retry(ExponentialWithJitterBackoff(cap=2.0, base=0.05), retries),
+        retry=Retry(ExponentialWithJitterBackoff(cap=0.25, base=0.05), retries),
         retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
         socket_timeout=socket_timeout,
-        socket_connect_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
         health_check_interval=30,
         max_connections=max_connections,
     )
@@ -174,6 +180,7 @@ return {v, n}
 """
 
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
+_MAX_TAILS = 50_000  # runs whose write position this store remembers at most
 
 
 class RedisRunStore(RunStore):
@@ -188,9 +195,9 @@ class RedisRunStore(RunStore):
 
     ``client`` may be shared with a :class:`~podium.queue.redis.RedisQueue`
     (one connection pool per process). ``finished_ttl_s=0`` keeps finished
-    runs forever. ``reconnect_retries``: how many reconnects (with backoff,
-    about ten seconds in all by default) a command waits through before
-    :class:`~podium.errors.StoreUnavailableError`.
+    runs forever. A command waits ``unavailable_s`` at most (or
+    ``reconnect_retries`` reconnects) for Redis before it fails with
+    :class:`~podium.errors.StoreUnavailableError`; the next one reconnects.
     """
 
     def __init__(
@@ -200,22 +207,26 @@ class RedisRunStore(RunStore):
         prefix: str = "podium",
         finished_ttl_s: float = 7 * 86_400,
         reconnect_retries: int = 10,
+        unavailable_s: float = 1.5,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = f"{prefix}:idx:"
-        self._pipe = Autopipeline(self.client, retries=reconnect_retries)
+        self._pipe = Autopipeline(
+            self.client, retries=reconnect_retries, unavailable_s=unavailable_s
+        )
         self._write = self._pipe.register(_WRITE)
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
         self._entries_dec = msgspec.msgpack.Decoder(list[JournalEntry])
-        # Per run this store drives: the version it holds (the fence for journal-only
-        # appends) and the journal's length. Dropped when the run finishes.
-        self._held: dict[str, tuple[int, int]] = {}
-        self._writer = f"{os.getpid()}-{os.urandom(6).hex()}:"
-        self._write_ids = count(1)
+        # Per run this store writes: the version it holds, the journal's length and the
+        # writes waiting for their turn. Dropped when the run finishes.
+        self._tails: dict[str, RunTail] = {}
+        self._drains: set[asyncio.Task[None]] = set()
+        self._writer = f"{os.getpid()}-{os.urandom(6).hex()}"
+        self._ids = count(1)
         self._runs = self._appends = self._entries = self._bytes = 0
 
     # -- keys -------------------------------------------------------------------------------
@@ -231,24 +242,22 @@ class RedisRunStore(RunStore):
     def _payload(self, entries: Sequence[JournalEntry]) -> bytes:
         return self._enc.encode(list(entries)) if entries else b""
 
-    async def _write_record(
-        self, mode: str, record: RunRecord, expected: int, entries: Sequence[JournalEntry]
-    ) -> tuple[int, int]:
-        """The record script; returns (version, journal length) after it."""
+    def _record_args(
+        self, mode: str, record: RunRecord, expected: int, entries: Sequence[JournalEntry],
+        counter: int,
+    ) -> tuple[tuple[Any, ...], int]:
+        """The record script's command, and the bytes it writes."""
         rec = self._enc.encode(record)
         payload = self._payload(entries)
         terminal = "1" if record.status in TERMINAL_STATUSES else "0"
         run_id = record.run_id
-        async with translate_errors():
-            reply = await self._pipe.execute(
-                "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
-                mode, expected, f"{self._writer}{next(self._write_ids)}", rec,
-                _bucket(record.status),
-                record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
-                terminal, run_id, payload, len(entries),
-            )
-        self._count(len(entries), len(rec) + len(payload))
-        return int(reply[0]), int(reply[1])
+        args = (
+            "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
+            mode, expected, f"{self._writer}:{counter}", rec, _bucket(record.status),
+            record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
+            terminal, run_id, payload, len(entries),
+        )
+        return args, len(rec) + len(payload)
 
     def _count(self, entries: int, size: int) -> None:
         self._appends += 1
@@ -257,47 +266,170 @@ class RedisRunStore(RunStore):
 
     async def create(self, record: RunRecord) -> None:
         record.updated_at = record.updated_at or time.time()
-        await self._write_record("create", record, record.version, ())
+        args, size = self._record_args("create", record, record.version, (), next(self._ids))
+        async with translate_errors():
+            await self._pipe.execute(*args)
+        self._count(0, size)
         self._runs += 1
 
     async def update(self, record: RunRecord) -> None:
-        await self._put(record, ())
+        await self._in_turn(record.run_id, (), record)
 
     async def append(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
     ) -> None:
-        if record is not None:
-            await self._put(record, entries)
-        elif entries:
-            await self._append_entries(run_id, entries)
+        if record is not None or entries:
+            await self._in_turn(run_id, entries, record)
 
-    async def _put(self, record: RunRecord, entries: Sequence[JournalEntry]) -> None:
+    # -- one write of a run at a time ---------------------------------------------------------
+
+    async def _in_turn(
+        self, run_id: str, entries: Sequence[JournalEntry], record: RunRecord | None
+    ) -> None:
+        """Write when it is this run's turn: now, or with the writes queued behind the one
+        in flight (they go out together when it returns)."""
+        tail = self._tails.get(run_id)
+        if tail is None:
+            if len(self._tails) >= _MAX_TAILS:
+                self._forget_idle_tails()
+            tail = self._tails[run_id] = RunTail()
+        if tail.busy:
+            fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            tail.waiting.append(PendingWrite(entries, record, fut))
+            await fut
+            return
+        tail.busy = True
+        try:
+            await self._write_now(run_id, tail, entries, record)
+        except StoreUnavailableError as exc:
+            self._fail_waiting(tail, exc)
+            raise
+        finally:
+            self._pass_turn(run_id, tail)
+
+    def _forget_idle_tails(self) -> None:
+        """Bound the tails kept for runs that never finished here (released, lost):
+        the oldest half of the idle ones go (a forgotten run is read again if written)."""
+        idle = [k for k, t in self._tails.items() if not t.busy and t.unsettled is None]
+        for run_id in idle[: max(1, len(idle) // 2)]:
+            del self._tails[run_id]
+
+    @staticmethod
+    def _fail_waiting(tail: RunTail, exc: Exception) -> None:
+        """Redis is away: the writes queued behind the one that found out fail with it, not
+        each after a wait of its own."""
+        while tail.waiting:
+            pending = tail.waiting.popleft()
+            if not pending.fut.done():
+                pending.fut.set_exception(exc)
+
+    def _pass_turn(self, run_id: str, tail: RunTail) -> None:
+        if tail.waiting:
+            task = asyncio.get_running_loop().create_task(self._drain(run_id, tail))
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
+            return
+        tail.busy = False
+        self._forget_if_done(run_id, tail)
+
+    def _forget_if_done(self, run_id: str, tail: RunTail) -> None:
+        """Drop the tail of a run that finished (or that this store never wrote)."""
+        idle = tail.unsettled is None and not tail.busy
+        if idle and (tail.finished or tail.version < 0) and self._tails.get(run_id) is tail:
+            del self._tails[run_id]
+
+    async def _drain(self, run_id: str, tail: RunTail) -> None:
+        """Write what queued up during the last write: entry-only appends merged into one,
+        up to and including the next record write (which carries them)."""
+        try:
+            while tail.waiting:
+                batch: list[PendingWrite] = []
+                entries: list[JournalEntry] = []
+                record: RunRecord | None = None
+                while tail.waiting and record is None:
+                    pending = tail.waiting.popleft()
+                    if pending.fut.done():  # its caller gave up before it was sent
+                        continue
+                    batch.append(pending)
+                    entries.extend(pending.entries)
+                    record = pending.record
+                if not batch:
+                    continue
+                try:
+                    await self._write_now(run_id, tail, entries, record)
+                except Exception as exc:
+                    for pending in batch:
+                        if not pending.fut.done():
+                            pending.fut.set_exception(exc)
+                    if isinstance(exc, StoreUnavailableError):
+                        self._fail_waiting(tail, exc)
+                except BaseException:  # closed mid-write: its callers must not wait forever
+                    for pending in batch:
+                        if not pending.fut.done():
+                            pending.fut.set_exception(StoreError("the store was closed"))
+                    raise
+                else:
+                    for pending in batch:
+                        if not pending.fut.done():
+                            pending.fut.set_result(None)
+        finally:
+            while tail.waiting:  # only when closed mid-drain
+                pending = tail.waiting.popleft()
+                if not pending.fut.done():
+                    pending.fut.set_exception(StoreError("the store was closed"))
+            tail.busy = False
+            self._forget_if_done(run_id, tail)
+
+    async def _write_now(
+        self, run_id: str, tail: RunTail, entries: Sequence[JournalEntry],
+        record: RunRecord | None,
+    ) -> None:
+        if tail.unsettled is not None or (record is None and not tail.known):
+            await self._settle(run_id, tail)
+        if record is not None:
+            await self._put(tail, record, entries)
+        else:
+            await self._append_entries(run_id, tail, entries)
+
+    async def _put(
+        self, tail: RunTail, record: RunRecord, entries: Sequence[JournalEntry]
+    ) -> None:
         """Write ``record`` (and entries) if its version is current; bumps ``record.version``."""
         old = record.version
         record.version = old + 1  # what the stored copy says once written
         record.updated_at = time.time()
+        counter = next(self._ids)
+        args, size = self._record_args("update", record, old, entries, counter)
+        tail.unsettled = (counter, record)  # until the reply says how it went
         try:
-            version, length = await self._write_record("update", record, old, entries)
+            reply = await self._pipe.execute(*args)
         except BaseException as exc:
             record.version = old
-            if isinstance(exc, StaleRunError):
-                self._held.pop(record.run_id, None)
+            if isinstance(exc, (*UNAVAILABLE, ResponseError)):
+                error = translated(exc)
+                if not isinstance(error, StoreUnavailableError):
+                    tail.unsettled = None  # refused: it did not apply
+                    if isinstance(error, StaleRunError):
+                        tail.fenced = True
+                raise error from exc
             raise
-        if record.status in TERMINAL_STATUSES:
-            self._held.pop(record.run_id, None)
-        else:
-            self._held[record.run_id] = (version, length)
+        tail.unsettled = None
+        tail.fenced = False
+        tail.version, tail.length = int(reply[0]), int(reply[1])
+        tail.finished = record.status in TERMINAL_STATUSES
+        self._count(len(entries), size)
 
-    async def _append_entries(self, run_id: str, entries: Sequence[JournalEntry]) -> None:
+    async def _append_entries(
+        self, run_id: str, tail: RunTail, entries: Sequence[JournalEntry]
+    ) -> None:
         """A checkpoint without the record: one XADD at ``<held version>-<last seq + 2>``."""
-        held = self._held.get(run_id)
-        if held is None:  # not driven through this store: learn where the run stands
-            held = await self._position(run_id)
-        version, length = held
-        length += len(entries)
+        if tail.fenced:
+            raise StaleRunError(f"{run_id}: another writer advanced it past version {tail.version}")
+        version, length = tail.version, tail.length + len(entries)
         entry_id = f"{version}-{length + 1}"
         payload = self._payload(entries)
         key = self._journal_key(run_id)
+        tail.length = -1  # unknown until the reply comes: an interrupted write may have landed
         try:  # the hot path: plain try, no context manager
             added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
         except ResponseError as exc:
@@ -307,7 +439,7 @@ class RedisRunStore(RunStore):
             async with translate_errors():
                 rows = await self._pipe.execute("XRANGE", key, entry_id, entry_id)
             if not (rows and rows[0][1][1] == payload):
-                self._held.pop(run_id, None)
+                tail.fenced = True
                 raise StaleRunError(
                     f"{run_id}: another writer advanced it past version {version}"
                 ) from None
@@ -316,19 +448,34 @@ class RedisRunStore(RunStore):
             raise translated(exc) from exc
         if added is None:
             raise RunNotFoundError(run_id)
-        self._held[run_id] = (version, length)
+        tail.length = length
         self._count(len(entries), len(payload))
 
-    async def _position(self, run_id: str) -> tuple[int, int]:
+    async def _settle(self, run_id: str, tail: RunTail) -> None:
+        """Learn where the run stands: its version, whether our interrupted record write
+        landed, whether another holder advanced it, and the journal's length."""
         async with translate_errors():
-            version_f = self._pipe.submit("HGET", self._run_key(run_id), "v")
-            last = await self._pipe.execute(
-                "XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1
+            head, last = await self._pipe.execute_all(
+                ("HMGET", self._run_key(run_id), "v", "wp", "wc"),
+                ("XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1),
             )
-            version = await version_f
-        if version is None:
+        raw_version, writer, write_count = head
+        if raw_version is None:
             raise RunNotFoundError(run_id)
-        return int(version), (_seq_part(last[0][0]) - 1 if last else 0)
+        version = int(raw_version)
+        if tail.unsettled is not None:
+            counter, record = tail.unsettled
+            tail.unsettled = None
+            if writer is not None and writer.decode() == self._writer and int(
+                write_count
+            ) >= counter:  # it landed: the holder's record is at the version it wrote
+                record.version = tail.version = version
+                tail.finished = record.status in TERMINAL_STATUSES
+        if tail.version < 0:  # not written through this store before: take the run as it is
+            tail.version = version
+        elif version != tail.version:
+            tail.fenced = True
+        tail.length = _seq_part(last[0][0]) - 1 if last else 0
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -356,9 +503,10 @@ class RedisRunStore(RunStore):
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         async with translate_errors():
-            rows_f = self._pipe.submit("XRANGE", self._journal_key(run_id), "-", "+")
-            exists_f = self._pipe.submit("EXISTS", self._run_key(run_id))
-            rows, exists = await rows_f, await exists_f
+            rows, exists = await self._pipe.execute_all(
+                ("XRANGE", self._journal_key(run_id), "-", "+"),
+                ("EXISTS", self._run_key(run_id)),
+            )
         if not rows and not exists:
             raise RunNotFoundError(run_id)
         items = self._decode_rows(rows)
@@ -380,13 +528,32 @@ class RedisRunStore(RunStore):
         """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine).
 
         One call blocks for at most 8 s (under the client's socket timeout); callers
-        following a run loop anyway.
+        following a run loop anyway. While Redis is away it keeps trying (with
+        backoff) until ``timeout`` has passed, then returns nothing: a follower
+        rides out an outage instead of being cut at the first failed read.
         """
+        deadline = time.monotonic() + max(0.0, timeout)
+        failures = 0
+        while True:
+            try:
+                return await self._wait_once(run_id, after, deadline - time.monotonic())
+            except StoreUnavailableError:
+                left = deadline - time.monotonic()
+                if timeout <= 0:
+                    raise
+                if left <= 0:
+                    return []
+                failures += 1
+                await asyncio.sleep(min(left, 0.05 * 2 ** min(failures, 5)))
+
+    async def _wait_once(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
         key = self._journal_key(run_id)
         async with translate_errors():
             last = await self._pipe.execute("XREVRANGE", key, "+", "-", "COUNT", 1)
         if (last and _seq_part(last[0][0]) - 2 > after) or timeout <= 0:
             return await self.journal(run_id, after)
+        if not last:  # an empty journal, or no such run (that raises RunNotFoundError)
+            await self.journal(run_id, after)
         start = last[0][0] if last else b"0-1"
         async with translate_errors():
             reply: Any = await self.client.xread(
@@ -446,6 +613,8 @@ class RedisRunStore(RunStore):
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
 
     async def aclose(self) -> None:
+        for task in list(self._drains):
+            await stop_task(task)
         await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()

@@ -10,9 +10,12 @@ for each other: the connection carries as many as are in flight.
 
 If the connection drops, the commands without a reply are sent again after a
 reconnect with jittered exponential backoff, which is why every write Podium
-sends is idempotent; after ``retries`` failed reconnects they fail with the
-connection error. Scripts are called by SHA; after a Redis restart (NOSCRIPT)
-they are loaded and the refused command sent again. Blocking reads
+sends is idempotent. A command that has waited ``unavailable_s`` for a
+connection (or after ``retries`` failed reconnects) fails with the connection
+error, so callers learn quickly that Redis is away; the next command tries to
+connect again, so the pipeline works again as soon as Redis is back. Scripts
+are called by SHA; after a Redis restart (NOSCRIPT) they are loaded and the
+refused command sent again. Blocking reads
 (XREADGROUP, XREAD BLOCK) do not belong here: they use the redis-py client.
 """
 
@@ -36,11 +39,15 @@ __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "fut", "retries", "sent_at")
+    __slots__ = ("args", "born", "fut", "internal", "retries", "sent_at")
 
-    def __init__(self, args: tuple[Any, ...], fut: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False
+    ) -> None:
         self.args = args
         self.fut = fut
+        self.internal = internal  # connection set-up (AUTH, SELECT, SCRIPT LOAD): not resent
+        self.born = time.monotonic()
         self.sent_at = 0.0
         self.retries = 0
 
@@ -86,7 +93,12 @@ class Autopipeline:
     """Send the commands of one loop turn as one write on one connection."""
 
     def __init__(
-        self, client: aioredis.Redis, *, retries: int = 10, timeout: float = 10.0
+        self,
+        client: aioredis.Redis,
+        *,
+        retries: int = 10,
+        timeout: float = 10.0,
+        unavailable_s: float = 1.5,
     ) -> None:
         pool = client.connection_pool
         kwargs = pool.connection_kwargs
@@ -102,7 +114,8 @@ class Autopipeline:
         self.password: str | None = kwargs.get("password")
         self.retries = retries
         self.timeout = timeout
-        self._backoff = ExponentialWithJitterBackoff(cap=2.0, base=0.05)
+        self.unavailable_s = unavailable_s
+        self._backoff = ExponentialWithJitterBackoff(cap=min(2.0, unavailable_s / 3), base=0.05)
         self._scripts: dict[str, str] = {}
         self._queue: list[_Op] = []
         self._flush_scheduled = False
@@ -110,6 +123,7 @@ class Autopipeline:
         self._connecting: asyncio.Task[None] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._closed = False
+        self._tasks: set[asyncio.Task[None]] = set()
         self.batches = 0
         self.commands = 0
 
@@ -134,6 +148,21 @@ class Autopipeline:
     async def execute(self, *args: Any) -> Any:
         return await self.submit(*args)
 
+    async def execute_all(self, *commands: tuple[Any, ...]) -> list[Any]:
+        """Several commands in one batch; their replies in order.
+
+        If one fails, the others are dropped (or their errors marked as seen), so no
+        error is left in a future nobody awaits.
+        """
+        futs = [self.submit(*command) for command in commands]
+        try:
+            return [await fut for fut in futs]
+        finally:
+            for fut in futs:
+                if not fut.done():
+                    fut.cancel()
+                elif not fut.cancelled():
+                    fut.exception()  # retrieved: it is the caller's error, or moot
     def _flush(self) -> None:
         self._flush_scheduled = False
         protocol = self._protocol
@@ -171,6 +200,11 @@ class Autopipeline:
             try:
                 for script in self._scripts.values():
                     await self._connected_call("SCRIPT", "LOAD", script)
+            except RedisConnectionError:  # the link dropped: send it again once reconnected
+                if not op.fut.done():
+                    self._queue.insert(0, op)
+                    self._connect_soon()
+                return
             except Exception as exc:
                 if not op.fut.done():
                     op.fut.set_exception(NoScriptError(str(exc)))
@@ -178,11 +212,13 @@ class Autopipeline:
             self._queue.insert(0, op)
             self._flush()
 
-        asyncio.get_running_loop().create_task(reload())
+        task = asyncio.get_running_loop().create_task(reload())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _resend_later(self, op: _Op, why: str) -> None:
         op.retries += 1
-        if op.retries > self.retries:
+        if op.retries > self.retries or self._overdue(op, time.monotonic()):
             if not op.fut.done():
                 op.fut.set_exception(RedisConnectionError(f"redis unavailable: {why}"))
             return
@@ -199,7 +235,7 @@ class Autopipeline:
         protocol = self._protocol
         if protocol is None or protocol.transport is None:
             raise RedisConnectionError("not connected")
-        protocol.waiting.append(_Op(args, fut))
+        protocol.waiting.append(_Op(args, fut, internal=True))
         protocol.transport.write(hiredis.pack_command(args))
         reply = await fut
         return reply
@@ -209,7 +245,14 @@ class Autopipeline:
     def _lost(self, protocol: _Protocol) -> None:
         if self._protocol is protocol:
             self._protocol = None
-        unanswered = [op for op in protocol.waiting if not op.fut.done()]
+        unanswered = []
+        for op in protocol.waiting:
+            if op.fut.done():
+                continue
+            if op.internal:  # its caller (a connect or a script load) decides what next
+                op.fut.set_exception(RedisConnectionError("connection lost"))
+            else:
+                unanswered.append(op)
         protocol.waiting.clear()
         self._queue[:0] = unanswered  # sent again, in order, once reconnected
         if self._queue and not self._closed:
@@ -227,7 +270,7 @@ class Autopipeline:
                 try:
                     _, protocol = await asyncio.wait_for(
                         loop.create_connection(lambda: _Protocol(self), self.host, self.port),
-                        self.timeout,
+                        min(self.timeout, self.unavailable_s),
                     )
                     self._protocol = protocol
                     if self.password is not None:
@@ -241,14 +284,37 @@ class Autopipeline:
                 except (OSError, TimeoutError, RedisConnectionError) as exc:
                     self._protocol = None
                     failures += 1
+                    error = RedisConnectionError(f"redis unavailable: {exc}")
                     if failures > self.retries:
-                        self._fail_queued(RedisConnectionError(f"redis unavailable: {exc}"))
+                        self._fail_queued(error)
+                    else:
+                        self._fail_overdue(error)
+                    if not self._queue:  # nobody waits: the next command connects again
                         return
-                    await asyncio.sleep(self._backoff.compute(failures))
+                    # back off, but wake in time to fail the oldest command when it is due
+                    due = min(op.born for op in self._queue) + self.unavailable_s
+                    delay = min(self._backoff.compute(failures), due - time.monotonic())
+                    await asyncio.sleep(max(0.005, delay))
         finally:
             self._connecting = None
         if self._queue:
             self._flush()
+
+    def _overdue(self, op: _Op, now: float) -> bool:
+        return now - op.born >= self.unavailable_s
+
+    def _fail_overdue(self, exc: Exception) -> None:
+        """Fail the commands that have waited ``unavailable_s`` for a connection."""
+        now = time.monotonic()
+        keep: list[_Op] = []
+        for op in self._queue:
+            if op.fut.done():
+                continue
+            if self._overdue(op, now):
+                op.fut.set_exception(exc)
+            else:
+                keep.append(op)
+        self._queue = keep
 
     def _fail_queued(self, exc: Exception) -> None:
         queued, self._queue = self._queue, []
@@ -258,6 +324,8 @@ class Autopipeline:
 
     async def aclose(self) -> None:
         self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
         if self._connecting is not None:

@@ -9,6 +9,12 @@ inserts only the rows its step added.
 
 ``synchronous="NORMAL"`` (the default) survives a killed process; choose
 ``"FULL"`` to also survive a power cut at the cost of an fsync per commit.
+
+Record writes are fenced like in every store: one whose version is not the
+stored one is refused with :class:`~podium.errors.StaleRunError`, and so is a
+journal-only append from a store whose record write was overtaken by another
+(a second process on the same file). Finished runs expire after
+``finished_ttl_s`` if it is set.
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from podium.engine.records import JournalEntry, RunRecord
-from podium.errors import RunNotFoundError, StoreError
+from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
+from podium.errors import RunNotFoundError, StaleRunError, StoreError
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
 
@@ -41,7 +47,8 @@ CREATE TABLE IF NOT EXISTS runs (
     status     TEXT NOT NULL,
     created_at REAL NOT NULL,
     version    INTEGER NOT NULL,
-    record     BLOB NOT NULL
+    record     BLOB NOT NULL,
+    expires_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
 CREATE TABLE IF NOT EXISTS journal (
@@ -52,7 +59,18 @@ CREATE TABLE IF NOT EXISTS journal (
     data   BLOB NOT NULL,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cancels (
+    run_id TEXT PRIMARY KEY,
+    at     REAL NOT NULL
+) WITHOUT ROWID;
 """
+
+_EXPIRY_INDEX = (
+    "CREATE INDEX IF NOT EXISTS runs_expiry ON runs (expires_at) WHERE expires_at IS NOT NULL"
+)
+_LIVE = "(expires_at IS NULL OR expires_at > ?)"
+_PURGE_EVERY_S = 1.0
+_MAX_SEQ = 2**63 - 1  # SQLite's largest integer: a larger ``after`` asks for nothing
 
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
 
@@ -65,14 +83,19 @@ class SQLiteRunStore(RunStore):
             await engine.run(agent, "hello")
     """
 
+    _notify_poll_s = 0.25  # another process on the same file appends without waking us
+
     def __init__(
         self,
         path: str | Path,
         *,
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         busy_timeout_s: float = 5.0,
+        finished_ttl_s: float | None = None,
     ) -> None:
         self.path = Path(path)
+        self.finished_ttl_s = finished_ttl_s
+        self._next_purge = 0.0  # owned by the database thread
         self._synchronous = synchronous
         self._busy_timeout_ms = int(busy_timeout_s * 1000)
         self._encoder = msgspec.msgpack.Encoder()
@@ -82,6 +105,7 @@ class SQLiteRunStore(RunStore):
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._next_seq: dict[str, int] = {}  # owned by the database thread
+        self._held: dict[str, int] = {}  # run -> version this store wrote last (db thread)
         self._notifier: JournalNotifier | None = JournalNotifier()
         self._appends = 0
         self._entries = 0
@@ -109,6 +133,10 @@ class SQLiteRunStore(RunStore):
         conn.execute(f"PRAGMA synchronous={self._synchronous}")
         conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
         conn.executescript(_SCHEMA)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        if "expires_at" not in columns:  # a file from before expiry existed
+            conn.execute("ALTER TABLE runs ADD COLUMN expires_at REAL")
+        conn.execute(_EXPIRY_INDEX)
         try:
             while True:
                 op = self._ops.get()
@@ -134,8 +162,10 @@ class SQLiteRunStore(RunStore):
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op]) -> None:
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         seq_before = dict(self._next_seq)
+        held_before = dict(self._held)
         try:
             conn.execute("BEGIN IMMEDIATE")
+            self._purge(conn)
             for fn, future in batch:
                 conn.execute("SAVEPOINT op")
                 try:
@@ -151,6 +181,7 @@ class SQLiteRunStore(RunStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             self._next_seq = seq_before
+            self._held = held_before
             error = StoreError(f"{self.path}: {exc}")
             outcomes = [(future, None, error) for _, future in batch]
         assert self._loop is not None
@@ -167,25 +198,67 @@ class SQLiteRunStore(RunStore):
             else:
                 future.set_result(value)
 
-    def _seq(self, conn: sqlite3.Connection, run_id: str) -> int:
-        """The next sequence number of the run's journal (looked up once, then cached)."""
-        seq = self._next_seq.get(run_id)
-        if seq is None:
-            if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-                raise RunNotFoundError(run_id)
-            row = conn.execute(
-                "SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)
-            ).fetchone()
-            seq = 0 if row[0] is None else row[0] + 1
-        return seq
+    def _purge(self, conn: sqlite3.Connection) -> None:
+        """Delete expired finished runs (at most once a second, inside a write batch)."""
+        now = time.time()
+        if self.finished_ttl_s is None or now < self._next_purge:
+            return
+        self._next_purge = now + _PURGE_EVERY_S
+        expired = [r[0] for r in conn.execute(
+            "SELECT run_id FROM runs WHERE expires_at <= ?", (now,)
+        ).fetchall()]
+        for run_id in expired:
+            conn.execute("DELETE FROM journal WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM cancels WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))
+            self._next_seq.pop(run_id, None)
+            self._held.pop(run_id, None)
 
-    def _write_record(self, conn: sqlite3.Connection, record: RunRecord, blob: bytes) -> None:
+    def _seq(self, conn: sqlite3.Connection, run_id: str) -> int:
+        """The next sequence number of the run's journal (looked up once, then cached).
+
+        A run whose record this store wrote is fenced: if another store has written
+        the record since, the append is refused as stale.
+        """
+        held = self._held.get(run_id)
+        seq = self._next_seq.get(run_id)
+        if held is not None or seq is None:
+            row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if held is not None and row[0] != held:
+                raise StaleRunError(f"{run_id}: another writer advanced it past version {held}")
+        return self._max_seq(conn, run_id) if seq is None else seq
+
+    def _max_seq(self, conn: sqlite3.Connection, run_id: str) -> int:
+        row = conn.execute("SELECT MAX(seq) FROM journal WHERE run_id = ?", (run_id,)).fetchone()
+        return 0 if row[0] is None else int(row[0]) + 1
+
+    def _write_record(
+        self, conn: sqlite3.Connection, run_id: str, status: str, blob: bytes, expected: int
+    ) -> None:
+        """Store a record encoded at submit time (the caller's object may have moved on)."""
+        done = status in TERMINAL_STATUSES
+        expires = None
+        if done and self.finished_ttl_s is not None:
+            expires = time.time() + self.finished_ttl_s
         cur = conn.execute(
-            "UPDATE runs SET status = ?, version = ?, record = ? WHERE run_id = ?",
-            (record.status, record.version, blob, record.run_id),
+            "UPDATE runs SET status = ?, version = ?, record = ?, expires_at = ?"
+            " WHERE run_id = ? AND version = ?",
+            (status, expected + 1, blob, expires, run_id, expected),
         )
         if cur.rowcount == 0:
-            raise RunNotFoundError(record.run_id)
+            row = conn.execute("SELECT version FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(run_id)
+            raise StaleRunError(f"{run_id} is at version {row[0]}, this writer holds {expected}")
+
+    def _hold(self, run_id: str, status: str, version: int) -> None:
+        """After a record write committed: the version this store's appends are fenced by."""
+        if status in TERMINAL_STATUSES:
+            self._held.pop(run_id, None)
+        else:
+            self._held[run_id] = version
 
     # -- RunStore ---------------------------------------------------------------------------
 
@@ -196,7 +269,8 @@ class SQLiteRunStore(RunStore):
         def op(conn: sqlite3.Connection) -> None:
             try:
                 conn.execute(
-                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO runs (run_id, tenant, agent, status, created_at, version, record)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.run_id,
                         record.tenant,
@@ -215,17 +289,32 @@ class SQLiteRunStore(RunStore):
 
     async def get(self, run_id: str) -> RunRecord | None:
         def op(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute("SELECT record FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            row = conn.execute(
+                f"SELECT record FROM runs WHERE run_id = ? AND {_LIVE}", (run_id, time.time())
+            ).fetchone()
             return None if row is None else bytes(row[0])
 
         blob = await self._submit(op)
         return None if blob is None else self._record_decoder.decode(blob)
 
     async def update(self, record: RunRecord) -> None:
+        expected = record.version
         record.version += 1
         record.updated_at = time.time()
         blob = self._encoder.encode(record)
-        await self._submit(lambda conn: self._write_record(conn, record, blob))
+        run_id, status = record.run_id, record.status
+
+        def op(conn: sqlite3.Connection) -> None:
+            self._write_record(conn, run_id, status, blob, expected)
+            self._hold(run_id, status, expected + 1)
+
+        try:
+            await self._submit(op)
+        except asyncio.CancelledError:
+            raise  # the op is queued and applies in order: the caller's version is right
+        except BaseException:
+            record.version = expected  # a refused write leaves the caller's version alone
+            raise
 
     async def append(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
@@ -233,14 +322,23 @@ class SQLiteRunStore(RunStore):
         encode = self._encoder.encode
         rows = [(entry, encode(entry)) for entry in entries]
         blob: bytes | None = None
+        expected = -1
+        status = ""
         if record is not None:
+            expected, status = record.version, record.status
             record.version += 1
             record.updated_at = entries[-1].ts if entries else record.updated_at
             blob = encode(record)
         size = sum(len(data) for _, data in rows)
 
         def op(conn: sqlite3.Connection) -> None:
-            seq = self._seq(conn, run_id)
+            if record is not None and blob is not None:  # fenced first: a refused one adds nothing
+                self._write_record(conn, run_id, status, blob, expected)
+                seq = self._next_seq.get(run_id)
+                if seq is None:
+                    seq = self._max_seq(conn, run_id)
+            else:
+                seq = self._seq(conn, run_id)
             try:
                 conn.executemany(
                     "INSERT INTO journal VALUES (?, ?, ?, ?, ?)",
@@ -249,13 +347,21 @@ class SQLiteRunStore(RunStore):
                         for i, (entry, data) in enumerate(rows)
                     ],
                 )
-            except sqlite3.IntegrityError as exc:
-                raise StoreError(f"run {run_id}: journal conflict at seq {seq}") from exc
+            except sqlite3.IntegrityError as exc:  # another store appended to it meanwhile
+                self._next_seq.pop(run_id, None)
+                raise StaleRunError(f"run {run_id}: another writer appended at seq {seq}") from exc
             self._next_seq[run_id] = seq + len(rows)
-            if record is not None and blob is not None:
-                self._write_record(conn, record, blob)
+            if record is not None:
+                self._hold(run_id, status, expected + 1)
 
-        await self._submit(op)
+        try:
+            await self._submit(op)
+        except asyncio.CancelledError:
+            raise  # the op is queued and applies in order: the caller's version is right
+        except BaseException:
+            if record is not None:
+                record.version = expected
+            raise
         self._appends += 1
         self._entries += len(rows)
         self._bytes += size
@@ -264,16 +370,15 @@ class SQLiteRunStore(RunStore):
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         def op(conn: sqlite3.Connection) -> list[tuple[int, bytes]] | None:
+            live = conn.execute(
+                f"SELECT 1 FROM runs WHERE run_id = ? AND {_LIVE}", (run_id, time.time())
+            ).fetchone()
+            if live is None:
+                return None
             rows = conn.execute(
                 "SELECT seq, data FROM journal WHERE run_id = ? AND seq > ? ORDER BY seq",
-                (run_id, after),
+                (run_id, max(-1, min(after, _MAX_SEQ))),
             ).fetchall()
-            if (
-                not rows
-                and conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-                is None
-            ):
-                return None
             return [(seq, bytes(data)) for seq, data in rows]
 
         rows = await self._submit(op)
@@ -296,15 +401,46 @@ class SQLiteRunStore(RunStore):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT record FROM runs {where} ORDER BY created_at DESC LIMIT ?"
-        params.append(limit)
+        clauses.append(_LIVE)
+        params.append(time.time())
+        where = " AND ".join(clauses)
+        sql = f"SELECT record FROM runs WHERE {where} ORDER BY created_at DESC LIMIT ?"
+        params.append(max(limit, 0))
 
         def op(conn: sqlite3.Connection) -> list[bytes]:
             return [bytes(r[0]) for r in conn.execute(sql, params).fetchall()]
 
         decode = self._record_decoder.decode
         return [decode(blob) for blob in await self._submit(op)]
+
+    async def request_cancel(self, run_id: str) -> None:
+        """Leave the request in the file, where every process on it (and a restart) sees it."""
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO cancels VALUES (?, ?)", (run_id, time.time())
+            )
+
+        await self._submit(op)
+
+    async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
+        if not run_ids:
+            return set()
+        ids = list(run_ids)
+
+        def op(conn: sqlite3.Connection) -> set[str]:
+            found: set[str] = set()
+            for start in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                found.update(
+                    r[0] for r in conn.execute(
+                        f"SELECT run_id FROM cancels WHERE run_id IN ({marks})", chunk
+                    )
+                )
+            return found
+
+        return await self._submit(op)
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(len(self._next_seq), self._appends, self._entries, self._bytes)

@@ -60,6 +60,9 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
 # -- one worker process ---------------------------------------------------------------------
 
 
+#: How long a worker's store and queue commands wait for Redis before failing (seconds).
+WORKER_PATIENCE_S = 10.0
+
 def _pin(cpus: set[int]) -> None:
     """Pin the calling thread (Linux: affinity is per thread) to ``cpus``."""
     if cpus and hasattr(os, "sched_setaffinity"):
@@ -107,8 +110,13 @@ async def _serve(config: WorkerConfig) -> int:
         initializer=_pin, initargs=(node_cpus,),  # sync tools may use the whole node
     )
     client = connect(config.redis_url, max_connections=None)
-    store = RedisRunStore(client, prefix=config.prefix, finished_ttl_s=config.finished_ttl_s)
-    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s)
+    # A worker waits out a short Redis restart inside the client, its commands resent as
+    # they were (idempotent), so the outcome of a call that finished meanwhile is journaled
+    # rather than the call run again; the gateway's clients fail fast instead (a 503).
+    store = RedisRunStore(client, prefix=config.prefix, finished_ttl_s=config.finished_ttl_s,
+                          unavailable_s=WORKER_PATIENCE_S)
+    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
+                       unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
     engine = Engine(store, executor)
     worker = Worker(

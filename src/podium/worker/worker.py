@@ -199,13 +199,17 @@ class Worker:
         was lost to another worker).
 
         While the store is away the run is resumed from its last checkpoint once
-        it is back (backing off meanwhile). A stale checkpoint means another
-        worker holds the run now: stop driving it, and neither ack nor release.
+        it is back (backing off meanwhile). A stale write means someone else wrote
+        the run: if the queue says another worker holds it now, stop driving it and
+        neither ack nor release; if the lease is still ours (another process wrote
+        the record, say), read the run again and resume it from its journal, or ack
+        it if that write ended it.
         """
         run_id = claim.item.run_id
         agent = self.agents.get(claim.item.agent)
         admit_ns = max(0, int((claim.claimed_at - claim.item.enqueued_at) * 1e9))
         backoff = Backoff()
+        stale = 0
         while True:
             try:
                 record = await self.engine.store.get(run_id)
@@ -216,21 +220,47 @@ class Worker:
                         why = "run not in store"
                     await self._dead_letter(claim, why)
                     return None
-                if record.done:  # finished before (its ack was lost): just ack it
-                    await self._ack(claim)
+                if record.done:  # finished before (its ack was lost, or another write ended it)
+                    await self._ack(self._claim_of(claim))
                     return None
                 if self._draining.is_set():
                     return False
                 record = await self.engine.execute(agent, record, admit_ns=admit_ns)
                 return record.done
             except StaleRunError as exc:
-                log.warning("run %s: another worker holds it now (%s)", run_id, exc)
-                self._lost_runs += 1
-                return None
+                if await self._lease_lost(self._claim_of(claim)):
+                    log.warning("run %s: another worker holds it now (%s)", run_id, exc)
+                    self._lost_runs += 1
+                    return None
+                stale += 1
+                if stale > self.max_deliveries:  # keeps being overtaken: let the queue decide
+                    log.warning("run %s: overtaken %d times; releasing it", run_id, stale)
+                    return False
+                log.warning("run %s: written elsewhere (%s); resuming it from its journal",
+                            run_id, exc)
             except (ConnectionError, OSError) as exc:
                 delay = backoff.next()
                 log.warning("run %s: store unavailable (%s); resuming in %.2fs", run_id, exc, delay)
                 await asyncio.sleep(delay)
+
+    def _claim_of(self, claim: Claim) -> Claim:
+        """The current claim on ``claim``'s run (a reclaim of our own lease replaces it)."""
+        held = self._active.get(claim.item.run_id)
+        return held[0] if held is not None else claim
+
+    async def _lease_lost(self, claim: Claim) -> bool:
+        """Whether the queue has given ``claim``'s run to another worker.
+
+        When the queue cannot be asked, the lease counts as ours: resuming is safe,
+        as the store refuses the writes of a worker that lost the run.
+        """
+        if claim.item.run_id in self._lost:
+            return True
+        try:
+            lost = await self.queue.heartbeat(self.consumer, [claim])
+        except (ConnectionError, OSError):
+            return False
+        return bool(lost)
 
     async def _ack(self, claim: Claim, attempts: int = 8) -> None:
         backoff = Backoff()
@@ -245,19 +275,25 @@ class Worker:
                 await asyncio.sleep(backoff.next())
 
     async def _dead_letter(self, claim: Claim, reason: str) -> None:
-        record = await self.engine.store.get(claim.item.run_id)
-        if record is not None and record.done:  # it did finish; only its ack was lost
-            await self._ack(claim)
-            return
-        if record is not None:
+        for _ in range(3):  # a write from elsewhere meanwhile: read the run again
+            record = await self.engine.store.get(claim.item.run_id)
+            if record is not None and record.done:  # it did finish; only its ack was lost
+                await self._ack(claim)
+                return
+            if record is None:
+                break
             record.status = "failed"
             record.reason = "dead_letter"
             record.error = reason
             record.finished_at = time.time()
             try:
                 await self.engine.store.update(record)
-            except StaleRunError:  # someone else advanced it meanwhile: leave it to them
-                return
+                break
+            except StaleRunError:
+                if await self._lease_lost(claim):  # another worker has it: leave it to them
+                    return
+        else:
+            return  # kept being overtaken: the lease runs out and the queue decides again
         await self.queue.dead_letter(claim, reason)
         self._dead += 1
 

@@ -1,0 +1,188 @@
+"""The backends the conformance suites run against: every RunStore and every RunQueue.
+
+A new backend is one more parameter here, not a new set of tests. Each backend
+gives handles on one shared set of data (a second handle is a second holder,
+like a second worker process, where the backend can have one) and, where it
+has a backing service, a way to restart it.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from distributed.redis_server import RedisServer
+from podium.queue.base import RunQueue
+from podium.queue.local import LocalQueue
+from podium.store.base import RunStore
+from podium.store.memory import MemoryRunStore
+from podium.store.sqlite import SQLiteRunStore
+
+REDIS_URL = os.environ.get("PODIUM_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def _redis_reachable() -> bool:
+    try:
+        import redis
+    except ImportError:
+        return False
+    try:
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
+        ok = bool(client.ping())
+        client.close()
+        return ok
+    except redis.exceptions.RedisError:
+        return False
+
+
+_REDIS = _redis_reachable()
+needs_redis = pytest.mark.skipif(not _REDIS, reason=f"no Redis at {REDIS_URL}")
+
+
+def _delete_prefix(url: str, prefix: str) -> None:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+class StoreBackend:
+    """Opens handles on one store's data; ``separate_holders``: whether two handles are two
+    holders (two processes) rather than one shared object."""
+
+    def __init__(self, name: str, tmp: Path) -> None:
+        self.name = name
+        self.tmp = tmp
+        self.separate_holders = name != "memory"
+        self.restartable = name != "memory"
+        self.prefix = f"podium-conf-{uuid.uuid4().hex[:10]}"
+        self.redis_url = REDIS_URL
+        self.server: RedisServer | None = None
+        self._memory: dict[tuple[Any, ...], MemoryRunStore] = {}
+        self._open: list[RunStore] = []
+
+    def store(self, **options: Any) -> RunStore:
+        """A handle; ``finished_ttl_s`` is understood by every store."""
+        store: RunStore
+        if self.name == "memory":
+            key = tuple(sorted(options.items()))
+            if key not in self._memory:
+                self._memory[key] = MemoryRunStore(**options)
+            return self._memory[key]
+        if self.name == "sqlite":
+            store = SQLiteRunStore(self.tmp / f"runs-{len(options)}.sqlite", **options)
+        else:
+            from podium.store.redis import RedisRunStore
+
+            store = RedisRunStore(self.redis_url, prefix=self.prefix, **options)
+        self._open.append(store)
+        return store
+
+    def use_private_redis(self, server: RedisServer) -> None:
+        self.server = server
+        self.redis_url = server.url
+
+    async def restart(self) -> None:
+        """Restart the backing service: SQLite's file is closed and opened again by new
+        handles; a private redis-server is SIGKILLed and started again on its AOF."""
+        if self.name == "sqlite":
+            for store in self._open:
+                await store.aclose()
+            self._open.clear()
+        elif self.server is not None:
+            self.server.kill()
+            self.server.start()
+
+    async def aclose(self) -> None:
+        for store in [*self._open, *self._memory.values()]:
+            await store.aclose()
+        if self.name == "redis" and self.server is None:
+            _delete_prefix(self.redis_url, self.prefix)
+
+
+STORES = [
+    pytest.param("memory"),
+    pytest.param("sqlite"),
+    pytest.param("redis", marks=needs_redis),
+]
+QUEUES = [pytest.param("local"), pytest.param("redis", marks=needs_redis)]
+
+
+@pytest.fixture(params=STORES)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreBackend]:
+    b = StoreBackend(request.param, tmp_path)
+    try:
+        yield b
+    finally:
+        await b.aclose()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of this test's own (AOF, fsync always), stopped afterwards."""
+    server = RedisServer(tmp_path / "redis")
+    server.directory.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
+class QueueBackend:
+    """Opens queues on one queue's data, with a lease of ``lease_s`` seconds."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.prefix = f"podium-conf-{uuid.uuid4().hex[:10]}"
+        self.redis_url = REDIS_URL
+        self.server: RedisServer | None = None
+        self.restartable = name != "local"
+        self._local: LocalQueue | None = None
+        self._open: list[RunQueue] = []
+
+    def use_private_redis(self, server: RedisServer) -> None:
+        self.server = server
+        self.redis_url = server.url
+
+    def restart(self) -> None:
+        """SIGKILL the private redis-server and start it again on its AOF."""
+        assert self.server is not None
+        self.server.kill()
+        self.server.start()
+
+    def queue(self, *, lease_s: float = 30.0) -> RunQueue:
+        if self.name == "local":  # one process: every handle is the same queue
+            if self._local is None:
+                self._local = LocalQueue(lease_s=lease_s)
+            return self._local
+        from podium.queue.redis import RedisQueue
+
+        queue = RedisQueue(
+            self.redis_url, prefix=self.prefix, lease_s=lease_s, reclaim_every_s=0
+        )
+        self._open.append(queue)
+        return queue
+
+    async def aclose(self) -> None:
+        for queue in self._open:
+            await queue.aclose()
+        if self._local is not None:
+            await self._local.aclose()
+        if self.name == "redis" and self.server is None:
+            _delete_prefix(REDIS_URL, self.prefix)
+
+
+@pytest.fixture(params=QUEUES)
+async def queues(request: pytest.FixtureRequest) -> AsyncIterator[QueueBackend]:
+    b = QueueBackend(request.param)
+    try:
+        yield b
+    finally:
+        await b.aclose()
