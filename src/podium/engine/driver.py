@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -30,7 +31,13 @@ from podium.engine.records import (
     ToolOutcome,
 )
 from podium.engine.replay import RunState, replay
-from podium.engine.step import PlannedCall, plan_tool_calls, tool_message, truncate_result
+from podium.engine.step import (
+    PlannedCall,
+    over_cap,
+    plan_tool_calls,
+    tool_message,
+    truncate_result,
+)
 from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
 from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
 from podium.lifecycle import AsyncCloseable
@@ -38,6 +45,7 @@ from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
@@ -128,10 +136,19 @@ class Engine(AsyncCloseable):
         run_id: str | None = None,
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
+        deadline_s: float | None = None,
     ) -> RunRecord:
-        """Store a new ``queued`` run without starting it."""
+        """Store a new ``queued`` run without starting it.
+
+        ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        """
         record = RunRecord(
-            run_id or new_run_id(), agent.name, user_input, tenant=tenant, metadata=metadata or {}
+            run_id or new_run_id(),
+            agent.name,
+            user_input,
+            tenant=tenant,
+            metadata=metadata or {},
+            deadline_s=deadline_s,
         )
         await self.store.create(record)
         return record
@@ -282,40 +299,43 @@ class Engine(AsyncCloseable):
     async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
         record = state.record
         run_id = record.run_id
-        deadline = agent.deadline_s
-        assert record.started_at is not None
-        timeout = None if deadline is None else max(0.0, record.started_at + deadline - time.time())
-        scope: asyncio.Timeout | None = None
+        deadline = agent.deadline_s if record.deadline_s is None else record.deadline_s
+        task = asyncio.current_task()
+        alarm = None
+        if deadline is not None and deadline != math.inf and task is not None:
+            assert record.started_at is not None
+            left = record.started_at + deadline - time.time()
+            # A fresh run arms its deadline as the same float as every other (one wheel queue).
+            fresh = 0.0 <= deadline - left < min(1.0, deadline / 10)
+            alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
+        end: tuple[RunStatus, str | None, str | None]
         try:
-            if timeout is None:
-                await self._steps(agent, state)
-            else:
-                async with asyncio.timeout(timeout) as scope:
-                    await self._steps(agent, state)
-        except _Finish as end:
-            return await self._finish(state, end.status, end.reason, error=end.error)
+            await self._steps(agent, state)
+            end = ("completed", None, None)  # recorded with the last step
+        except _Finish as exc:
+            end = (exc.status, exc.reason, exc.error)
         except _Paused:
             return record
-        except TimeoutError:
-            if scope is None or not scope.expired():
-                raise
-            return await self._finish(
-                state, "failed", "deadline", error=f"deadline of {deadline}s passed"
-            )
         except ModelReplyError as exc:
-            return await self._finish(state, "failed", "invalid_reply", error=str(exc))
+            end = ("failed", "invalid_reply", str(exc))
         except ModelError as exc:
-            return await self._finish(
-                state, "failed", "model_error", error=f"{type(exc).__name__}: {exc}"
-            )
+            end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
         except asyncio.CancelledError:
-            if run_id not in self._cancelling:
+            cancelled = run_id in self._cancelling
+            expired = alarm is not None and alarm.fired
+            if not (cancelled or expired):
                 raise  # shutdown: the run stays `running` and resumes elsewhere
-            task = asyncio.current_task()
-            if task is not None:
+            assert task is not None
+            for _ in range(cancelled + expired):
                 task.uncancel()
-            return await self._finish(state, "cancelled", "cancelled", error="cancelled")
-        return await self._finish(state, "completed", None)  # recorded with the last step
+            if cancelled:
+                end = ("cancelled", "cancelled", "cancelled")
+            else:
+                end = ("failed", "deadline", f"deadline of {deadline}s passed")
+        finally:
+            if alarm is not None:
+                alarm.disarm()
+        return await self._finish(state, end[0], end[1], error=end[2])
 
     async def _steps(self, agent: Agent, state: RunState) -> None:
         sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
@@ -357,15 +377,20 @@ class Engine(AsyncCloseable):
         state.attained_s += sw.wall[_MODEL] / 1e9
         # parse
         message = Message("assistant", response.content, response.tool_calls)
-        ctx.append(message)
         state.add_usage(response.usage)
         ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
-        if not response.tool_calls:
+        calls = response.tool_calls
+        if not calls:
+            ctx.append(message)
             sw.lap(_PARSE)
             await self._final_step(state, sw, message, response, ttft)
             return True
-        planned, rejected = plan_tool_calls(agent, record.run_id, step, response.tool_calls)
-        state.invalid_calls += len(rejected)
+        planned, rejected, cut = plan_tool_calls(agent, record.run_id, step, calls)
+        if rejected:
+            state.invalid_calls += len(rejected) - over_cap(agent, calls)
+            if cut is not None:  # oversized rejected calls: context and journal get them cut
+                message.tool_calls = cut
+        ctx.append(message)
         sw.lap(_PARSE)
         if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
@@ -392,6 +417,8 @@ class Engine(AsyncCloseable):
         self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
+        if state.alarm is not None:  # and so is its deadline
+            state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
         self._close_step(sw, profile)
 
@@ -467,10 +494,9 @@ class Engine(AsyncCloseable):
         """Finish a step that was cut off after its model turn: run only the missing calls."""
         pending = state.pending
         assert pending is not None
-        planned, rejected = plan_tool_calls(
-            agent, state.record.run_id, pending.step, pending.message.tool_calls
-        )
-        state.invalid_calls += len(rejected)
+        calls = pending.message.tool_calls
+        planned, rejected, _ = plan_tool_calls(agent, state.record.run_id, pending.step, calls)
+        state.invalid_calls += len(rejected) - over_cap(agent, calls)
         state.pending = None
         await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
 
