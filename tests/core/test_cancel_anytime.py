@@ -25,9 +25,12 @@ from podium.gateway.errors import ApiError
 from podium.gateway.runtime import build_gateway
 from podium.gateway.service import ServedAgent
 from podium.messages import Message
+from podium.queue.base import QueueItem
+from podium.queue.local import LocalQueue
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.store.sqlite import SQLiteRunStore
+from podium.worker.worker import Worker
 
 pytestmark = pytest.mark.anyio
 
@@ -192,3 +195,35 @@ async def test_cancel_stored_is_adopted_by_a_driver_that_read_the_run_before() -
         assert ended.status == "cancelled"
         ends = await finals(engine.store, record.run_id)
         assert len(ends) == 1
+
+
+async def test_a_released_claim_redelivered_to_the_same_worker_is_driven() -> None:
+    """A driver stopped mid-run releases its claim; the re-delivery is not taken for it."""
+    hold = Hold("model")
+    agent = held_agent(hold, 1)
+    ended = asyncio.Event()
+
+    def observe(run_id: str, entry: object) -> None:
+        if isinstance(entry, RunFinished):
+            ended.set()
+
+    engine = Engine(MemoryRunStore(), observers=[observe])
+    queue = LocalQueue()
+    worker = Worker(queue, engine, {"held": agent}, claim_block_s=0.05)
+    record = await engine.create(agent, "go")
+    await queue.submit(QueueItem(record.run_id, "held"))
+    working = asyncio.create_task(worker.run())
+    try:
+        await hold.entered.wait()
+        _, driver = worker._active[record.run_id]
+        driver.cancel()  # as a shutdown would: the run stays `running`, its claim released
+        hold.released.set()
+        await ended.wait()
+        stored = await engine.store.get(record.run_id)
+        assert stored is not None and stored.status == "completed"
+    finally:
+        await worker.drain(1.0)
+        working.cancel()
+        await asyncio.gather(working, return_exceptions=True)
+        await engine.aclose()
+    assert worker.statistics().released == 1
