@@ -258,8 +258,11 @@ class Engine(AsyncCloseable):
                 if task is not None:
                     task.uncancel()
             # Cancelled before its state was loaded (reading the journal, first update):
-            # end it with the record as stored.
+            # end it with the record as stored, unless it has ended there meanwhile.
             self._tasks.pop(run_id, None)
+            stored = await self.store.get(run_id)
+            if stored is not None and stored.done:
+                return stored
             return await self._finish_record(record)
         finally:
             self._tasks.pop(run_id, None)
