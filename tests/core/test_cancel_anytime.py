@@ -8,6 +8,7 @@ gateway's path (:meth:`Gateway.cancel`) as ``POST /v1/runs/{id}/cancel`` does.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,6 +129,7 @@ async def cancel_in_phase(
         assert [e.status for e in ends] == [stored.status]
     finally:
         await reopened.aclose()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @settings(
@@ -181,10 +183,12 @@ async def test_engine_cancel_while_loading_ends_the_run(tmp_path: Path) -> None:
         assert engine.active_runs == 0
 
 
-async def test_cancel_stored_is_adopted_by_a_driver_that_read_the_run_before() -> None:
+async def test_cancel_stored_is_adopted_by_a_driver_that_read_the_run_before(
+    tmp_path: Path,
+) -> None:
     """A driver holding a stale ``queued`` copy does not run a run cancelled meanwhile."""
     agent = held_agent(Hold(), 1)
-    async with Engine(SQLiteRunStore(Path(tempfile.mkdtemp()) / "runs.db")) as engine:
+    async with Engine(SQLiteRunStore(tmp_path / "runs.db")) as engine:
         record = await engine.create(agent, "go")
         stale = await engine.store.get(record.run_id)
         assert stale is not None and stale.status == "queued"
