@@ -15,7 +15,13 @@ from podium.tools.tool import Tool
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
 
-__all__ = ("Agent", "ContextPolicy")
+__all__ = ("DEFAULT_DEADLINE_S", "DEFAULT_MAX_TOOL_CALLS", "Agent", "ContextPolicy")
+
+#: A run's wall-clock limit unless its agent (or the run) says otherwise: a hung model
+#: call or a ``timeout=None`` tool cannot hold a run for longer. ``None`` only explicitly.
+DEFAULT_DEADLINE_S = 600.0
+#: Tool calls run per model reply; the rest become error observations.
+DEFAULT_MAX_TOOL_CALLS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +65,12 @@ class Agent:
         )
         record = await agent.run("Where is my order A-1?")
 
+    Limits: ``max_steps`` model calls; ``deadline_s`` of wall time per run (default
+    :data:`DEFAULT_DEADLINE_S`; the run then fails with reason ``deadline``; ``None``
+    for none); ``max_tool_calls`` calls run per reply (default
+    :data:`DEFAULT_MAX_TOOL_CALLS`; the rest get an error observation);
+    ``max_invalid_tool_calls`` unknown or malformed calls per run.
+
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
     """
@@ -73,7 +85,8 @@ class Agent:
         max_steps: int = 12,
         context: ContextPolicy | None = None,
         settings: ModelSettings | None = None,
-        deadline_s: float | None = None,
+        deadline_s: float | None = DEFAULT_DEADLINE_S,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
         max_invalid_tool_calls: int = 5,
         model_retries: int = 2,
         tags: Sequence[str] = (),
@@ -81,6 +94,10 @@ class Agent:
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
+        if max_tool_calls < 1:
+            raise ConfigError("max_tool_calls must be at least 1")
+        if deadline_s is not None and not deadline_s > 0:
+            raise ConfigError("deadline_s must be positive (or None for no deadline)")
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
@@ -92,6 +109,7 @@ class Agent:
         self.context = context or ContextPolicy()
         self.settings = settings or ModelSettings()
         self.deadline_s = deadline_s
+        self.max_tool_calls = max_tool_calls
         self.max_invalid_tool_calls = max_invalid_tool_calls
         self.model_retries = model_retries
         self.tags = tuple(tags)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
@@ -30,14 +31,21 @@ from podium.engine.records import (
     ToolOutcome,
 )
 from podium.engine.replay import RunState, replay
-from podium.engine.step import PlannedCall, plan_tool_calls, tool_message, truncate_result
+from podium.engine.step import (
+    PlannedCall,
+    over_cap,
+    plan_tool_calls,
+    tool_message,
+    truncate_result,
+)
 from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
-from podium.errors import ModelError, ModelReplyError, RunNotFoundError
+from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
@@ -66,6 +74,10 @@ def _by_index(item: tuple[int, ToolResult]) -> int:
 def new_run_id() -> str:
     """A unique run id: a random per-process prefix and a counter (no syscall per id)."""
     return f"run_{_ID_PREFIX}{next(_id_counter):08x}"
+
+
+#: How many runs ended by :meth:`Engine.cancel_stored` are remembered for their drivers.
+_ENDED_OUTSIDE_KEPT = 4096
 
 
 class _Paused(Exception):
@@ -110,6 +122,9 @@ class Engine(AsyncCloseable):
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._cancelling: set[str] = set()
         self._pausing: set[str] = set()
+        # Runs cancelled in the store by :meth:`cancel_stored` (recent ones, bounded): a
+        # driver that read the record before that write adopts the stored end instead.
+        self._ended_outside: dict[str, asyncio.Future[None]] = {}
 
     # -- public API -------------------------------------------------------------------------
 
@@ -121,10 +136,19 @@ class Engine(AsyncCloseable):
         run_id: str | None = None,
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
+        deadline_s: float | None = None,
     ) -> RunRecord:
-        """Store a new ``queued`` run without starting it."""
+        """Store a new ``queued`` run without starting it.
+
+        ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        """
         record = RunRecord(
-            run_id or new_run_id(), agent.name, user_input, tenant=tenant, metadata=metadata or {}
+            run_id or new_run_id(),
+            agent.name,
+            user_input,
+            tenant=tenant,
+            metadata=metadata or {},
+            deadline_s=deadline_s,
         )
         await self.store.create(record)
         return record
@@ -148,12 +172,49 @@ class Engine(AsyncCloseable):
         return await self.execute(agent, record)
 
     def cancel(self, run_id: str) -> bool:
-        """Cancel a run driven by this engine; it ends ``cancelled`` at its next await."""
+        """Cancel a run driven by this engine; it ends ``cancelled`` at its next await.
+
+        That holds in every phase: loading its journal, the model call, a tool, a
+        checkpoint. False when no task of this engine drives the run, or when its end
+        is being written already (then it keeps that end).
+        """
         task = self._tasks.get(run_id)
         if task is None or task.done():
             return False
-        self._cancelling.add(run_id)
-        task.cancel()
+        if run_id not in self._cancelling:
+            self._cancelling.add(run_id)
+            task.cancel()
+        return True
+
+    async def cancel_stored(self, record: RunRecord) -> bool:
+        """Cancel a run no task of this engine drives (still queued, say) in the store.
+
+        A driver that starts on the run meanwhile (a worker that claimed it) adopts
+        that end instead of running it. Returns False, writing nothing, when a driver
+        of this engine holds the run: it was cancelled through :meth:`cancel` instead.
+        Raises :class:`~podium.errors.StaleRunError` if a store that fences writers
+        says another process advanced the run.
+        """
+        run_id = record.run_id
+        if self.cancel(run_id):
+            return False
+        # No await between the check above and this mark: a driver registers either
+        # before (and was cancelled) or after (and waits for this write).
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._ended_outside[run_id] = done
+        if len(self._ended_outside) > _ENDED_OUTSIDE_KEPT:
+            oldest = next(iter(self._ended_outside))
+            if self._ended_outside[oldest].done():
+                del self._ended_outside[oldest]
+        try:
+            final = RunFinished(time.time(), "cancelled", error="cancelled", reason="cancelled")
+            record.status, record.error, record.reason = "cancelled", "cancelled", "cancelled"
+            record.finished_at = final.ts
+            await self.store.append(run_id, (final,), record=record)
+            for observer in self.observers:
+                observer(run_id, final)
+        finally:
+            done.set_result(None)
         return True
 
     def pause(self, run_id: str) -> bool:
@@ -182,58 +243,102 @@ class Engine(AsyncCloseable):
         if task is not None:
             self._tasks[run_id] = task
         try:
-            entries = (
-                []
-                if record.status == "queued"
-                else [e for _, e in await self.store.journal(run_id)]
-            )
-            state = replay(agent, record, entries)
-            state.profile.admit_ns = admit_ns
-            if state.finished is not None:  # the journal says it ended; bring the record level
-                self._apply_final(state, state.finished)
-                await self.store.update(record)
-                return record
-            now = time.time()
-            record.status = "running"
-            if record.started_at is None:
-                record.started_at = now
-            await self.store.update(record)
-            deadline = agent.deadline_s
-            timeout = None if deadline is None else max(0.0, record.started_at + deadline - now)
-            scope: asyncio.Timeout | None = None
             try:
-                if timeout is None:
-                    await self._steps(agent, state)
-                else:
-                    async with asyncio.timeout(timeout) as scope:
-                        await self._steps(agent, state)
-            except _Finish as end:
-                return await self._finish(state, end.status, end.reason, error=end.error)
-            except _Paused:
-                return record
-            except TimeoutError:
-                if scope is None or not scope.expired():
-                    raise
-                return await self._finish(
-                    state, "failed", "deadline", error=f"deadline of {deadline}s passed"
-                )
-            except ModelReplyError as exc:
-                return await self._finish(state, "failed", "invalid_reply", error=str(exc))
-            except ModelError as exc:
-                return await self._finish(
-                    state, "failed", "model_error", error=f"{type(exc).__name__}: {exc}"
-                )
+                if self._ended_outside:
+                    stored = await self._ended_meanwhile(run_id)
+                    if stored is not None:
+                        return stored
+                state = await self._load(agent, record, admit_ns)
+                if state is None:
+                    return record
+                return await self._drive(agent, state)
             except asyncio.CancelledError:
-                if run_id in self._cancelling:
-                    self._cancelling.discard(run_id)
-                    if task is not None:
-                        task.uncancel()
-                    return await self._finish(state, "cancelled", "cancelled", error="cancelled")
-                raise  # shutdown: the run stays `running` and resumes elsewhere
-            return await self._finish(state, "completed", None)  # recorded with the last step
+                if run_id not in self._cancelling:
+                    raise  # shutdown: the run stays `running` and resumes elsewhere
+                if task is not None:
+                    task.uncancel()
+            # Cancelled before its state was loaded (reading the journal, first update):
+            # end it with the record as stored, unless it has ended there meanwhile.
+            self._tasks.pop(run_id, None)
+            stored = await self.store.get(run_id)
+            if stored is not None and stored.done:
+                return stored
+            return await self._finish_record(record)
         finally:
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
+            self._cancelling.discard(run_id)
+
+    async def _ended_meanwhile(self, run_id: str) -> RunRecord | None:
+        """The stored record if :meth:`cancel_stored` ended the run after its driver read it."""
+        ending = self._ended_outside.pop(run_id, None)
+        if ending is None:
+            return None
+        await asyncio.shield(ending)
+        stored = await self.store.get(run_id)
+        return stored if stored is not None and stored.done else None
+
+    async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
+        """The run's state from its journal, the record marked ``running``; None if the
+        journal says it ended already (the record is then brought level with it)."""
+        entries = (
+            []
+            if record.status == "queued"
+            else [e for _, e in await self.store.journal(record.run_id)]
+        )
+        state = replay(agent, record, entries)
+        state.profile.admit_ns = admit_ns
+        if state.finished is not None:  # the journal says it ended; bring the record level
+            self._apply_final(state, state.finished)
+            await self.store.update(record)
+            return None
+        now = time.time()
+        record.status = "running"
+        if record.started_at is None:
+            record.started_at = now
+        await self.store.update(record)
+        return state
+
+    async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
+        record = state.record
+        run_id = record.run_id
+        deadline = agent.deadline_s if record.deadline_s is None else record.deadline_s
+        task = asyncio.current_task()
+        alarm = None
+        if deadline is not None and deadline != math.inf and task is not None:
+            assert record.started_at is not None
+            left = record.started_at + deadline - time.time()
+            # A fresh run arms its deadline as the same float as every other (one wheel queue).
+            fresh = 0.0 <= deadline - left < min(1.0, deadline / 10)
+            alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
+        end: tuple[RunStatus, str | None, str | None]
+        try:
+            await self._steps(agent, state)
+            end = ("completed", None, None)  # recorded with the last step
+        except _Finish as exc:
+            end = (exc.status, exc.reason, exc.error)
+        except _Paused:
+            return record
+        except ModelReplyError as exc:
+            end = ("failed", "invalid_reply", str(exc))
+        except ModelError as exc:
+            end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            cancelled = run_id in self._cancelling
+            expired = alarm is not None and alarm.fired
+            if not (cancelled or expired):
+                raise  # shutdown: the run stays `running` and resumes elsewhere
+            assert task is not None
+            for _ in range(cancelled + expired):
+                task.uncancel()
+            if cancelled:
+                end = ("cancelled", "cancelled", "cancelled")
+            else:
+                end = ("failed", "deadline", f"deadline of {deadline}s passed")
+        finally:
+            if alarm is not None:
+                alarm.disarm()
+        return await self._finish(state, end[0], end[1], error=end[2])
 
     async def _steps(self, agent: Agent, state: RunState) -> None:
         sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
@@ -275,15 +380,20 @@ class Engine(AsyncCloseable):
         state.attained_s += sw.wall[_MODEL] / 1e9
         # parse
         message = Message("assistant", response.content, response.tool_calls)
-        ctx.append(message)
         state.add_usage(response.usage)
         ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
-        if not response.tool_calls:
+        calls = response.tool_calls
+        if not calls:
+            ctx.append(message)
             sw.lap(_PARSE)
             await self._final_step(state, sw, message, response, ttft)
             return True
-        planned, rejected = plan_tool_calls(agent, record.run_id, step, response.tool_calls)
-        state.invalid_calls += len(rejected)
+        planned, rejected, cut = plan_tool_calls(agent, record.run_id, step, calls)
+        if rejected:
+            state.invalid_calls += len(rejected) - over_cap(agent, calls)
+            if cut is not None:  # oversized rejected calls: context and journal get them cut
+                message.tool_calls = cut
+        ctx.append(message)
         sw.lap(_PARSE)
         if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
@@ -309,6 +419,9 @@ class Engine(AsyncCloseable):
         final = RunFinished(time.time(), "completed", output=response.content)
         self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
+        self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
+        if state.alarm is not None:  # and so is its deadline
+            state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
         self._close_step(sw, profile)
 
@@ -384,10 +497,9 @@ class Engine(AsyncCloseable):
         """Finish a step that was cut off after its model turn: run only the missing calls."""
         pending = state.pending
         assert pending is not None
-        planned, rejected = plan_tool_calls(
-            agent, state.record.run_id, pending.step, pending.message.tool_calls
-        )
-        state.invalid_calls += len(rejected)
+        calls = pending.message.tool_calls
+        planned, rejected, _ = plan_tool_calls(agent, state.record.run_id, pending.step, calls)
+        state.invalid_calls += len(rejected) - over_cap(agent, calls)
         state.pending = None
         await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
 
@@ -566,17 +678,41 @@ class Engine(AsyncCloseable):
         error: str | None = None,
     ) -> RunRecord:
         record = state.record
+        self._tasks.pop(record.run_id, None)  # its end is decided: a cancel is too late
         if status == "completed" and record.status == "completed":
             pass  # already journaled and stored with the final step
         else:
             final = RunFinished(time.time(), status, output, error, reason)
             self._apply_final(state, final)
-            await asyncio.shield(self.store.append(record.run_id, (final,), record=record))
-            for observer in self.observers:
-                observer(record.run_id, final)
+            await self._write_final(record, final)
         if self.aggregator is not None:
             self.aggregator.finish_run(state.profile.admit_ns)
         return record
+
+    async def _finish_record(self, record: RunRecord) -> RunRecord:
+        """End ``cancelled`` a run whose state was never loaded: the record keeps its counts."""
+        final = RunFinished(time.time(), "cancelled", None, "cancelled", "cancelled")
+        record.status, record.error, record.reason = "cancelled", "cancelled", "cancelled"
+        record.finished_at = final.ts
+        await self._write_final(record, final)
+        return record
+
+    async def _write_final(self, record: RunRecord, final: RunFinished) -> None:
+        """Journal the run's end with its record, whatever cancels arrive meanwhile."""
+        try:
+            await asyncio.shield(self.store.append(record.run_id, (final,), record=record))
+        except StaleRunError:
+            # A cancel that cut our own record write short leaves us a version behind the
+            # store (fencing stores): take the stored version unless the run ended there.
+            if final.status != "cancelled":
+                raise
+            stored = await self.store.get(record.run_id)
+            if stored is None or stored.done:
+                raise
+            record.version = stored.version
+            await asyncio.shield(self.store.append(record.run_id, (final,), record=record))
+        for observer in self.observers:
+            observer(record.run_id, final)
 
     # -- lifecycle --------------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     version: int = 0
     pool: str = "default"
     metadata: dict[str, str] = {}
+    deadline_s: float | None = None  # this run's own limit (None: its agent's)
 
     @property
     def done(self) -> bool:

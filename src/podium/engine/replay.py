@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import msgspec
 
 from podium.agent import Agent
@@ -24,6 +26,12 @@ from podium.tools.executor import ToolResult
 __all__ = ("PendingStep", "RunState", "replay")
 
 
+class Disarmable(Protocol):
+    fired: bool
+
+    def disarm(self) -> None: ...
+
+
 class PendingStep(msgspec.Struct, gc=False):
     """A step whose model turn is journaled but which was never committed."""
 
@@ -36,6 +44,7 @@ class RunState:
     """What the driver holds for one run between steps."""
 
     __slots__ = (
+        "alarm",
         "attained_s",
         "cached_tokens",
         "ctx",
@@ -53,6 +62,7 @@ class RunState:
     def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
         self.record = record
         self.ctx = ctx
+        self.alarm: Disarmable | None = None  # the run's deadline, while armed
         self.step = 0
         self.invalid_calls = 0
         self.attained_s = 0.0

@@ -30,56 +30,112 @@ class PlannedCall(msgspec.Struct, gc=False):
     ctx: ToolContext
 
 
+#: Longest tool name or call id kept from a rejected call; real ones are far shorter.
+MAX_NAME_CHARS = 128
+
+
 def plan_tool_calls(
     agent: Agent, run_id: str, step: int, calls: Sequence[ToolCall]
-) -> tuple[list[PlannedCall], list[tuple[int, ToolResult]]]:
+) -> tuple[list[PlannedCall], list[tuple[int, ToolResult]], tuple[ToolCall, ...] | None]:
     """Split a reply's tool calls into valid ones and error observations.
 
-    A call to a tool the agent does not list, or with arguments that fail
-    validation, becomes a ``ToolResult(ok=False)`` the model will read, so it
-    can correct itself.
+    A call to a tool the agent does not list, with arguments that fail
+    validation, or past the agent's ``max_tool_calls`` becomes a
+    ``ToolResult(ok=False)`` the model will read, so it can correct itself.
+    The third item is the calls to keep in the context and journal when some
+    rejected call had an oversized name, id or arguments (cut to the budget),
+    else None: hostile text never goes verbatim into either.
     """
     planned: list[PlannedCall] = []
     rejected: list[tuple[int, ToolResult]] = []
     tools = agent.tools
+    cap = agent.max_tool_calls
+    cut: list[ToolCall] | None = None
     for index, call in enumerate(calls):
-        tool = tools.get(call.name)
-        if tool is None:
-            allowed = ", ".join(sorted(tools)) or "none"
-            rejected.append(
-                (
-                    index,
-                    ToolResult(
-                        call.id,
-                        call.name,
-                        f"error: unknown tool {call.name!r}; the tools you may call are: {allowed}",
-                        ok=False,
-                        error="unknown_tool",
-                        attempts=0,
-                    ),
+        if index >= cap:
+            call = _cut_call(agent, call)
+            rejected.append((index, _over_cap(agent, call, len(calls))))
+        else:
+            tool = tools.get(call.name)
+            if tool is not None:
+                try:
+                    args = tool.decode_arguments(call.arguments)
+                except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                    error = f"{exc}"
+                else:
+                    if len(call.id) > MAX_NAME_CHARS:  # ids are echoed back: keep them short
+                        call = ToolCall(_cut(call.id), call.name, call.arguments)
+                    planned.append(
+                        PlannedCall(index, tool, args, ToolContext(run_id, step, index, call.id))
+                    )
+                    if call is not calls[index]:
+                        if cut is None:
+                            cut = list(calls)
+                        cut[index] = call
+                    continue
+                call = _cut_call(agent, call)
+                rejected.append(
+                    (
+                        index,
+                        _rejected(
+                            agent,
+                            call,
+                            f"error: invalid arguments for {call.name!r}: {error}. Expected JSON "
+                            f"matching: {msgspec.json.encode(tool.parameters).decode()}",
+                            "invalid_arguments",
+                        ),
+                    )
                 )
-            )
-            continue
-        try:
-            args = tool.decode_arguments(call.arguments)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            rejected.append(
-                (
-                    index,
-                    ToolResult(
-                        call.id,
-                        call.name,
-                        f"error: invalid arguments for {call.name!r}: {exc}. "
-                        f"Expected JSON matching: {msgspec.json.encode(tool.parameters).decode()}",
-                        ok=False,
-                        error="invalid_arguments",
-                        attempts=0,
-                    ),
+            else:
+                call = _cut_call(agent, call)
+                allowed = ", ".join(sorted(tools)) or "none"
+                message = (
+                    f"error: unknown tool {call.name!r}; the tools you may call are: {allowed}"
                 )
-            )
-            continue
-        planned.append(PlannedCall(index, tool, args, ToolContext(run_id, step, index, call.id)))
-    return planned, rejected
+                rejected.append((index, _rejected(agent, call, message, "unknown_tool")))
+        if call is not calls[index]:
+            if cut is None:
+                cut = list(calls)
+            cut[index] = call
+    return planned, rejected, None if cut is None else tuple(cut)
+
+
+def over_cap(agent: Agent, calls: Sequence[ToolCall]) -> int:
+    """How many of a reply's calls pass the agent's ``max_tool_calls`` (not run, not invalid)."""
+    return max(0, len(calls) - agent.max_tool_calls)
+
+
+def _over_cap(agent: Agent, call: ToolCall, count: int) -> ToolResult:
+    return _rejected(
+        agent,
+        call,
+        f"error: not run: this reply made {count} tool calls and at most "
+        f"{agent.max_tool_calls} run per reply; make this call again in a later step if "
+        "it is still needed",
+        "too_many_calls",
+    )
+
+
+def _rejected(agent: Agent, call: ToolCall, message: str, kind: str) -> ToolResult:
+    result = ToolResult(call.id, call.name, message, ok=False, error=kind, attempts=0)
+    return truncate_result(agent, None, result)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_NAME_CHARS else f"{text[:MAX_NAME_CHARS]}…"
+
+
+def _cut_call(agent: Agent, call: ToolCall) -> ToolCall:
+    """``call`` with its name, id and arguments cut to the budget (itself if within it)."""
+    name, call_id = _cut(call.name), _cut(call.id)
+    arguments = call.arguments
+    if len(arguments) > agent.context.max_tool_result_tokens:  # cheap bound before counting
+        arguments = truncate_text(
+            arguments, agent.context.max_tool_result_tokens, agent.context.tokenizer
+        )
+    if name is call.name and call_id is call.id and arguments is call.arguments:
+        return call
+    return ToolCall(call_id, name, arguments)
 
 
 def truncate_result(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResult) -> ToolResult:

@@ -26,6 +26,7 @@ from podium.engine.records import (
     StepCommitted,
     StepRecord,
 )
+from podium.errors import StaleRunError
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
@@ -204,22 +205,34 @@ class Gateway:
         record = await self.get(tenant, run_id)
         if record.done:
             raise ApiError(409, "conflict", f"run {run_id!r} already {record.status}")
-        if self.engine is not None and self.engine.cancel(run_id):
+        engine = self.engine
+        if engine is not None and engine.cancel(run_id):
             return await self.wait(run_id, 10.0)
         if record.status == "queued":
-            # Not claimed yet: end it here; a worker that claims it later finds it done.
-            final = RunFinished(time.time(), "cancelled", error="cancelled", reason="cancelled")
-            record.status, record.error, record.reason = "cancelled", "cancelled", "cancelled"
-            record.finished_at = final.ts
-            await self.store.append(run_id, (final,), record=record)
-            self._observe(run_id, final)
-            if self.engine is not None:
-                self.engine.cancel(run_id)  # claimed in between: stop it too
-            return record
-        # Running on another process: leave the request where its worker looks for it,
-        # then report the run as it stands once it has ended (or after the wait).
+            # Not claimed yet: end it here; a worker that claims it meanwhile adopts that
+            # end (in this process through the engine, elsewhere by the store's fencing).
+            try:
+                if engine is None:
+                    await self._cancel_stored(record)
+                    return record
+                if await engine.cancel_stored(record):
+                    return record
+                return await self.wait(run_id, 10.0)  # a driver started: it was cancelled
+            except StaleRunError:
+                pass  # a worker advanced it meanwhile: ask that worker, below
+        # Running (here but between drivers, or on another process): leave the request where
+        # its worker looks for it, then report the run as it stands once it has ended.
         await self.store.request_cancel(run_id)
+        if engine is not None:
+            engine.cancel(run_id)  # a driver that started meanwhile
         return await self.wait(run_id, 10.0)
+
+    async def _cancel_stored(self, record: RunRecord) -> None:
+        final = RunFinished(time.time(), "cancelled", error="cancelled", reason="cancelled")
+        record.status, record.error, record.reason = "cancelled", "cancelled", "cancelled"
+        record.finished_at = final.ts
+        await self.store.append(record.run_id, (final,), record=record)
+        self._observe(record.run_id, final)
 
     # -- engine observer (embedded mode) ----------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from podium.tools.executor import ToolExecutor, ToolResult, render_result
 from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy, backoff_delay
+from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext, tool
 
 __all__ = (
@@ -12,6 +13,7 @@ __all__ = (
     "ToolExecutor",
     "ToolPolicy",
     "ToolResult",
+    "ToolThreads",
     "backoff_delay",
     "render_result",
     "tool",

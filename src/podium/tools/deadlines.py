@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-__all__ = ("DeadlineWheel", "with_deadline")
+__all__ = ("DeadlineWheel", "arm_deadline", "with_deadline")
 
 T = TypeVar("T")
 
@@ -38,6 +38,9 @@ class _Entry:
         if task is not None:
             self.fired = True
             task.cancel()
+
+    def disarm(self) -> None:
+        self.task = None  # the wheel drops the entry when it reaches it
 
 
 class DeadlineWheel:
@@ -84,6 +87,10 @@ class _Timer:
             self.fired = True
             task.cancel()
 
+    def disarm(self) -> None:
+        self.task = None
+        self.handle.cancel()
+
 
 _wheels: dict[asyncio.AbstractEventLoop, DeadlineWheel] = {}
 
@@ -95,6 +102,15 @@ def _wheel(loop: asyncio.AbstractEventLoop) -> DeadlineWheel:
             del _wheels[old]
         wheel = _wheels[loop] = DeadlineWheel(loop)
     return wheel
+
+
+def arm_deadline(task: asyncio.Task[Any], timeout: float) -> _Entry | _Timer:
+    """Cancel ``task`` after ``timeout`` seconds unless disarmed first; ``.fired`` then says
+    the cancellation was this deadline's (the caller un-cancels the task and handles it)."""
+    loop = asyncio.get_running_loop()
+    if timeout >= WHEEL_MIN_TIMEOUT_S:
+        return _wheel(loop).arm(task, timeout)
+    return _Timer(loop, task, timeout)
 
 
 async def with_deadline(awaitable: Awaitable[T], timeout: float | None) -> T:

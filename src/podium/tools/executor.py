@@ -15,7 +15,7 @@ import importlib
 import os
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 import msgspec
@@ -23,6 +23,7 @@ import msgspec
 from podium.tools.deadlines import with_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.policy import backoff_delay
+from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
 
 __all__ = ("ToolExecutor", "ToolResult", "render_result")
@@ -82,19 +83,24 @@ class ToolExecutor:
     """Runs tool calls for every run of an engine.
 
     ``max_threads`` defaults to the machine's cores × 4 (sync tools mostly
-    wait on I/O); the process pool starts on first use with one process per core.
+    wait on I/O); a sync call abandoned at its timeout (or its run's deadline)
+    keeps its thread, and the pool starts another in its place, up to
+    ``max_abandoned`` at once (see :class:`~podium.tools.threads.ToolThreads`), so
+    stuck calls cannot starve the others. The process pool starts on first use
+    with one process per core.
     """
 
     def __init__(
         self,
         *,
-        thread_pool: ThreadPoolExecutor | None = None,
+        thread_pool: Executor | None = None,
         process_pool: Executor | None = None,
         max_threads: int | None = None,
+        max_abandoned: int = 64,
     ) -> None:
         self._own_threads = thread_pool is None
-        self._threads = thread_pool or ThreadPoolExecutor(
-            max_workers=max_threads or (os.cpu_count() or 1) * 4, thread_name_prefix="podium-tool"
+        self._threads = thread_pool or ToolThreads(
+            max_threads or (os.cpu_count() or 1) * 4, max_abandoned=max_abandoned
         )
         self._own_processes = process_pool is None
         self._processes = process_pool
@@ -244,10 +250,24 @@ class ToolExecutor:
                 tool.qualname,
                 kwargs,
             )
+        elif isinstance(self._threads, ToolThreads):
+            threads = self._threads
+            call = threads.submit(_call_in_thread, tool.fn, kwargs)
+            try:
+                done: tuple[Any, int] = await with_deadline(asyncio.wrap_future(call), timeout)
+            except BaseException:
+                threads.abandon(call)  # timed out or cancelled: its thread is replaced
+                raise
+            return done
         else:
             future = loop.run_in_executor(self._threads, _call_in_thread, tool.fn, kwargs)
         result: tuple[Any, int] = await with_deadline(future, timeout)
         return result
+
+    @property
+    def abandoned_threads(self) -> int:
+        """Sync tool calls left running past their timeout (each holds a thread)."""
+        return self._threads.abandoned if isinstance(self._threads, ToolThreads) else 0
 
     def _limit(self, tool: Tool[Any, Any]) -> asyncio.Semaphore | None:
         n = tool.policy.max_concurrency

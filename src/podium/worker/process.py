@@ -23,7 +23,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -100,13 +99,13 @@ async def _serve(config: WorkerConfig) -> int:
     from podium.queue.redis import RedisQueue
     from podium.store.redis import RedisRunStore, connect
     from podium.tools.executor import ToolExecutor
+    from podium.tools.threads import ToolThreads
     from podium.worker.worker import Worker
 
     agents = {a.name: a for a in map(resolve_agent, config.agents)}
     node_cpus = set(config.node_cpus)
-    threads = ThreadPoolExecutor(
-        max_workers=config.threads or os.cpu_count() or 1,
-        thread_name_prefix="podium-tool",
+    threads = ToolThreads(  # a stuck sync call gets replaced, not waited for
+        config.threads or os.cpu_count() or 1,
         initializer=_pin, initargs=(node_cpus,),  # sync tools may use the whole node
     )
     client = connect(config.redis_url, max_connections=None)

@@ -159,7 +159,10 @@ class Worker:
 
     def _start(self, claim: Claim) -> None:
         held = self._active.get(claim.item.run_id)
-        if held is not None:  # our own lease ran out and we took the run back: keep driving it
+        if held is not None and not held[1].done():
+            # Our own lease ran out and we took the run back: keep driving it (its task
+            # acks or releases the claim it finds here). A task that released the run is
+            # no longer listed, so a re-delivery of that claim starts afresh below.
             self._active[claim.item.run_id] = (claim, held[1])
             self._slots.release()
             return
@@ -177,21 +180,36 @@ class Worker:
             if done is None:
                 return
             if done:
-                await self._ack(claim)
+                await self._ack(self._claim_of(claim))
                 self._completed += 1
             else:  # paused at a step boundary by a drain: the next worker resumes it there
-                await self._release(claim)
+                await self._release(self._forget(run_id, claim))
         except asyncio.CancelledError:
             if run_id in self._lost:
                 self._lost.discard(run_id)
             else:
-                await asyncio.shield(self._release(claim))
+                await asyncio.shield(self._release(self._forget(run_id, claim)))
             raise
         except Exception:  # a bug, not a crash: leave the lease to expire and count deliveries
             log.exception("run %s failed in the worker; it will be delivered again", run_id)
         finally:
-            self._active.pop(run_id, None)
+            self._forget(run_id, claim)
             self._slots.release()
+
+    def _claim_of(self, claim: Claim) -> Claim:
+        """The claim this task drives ``claim``'s run under now (a reclaim of our own
+        lapsed lease replaces it)."""
+        held = self._active.get(claim.item.run_id)
+        return held[0] if held is not None and held[1] is asyncio.current_task() else claim
+
+    def _forget(self, run_id: str, claim: Claim) -> Claim:
+        """Unlist this task's run (before a release, so that a re-delivery of it starts a
+        new task instead of being taken for ours); returns the claim it held."""
+        held = self._active.get(run_id)
+        if held is not None and held[1] is asyncio.current_task():
+            del self._active[run_id]
+            return held[0]
+        return claim
 
     async def _execute(self, claim: Claim) -> bool | None:
         """Drive the run: True when it ended, False when a drain paused it, None when
@@ -242,11 +260,6 @@ class Worker:
                 delay = backoff.next()
                 log.warning("run %s: store unavailable (%s); resuming in %.2fs", run_id, exc, delay)
                 await asyncio.sleep(delay)
-
-    def _claim_of(self, claim: Claim) -> Claim:
-        """The current claim on ``claim``'s run (a reclaim of our own lease replaces it)."""
-        held = self._active.get(claim.item.run_id)
-        return held[0] if held is not None else claim
 
     async def _lease_lost(self, claim: Claim) -> bool:
         """Whether the queue has given ``claim``'s run to another worker.
