@@ -14,11 +14,12 @@ without building objects for them, which is most of why decoding is cheap.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import msgspec
 
-from podium.errors import ModelReplyError
+from podium.errors import ModelContextLengthError, ModelHTTPError, ModelReplyError
 from podium.messages import Message, ToolCall, Usage
 from podium.models.base import ModelRequest, ModelResponse, StreamDelta, ToolDefinition
 
@@ -30,6 +31,7 @@ __all__ = (
     "StreamAssembler",
     "StreamTruncatedError",
     "decode_completion",
+    "http_error",
 )
 
 
@@ -95,9 +97,13 @@ class ChatRequest(msgspec.Struct, gc=False, omit_defaults=True):
     seed: int | None = None
     stream: bool = False
     stream_options: _StreamOptions | None = None
+    tool_choice: msgspec.Raw | None = None
 
 
 _REQUEST_FIELDS = frozenset(ChatRequest.__struct_fields__)
+_TOOL_CHOICE_MODES = {
+    m: msgspec.Raw(b'"' + m.encode() + b'"') for m in ("auto", "required", "none")
+}
 
 
 def _wire_message(m: Message) -> _Message:
@@ -144,6 +150,17 @@ class RequestEncoder:
         self._tools_cache[id(tools)] = (tools, raw)  # holding the tuple keeps its id unique
         return raw
 
+    def _tool_choice(
+        self, choice: str | None, tools: tuple[ToolDefinition, ...]
+    ) -> msgspec.Raw | None:
+        # only with tools: servers (vLLM, OpenAI) reject a tool_choice without them
+        if choice is None or not tools:
+            return None
+        raw = _TOOL_CHOICE_MODES.get(choice)
+        if raw is None:
+            raw = msgspec.Raw(self._enc.encode({"type": "function", "function": {"name": choice}}))
+        return raw
+
     def encode(self, request: ModelRequest, *, stream: bool = False) -> bytes:
         """The request body as JSON bytes."""
         s = request.settings
@@ -157,6 +174,7 @@ class RequestEncoder:
             s.seed,
             stream,
             _StreamOptions() if stream and self._include_usage else None,
+            self._tool_choice(s.tool_choice, request.tools),
         )
         extra = {**self._extra, **s.extra_body} if s.extra_body else self._extra
         if not extra:
@@ -185,6 +203,8 @@ class _RespToolCall(msgspec.Struct, gc=False):
 class _RespMessage(msgspec.Struct, gc=False):
     content: str | None = None
     tool_calls: list[_RespToolCall] | None = None
+    reasoning_content: str | None = None  # vLLM, SGLang, DeepSeek
+    reasoning: str | None = None  # newer vLLM, Ollama
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -260,6 +280,7 @@ def decode_completion(body: bytes, backend: str = "") -> ModelResponse:
     finish = choice.finish_reason or ("tool_calls" if calls else "stop")
     return ModelResponse(
         content=msg.content or "",
+        reasoning=msg.reasoning_content or msg.reasoning or "",
         tool_calls=calls,
         usage=_usage(reply.usage, reply.timings),
         finish_reason=finish,
@@ -285,6 +306,8 @@ class _ToolCallDelta(msgspec.Struct, gc=False):
 class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     tool_calls: list[_ToolCallDelta] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _ChunkChoice(msgspec.Struct, gc=False):
@@ -369,6 +392,7 @@ class StreamAssembler:
         "_deltas",
         "_finish",
         "_model",
+        "_reasoning",
         "_times",
         "_timings",
         "_usage",
@@ -381,6 +405,7 @@ class StreamAssembler:
         self.done = False
         self._deltas = deltas
         self._content: list[str] = []
+        self._reasoning: list[str] = []
         self._calls: list[_CallBuilder] = []
         self._finish: str | None = None
         self._usage: _Usage | None = None
@@ -409,6 +434,12 @@ class StreamAssembler:
         for choice in chunk.choices:
             delta = choice.delta
             if delta is not None:
+                thought = delta.reasoning_content or delta.reasoning
+                if thought:  # a token too: it counts for time to first token
+                    self._reasoning.append(thought)
+                    self._times.append(now)
+                    if self._deltas:
+                        out.append(StreamDelta(reasoning=thought))
                 if delta.content:
                     self._content.append(delta.content)
                     self._times.append(now)
@@ -454,8 +485,18 @@ class StreamAssembler:
                     )
                 )
 
-    def finish(self, *, connection_lost: bool = False) -> ModelResponse:
-        """The assembled response; raises if the stream stopped early."""
+    @property
+    def tokens(self) -> int:
+        """Token events so far (content, reasoning, tool-call pieces)."""
+        return len(self._times)
+
+    def finish(self, *, connection_lost: bool = False, prompt_tokens: int = 0) -> ModelResponse:
+        """The assembled response; raises if the stream stopped early.
+
+        A stream without usage (a server that ignores ``include_usage``) gets
+        usage counted here: one output token per token event, the caller's
+        ``prompt_tokens`` estimate as input, and ``usage_estimated`` set.
+        """
         if self._finish is None:
             where = "mid tool-call" if self._calls else "before finish_reason"
             how = "connection lost" if connection_lost else "stream ended"
@@ -468,13 +509,99 @@ class StreamAssembler:
             if not c.name:
                 raise ModelReplyError(f"streamed tool call {c.id} has no name")
         times = self._times
+        estimated = self._usage is None
+        usage = (
+            Usage(prompt_tokens, len(times), 0, 1)
+            if estimated
+            else _usage(self._usage, self._timings)
+        )
         return ModelResponse(
             content="".join(self._content),
+            reasoning="".join(self._reasoning),
             tool_calls=calls,
-            usage=_usage(self._usage, self._timings),
+            usage=usage,
+            usage_estimated=estimated,
             finish_reason=self._finish,
             model=self._model,
             backend=self.backend,
             ttft_s=times[0] if times else None,
             token_times_s=tuple(times),
         )
+
+
+# --- errors ------------------------------------------------------------------
+
+
+class _ErrorDetail(msgspec.Struct, gc=False):
+    message: str = ""
+    type: str | None = None
+    code: int | str | None = None
+
+
+class _ErrorBody(msgspec.Struct, gc=False):
+    # {"error": {...}} (OpenAI, vLLM >= 0.6, llama.cpp, Ollama), {"error": "text"} (Ollama's
+    # native API), {"object": "error", "message": ...} (older vLLM), {"detail": ...} (FastAPI)
+    error: _ErrorDetail | str | None = None
+    message: str | None = None
+    type: str | None = None
+    detail: str | None = None
+
+
+_error_decoder = msgspec.json.Decoder(_ErrorBody)
+_INVALID_TYPES = frozenset(
+    {"invalid_request_error", "badrequesterror", "invalid_request", "exceed_context_size_error"}
+)
+_CONTEXT_TYPES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+# The servers' own words: vLLM "This model's maximum context length is 4096 tokens",
+# llama-cpp-python (same, OpenAI's text), llama.cpp "exceeds the available context size",
+# Ollama "the input length exceeds the context length", SGLang "is longer than the
+# model's context length".
+_CONTEXT_RE = re.compile(
+    r"maximum context length|context length exceeded|exceeds? the (available )?context"
+    r"|longer than the model's context length|input length exceeds the context length"
+    r"|context window|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+# A 500 whose message says the request was wrong (llama-cpp-python answers a bad field
+# with 500 "internal_server_error" and the exception's text): retrying cannot help.
+_INVALID_RE = re.compile(
+    r"\binvalid\b|not supported|unsupported|must be|is required|validation error"
+    r"|unexpected keyword|unknown (field|parameter|argument)|extra inputs are not permitted"
+    r"|bad request|malformed|could not parse|failed to parse",
+    re.IGNORECASE,
+)
+_MAX_BODY = 64 * 1024
+
+
+def http_error(status: int, body: bytes, retry_after: float | None = None) -> ModelHTTPError:
+    """The typed error for an error answer: the server's message whole, context-length
+    overflows as :class:`ModelContextLengthError`, and ``invalid_request`` set when the
+    body says the request itself is wrong (whatever the status)."""
+    text = body[:_MAX_BODY].decode("utf-8", "replace")
+    message, kind = text, None
+    try:
+        parsed = _error_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        parsed = None
+    if parsed is not None:
+        err = parsed.error
+        if isinstance(err, _ErrorDetail):
+            message, kind = err.message or text, err.type
+            if kind is None and isinstance(err.code, str):
+                kind = err.code
+        elif isinstance(err, str):
+            message = err
+        elif parsed.message:
+            message, kind = parsed.message, parsed.type
+        elif parsed.detail:
+            message = parsed.detail
+    low = (kind or "").lower()
+    context = low in _CONTEXT_TYPES or (status != 503 and bool(_CONTEXT_RE.search(message)))
+    invalid = (
+        context
+        or status in (400, 413, 422)
+        or low in _INVALID_TYPES
+        or (status == 500 and bool(_INVALID_RE.search(message)))
+    )
+    cls = ModelContextLengthError if context else ModelHTTPError
+    return cls(status, text, retry_after=retry_after, message=message, invalid_request=invalid)
