@@ -281,7 +281,7 @@ class SimServer:
             return f"invalid tool_choice {choice!r}"
         by_name = {t.function.name: t.function for t in req.tools}
         if isinstance(choice, _NamedChoice) and forced not in by_name:
-            return f"tool_choice names {forced!r}, which is not among the tools"
+            return f"Invalid tool_choice: {forced!r} is not among the tools"
         if isinstance(choice, str) and choice == "required" and not req.tools:
             return "tool_choice 'required' needs tools"
         call = bool(req.tools) and choice != "none"
