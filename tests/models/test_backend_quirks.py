@@ -101,7 +101,7 @@ async def test_keepalive_pings_without_tokens_time_out(
     async with OpenAIChatModel(
         sim_server.base_url, "podium-sim", stream=True, timeouts=timeouts
     ) as m:
-        with pytest.raises(ModelTimeoutError, match="no token for 0.3s"):
+        with pytest.raises(ModelTimeoutError, match=r"no token for 0\.3s"):
             if streamed:
                 async for _ in m.stream(req(sim={"stall_after": 2})):
                     pass

@@ -165,9 +165,7 @@ async def test_queue_timeout_is_typed(replay: ReplayServer) -> None:
 async def test_waiters_fail_when_every_backend_is_drained(replay: ReplayServer) -> None:
     hold = asyncio.Event()
     replay.script(Reply(body=BODY, hold=hold))
-    pool = BackendPool(
-        [backend(replay, "a", capacity=1)], unhealthy_after=1, healthy_wait_s=0
-    )
+    pool = BackendPool([backend(replay, "a", capacity=1)], unhealthy_after=1, healthy_wait_s=0)
     async with pool:
         busy = asyncio.ensure_future(pool.request(call("a")))
         await replay.arrived.wait()
