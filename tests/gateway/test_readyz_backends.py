@@ -41,13 +41,15 @@ async def test_readyz_is_not_ok_when_a_backend_probe_says_unhealthy(loading_serv
         ServedAgent(Agent("direct", direct, "You answer.")),
         ServedAgent(Agent("pooled", pool, "You answer.")),
     ]
-    async with gateway_client(agents=agents) as (_, client):
-        r = await client.get("/readyz")
+    try:
+        async with gateway_client(agents=agents) as (_, client):
+            r = await client.get("/readyz")
+    finally:
+        await direct.aclose()
+        await pool.aclose()
     assert r.status_code == 503
     body = r.json()
     assert body["status"] == "unavailable"
     assert body["checks"]["model:direct"] == "unhealthy"
     assert body["checks"]["model:pooled"] == "unhealthy"
     assert body["checks"]["store"] == "ok"
-    await direct.aclose()
-    await pool.aclose()
