@@ -220,3 +220,28 @@ async def test_tool_choice_on_the_wire(replay: ReplayServer) -> None:
 def test_unknown_server_kind_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown server 'tgi'"):
         OpenAIChatModel("http://127.0.0.1:1/v1", "m", server="tgi")
+
+
+async def test_reasoning_reaches_the_journal_and_the_profile_ttft(
+    sim_server: SimServerProcess,
+) -> None:
+    from podium import Agent, Engine, MemoryRunStore
+    from podium.engine.records import ModelTurn, StepRecord
+
+    model = OpenAIChatModel(
+        sim_server.base_url,
+        "podium-sim",
+        stream=True,
+        extra_body={"sim": {"reasoning_tokens": 3}},
+    )
+    store = MemoryRunStore()
+    async with model:
+        record = await Engine(store).run(Agent("thinker", model, "Think first."), "why?")
+    assert record.status == "completed"
+    turns = [
+        e.message
+        for _, e in await store.journal(record.run_id)
+        if isinstance(e, StepRecord | ModelTurn)
+    ]
+    assert turns and turns[-1].reasoning == "hmm hmm hmm " and turns[-1].content
+    assert record.profile is not None and record.profile.steps[0].ttft_ns > 0
