@@ -159,3 +159,30 @@ async def test_in_flight_call_on_a_killed_backend_keeps_the_cause(
     err = info.value
     assert "no healthy backend" in str(err) and "connection lost" in str(err)
     assert err.__cause__ is not None and "connection lost" in str(err.__cause__)
+
+
+async def test_one_of_two_killed_the_busy_survivor_serves_every_call(
+    sim_server_factory: Factory,
+) -> None:
+    """The run that broke the pool: llama-cpp-python-like servers (no /health, /v1/models
+    behind the model lock), one killed under load; probes of the busy survivor time out."""
+    args = ("--step-ms", "2", "--no-health", "--models-waits-for-generation", "--capacity", "1")
+    a, b = sim_server_factory(*args), sim_server_factory(*args)
+    backends = [
+        Backend(OpenAIChatModel(s.base_url, "podium-sim", name=n, retry=NO_RETRY), capacity=1)
+        for s, n in ((a, "a"), (b, "b"))
+    ]
+    pool = BackendPool(backends, health_interval_s=0.02, health_timeout_s=0.02, unhealthy_after=1)
+    async with pool:
+        await pool.start()
+        calls = [
+            asyncio.ensure_future(pool.request(call(f"r{i}", output_tokens=20))) for i in range(12)
+        ]
+        await running(a)
+        await running(b)
+        a.kill()
+        replies = await asyncio.gather(*calls)
+        stats = pool.statistics()
+    assert all(r.content for r in replies)
+    assert stats.backends[1].state == "healthy" and stats.backends[1].served >= 6
+    assert stats.backends[0].state == "drained"
