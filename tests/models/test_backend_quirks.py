@@ -83,8 +83,10 @@ async def test_stream_without_usage_counts_tokens(sim_server_factory: Factory) -
     final = deltas[-1].response
     assert final is not None and final.usage_estimated and final.usage.output_tokens == 7
     async with OpenAIChatModel(server.base_url, "x") as m:
-        plain = await m.request(req())
-    assert plain.usage.output_tokens == 0  # a non-streamed reply has nothing to count
+        plain = await m.request(req(prompt_tokens=42))
+    # a non-streamed reply has no token events: about four characters a token
+    assert plain.usage_estimated and plain.usage.input_tokens == 42
+    assert plain.usage.output_tokens == (len(plain.content) + 3) // 4 > 0
 
 
 async def test_usage_from_the_server_is_not_estimated(sim_server: SimServerProcess) -> None:

@@ -236,7 +236,7 @@ class OpenAIChatModel(Model):
                 if not streaming:
                     data = await resp.read()
                     c0 = _thread_ns()
-                    out = decode_completion(data, self.name)
+                    out = decode_completion(data, self.name, request.prompt_tokens)
                     cpu += _thread_ns() - c0
                 else:
                     out, spent = await self._read_stream(resp, t0, request.prompt_tokens)

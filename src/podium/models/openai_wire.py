@@ -261,8 +261,12 @@ def _usage(usage: _Usage | None, timings: _Timings | None) -> Usage:
     return Usage(usage.prompt_tokens, usage.completion_tokens, cached, 1)
 
 
-def decode_completion(body: bytes, backend: str = "") -> ModelResponse:
-    """Decode a chat-completion body; anything malformed is :class:`ModelReplyError`."""
+def decode_completion(body: bytes, backend: str = "", prompt_tokens: int = 0) -> ModelResponse:
+    """Decode a chat-completion body; anything malformed is :class:`ModelReplyError`.
+
+    A body without usage gets an estimate, flagged ``usage_estimated``: the
+    caller's ``prompt_tokens`` as input, about four characters per output token.
+    """
     try:
         reply = _completion_decoder.decode(body)
     except msgspec.DecodeError as exc:
@@ -278,11 +282,20 @@ def decode_completion(body: bytes, backend: str = "") -> ModelResponse:
             for i, c in enumerate(msg.tool_calls)
         )
     finish = choice.finish_reason or ("tool_calls" if calls else "stop")
+    content = msg.content or ""
+    reasoning = msg.reasoning_content or msg.reasoning or ""
+    estimated = reply.usage is None
+    if estimated:
+        chars = len(content) + len(reasoning) + sum(len(c.name) + len(c.arguments) for c in calls)
+        usage = Usage(prompt_tokens, (chars + 3) // 4, 0, 1)
+    else:
+        usage = _usage(reply.usage, reply.timings)
     return ModelResponse(
-        content=msg.content or "",
-        reasoning=msg.reasoning_content or msg.reasoning or "",
+        content=content,
+        reasoning=reasoning,
         tool_calls=calls,
-        usage=_usage(reply.usage, reply.timings),
+        usage=usage,
+        usage_estimated=estimated,
         finish_reason=finish,
         model=reply.model,
         backend=backend,
