@@ -131,6 +131,9 @@ class OpenAIChatModel(Model):
         self._session = session
         self._owns_session = session is None
         self._rng = random.Random(seed)
+        # statuses raised at once instead of retried: a BackendPool sets 502/503 here,
+        # since it fails such calls over to another backend rather than wait on this one
+        self.failover_statuses: frozenset[int] = frozenset()
         self.calls = 0
         self.retries = 0
 
@@ -208,7 +211,11 @@ class OpenAIChatModel(Model):
                     # a live server saying no (a 4xx, or a 500 whose body says the request
                     # is invalid): retrying cannot help and the endpoint is not failing
                     self.breaker.success()
-                if status not in self.retry.statuses or error.invalid_request:
+                if (
+                    status not in self.retry.statuses
+                    or error.invalid_request
+                    or status in self.failover_statuses
+                ):
                     raise error
             delay = self.retry.delay(retry, self._rng, retry_after)
             if delay is None or loop.time() + delay >= deadline:

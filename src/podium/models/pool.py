@@ -175,6 +175,11 @@ class BackendPool(Model):
             raise ConfigError(f"backend names must be unique: {names}")
         self.name = name
         self.backends = tuple(backends)
+        for b in self.backends:
+            if hasattr(b.model, "failover_statuses"):
+                # a restarting server answers 503 on every path: send the call elsewhere
+                # now instead of retrying it there (see _backend_lost)
+                b.model.failover_statuses = _FAILOVER_STATUSES
         groups = list(dict.fromkeys(b.group for b in backends))
         self._groups = {g: [b for b in backends if b.group == g] for g in groups}
         self.router = Router(
@@ -441,19 +446,28 @@ class BackendPool(Model):
     def _wait_deadline(self) -> float:
         return asyncio.get_running_loop().time() + self.healthy_wait_s
 
+    async def _acquire_after(
+        self,
+        request: ModelRequest,
+        exclude: frozenset[str],
+        deadline: float,
+        cause: BaseException | None,
+    ) -> Backend:
+        try:
+            return await self._acquire(request, exclude, deadline)
+        except ModelUnavailableError as exc:
+            if cause is None:
+                raise
+            # keep what went wrong on the backend that was lost, not only "no backend"
+            raise ModelUnavailableError(f"{exc}; the call failed on: {cause}") from cause
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         await self.start()
         exclude: frozenset[str] = frozenset()
         deadline = self._wait_deadline()
         cause: BaseException | None = None
         for attempt in range(self.failover_attempts + 1):
-            try:
-                backend = await self._acquire(request, exclude, deadline)
-            except ModelUnavailableError as exc:
-                if cause is None:
-                    raise
-                # keep what went wrong on the backend that was lost, not only "no backend"
-                raise ModelUnavailableError(f"{exc}; the call failed on: {cause}") from cause
+            backend = await self._acquire_after(request, exclude, deadline, cause)
             t0 = time.perf_counter()
             ok = False
             try:
@@ -474,21 +488,34 @@ class BackendPool(Model):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
-        """Stream from one backend (no fail-over once deltas have flowed)."""
+        """Stream from one backend; fails over like :meth:`request` only until the
+        first delta has been yielded."""
         await self.start()
-        backend = await self._acquire(request, frozenset(), self._wait_deadline())
-        t0 = time.perf_counter()
-        ok = False
-        try:
-            async for delta in backend.model.stream(request):
-                yield delta
-            ok = True
-        except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
-            if _backend_lost(exc):
+        exclude: frozenset[str] = frozenset()
+        deadline = self._wait_deadline()
+        cause: BaseException | None = None
+        for attempt in range(self.failover_attempts + 1):
+            backend = await self._acquire_after(request, exclude, deadline, cause)
+            t0 = time.perf_counter()
+            ok = False
+            flowed = False
+            try:
+                async for delta in backend.model.stream(request):
+                    flowed = True
+                    yield delta
+                ok = True
+                return
+            except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
+                if not _backend_lost(exc):
+                    raise
                 await self._on_backend_error(backend, exc)
-            raise
-        finally:
-            self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+                if flowed or attempt >= self.failover_attempts:
+                    raise
+                exclude |= {backend.name}
+                cause = exc
+                self.failovers += 1
+            finally:
+                self._release(backend, request.run_id, time.perf_counter() - t0, ok)
 
     async def health(self, timeout_s: float = 2.0) -> bool:
         """True if at least one backend is healthy (runs the first health round if needed)."""
