@@ -201,3 +201,20 @@ async def test_stream_fails_over_before_its_first_delta(replay_factory: Any) -> 
     final = deltas[-1].response
     assert final is not None and final.backend == "b" and final.tool_calls
     assert stats.failovers == 1 and len(a.requests) == 1
+
+
+async def test_close_ends_the_wait_for_a_healthy_backend(replay: ReplayServer) -> None:
+    replay.healthy = False
+    pool = BackendPool(
+        [Backend(OpenAIChatModel(replay.base_url, "m"))], healthy_wait_s=600, health_interval_s=3600
+    )
+    await pool.start()
+    waiting = asyncio.ensure_future(pool.request(call("r")))
+    for _ in range(100):
+        if pool._awaiting:
+            break
+        await asyncio.sleep(0)
+    assert pool._awaiting == 1
+    await pool.aclose()
+    with pytest.raises(ModelUnavailableError, match="closed"):
+        await waiting

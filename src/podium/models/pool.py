@@ -197,6 +197,7 @@ class BackendPool(Model):
         self._came_up = asyncio.Event()  # set (and replaced) when a backend is admitted
         self._kick = asyncio.Event()  # wakes the health loop early
         self._awaiting = 0  # calls waiting for a healthy backend
+        self._closed = False
         self._queues: dict[tuple[str, ...], LASQueue[_Call]] = {}
         self._affinity: OrderedDict[str, Backend] = OrderedDict()
         self._service: OrderedDict[str, float] = OrderedDict()
@@ -273,6 +274,8 @@ class BackendPool(Model):
     async def aclose(self) -> None:
         task, self._health_task = self._health_task, None
         await stop_task(task)
+        self._closed = True
+        self._came_up.set()  # calls waiting for a healthy backend give up now
         for queue in self._queues.values():
             for call in queue.drain():
                 if not call.future.done():
@@ -328,6 +331,8 @@ class BackendPool(Model):
 
     async def _await_healthy(self, chain: tuple[str, ...], deadline: float) -> None:
         loop = asyncio.get_running_loop()
+        if self._closed:
+            raise ModelUnavailableError(f"{self.name} closed")
         if loop.time() >= deadline:
             raise ModelUnavailableError(
                 f"{self.name}: no healthy backend in groups {chain}"
