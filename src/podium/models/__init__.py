@@ -49,7 +49,6 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
-
 __all__ = (
     "Backend",
     "BackendPool",
