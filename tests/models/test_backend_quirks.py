@@ -29,7 +29,7 @@ from podium.models import (
     Timeouts,
     ToolDefinition,
 )
-from podium.models.openai_wire import http_error
+from podium.models.openai_errors import http_error
 
 pytestmark = pytest.mark.anyio
 Factory = Callable[..., SimServerProcess]

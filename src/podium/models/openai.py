@@ -20,13 +20,13 @@ import yarl
 
 from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.openai_errors import http_error
 from podium.models.openai_wire import (
     RequestEncoder,
     SSEDecoder,
     StreamAssembler,
     StreamTruncatedError,
     decode_completion,
-    http_error,
 )
 from podium.models.resilience import CircuitBreaker, RetryPolicy, Timeouts, parse_retry_after
 

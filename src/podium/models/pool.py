@@ -39,8 +39,8 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TypeVar
 
 import msgspec
 
@@ -48,81 +48,15 @@ from podium.errors import ConfigError, ModelHTTPError, ModelTimeoutError, ModelU
 from podium.lifecycle import stop_task
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.models.openai_wire import StreamTruncatedError
+from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
 from podium.models.pool_routing import Router, RoutingRule
 from podium.models.pool_sched import LASQueue, service_level
 
 __all__ = ("Backend", "BackendPool", "BackendStatistics", "PoolStatistics")
 
-BackendState = Literal["pending", "healthy", "drained"]
-ProbeResult = Literal["ok", "down", "timeout"]
-HealthCheck = Callable[[float], Awaitable[bool]]
 V = TypeVar("V")
 _FAILOVER_STATUSES = frozenset({502, 503})  # the backend (or the proxy before it) is not serving
 _WAITING_INTERVAL_S = 0.5  # health checks while calls wait for a healthy backend
-
-
-class Backend:
-    """One endpoint of a pool: a model, its batch capacity and its group.
-
-    ``health`` is an async ``fn(timeout_s) -> bool``; by default the model's
-    own ``health`` method (``OpenAIChatModel`` has one) or always healthy.
-    """
-
-    def __init__(
-        self,
-        model: Model,
-        *,
-        capacity: int = 64,
-        group: str = "default",
-        name: str | None = None,
-        health: HealthCheck | None = None,
-    ) -> None:
-        if capacity < 1:
-            raise ConfigError("backend capacity must be at least 1")
-        self.model = model
-        self.capacity = capacity
-        self.group = group
-        self.name = name or model.name
-        probe = health or getattr(model, "health", None)
-        self._health: HealthCheck | None = probe
-        self.state: BackendState = "pending"
-        self.outstanding = 0
-        self.served = 0
-        self.failures = 0
-        self.last_ok = 0.0  # time.monotonic() of the last successful call
-        self.last_error: BaseException | None = None  # why it was last drained or failed
-        self._fails = 0
-        self._passes = 0
-
-    @property
-    def free(self) -> bool:
-        return self.state == "healthy" and self.outstanding < self.capacity
-
-    async def probe(self, timeout_s: float) -> ProbeResult:
-        """``ok``, ``down`` (refused, an error answer, False) or ``timeout`` (no answer)."""
-        if self._health is None:
-            return "ok"
-        try:
-            async with asyncio.timeout(timeout_s):
-                ok = await self._health(timeout_s)
-        except (TimeoutError, ModelTimeoutError):
-            return "timeout"
-        except Exception as exc:  # a probe that breaks is a failed probe
-            self.last_error = exc
-            return "down"
-        return "ok" if ok else "down"
-
-
-class BackendStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of one backend."""
-
-    name: str
-    group: str
-    state: BackendState
-    outstanding: int
-    capacity: int
-    served: int
-    failures: int
 
 
 class PoolStatistics(msgspec.Struct, frozen=True):
