@@ -49,6 +49,7 @@ from aiohttp import web
 
 from podium.errors import ConfigError
 from podium.models.sim_batching import BatchEngine, BatchingConfig, SimSequence
+from podium.models.sim_quirks import CONTEXT_ERRORS, LOADING_BODY, context_error, invalid_500
 
 __all__ = ("SimServerConfig", "build_app", "example_arguments")
 
@@ -73,8 +74,8 @@ class SimServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     invalid_500: bool = False
 
     def __post_init__(self) -> None:
-        if self.context_error not in _CONTEXT_ERRORS:
-            raise ConfigError(f"context_error must be one of {', '.join(sorted(_CONTEXT_ERRORS))}")
+        if self.context_error not in CONTEXT_ERRORS:
+            raise ConfigError(f"context_error must be one of {', '.join(sorted(CONTEXT_ERRORS))}")
 
 
 class _SimOptions(msgspec.Struct):
@@ -162,56 +163,6 @@ def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, body=body, content_type="application/json")
 
 
-def _context_error(kind: str, n_ctx: int, prompt: int, completion: int) -> web.Response:
-    """The context-overflow answer of each server, in its own words and shape."""
-    body: dict[str, Any]
-    if kind == "vllm":
-        body = {
-            "object": "error",
-            "message": f"This model's maximum context length is {n_ctx} tokens. However, you"
-            f" requested {prompt + completion} tokens ({prompt} in the messages, {completion}"
-            " in the completion). Please reduce the length of the messages or completion.",
-            "type": "BadRequestError",
-            "param": None,
-            "code": 400,
-        }
-    elif kind == "sglang":
-        body = {
-            "object": "error",
-            "message": f"The input ({prompt} tokens) is longer than the model's context length"
-            f" ({n_ctx} tokens).",
-            "type": "BadRequestError",
-            "param": None,
-            "code": 400,
-        }
-    elif kind == "llama.cpp":
-        body = {
-            "error": {
-                "code": 400,
-                "message": "the request exceeds the available context size, try increasing it",
-                "type": "exceed_context_size_error",
-                "n_prompt_tokens": prompt,
-                "n_ctx": n_ctx,
-            }
-        }
-    else:  # ollama's OpenAI-compatible endpoint
-        body = {
-            "error": {
-                "message": "the input length exceeds the context length",
-                "type": "invalid_request_error",
-                "param": None,
-                "code": None,
-            }
-        }
-    return web.Response(status=400, body=_encode(body), content_type="application/json")
-
-
-_CONTEXT_ERRORS = frozenset({"vllm", "sglang", "llama.cpp", "ollama"})
-_LOADING = _encode(
-    {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
-)
-
-
 def _pieces(text: str, n: int) -> list[str]:
     """``text`` cut into ``n`` nearly equal pieces (the tokens of the stream)."""
     n = max(1, min(n, len(text))) if text else 1
@@ -236,23 +187,15 @@ class SimServer:
         self.idle.set()
 
     def _invalid(self, message: str) -> web.Response:
-        if self.config.invalid_500:  # llama-cpp-python: the exception text, as a 500
-            body = {
-                "error": {
-                    "message": f"ValueError: {message}",
-                    "type": "internal_server_error",
-                    "param": None,
-                    "code": None,
-                }
-            }
-            return web.Response(status=500, body=_encode(body), content_type="application/json")
+        if self.config.invalid_500:
+            return invalid_500(message)
         return _error(400, message)
 
     @web.middleware
     async def loading(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """llama.cpp while it loads its model: 503 on every path."""
         if self.config.loading_s and time.monotonic() - self.started < self.config.loading_s:
-            return web.Response(status=503, body=_LOADING, content_type="application/json")
+            return web.Response(status=503, body=LOADING_BODY, content_type="application/json")
         resp: web.StreamResponse = await handler(request)
         return resp
 
@@ -324,7 +267,7 @@ class SimServer:
             prompt = sum(t for _, t in self._segments(req, tools_key))
             completion = req.max_tokens or plan.tokens + plan.reasoning_tokens
             if prompt + completion > cfg.context_tokens:
-                return _context_error(cfg.context_error, cfg.context_tokens, prompt, completion)
+                return context_error(cfg.context_error, cfg.context_tokens, prompt, completion)
         engine = self._engine()
         seq = engine.submit(self._segments(req, tools_key), plan.tokens + plan.reasoning_tokens)
         cid = f"chatcmpl-sim{next(_ids)}"
