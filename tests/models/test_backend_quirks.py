@@ -247,3 +247,19 @@ async def test_reasoning_reaches_the_journal_and_the_profile_ttft(
     ]
     assert turns and turns[-1].reasoning == "hmm hmm hmm " and turns[-1].content
     assert record.profile is not None and record.profile.steps[0].ttft_ns > 0
+
+
+@pytest.mark.parametrize(
+    ("message", "invalid"),
+    [
+        ("ValueError: Invalid tool_choice: 'x' is not among the tools", True),
+        ("1 validation error for CreateChatCompletionRequest", True),
+        ("create_chat_completion() got an unexpected keyword argument 'foo'", True),
+        ("CUDA error: invalid device function", False),
+        ("CUDA out of memory. Tried to allocate 2.00 GiB", False),
+        ("unknown error", False),
+    ],
+)
+def test_which_500s_say_the_request_is_invalid(message: str, invalid: bool) -> None:
+    body = ('{"error":{"message":"' + message + '","type":"internal_server_error"}}').encode()
+    assert http_error(500, body).invalid_request is invalid

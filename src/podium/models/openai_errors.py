@@ -46,9 +46,10 @@ _CONTEXT_RE = re.compile(
 # A 500 whose message says the request was wrong (llama-cpp-python answers a bad field
 # with 500 "internal_server_error" and the exception's text): retrying cannot help.
 _INVALID_RE = re.compile(
-    r"\binvalid\b|not supported|unsupported|must be|is required|validation error"
-    r"|unexpected keyword|unknown (field|parameter|argument)|extra inputs are not permitted"
-    r"|bad request|malformed|could not parse|failed to parse",
+    r"\binvalid (request|value|field|param\w*|argument|type|json|input|tool\w*|role|messages?"
+    r"|schema|format|model)\b|\bnot supported\b|\bunsupported (field|param\w*|argument|value)"
+    r"|validation error|unexpected keyword argument|unknown (field|parameter|argument)"
+    r"|extra inputs are not permitted|\bbad request\b|could not parse|failed to parse",
     re.IGNORECASE,
 )
 _MAX_BODY = 64 * 1024
