@@ -9,6 +9,7 @@
     │   ├── ModelUnavailableError   connection refused, circuit open, every retry spent
     │   ├── ModelTimeoutError       a connect / first-byte / total timeout passed
     │   ├── ModelHTTPError          the backend answered with an error status
+    │   │   └── ModelContextLengthError  the prompt does not fit the model's context
     │   └── ModelReplyError         the reply could not be understood (bad JSON, truncated stream)
     ├── StoreError                  the run store failed
     │   ├── RunNotFoundError        no run with that id
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 __all__ = (
     "ConfigError",
+    "ModelContextLengthError",
     "ModelError",
     "ModelHTTPError",
     "ModelReplyError",
@@ -68,13 +70,42 @@ class ModelTimeoutError(ModelError):
 
 
 class ModelHTTPError(ModelError):
-    """The backend answered with an error status."""
+    """The backend answered with an error status.
 
-    def __init__(self, status: int, body: str, *, retry_after: float | None = None) -> None:
-        super().__init__(f"HTTP {status}: {body[:200]}")
+    ``message`` is the server's own message (the ``error.message`` of its JSON
+    body, else the body) kept whole up to :attr:`MAX_MESSAGE` characters, since
+    it is what a failed run records; ``body`` is the raw body (bounded by the
+    client). ``invalid_request`` is true when the server said the request itself
+    is wrong, whatever the status (some servers answer a bad field with 500).
+    """
+
+    MAX_MESSAGE = 8_000
+
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        *,
+        retry_after: float | None = None,
+        message: str | None = None,
+        invalid_request: bool = False,
+    ) -> None:
+        text = (message if message is not None else body).strip()
+        if len(text) > self.MAX_MESSAGE:
+            text = text[: self.MAX_MESSAGE] + f"… ({len(text) - self.MAX_MESSAGE} more characters)"
+        super().__init__(f"HTTP {status}: {text}")
         self.status = status
         self.body = body
+        self.message = text
         self.retry_after = retry_after
+        self.invalid_request = invalid_request
+
+
+class ModelContextLengthError(ModelHTTPError):
+    """The prompt (with the requested completion) does not fit the model's context.
+
+    An agent can react: compact its history and try again.
+    """
 
 
 class ModelReplyError(ModelError):

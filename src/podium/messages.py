@@ -28,7 +28,9 @@ class Message(msgspec.Struct, gc=False, omit_defaults=True):
     """One message of the context.
 
     ``tokens`` caches the message's token count (set once, when the message
-    enters a context), so budgets never re-tokenize history.
+    enters a context), so budgets never re-tokenize history. ``reasoning`` is
+    an assistant's reasoning text (``reasoning_content``): journaled with the
+    turn, never sent back to the model.
     """
 
     role: Role
@@ -37,6 +39,7 @@ class Message(msgspec.Struct, gc=False, omit_defaults=True):
     tool_call_id: str | None = None
     name: str | None = None
     tokens: int = 0
+    reasoning: str = ""
 
 
 class Usage(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):

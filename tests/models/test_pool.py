@@ -50,6 +50,14 @@ async def settle(pool: BackendPool, waiting: int) -> None:
     raise AssertionError(f"never saw {waiting} waiting calls")
 
 
+async def settle_outstanding(pool: BackendPool, n: int) -> None:
+    for _ in range(1000):
+        if pool.statistics().backends[0].outstanding >= n:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never saw {n} outstanding calls")
+
+
 async def test_session_affinity_and_least_outstanding(replay_factory: Any) -> None:
     a, b = await servers(replay_factory, 2)
     hold = asyncio.Event()
@@ -110,7 +118,7 @@ async def test_backend_killed_mid_stream_fails_over(replay_factory: Any) -> None
 
 async def test_no_healthy_backend_fails_fast(replay: ReplayServer) -> None:
     replay.healthy = False
-    async with BackendPool([backend(replay, "a")]) as pool:
+    async with BackendPool([backend(replay, "a")], healthy_wait_s=0) as pool:
         with pytest.raises(ModelUnavailableError, match="no healthy backend"):
             await pool.request(call("r"))
 
@@ -157,18 +165,34 @@ async def test_queue_timeout_is_typed(replay: ReplayServer) -> None:
 async def test_waiters_fail_when_every_backend_is_drained(replay: ReplayServer) -> None:
     hold = asyncio.Event()
     replay.script(Reply(body=BODY, hold=hold))
-    pool = BackendPool([backend(replay, "a", capacity=1)], unhealthy_after=1)
+    pool = BackendPool([backend(replay, "a", capacity=1)], unhealthy_after=1, healthy_wait_s=0)
     async with pool:
         busy = asyncio.ensure_future(pool.request(call("a")))
         await replay.arrived.wait()
-        waiting = asyncio.ensure_future(pool.request(call("b")))
-        await settle(pool, 1)
+        waiting = [asyncio.ensure_future(pool.request(call(f"b{i}"))) for i in range(3)]
+        await settle(pool, 3)
         replay.healthy = False
         await pool.check_health()
-        with pytest.raises(ModelUnavailableError):
-            await waiting
+        for w in waiting:
+            with pytest.raises(ModelUnavailableError):
+                await w
         hold.set()
         await busy  # in-flight calls on a drained backend finish
+        # the pool keeps working after the drain (its queue length once went negative
+        # here and every later dispatch, statistics() and aclose() raised ValueError)
+        assert pool.statistics().waiting == 0
+        replay.healthy = True
+        await pool.check_health()
+        hold2 = asyncio.Event()
+        replay.default = Reply(body=BODY)
+        replay.script(Reply(body=BODY, hold=hold2))
+        first = asyncio.ensure_future(pool.request(call("c")))
+        await settle_outstanding(pool, 1)
+        queued = asyncio.ensure_future(pool.request(call("d")))
+        await settle(pool, 1)
+        hold2.set()
+        assert (await first).backend == "a" and (await queued).backend == "a"
+        assert pool.statistics().waiting == 0
 
 
 async def test_hybrid_routing_and_fallback(replay_factory: Any) -> None:

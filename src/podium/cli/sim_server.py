@@ -40,6 +40,50 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--tool-steps", type=int, default=3, help="steps that call a tool before answering"
     )
+    odd = p.add_argument_group(
+        "real servers' behaviours", "to test clients against them (see podium.models.sim_server)"
+    )
+    odd.add_argument(
+        "--reasoning-tokens", type=int, default=0, help="reasoning_content tokens before a reply"
+    )
+    odd.add_argument("--no-usage", action="store_true", help="send no usage, streamed or not")
+    odd.add_argument(
+        "--stall-after",
+        type=int,
+        default=None,
+        metavar="TOKENS",
+        help="after this many tokens a stream sends only ': ping' keep-alives",
+    )
+    odd.add_argument("--ping-ms", type=float, default=50.0, help="keep-alive interval of a stall")
+    odd.add_argument("--no-health", action="store_true", help="answer /health with 404")
+    odd.add_argument(
+        "--models-waits-for-generation",
+        action="store_true",
+        help="/v1/models waits until no generation runs (llama-cpp-python's model lock)",
+    )
+    odd.add_argument(
+        "--loading-s",
+        type=float,
+        default=0.0,
+        help="answer every path with 503 'Loading model' for this long after start",
+    )
+    odd.add_argument(
+        "--context-tokens",
+        type=int,
+        default=0,
+        help="refuse prompt + max_tokens above this (0: no limit)",
+    )
+    odd.add_argument(
+        "--context-error",
+        choices=("vllm", "sglang", "llama.cpp", "ollama"),
+        default="vllm",
+        help="whose words refuse a context overflow",
+    )
+    odd.add_argument(
+        "--invalid-500",
+        action="store_true",
+        help="answer invalid requests with 500 and the exception text (llama-cpp-python)",
+    )
     p.add_argument("--uvloop", action="store_true", help="run on uvloop")
     p.set_defaults(handler=run)
 
@@ -56,6 +100,16 @@ def config_from_args(args: argparse.Namespace) -> SimServerConfig:
         ),
         tool_steps=args.tool_steps,
         output_tokens=args.output_tokens,
+        reasoning_tokens=args.reasoning_tokens,
+        usage=not args.no_usage,
+        stall_after=args.stall_after,
+        ping_s=args.ping_ms / 1e3,
+        health=not args.no_health,
+        models_wait=args.models_waits_for_generation,
+        loading_s=args.loading_s,
+        context_tokens=args.context_tokens,
+        context_error=args.context_error,
+        invalid_500=args.invalid_500,
     )
 
 

@@ -379,7 +379,9 @@ class Engine(AsyncCloseable):
         sw.lap(_MODEL)
         state.attained_s += sw.wall[_MODEL] / 1e9
         # parse
-        message = Message("assistant", response.content, response.tool_calls)
+        message = Message(
+            "assistant", response.content, response.tool_calls, reasoning=response.reasoning
+        )
         state.add_usage(response.usage)
         ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
         calls = response.tool_calls

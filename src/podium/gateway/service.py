@@ -266,7 +266,10 @@ class Gateway:
             try:
                 async with asyncio.timeout(_READY_TIMEOUT_S):
                     if asyncio.iscoroutine(probe) or isinstance(probe, asyncio.Future):
-                        await probe
+                        result = await probe
+                        if result is False:  # a health probe that answered "not healthy"
+                            checks[name] = "unhealthy"
+                            return
                 checks[name] = "ok"
             except Exception as exc:  # readiness reports every failure, whatever its kind
                 checks[name] = f"{type(exc).__name__}: {exc}"[:200] or "error"

@@ -40,6 +40,11 @@ class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     ``extra_body`` is merged into the request body as-is: vLLM/SGLang options
     (``top_k``, ``guided_json``…), llama.cpp's ``cache_prompt``, Ollama's
     ``options``.
+
+    ``tool_choice`` is sent as OpenAI's ``tool_choice`` whenever the request
+    offers tools: ``"auto"``, ``"required"`` (a tool call is mandatory),
+    ``"none"``, or the name of one tool to force. Some servers (llama.cpp with
+    some templates) emit tool calls only when asked this way.
     """
 
     max_tokens: int | None = None
@@ -47,6 +52,7 @@ class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     stop: tuple[str, ...] = ()
     seed: int | None = None
     extra_body: dict[str, Any] | None = None
+    tool_choice: str | None = None
 
 
 class ModelRequest(msgspec.Struct, gc=False):
@@ -79,10 +85,15 @@ class ModelResponse(msgspec.Struct, gc=False):
     ``cpu_ns`` is the CPU the client itself spent on this call (encoding,
     decoding), for the backend's own statistics; the engine measures the loop
     thread's CPU around the call itself and does not add it again.
-    ``ttft_s`` is the time to first token when streamed.
+    ``ttft_s`` is the time to first token when streamed (reasoning tokens
+    count: they are the first tokens a reasoning model produces).
+    ``reasoning`` is the model's reasoning text (``reasoning_content``), kept
+    apart from the answer. ``usage_estimated`` is true when the server sent no
+    usage and the client counted the tokens itself.
     """
 
     content: str = ""
+    reasoning: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
     finish_reason: str = "stop"
@@ -91,12 +102,14 @@ class ModelResponse(msgspec.Struct, gc=False):
     cpu_ns: int = 0
     ttft_s: float | None = None
     token_times_s: tuple[float, ...] = ()
+    usage_estimated: bool = False
 
 
 class StreamDelta(msgspec.Struct, gc=False, omit_defaults=True):
     """One piece of a streamed reply. The last delta carries ``response``."""
 
     content: str = ""
+    reasoning: str = ""
     tool_call_index: int | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None

@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
 import yarl
 
-from podium.errors import ModelError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
+from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.openai_errors import http_error
 from podium.models.openai_wire import (
     RequestEncoder,
     SSEDecoder,
@@ -29,7 +30,24 @@ from podium.models.openai_wire import (
 )
 from podium.models.resilience import CircuitBreaker, RetryPolicy, Timeouts, parse_retry_after
 
-__all__ = ("OpenAIChatModel",)
+__all__ = ("HEALTH_PATHS", "OpenAIChatModel")
+
+#: Health-probe paths per server, relative to the server's root, tried in order
+#: (a 404/405 moves on to the next). Each answers without queueing behind
+#: generation, so a busy server is not mistaken for a dead one:
+#: llama.cpp's ``llama-server``, vLLM and SGLang have ``/health`` (503 while a
+#: model loads); llama-cpp-python has none and its ``/v1/models`` waits for the
+#: model lock, so the probe is its FastAPI ``/openapi.json`` (the process is up;
+#: real replies prove the model); Ollama has no ``/health`` and answers
+#: ``/api/version`` at once. ``None`` (the default) probes ``/health``, then
+#: ``{base_url}/models``.
+HEALTH_PATHS: dict[str, tuple[str, ...]] = {
+    "llama.cpp": ("/health",),
+    "llama-cpp-python": ("/openapi.json",),
+    "vllm": ("/health",),
+    "sglang": ("/health",),
+    "ollama": ("/api/version",),
+}
 
 _thread_ns = time.thread_time_ns
 _perf = time.perf_counter
@@ -43,7 +61,9 @@ class OpenAIChatModel(Model):
     at a small CPU cost; :meth:`stream` always streams. ``extra_body`` is sent
     with every request (per-request ``ModelSettings.extra_body`` is merged on
     top). Pass ``session`` to use your own ``aiohttp.ClientSession`` (it is
-    not closed by :meth:`aclose`).
+    not closed by :meth:`aclose`). ``server`` names the server software
+    (a key of :data:`HEALTH_PATHS`) to pick its health probe; ``health_paths``
+    sets the probe paths (relative to the server root) directly.
 
     Example::
 
@@ -73,6 +93,8 @@ class OpenAIChatModel(Model):
         include_usage: bool = True,
         session: aiohttp.ClientSession | None = None,
         seed: int | None = None,
+        server: str | None = None,
+        health_paths: Sequence[str] | None = None,
     ) -> None:
         base = base_url.rstrip("/")
         self.base_url = base
@@ -85,7 +107,16 @@ class OpenAIChatModel(Model):
         self.max_connections = max_connections
         self._url = yarl.URL(base + "/chat/completions")
         root = base[:-3] if base.endswith("/v1") else base
-        self._health_urls = [yarl.URL(root + "/health"), yarl.URL(base + "/models")]
+        if health_paths is None and server is not None:
+            if server not in HEALTH_PATHS:
+                raise ConfigError(
+                    f"unknown server {server!r}: one of {', '.join(sorted(HEALTH_PATHS))}"
+                )
+            health_paths = HEALTH_PATHS[server]
+        if health_paths is None:
+            self._health_urls = [yarl.URL(root + "/health"), yarl.URL(base + "/models")]
+        else:
+            self._health_urls = [yarl.URL(root + "/" + p.lstrip("/")) for p in health_paths]
         self._encoder = RequestEncoder(
             model, extra_body=dict(extra_body or {}), include_usage=include_usage
         )
@@ -100,6 +131,9 @@ class OpenAIChatModel(Model):
         self._session = session
         self._owns_session = session is None
         self._rng = random.Random(seed)
+        # statuses raised at once instead of retried: a BackendPool sets 502/503 here,
+        # since it fails such calls over to another backend rather than wait on this one
+        self.failover_statuses: frozenset[int] = frozenset()
         self.calls = 0
         self.retries = 0
 
@@ -144,7 +178,7 @@ class OpenAIChatModel(Model):
                     )
                     if resp.status != 200:
                         try:
-                            text = (await resp.read()).decode("utf-8", "replace")
+                            raw = await resp.read()
                         finally:
                             resp.release()
             except aiohttp.ConnectionTimeoutError:
@@ -170,16 +204,22 @@ class OpenAIChatModel(Model):
                     self.breaker.success()
                     return resp
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                error = ModelHTTPError(status, text, retry_after=retry_after)
-                if status >= 500:
+                error = http_error(status, raw, retry_after)
+                if status >= 500 and not error.invalid_request:
                     self.breaker.failure()
                 else:
-                    self.breaker.success()  # a 4xx is a live server saying no
-                if status not in self.retry.statuses:
+                    # a live server saying no (a 4xx, or a 500 whose body says the request
+                    # is invalid): retrying cannot help and the endpoint is not failing
+                    self.breaker.success()
+                if (
+                    status not in self.retry.statuses
+                    or error.invalid_request
+                    or status in self.failover_statuses
+                ):
                     raise error
             delay = self.retry.delay(retry, self._rng, retry_after)
             if delay is None or loop.time() + delay >= deadline:
-                if isinstance(error, ModelHTTPError):
+                if not isinstance(error, ModelUnavailableError | ModelTimeoutError):
                     raise error
                 raise ModelUnavailableError(f"{error} (after {retry + 1} attempts)") from error
             retry += 1
@@ -203,10 +243,10 @@ class OpenAIChatModel(Model):
                 if not streaming:
                     data = await resp.read()
                     c0 = _thread_ns()
-                    out = decode_completion(data, self.name)
+                    out = decode_completion(data, self.name, request.prompt_tokens)
                     cpu += _thread_ns() - c0
                 else:
-                    out, spent = await self._read_stream(resp, t0)
+                    out, spent = await self._read_stream(resp, t0, request.prompt_tokens)
                     cpu += spent
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise StreamTruncatedError(
@@ -220,26 +260,44 @@ class OpenAIChatModel(Model):
         return out
 
     async def _read_stream(
-        self, resp: aiohttp.ClientResponse, t0: float
+        self, resp: aiohttp.ClientResponse, t0: float, prompt_tokens: int
     ) -> tuple[ModelResponse, int]:
         asm = StreamAssembler(backend=self.name)
         sse = SSEDecoder()
         cpu = 0
         lost = False
+        loop = asyncio.get_running_loop()
+        idle = self.timeouts.token_idle_s
+        # the idle timer moves only when tokens came and at most every `slack` seconds
+        # (rescheduling costs a timer handle); it may fire up to `slack` early
+        slack = min(1.0, idle / 10)
+        moved = loop.time()
+        seen = 0
         try:
-            async for chunk in resp.content.iter_any():
-                c0 = _thread_ns()
-                now = _perf() - t0
-                for event in sse.feed(chunk):
-                    asm.feed(event, now)
-                cpu += _thread_ns() - c0
+            async with asyncio.timeout_at(moved + idle) as idle_timer:
+                async for chunk in resp.content.iter_any():
+                    c0 = _thread_ns()
+                    now = _perf() - t0
+                    for event in sse.feed(chunk):
+                        asm.feed(event, now)
+                    cpu += _thread_ns() - c0
+                    if asm.tokens != seen:
+                        seen = asm.tokens
+                        t = loop.time()
+                        if t - moved >= slack:
+                            moved = t
+                            idle_timer.reschedule(t + idle)
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
             lost = True
+        except TimeoutError as exc:
+            raise ModelTimeoutError(
+                f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
+            ) from exc
         c0 = _thread_ns()
         if not asm.done:
             for event in sse.close():
                 asm.feed(event, _perf() - t0)
-        out = asm.finish(connection_lost=lost)
+        out = asm.finish(connection_lost=lost, prompt_tokens=prompt_tokens)
         return out, cpu + _thread_ns() - c0
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
@@ -262,12 +320,21 @@ class OpenAIChatModel(Model):
             sse = SSEDecoder()
             lost = False
             content = resp.content
+            idle = self.timeouts.token_idle_s
+            last_token = loop.time()
+            seen = 0
             while True:
-                # each read is bounded by the session's sock_read timeout
+                # each read is bounded by the session's sock_read timeout, and by the time
+                # left without a token (keep-alive comments are not progress)
                 try:
-                    chunk = await content.readany()
+                    async with asyncio.timeout_at(last_token + idle):
+                        chunk = await content.readany()
                 except aiohttp.SocketTimeoutError as exc:
                     raise ModelTimeoutError(f"{self.name}: no stream data in time") from exc
+                except TimeoutError as exc:
+                    raise ModelTimeoutError(
+                        f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
+                    ) from exc
                 except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
                     lost = True
                     break
@@ -277,6 +344,9 @@ class OpenAIChatModel(Model):
                 now = _perf() - t0
                 deltas = [d for event in sse.feed(chunk) for d in asm.feed(event, now)]
                 cpu += _thread_ns() - c0
+                if asm.tokens != seen:
+                    seen = asm.tokens
+                    last_token = loop.time()
                 for d in deltas:
                     yield d
                 if loop.time() > deadline:
@@ -286,7 +356,7 @@ class OpenAIChatModel(Model):
                 for event in sse.close():
                     for d in asm.feed(event, _perf() - t0):
                         yield d
-            final = asm.finish(connection_lost=lost)
+            final = asm.finish(connection_lost=lost, prompt_tokens=request.prompt_tokens)
             final.cpu_ns = cpu + _thread_ns() - c0
         finally:
             resp.release()
@@ -295,10 +365,13 @@ class OpenAIChatModel(Model):
     # --- health ------------------------------------------------------------
 
     async def health(self, timeout_s: float = 2.0) -> bool:
-        """True if the server answers ``/health`` (or, lacking one, ``/v1/models``) with 200.
+        """True if the server answers its health path with 200 (see :data:`HEALTH_PATHS`).
 
-        llama.cpp answers 503 while it loads a model; Ollama has no ``/health``
-        and is probed at ``/v1/models``.
+        By default ``/health``, then ``/v1/models`` for servers without one
+        (Ollama, llama-cpp-python). llama.cpp answers 503 while it loads a
+        model. False when the server refuses or answers an error; a probe that
+        gets no answer in ``timeout_s`` raises :class:`ModelTimeoutError`
+        instead, since a busy server is not a dead one (a pool decides).
         """
         session = self._get_session()
         for url in list(self._health_urls):
@@ -307,7 +380,11 @@ class OpenAIChatModel(Model):
                     resp = await session.get(url, headers=self._headers)
                     await resp.read()
                     resp.release()
-            except (aiohttp.ClientError, TimeoutError):
+            except TimeoutError as exc:
+                raise ModelTimeoutError(
+                    f"{self.name}: no answer from {url.path} within {timeout_s}s"
+                ) from exc
+            except aiohttp.ClientError:
                 return False
             if resp.status == 200:
                 if url is not self._health_urls[0]:

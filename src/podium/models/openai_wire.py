@@ -95,9 +95,13 @@ class ChatRequest(msgspec.Struct, gc=False, omit_defaults=True):
     seed: int | None = None
     stream: bool = False
     stream_options: _StreamOptions | None = None
+    tool_choice: msgspec.Raw | None = None
 
 
 _REQUEST_FIELDS = frozenset(ChatRequest.__struct_fields__)
+_TOOL_CHOICE_MODES = {
+    m: msgspec.Raw(b'"' + m.encode() + b'"') for m in ("auto", "required", "none")
+}
 
 
 def _wire_message(m: Message) -> _Message:
@@ -144,6 +148,17 @@ class RequestEncoder:
         self._tools_cache[id(tools)] = (tools, raw)  # holding the tuple keeps its id unique
         return raw
 
+    def _tool_choice(
+        self, choice: str | None, tools: tuple[ToolDefinition, ...]
+    ) -> msgspec.Raw | None:
+        # only with tools: servers (vLLM, OpenAI) reject a tool_choice without them
+        if choice is None or not tools:
+            return None
+        raw = _TOOL_CHOICE_MODES.get(choice)
+        if raw is None:
+            raw = msgspec.Raw(self._enc.encode({"type": "function", "function": {"name": choice}}))
+        return raw
+
     def encode(self, request: ModelRequest, *, stream: bool = False) -> bytes:
         """The request body as JSON bytes."""
         s = request.settings
@@ -157,6 +172,7 @@ class RequestEncoder:
             s.seed,
             stream,
             _StreamOptions() if stream and self._include_usage else None,
+            self._tool_choice(s.tool_choice, request.tools),
         )
         extra = {**self._extra, **s.extra_body} if s.extra_body else self._extra
         if not extra:
@@ -185,6 +201,8 @@ class _RespToolCall(msgspec.Struct, gc=False):
 class _RespMessage(msgspec.Struct, gc=False):
     content: str | None = None
     tool_calls: list[_RespToolCall] | None = None
+    reasoning_content: str | None = None  # vLLM, SGLang, DeepSeek
+    reasoning: str | None = None  # newer vLLM, Ollama
 
 
 class _Choice(msgspec.Struct, gc=False):
@@ -241,8 +259,12 @@ def _usage(usage: _Usage | None, timings: _Timings | None) -> Usage:
     return Usage(usage.prompt_tokens, usage.completion_tokens, cached, 1)
 
 
-def decode_completion(body: bytes, backend: str = "") -> ModelResponse:
-    """Decode a chat-completion body; anything malformed is :class:`ModelReplyError`."""
+def decode_completion(body: bytes, backend: str = "", prompt_tokens: int = 0) -> ModelResponse:
+    """Decode a chat-completion body; anything malformed is :class:`ModelReplyError`.
+
+    A body without usage gets an estimate, flagged ``usage_estimated``: the
+    caller's ``prompt_tokens`` as input, about four characters per output token.
+    """
     try:
         reply = _completion_decoder.decode(body)
     except msgspec.DecodeError as exc:
@@ -258,10 +280,20 @@ def decode_completion(body: bytes, backend: str = "") -> ModelResponse:
             for i, c in enumerate(msg.tool_calls)
         )
     finish = choice.finish_reason or ("tool_calls" if calls else "stop")
+    content = msg.content or ""
+    reasoning = msg.reasoning_content or msg.reasoning or ""
+    estimated = reply.usage is None
+    if estimated:
+        chars = len(content) + len(reasoning) + sum(len(c.name) + len(c.arguments) for c in calls)
+        usage = Usage(prompt_tokens, (chars + 3) // 4, 0, 1)
+    else:
+        usage = _usage(reply.usage, reply.timings)
     return ModelResponse(
-        content=msg.content or "",
+        content=content,
+        reasoning=reasoning,
         tool_calls=calls,
-        usage=_usage(reply.usage, reply.timings),
+        usage=usage,
+        usage_estimated=estimated,
         finish_reason=finish,
         model=reply.model,
         backend=backend,
@@ -285,6 +317,8 @@ class _ToolCallDelta(msgspec.Struct, gc=False):
 class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     tool_calls: list[_ToolCallDelta] | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _ChunkChoice(msgspec.Struct, gc=False):
@@ -369,6 +403,7 @@ class StreamAssembler:
         "_deltas",
         "_finish",
         "_model",
+        "_reasoning",
         "_times",
         "_timings",
         "_usage",
@@ -381,6 +416,7 @@ class StreamAssembler:
         self.done = False
         self._deltas = deltas
         self._content: list[str] = []
+        self._reasoning: list[str] = []
         self._calls: list[_CallBuilder] = []
         self._finish: str | None = None
         self._usage: _Usage | None = None
@@ -409,6 +445,12 @@ class StreamAssembler:
         for choice in chunk.choices:
             delta = choice.delta
             if delta is not None:
+                thought = delta.reasoning_content or delta.reasoning
+                if thought:  # a token too: it counts for time to first token
+                    self._reasoning.append(thought)
+                    self._times.append(now)
+                    if self._deltas:
+                        out.append(StreamDelta(reasoning=thought))
                 if delta.content:
                     self._content.append(delta.content)
                     self._times.append(now)
@@ -454,8 +496,18 @@ class StreamAssembler:
                     )
                 )
 
-    def finish(self, *, connection_lost: bool = False) -> ModelResponse:
-        """The assembled response; raises if the stream stopped early."""
+    @property
+    def tokens(self) -> int:
+        """Token events so far (content, reasoning, tool-call pieces)."""
+        return len(self._times)
+
+    def finish(self, *, connection_lost: bool = False, prompt_tokens: int = 0) -> ModelResponse:
+        """The assembled response; raises if the stream stopped early.
+
+        A stream without usage (a server that ignores ``include_usage``) gets
+        usage counted here: one output token per token event, the caller's
+        ``prompt_tokens`` estimate as input, and ``usage_estimated`` set.
+        """
         if self._finish is None:
             where = "mid tool-call" if self._calls else "before finish_reason"
             how = "connection lost" if connection_lost else "stream ended"
@@ -468,10 +520,18 @@ class StreamAssembler:
             if not c.name:
                 raise ModelReplyError(f"streamed tool call {c.id} has no name")
         times = self._times
+        estimated = self._usage is None
+        usage = (
+            Usage(prompt_tokens, len(times), 0, 1)
+            if estimated
+            else _usage(self._usage, self._timings)
+        )
         return ModelResponse(
             content="".join(self._content),
+            reasoning="".join(self._reasoning),
             tool_calls=calls,
-            usage=_usage(self._usage, self._timings),
+            usage=usage,
+            usage_estimated=estimated,
             finish_reason=self._finish,
             model=self._model,
             backend=self.backend,

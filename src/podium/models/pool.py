@@ -13,8 +13,12 @@
     )
 
 * A backend takes traffic only after a health check passes (``/health`` or
-  ``/v1/models``); checks repeat every ``health_interval_s``; a backend that
-  fails is drained (no new calls) and re-admitted once it passes again.
+  ``/v1/models``, see :data:`~podium.models.openai.HEALTH_PATHS`); checks
+  repeat every ``health_interval_s``; a backend that fails is drained (no new
+  calls) and re-admitted once it passes again. Real replies are proof of
+  life too: a probe that *times out* on a backend that is serving calls or
+  answered one within ``liveness_s`` is no verdict (a busy server is not a
+  dead one); a refused connection or an error answer still drains it.
 * Each backend runs at most ``capacity`` calls (its batch size); a call goes
   to its run's previous backend if that one has a free slot (session
   affinity: its KV/prefix cache is reused), else to the backend with the
@@ -22,88 +26,37 @@
 * When every eligible backend is full, calls queue in a
   :class:`~podium.models.pool_sched.LASQueue`: least attained service first.
 * A call that fails because its backend went away (connection refused, a
-  stream cut) is checked, drained if dead, and retried on another backend.
+  stream cut, a 502/503 such as llama.cpp's "Loading model") is checked,
+  drained if dead, and retried on another backend; if it fails for good the
+  error says why the backend was lost.
+* With no healthy backend a call waits up to ``healthy_wait_s`` for one to
+  come up (a rolling restart), with health checks every ``0.5`` s meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Literal, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import TypeVar
 
 import msgspec
 
-from podium.errors import ConfigError, ModelTimeoutError, ModelUnavailableError
+from podium.errors import ConfigError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
 from podium.lifecycle import stop_task
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.models.openai_wire import StreamTruncatedError
+from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
 from podium.models.pool_routing import Router, RoutingRule
 from podium.models.pool_sched import LASQueue, service_level
 
 __all__ = ("Backend", "BackendPool", "BackendStatistics", "PoolStatistics")
 
-BackendState = Literal["pending", "healthy", "drained"]
-HealthCheck = Callable[[float], Awaitable[bool]]
 V = TypeVar("V")
-
-
-class Backend:
-    """One endpoint of a pool: a model, its batch capacity and its group.
-
-    ``health`` is an async ``fn(timeout_s) -> bool``; by default the model's
-    own ``health`` method (``OpenAIChatModel`` has one) or always healthy.
-    """
-
-    def __init__(
-        self,
-        model: Model,
-        *,
-        capacity: int = 64,
-        group: str = "default",
-        name: str | None = None,
-        health: HealthCheck | None = None,
-    ) -> None:
-        if capacity < 1:
-            raise ConfigError("backend capacity must be at least 1")
-        self.model = model
-        self.capacity = capacity
-        self.group = group
-        self.name = name or model.name
-        probe = health or getattr(model, "health", None)
-        self._health: HealthCheck | None = probe
-        self.state: BackendState = "pending"
-        self.outstanding = 0
-        self.served = 0
-        self.failures = 0
-        self._fails = 0
-        self._passes = 0
-
-    @property
-    def free(self) -> bool:
-        return self.state == "healthy" and self.outstanding < self.capacity
-
-    async def probe(self, timeout_s: float) -> bool:
-        if self._health is None:
-            return True
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await self._health(timeout_s)
-        except Exception:  # a probe that breaks is a failed probe
-            return False
-
-
-class BackendStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of one backend."""
-
-    name: str
-    group: str
-    state: BackendState
-    outstanding: int
-    capacity: int
-    served: int
-    failures: int
+_FAILOVER_STATUSES = frozenset({502, 503})  # the backend (or the proxy before it) is not serving
+_WAITING_INTERVAL_S = 0.5  # health checks while calls wait for a healthy backend
 
 
 class PoolStatistics(msgspec.Struct, frozen=True):
@@ -112,6 +65,10 @@ class PoolStatistics(msgspec.Struct, frozen=True):
     backends: tuple[BackendStatistics, ...]
     waiting: int
     failovers: int
+
+
+class _NoHealthyBackend(ModelUnavailableError):
+    """Handed to queued calls when every backend of their groups went down; they wait."""
 
 
 class _Call:
@@ -142,6 +99,8 @@ class BackendPool(Model):
         las_quantum_s: float = 1.0,
         failover_attempts: int = 2,
         affinity_entries: int = 100_000,
+        healthy_wait_s: float = 30.0,
+        liveness_s: float | None = None,
     ) -> None:
         if not backends:
             raise ConfigError("a BackendPool needs at least one backend")
@@ -150,6 +109,11 @@ class BackendPool(Model):
             raise ConfigError(f"backend names must be unique: {names}")
         self.name = name
         self.backends = tuple(backends)
+        for b in self.backends:
+            if hasattr(b.model, "failover_statuses"):
+                # a restarting server answers 503 on every path: send the call elsewhere
+                # now instead of retrying it there (see _backend_lost)
+                b.model.failover_statuses = _FAILOVER_STATUSES
         groups = list(dict.fromkeys(b.group for b in backends))
         self._groups = {g: [b for b in backends if b.group == g] for g in groups}
         self.router = Router(
@@ -162,6 +126,12 @@ class BackendPool(Model):
         self.queue_timeout_s = queue_timeout_s
         self.las_quantum_s = las_quantum_s
         self.failover_attempts = failover_attempts
+        self.healthy_wait_s = healthy_wait_s
+        self.liveness_s = 3 * health_interval_s if liveness_s is None else liveness_s
+        self._came_up = asyncio.Event()  # set (and replaced) when a backend is admitted
+        self._kick = asyncio.Event()  # wakes the health loop early
+        self._awaiting = 0  # calls waiting for a healthy backend
+        self._closed = False
         self._queues: dict[tuple[str, ...], LASQueue[_Call]] = {}
         self._affinity: OrderedDict[str, Backend] = OrderedDict()
         self._service: OrderedDict[str, float] = OrderedDict()
@@ -190,35 +160,56 @@ class BackendPool(Model):
     async def check_health(self) -> None:
         """Probe every backend once, now, and admit or drain them."""
         results = await asyncio.gather(*(b.probe(self.health_timeout_s) for b in self.backends))
-        for backend, ok in zip(self.backends, results, strict=True):
-            self._verdict(backend, ok)
+        for backend, result in zip(self.backends, results, strict=True):
+            self._verdict(backend, result)
+
+    def _answered_within(self, backend: Backend, seconds: float) -> bool:
+        return backend.last_ok > 0 and time.monotonic() - backend.last_ok < seconds
 
     async def _health_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.health_interval_s)
+            interval = self.health_interval_s
+            if self._awaiting:
+                interval = min(interval, _WAITING_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._kick.wait()
+            self._kick.clear()
             await self.check_health()
 
-    def _verdict(self, backend: Backend, ok: bool, *, now: bool = False) -> None:
-        if ok:
+    def _verdict(self, backend: Backend, result: ProbeResult, *, now: bool = False) -> None:
+        if result == "ok":
             backend._fails = 0
             backend._passes += 1
             if backend.state != "healthy" and backend._passes >= self.healthy_after:
                 backend.state = "healthy"
+                self._came_up.set()
+                self._came_up = asyncio.Event()
                 self._dispatch(backend)
             return
+        if result == "timeout" and backend.state == "healthy" and self._busy(backend):
+            return  # no answer from a server that is serving calls: busy, not dead
         backend._passes = 0
         backend._fails += 1
         if backend.state == "pending" or (
             backend.state == "healthy" and (now or backend._fails >= self.unhealthy_after)
         ):
-            backend.state = "drained"
-            self._fail_stranded()
-            for other in self.backends:  # calls whose group went down may use a fallback now
-                self._dispatch(other)
+            self._drain(backend)
+
+    def _busy(self, backend: Backend) -> bool:
+        return backend.outstanding > 0 or self._answered_within(backend, self.liveness_s)
+
+    def _drain(self, backend: Backend) -> None:
+        backend.state = "drained"
+        self._fail_stranded()
+        for other in self.backends:  # calls whose group went down may use a fallback now
+            self._dispatch(other)
 
     async def aclose(self) -> None:
         task, self._health_task = self._health_task, None
         await stop_task(task)
+        self._closed = True
+        self._came_up.set()  # calls waiting for a healthy backend give up now
         for queue in self._queues.values():
             for call in queue.drain():
                 if not call.future.done():
@@ -248,19 +239,61 @@ class BackendPool(Model):
                     best, best_load = b, load
         return best
 
-    async def _acquire(self, request: ModelRequest, exclude: frozenset[str]) -> Backend:
+    async def _acquire(
+        self, request: ModelRequest, exclude: frozenset[str], deadline: float
+    ) -> Backend:
+        """A slot on a healthy backend of the request's groups; waits while none is
+        healthy until ``deadline`` (loop time), then raises :class:`ModelUnavailableError`."""
         chain = self.router.chain(request)
-        group = self._active_group(chain)
-        if group is None:
-            raise ModelUnavailableError(f"{self.name}: no healthy backend in groups {chain}")
-        backend = self._pick(request.run_id, group, exclude)
-        if backend is not None:
-            backend.outstanding += 1
-            return backend
-        if all(b.name in exclude for b in self._groups[group] if b.state == "healthy"):
+        while True:
+            group = self._active_group(chain)
+            if group is None:
+                await self._await_healthy(chain, deadline)
+                continue
+            backend = self._pick(request.run_id, group, exclude)
+            if backend is not None:
+                backend.outstanding += 1
+                return backend
+            if all(b.name in exclude for b in self._groups[group] if b.state == "healthy"):
+                raise ModelUnavailableError(
+                    f"{self.name}: every healthy backend already failed this call"
+                )
+            try:
+                return await self._enqueue(request, chain, exclude)
+            except _NoHealthyBackend:
+                continue  # its groups went down while it queued: wait for one to come up
+
+    async def _await_healthy(self, chain: tuple[str, ...], deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise ModelUnavailableError(f"{self.name} closed")
+        if loop.time() >= deadline:
             raise ModelUnavailableError(
-                f"{self.name}: every healthy backend already failed this call"
+                f"{self.name}: no healthy backend in groups {chain}"
+                + (f" after waiting {self.healthy_wait_s}s" if self.healthy_wait_s > 0 else "")
+                + self._why_down(chain)
             )
+        self._awaiting += 1
+        self._kick.set()  # check now, then every _WAITING_INTERVAL_S while calls wait
+        try:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self._came_up.wait()
+        finally:
+            self._awaiting -= 1
+
+    def _why_down(self, chain: tuple[str, ...]) -> str:
+        reasons = [
+            f"{b.name}: {type(b.last_error).__name__}: {b.last_error}"
+            for g in chain
+            for b in self._groups[g]
+            if b.last_error is not None
+        ]
+        return f" (last errors: {'; '.join(reasons)})" if reasons else ""
+
+    async def _enqueue(
+        self, request: ModelRequest, chain: tuple[str, ...], exclude: frozenset[str]
+    ) -> Backend:
         call = _Call(chain, exclude)
         attained = max(request.attained_service_s, self._service.get(request.run_id, 0.0))
         affine = self._affinity.get(request.run_id) if request.run_id else None
@@ -317,6 +350,7 @@ class BackendPool(Model):
         backend.outstanding -= 1
         if ok:
             backend.served += 1
+            backend.last_ok = time.monotonic()
             if run_id:
                 self._remember(self._affinity, run_id, backend)
                 self._remember(self._service, run_id, self._service.get(run_id, 0.0) + service_s)
@@ -335,54 +369,98 @@ class BackendPool(Model):
                 for call in queue.drain():
                     if not call.future.done():
                         call.future.set_exception(
-                            ModelUnavailableError(f"{self.name}: no healthy backend in {chain}")
+                            _NoHealthyBackend(f"{self.name}: no healthy backend in {chain}")
                         )
 
-    async def _on_backend_error(self, backend: Backend) -> None:
+    async def _on_backend_error(self, backend: Backend, exc: BaseException) -> None:
         backend.failures += 1
-        if backend.state == "healthy" and not await backend.probe(self.health_timeout_s):
-            self._verdict(backend, False, now=True)
+        backend.last_error = exc
+        if backend.state == "healthy":
+            result = await backend.probe(self.health_timeout_s)
+            if result != "ok":
+                self._verdict(backend, result, now=True)
 
     # --- calls --------------------------------------------------------------------
+
+    def _wait_deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.healthy_wait_s
+
+    async def _acquire_after(
+        self,
+        request: ModelRequest,
+        exclude: frozenset[str],
+        deadline: float,
+        cause: BaseException | None,
+    ) -> Backend:
+        try:
+            return await self._acquire(request, exclude, deadline)
+        except ModelUnavailableError as exc:
+            if cause is None:
+                raise
+            # keep what went wrong on the backend that was lost, not only "no backend"
+            raise ModelUnavailableError(f"{exc}; the call failed on: {cause}") from cause
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         await self.start()
         exclude: frozenset[str] = frozenset()
+        deadline = self._wait_deadline()
+        cause: BaseException | None = None
         for attempt in range(self.failover_attempts + 1):
-            backend = await self._acquire(request, exclude)
+            backend = await self._acquire_after(request, exclude, deadline, cause)
             t0 = time.perf_counter()
             ok = False
             try:
                 response = await backend.model.request(request)
                 ok = True
                 return response
-            except (ModelUnavailableError, StreamTruncatedError) as exc:
-                if isinstance(exc, StreamTruncatedError) and not exc.connection_lost:
+            except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
+                if not _backend_lost(exc):
                     raise
-                await self._on_backend_error(backend)
+                await self._on_backend_error(backend, exc)
                 if attempt >= self.failover_attempts:
                     raise
                 exclude |= {backend.name}
+                cause = exc
                 self.failovers += 1
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
-        """Stream from one backend (no fail-over once deltas have flowed)."""
+        """Stream from one backend; fails over like :meth:`request` only until the
+        first delta has been yielded."""
         await self.start()
-        backend = await self._acquire(request, frozenset())
-        t0 = time.perf_counter()
-        ok = False
-        try:
-            async for delta in backend.model.stream(request):
-                yield delta
-            ok = True
-        except (ModelUnavailableError, StreamTruncatedError):
-            await self._on_backend_error(backend)
-            raise
-        finally:
-            self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+        exclude: frozenset[str] = frozenset()
+        deadline = self._wait_deadline()
+        cause: BaseException | None = None
+        for attempt in range(self.failover_attempts + 1):
+            backend = await self._acquire_after(request, exclude, deadline, cause)
+            t0 = time.perf_counter()
+            ok = False
+            flowed = False
+            try:
+                async for delta in backend.model.stream(request):
+                    flowed = True
+                    yield delta
+                ok = True
+                return
+            except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
+                if not _backend_lost(exc):
+                    raise
+                await self._on_backend_error(backend, exc)
+                if flowed or attempt >= self.failover_attempts:
+                    raise
+                exclude |= {backend.name}
+                cause = exc
+                self.failovers += 1
+            finally:
+                self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+
+    async def health(self, timeout_s: float = 2.0) -> bool:
+        """True if at least one backend is healthy (runs the first health round if needed)."""
+        async with asyncio.timeout(timeout_s):
+            await self.start()
+        return any(b.state == "healthy" for b in self.backends)
 
     def statistics(self) -> PoolStatistics:
         return PoolStatistics(
@@ -395,3 +473,12 @@ class BackendPool(Model):
             sum(len(q) for q in self._queues.values()),
             self.failovers,
         )
+
+
+def _backend_lost(exc: BaseException) -> bool:
+    """Whether a call's error means its backend is gone (fail over) or the call is wrong."""
+    if isinstance(exc, StreamTruncatedError):
+        return exc.connection_lost
+    if isinstance(exc, ModelHTTPError):
+        return exc.status in _FAILOVER_STATUSES and not exc.invalid_request
+    return isinstance(exc, ModelUnavailableError)

@@ -110,7 +110,14 @@ class LASQueue(Generic[T]):
 
     def drain(self) -> list[T]:
         """Remove and return every waiter (e.g. to fail them all)."""
-        out = [w.payload for dq in self._levels.values() for w in dq if not w.removed]
+        out: list[T] = []
+        for dq in self._levels.values():
+            for w in dq:
+                if not w.removed:
+                    # marked, so a caller that later removes its own waiter (as every
+                    # failed caller does) does not count it a second time
+                    w.removed = True
+                    out.append(w.payload)
         self._levels.clear()
         self._len = 0
         return out

@@ -34,12 +34,17 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     (for a non-streamed call that is the whole generation); ``read_s`` bounds
     each read of the body (the gap between two streamed chunks); ``total_s``
     bounds the whole call, retries and their backoff included.
+    ``token_idle_s`` bounds the time a stream may go without a token once its
+    headers arrived: keep-alive comments (``: ping``) keep ``read_s`` from
+    firing but are not progress, so a stalled server is cut off here rather
+    than at ``total_s``.
     """
 
     connect_s: float = 5.0
     first_byte_s: float = 300.0
     read_s: float = 60.0
     total_s: float = 600.0
+    token_idle_s: float = 120.0
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

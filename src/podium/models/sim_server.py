@@ -8,13 +8,37 @@ comes from :class:`~podium.models.sim_batching.BatchEngine`.
 What it answers: a run's step is the number of assistant messages in the
 prompt. While the step is below ``tool_steps`` and the request offers tools,
 it calls the first offered tool with arguments built from its JSON Schema;
-after that it writes a final answer. A request may override the script with
-an ``extra_body`` field ``"sim": {"tool_steps": N, "output_tokens": N,
-"tool": "name", "arguments": {...}}``.
+after that it writes a final answer. ``tool_choice`` is honoured (``none``
+answers, ``required`` calls a tool, a named tool is the one called). A request
+may override the script with an ``extra_body`` field ``"sim": {"tool_steps": N,
+"output_tokens": N, "tool": "name", "arguments": {...}, "reasoning_tokens": N,
+"stall_after": N}``.
+
+It can also behave like the real servers' awkward corners (each a
+:class:`SimServerConfig` field and a ``podium sim-server`` option), so clients
+are tested against them on loopback:
+
+* ``reasoning_tokens``: stream ``reasoning_content`` deltas before the reply
+  (vLLM/SGLang reasoning parsers);
+* ``usage=False``: no usage in replies or streams (servers that ignore
+  ``stream_options``);
+* ``stall_after``: after that many tokens a stream sends only ``: ping``
+  keep-alive comments every ``ping_s``, no tokens, until the client leaves;
+* ``health=False``: no ``/health`` (404), like Ollama and llama-cpp-python;
+* ``models_wait``: ``/v1/models`` waits until no generation runs, like
+  llama-cpp-python's model lock;
+* ``loading_s``: every path answers llama.cpp's 503 ``Loading model`` for
+  that long after start;
+* ``context_tokens`` + ``context_error``: a prompt plus ``max_tokens`` above
+  the context is refused with the real text of ``vllm``, ``sglang``,
+  ``llama.cpp`` or ``ollama``;
+* ``invalid_500``: an invalid request is answered with 500 and the exception
+  text, like llama-cpp-python, instead of 400.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from collections.abc import Iterator
@@ -23,7 +47,9 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from podium.errors import ConfigError
 from podium.models.sim_batching import BatchEngine, BatchingConfig, SimSequence
+from podium.models.sim_quirks import CONTEXT_ERRORS, LOADING_BODY, context_error, invalid_500
 
 __all__ = ("SimServerConfig", "build_app", "example_arguments")
 
@@ -36,6 +62,20 @@ class SimServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tool_steps: int = 3
     output_tokens: int = 24
     answer: str = "The simulated model has finished the task."
+    reasoning_tokens: int = 0
+    usage: bool = True
+    stall_after: int | None = None
+    ping_s: float = 0.05
+    health: bool = True
+    models_wait: bool = False
+    loading_s: float = 0.0
+    context_tokens: int = 0
+    context_error: str = "vllm"
+    invalid_500: bool = False
+
+    def __post_init__(self) -> None:
+        if self.context_error not in CONTEXT_ERRORS:
+            raise ConfigError(f"context_error must be one of {', '.join(sorted(CONTEXT_ERRORS))}")
 
 
 class _SimOptions(msgspec.Struct):
@@ -43,6 +83,16 @@ class _SimOptions(msgspec.Struct):
     output_tokens: int | None = None
     tool: str | None = None
     arguments: dict[str, Any] | None = None
+    reasoning_tokens: int | None = None
+    stall_after: int | None = None
+
+
+class _NamedFunction(msgspec.Struct):
+    name: str
+
+
+class _NamedChoice(msgspec.Struct):
+    function: _NamedFunction
 
 
 class _FnSpec(msgspec.Struct):
@@ -65,6 +115,17 @@ class _Req(msgspec.Struct):
     stream: bool = False
     max_tokens: int | None = None
     sim: _SimOptions | None = None
+    tool_choice: str | _NamedChoice | None = None
+
+
+class _Plan(msgspec.Struct):
+    content: str
+    tool: str
+    args: str
+    tokens: int
+    finish: str
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
 
 _decode_req = msgspec.json.Decoder(_Req).decode
@@ -120,6 +181,23 @@ class SimServer:
     def __init__(self, config: SimServerConfig) -> None:
         self.config = config
         self.engine: BatchEngine | None = None
+        self.started = time.monotonic()
+        self.generating = 0  # chat requests in flight
+        self.idle = asyncio.Event()  # set while none is
+        self.idle.set()
+
+    def _invalid(self, message: str) -> web.Response:
+        if self.config.invalid_500:
+            return invalid_500(message)
+        return _error(400, message)
+
+    @web.middleware
+    async def loading(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """llama.cpp while it loads its model: 503 on every path."""
+        if self.config.loading_s and time.monotonic() - self.started < self.config.loading_s:
+            return web.Response(status=503, body=LOADING_BODY, content_type="application/json")
+        resp: web.StreamResponse = await handler(request)
+        return resp
 
     def _engine(self) -> BatchEngine:
         if self.engine is None:
@@ -127,32 +205,42 @@ class SimServer:
             self.engine.start()
         return self.engine
 
-    def _plan(self, req: _Req) -> tuple[str, str, str, int, str]:
-        """(content, tool name, tool arguments, output tokens, finish reason) for a request."""
+    def _plan(self, req: _Req) -> _Plan | str:
+        """What to answer, or why the request is invalid."""
         cfg = self.config
         opts = req.sim or _SimOptions()
         step = sum(1 for m in req.messages if _decode_role(m).role == "assistant")
         tool_steps = cfg.tool_steps if opts.tool_steps is None else opts.tool_steps
         n = cfg.output_tokens if opts.output_tokens is None else opts.output_tokens
+        r = cfg.reasoning_tokens if opts.reasoning_tokens is None else opts.reasoning_tokens
         finish = "stop"
-        if req.max_tokens is not None and req.max_tokens < n:
-            n, finish = max(1, req.max_tokens), "length"
-        if req.tools and step < tool_steps:
-            by_name = {t.function.name: t.function for t in req.tools}
-            fn = by_name.get(opts.tool or "", req.tools[0].function)
+        if req.max_tokens is not None and req.max_tokens < n + r:
+            n, finish = max(1, req.max_tokens - r), "length"
+        choice = req.tool_choice
+        forced = opts.tool
+        if isinstance(choice, _NamedChoice):
+            forced = choice.function.name
+        elif choice not in (None, "auto", "required", "none"):
+            return f"invalid tool_choice {choice!r}"
+        by_name = {t.function.name: t.function for t in req.tools}
+        if isinstance(choice, _NamedChoice) and forced not in by_name:
+            return f"Invalid tool_choice: {forced!r} is not among the tools"
+        if isinstance(choice, str) and choice == "required" and not req.tools:
+            return "tool_choice 'required' needs tools"
+        call = bool(req.tools) and choice != "none"
+        if choice is None or choice == "auto":
+            call = bool(req.tools) and step < tool_steps
+        reasoning = " ".join(itertools.repeat("hmm", r)) if r else ""
+        if call:
+            fn = by_name.get(forced or "", req.tools[0].function)
             args = (
                 opts.arguments if opts.arguments is not None else example_arguments(fn.parameters)
             )
-            return (
-                "",
-                fn.name,
-                _encode(args).decode(),
-                n,
-                "tool_calls" if finish == "stop" else finish,
-            )
+            finish = "tool_calls" if finish == "stop" else finish
+            return _Plan("", fn.name, _encode(args).decode(), n, finish, reasoning, r)
         words = (cfg.answer + " ").split(" ")
         text = " ".join(itertools.islice(itertools.cycle(w for w in words if w), n))
-        return text, "", "", n, finish
+        return _Plan(text, "", "", n, finish, reasoning, r)
 
     @staticmethod
     def _segments(req: _Req, body_tools: bytes) -> Iterator[tuple[bytes, int]]:
@@ -166,86 +254,104 @@ class SimServer:
         raw = await request.read()
         try:
             req = _decode_req(raw)
-        except msgspec.DecodeError as exc:
-            return _error(400, f"invalid request body: {exc}")
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return self._invalid(f"invalid request body: {exc}")
         if not req.messages:
-            return _error(400, "messages must not be empty")
-        content, tool, args, n, finish = self._plan(req)
+            return self._invalid("messages must not be empty")
+        plan = self._plan(req)
+        if isinstance(plan, str):
+            return self._invalid(plan)
         tools_key = _encode([t.function.name for t in req.tools]) if req.tools else b""
+        cfg = self.config
+        if cfg.context_tokens:
+            prompt = sum(t for _, t in self._segments(req, tools_key))
+            completion = req.max_tokens or plan.tokens + plan.reasoning_tokens
+            if prompt + completion > cfg.context_tokens:
+                return context_error(cfg.context_error, cfg.context_tokens, prompt, completion)
         engine = self._engine()
-        seq = engine.submit(self._segments(req, tools_key), n)
-        usage: dict[str, Any] = {
-            "prompt_tokens": seq.prompt_tokens,
-            "completion_tokens": seq.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": seq.cached_tokens},
-        }
+        seq = engine.submit(self._segments(req, tools_key), plan.tokens + plan.reasoning_tokens)
         cid = f"chatcmpl-sim{next(_ids)}"
+        self.generating += 1
+        self.idle.clear()
         try:
             if req.stream:
-                return await self._stream(
-                    request, req, seq, cid, content, tool, args, finish, usage
-                )
+                return await self._stream(request, req, seq, cid, plan)
             await seq.finished
         finally:
             engine.abort(seq)
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        message: dict[str, Any] = {"role": "assistant", "content": content or None}
-        if tool:
+            self.generating -= 1
+            if not self.generating:
+                self.idle.set()
+        message: dict[str, Any] = {"role": "assistant", "content": plan.content or None}
+        if plan.reasoning:
+            message["reasoning_content"] = plan.reasoning
+        if plan.tool:
             call = {
                 "id": f"call_{cid}",
                 "type": "function",
-                "function": {"name": tool, "arguments": args},
+                "function": {"name": plan.tool, "arguments": plan.args},
             }
             message["tool_calls"] = [call]
         body = {
             "id": cid,
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": req.model or self.config.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": usage,
+            "model": req.model or cfg.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": plan.finish}],
         }
+        if cfg.usage:
+            body["usage"] = self._usage(seq)
         return web.Response(body=_encode(body), content_type="application/json")
 
+    @staticmethod
+    def _usage(seq: SimSequence) -> dict[str, Any]:
+        return {
+            "prompt_tokens": seq.prompt_tokens,
+            "completion_tokens": seq.output_tokens,
+            "total_tokens": seq.prompt_tokens + seq.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": seq.cached_tokens},
+        }
+
     async def _stream(
-        self,
-        request: web.Request,
-        req: _Req,
-        seq: SimSequence,
-        cid: str,
-        content: str,
-        tool: str,
-        args: str,
-        finish: str,
-        usage: dict[str, Any],
+        self, request: web.Request, req: _Req, seq: SimSequence, cid: str, plan: _Plan
     ) -> web.StreamResponse:
         resp = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
-        model = req.model or self.config.model
+        cfg = self.config
+        model = req.model or cfg.model
         head = (
             b'data: {"id":"'
             + cid.encode()
             + b'","object":"chat.completion.chunk","model":'
             + _encode(model)
         )
-        pieces = _pieces(args if tool else content, seq.output_tokens)
+        tool = plan.tool
+        thoughts = ["hmm "] * plan.reasoning_tokens
+        pieces = thoughts + _pieces(plan.args if tool else plan.content, plan.tokens)
+        opts = req.sim or _SimOptions()
+        stall = cfg.stall_after if opts.stall_after is None else opts.stall_after
         written = 0
         first = True
         while True:
             await seq.progress.wait()
             seq.progress.clear()
             upto = min(seq.tokens, len(pieces))
+            if stall is not None:
+                upto = min(upto, stall)
             out = []
             while written < upto:
                 piece = pieces[written]
-                if tool:
+                delta: dict[str, Any]
+                if written < len(thoughts):
+                    delta = {"reasoning_content": piece}
+                elif tool:
                     call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
-                    if first:
+                    if written == len(thoughts):
                         call.update(id=f"call_{cid}", type="function")
                         call["function"]["name"] = tool
-                    delta: dict[str, Any] = {"tool_calls": [call]}
+                    delta = {"tool_calls": [call]}
                 else:
                     delta = {"content": piece}
                 if first:
@@ -258,24 +364,32 @@ class SimServer:
                     + b',"finish_reason":null}]}\n\n'
                 )
                 written += 1
-            if seq.done:
-                end = {"index": 0, "delta": {}, "finish_reason": finish}
-                out.append(head + b',"choices":[' + _encode(end) + b"]}\n\n")
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-                out.append(
-                    head + b',"choices":[],"usage":' + _encode(usage) + b"}\n\ndata: [DONE]\n\n"
-                )
             if out:
                 await resp.write(b"".join(out))
+            if stall is not None and written >= stall:
+                # a stalled server: keep-alive comments, never another token
+                while True:
+                    await asyncio.sleep(cfg.ping_s)
+                    await resp.write(b": ping\n\n")
             if seq.done:
+                end = {"index": 0, "delta": {}, "finish_reason": plan.finish}
+                tail = head + b',"choices":[' + _encode(end) + b"]}\n\n"
+                if cfg.usage:
+                    usage = _encode(self._usage(seq))
+                    tail += head + b',"choices":[],"usage":' + usage + b"}\n\n"
+                await resp.write(tail + b"data: [DONE]\n\n")
                 break
         await resp.write_eof()
         return resp
 
     async def health(self, request: web.Request) -> web.Response:
+        if not self.config.health:
+            return web.Response(status=404, text="Not Found")
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.config.models_wait:
+            await self.idle.wait()  # behind generation, like llama-cpp-python's model lock
         model = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "podium"}
         return web.Response(
             body=_encode({"object": "list", "data": [model]}), content_type="application/json"
@@ -329,7 +443,7 @@ class SimServer:
 def build_app(config: SimServerConfig | None = None) -> web.Application:
     """The aiohttp application of a simulated backend."""
     server = SimServer(config or SimServerConfig())
-    app = web.Application()
+    app = web.Application(middlewares=[server.loading])
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)

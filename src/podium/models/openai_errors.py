@@ -1,0 +1,89 @@
+"""Error answers of OpenAI-compatible servers, sans I/O: the server's own message, and
+what kind of error it is (a context-length overflow, an invalid request) in any of
+vLLM's, SGLang's, llama.cpp's, llama-cpp-python's, Ollama's or OpenAI's words."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from podium.errors import ModelContextLengthError, ModelHTTPError
+
+__all__ = ("http_error",)
+
+
+class _ErrorDetail(msgspec.Struct, gc=False):
+    message: str = ""
+    type: str | None = None
+    code: int | str | None = None
+
+
+class _ErrorBody(msgspec.Struct, gc=False):
+    # {"error": {...}} (OpenAI, vLLM >= 0.6, llama.cpp, Ollama), {"error": "text"} (Ollama's
+    # native API), {"object": "error", "message": ...} (older vLLM), {"detail": ...} (FastAPI)
+    error: _ErrorDetail | str | None = None
+    message: str | None = None
+    type: str | None = None
+    detail: str | None = None
+
+
+_error_decoder = msgspec.json.Decoder(_ErrorBody)
+_INVALID_TYPES = frozenset(
+    {"invalid_request_error", "badrequesterror", "invalid_request", "exceed_context_size_error"}
+)
+_CONTEXT_TYPES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
+# The servers' own words: vLLM "This model's maximum context length is 4096 tokens",
+# llama-cpp-python (same, OpenAI's text), llama.cpp "exceeds the available context size",
+# Ollama "the input length exceeds the context length", SGLang "is longer than the
+# model's context length".
+_CONTEXT_RE = re.compile(
+    r"maximum context length|context length exceeded|exceeds? the (available )?context"
+    r"|longer than the model's context length|input length exceeds the context length"
+    r"|context window|too many tokens|prompt is too long",
+    re.IGNORECASE,
+)
+# A 500 whose message says the request was wrong (llama-cpp-python answers a bad field
+# with 500 "internal_server_error" and the exception's text): retrying cannot help.
+_INVALID_RE = re.compile(
+    r"\binvalid (request|value|field|param\w*|argument|type|json|input|tool\w*|role|messages?"
+    r"|schema|format|model)\b|\bnot supported\b|\bunsupported (field|param\w*|argument|value)"
+    r"|validation error|unexpected keyword argument|unknown (field|parameter|argument)"
+    r"|extra inputs are not permitted|\bbad request\b|could not parse|failed to parse",
+    re.IGNORECASE,
+)
+_MAX_BODY = 64 * 1024
+
+
+def http_error(status: int, body: bytes, retry_after: float | None = None) -> ModelHTTPError:
+    """The typed error for an error answer: the server's message whole, context-length
+    overflows as :class:`ModelContextLengthError`, and ``invalid_request`` set when the
+    body says the request itself is wrong (whatever the status)."""
+    text = body[:_MAX_BODY].decode("utf-8", "replace")
+    message, kind = text, None
+    try:
+        parsed = _error_decoder.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        parsed = None
+    if parsed is not None:
+        err = parsed.error
+        if isinstance(err, _ErrorDetail):
+            message, kind = err.message or text, err.type
+            if kind is None and isinstance(err.code, str):
+                kind = err.code
+        elif isinstance(err, str):
+            message = err
+        elif parsed.message:
+            message, kind = parsed.message, parsed.type
+        elif parsed.detail:
+            message = parsed.detail
+    low = (kind or "").lower()
+    context = low in _CONTEXT_TYPES or (status != 503 and bool(_CONTEXT_RE.search(message)))
+    invalid = (
+        context
+        or status in (400, 413, 422)
+        or low in _INVALID_TYPES
+        or (status == 500 and bool(_INVALID_RE.search(message)))
+    )
+    cls = ModelContextLengthError if context else ModelHTTPError
+    return cls(status, text, retry_after=retry_after, message=message, invalid_request=invalid)

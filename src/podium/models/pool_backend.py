@@ -1,0 +1,83 @@
+"""One backend of a :class:`~podium.models.pool.BackendPool`: its model, capacity,
+group, state, and the health probe that tells a dead server from a busy one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+import msgspec
+
+from podium.errors import ConfigError, ModelTimeoutError
+from podium.models.base import Model
+
+__all__ = ("Backend", "BackendState", "BackendStatistics", "HealthCheck", "ProbeResult")
+
+BackendState = Literal["pending", "healthy", "drained"]
+ProbeResult = Literal["ok", "down", "timeout"]
+HealthCheck = Callable[[float], Awaitable[bool]]
+
+
+class Backend:
+    """One endpoint of a pool: a model, its batch capacity and its group.
+
+    ``health`` is an async ``fn(timeout_s) -> bool``; by default the model's
+    own ``health`` method (``OpenAIChatModel`` has one) or always healthy.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        capacity: int = 64,
+        group: str = "default",
+        name: str | None = None,
+        health: HealthCheck | None = None,
+    ) -> None:
+        if capacity < 1:
+            raise ConfigError("backend capacity must be at least 1")
+        self.model = model
+        self.capacity = capacity
+        self.group = group
+        self.name = name or model.name
+        probe = health or getattr(model, "health", None)
+        self._health: HealthCheck | None = probe
+        self.state: BackendState = "pending"
+        self.outstanding = 0
+        self.served = 0
+        self.failures = 0
+        self.last_ok = 0.0  # time.monotonic() of the last successful call
+        self.last_error: BaseException | None = None  # why it was last drained or failed
+        self._fails = 0
+        self._passes = 0
+
+    @property
+    def free(self) -> bool:
+        return self.state == "healthy" and self.outstanding < self.capacity
+
+    async def probe(self, timeout_s: float) -> ProbeResult:
+        """``ok``, ``down`` (refused, an error answer, False) or ``timeout`` (no answer)."""
+        if self._health is None:
+            return "ok"
+        try:
+            async with asyncio.timeout(timeout_s):
+                ok = await self._health(timeout_s)
+        except (TimeoutError, ModelTimeoutError):
+            return "timeout"
+        except Exception as exc:  # a probe that breaks is a failed probe
+            self.last_error = exc
+            return "down"
+        return "ok" if ok else "down"
+
+
+class BackendStatistics(msgspec.Struct, frozen=True):
+    """A snapshot of one backend."""
+
+    name: str
+    group: str
+    state: BackendState
+    outstanding: int
+    capacity: int
+    served: int
+    failures: int
