@@ -24,6 +24,7 @@ from podium.store.memory import MemoryRunStore
 
 HERE = Path(__file__).parent
 KEY_A, KEY_B, KEY_LIMITED = "pk_test_tenant_a", "pk_test_tenant_b", "pk_test_limited"
+KEY_ADMIN = "pk_test_operator"  # admin = true: may read /metrics
 KEYS_ENV = f"{KEY_A}=tenant-a,{KEY_B}=tenant-b"
 
 
@@ -45,6 +46,7 @@ async def gateway_client(
     base = {"PODIUM_KEYS": KEYS_ENV, "PODIUM_SERVER__DRAIN_GRACE_S": "0.2"}
     config = load_config(None, {**base, **(env or {})})
     gw = build_gateway(config, agents or default_agents(), store=MemoryRunStore())
+    gw.keys.add(KEY_ADMIN, "operator", admin=True)
     await gw.start()
     transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
     try:
@@ -87,6 +89,11 @@ tenant = "tenant-a"
 [[keys]]
 key = "{KEY_B}"
 tenant = "tenant-b"
+
+[[keys]]
+key = "{KEY_ADMIN}"
+tenant = "operator"
+admin = true
 
 [[keys]]
 key = "{KEY_LIMITED}"

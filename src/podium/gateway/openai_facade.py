@@ -84,10 +84,22 @@ def _check_completed(record: RunRecord) -> None:
     raise ApiError(504, "timeout", f"run {record.run_id} did not finish within the wait timeout")
 
 
-async def complete(gw: Gateway, tenant: Tenant, body: ChatRequest) -> Response:
-    """Run the agent ``body.model`` on the conversation and answer like OpenAI would."""
+async def complete(
+    gw: Gateway, tenant: Tenant, body: ChatRequest, *, idempotency_key: str | None = None
+) -> Response:
+    """Run the agent ``body.model`` on the conversation and answer like OpenAI would.
+
+    With ``idempotency_key`` a retried request answers from the run the first made.
+    """
     user_input = input_from_messages(body.messages)
-    record = await gw.submit(tenant, body.model, user_input, body.metadata or {}, field="model")
+    record, _ = await gw.submit(
+        tenant,
+        body.model,
+        user_input,
+        body.metadata or {},
+        field="model",
+        idempotency_key=idempotency_key,
+    )
     completion_id = "chatcmpl-" + record.run_id
     created = int(time.time())
     timeout = gw.config.server.wait_timeout_s
