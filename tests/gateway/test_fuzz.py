@@ -4,7 +4,8 @@ Every generated request goes to a real ``podium serve`` process; no response
 may be a 5xx, and every response must pass every schemathesis check: it matches
 the document (status code, content type, headers, body schema), schema-valid
 data is accepted, and it answers within the response-time limit (10 s).
-Hypothesis drives schemathesis's strategies directly (one test per operation, ``max_examples`` each).
+Hypothesis drives schemathesis's strategies directly (one test per operation,
+``max_examples`` each).
 """
 
 from __future__ import annotations
