@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import gateway_agents
@@ -119,7 +119,10 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def podium_server(
-    tmp: Path, config: str = SERVER_CONFIG, env: Mapping[str, str] | None = None
+    tmp: Path,
+    config: str = SERVER_CONFIG,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[ServerProcess]:
     """Start ``podium serve`` and wait for its start-up line (read, not polled)."""
     path = tmp / "podium.toml"
@@ -148,6 +151,7 @@ def podium_server(
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        preexec_fn=preexec_fn,
     )
     lines: list[str] = []
     started = threading.Event()
