@@ -126,7 +126,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 slowest = conn
         if slowest is None:
             return False
-        slowest._close_with(_TIMEOUT)
+        if slowest._head_bytes:
+            slowest._close_with(_TIMEOUT)  # it is sending a head, too slowly
+        else:
+            # Idle between requests: closing it is ordinary keep-alive behaviour (a 408 here
+            # would be read as the answer to a request the client sends meanwhile).
+            slowest._cancel_head_timer()
+            slowest.transport.close()
         self.connections.discard(slowest)  # its fd is freed as the close completes
         return True
 
