@@ -88,7 +88,7 @@ def serve(args: argparse.Namespace) -> int:
         keys = KeyRing(config.keys)
         if not len(keys):
             key = generate_key()
-            keys.add(key, "default")
+            keys.add(key, "default", admin=True)  # the one user is its operator too
             print(
                 f"podium: no API keys configured; for tenant 'default' use: {key}",
                 file=sys.stderr,

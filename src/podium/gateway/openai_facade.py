@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from podium.engine.records import RunRecord
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
+from podium.gateway.outage import UNAVAILABLE
 from podium.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -43,6 +44,7 @@ from podium.gateway.service import Gateway
 __all__ = ("ChatRequest", "complete", "input_from_messages")
 
 _encode = msgspec.json.Encoder().encode
+_WAIT_ERRORS: tuple[type[BaseException], ...] = (ApiError, *UNAVAILABLE)
 
 
 def _text(message: ChatMessage) -> str:
@@ -143,7 +145,16 @@ async def _chunks(
         return b"data: " + _encode(c) + b"\n\n"
 
     yield chunk(ChunkDelta(role="assistant", content=""))
-    record = await gw.wait(run_id, wait_s)
+    try:
+        record = await gw.wait(run_id, wait_s)
+    except _WAIT_ERRORS as exc:
+        # The store stayed away past the wait's grace (or lost the run): headers are
+        # sent, so the failure travels in-band like any other.
+        message = exc.message if isinstance(exc, ApiError) else "the run store is unreachable"
+        error = {"error": {"type": "unavailable", "message": f"run {run_id}: {message}"}}
+        yield b"data: " + _encode(error) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+        return
     if record.status == "completed":
         if record.output:
             yield chunk(ChunkDelta(content=record.output))
