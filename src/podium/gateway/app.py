@@ -220,12 +220,13 @@ def _routes(gw: Gateway) -> list[Route]:
             )
         raw_limit = query.get("limit", "100")
         # Length first: int() of thousands of digits is slow, and refused past 4300.
-        if not (raw_limit.isdigit() and len(raw_limit) <= 4) or not 1 <= int(raw_limit) <= 1000:
+        digits = raw_limit.lstrip("0") or "0"
+        if not (raw_limit.isdigit() and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
             raise ApiError(
                 422, "invalid_request", "limit must be an integer from 1 to 1000", field="limit"
             )
         records = await gw.store.list(
-            tenant=tenant.name, status=status, agent=query.get("agent"), limit=int(raw_limit)
+            tenant=tenant.name, status=status, agent=query.get("agent"), limit=int(digits)
         )
         return json_response(RunList("list", [run_out(r) for r in records]))
 
