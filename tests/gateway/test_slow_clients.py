@@ -108,9 +108,10 @@ def test_half_open_connections_are_closed_after_the_header_timeout(
     "head",
     [
         b"X-Big: " + b"a" * 20000 + b"\r\n",
+        b"X-Huge: " + b"a" * 1_000_000 + b"\r\n",
         b"".join(b"X-H%d: v\r\n" % i for i in range(200)),
     ],
-    ids=["one-big-header", "too-many-headers"],
+    ids=["one-big-header", "a-megabyte-header", "too-many-headers"],
 )
 def test_over_large_heads_get_431(guarded: ServerProcess, head: bytes) -> None:
     with socket.create_connection(_address(guarded), timeout=30) as s:

@@ -38,9 +38,10 @@ __all__ = ("ConnectionLimits", "GuardedHttpToolsProtocol", "fd_headroom", "guard
 
 #: File descriptors kept free for the process's own needs (store, model clients, logs).
 _FD_RESERVE = 64
-#: How long a refused connection is kept open to read (and drop) its request, so that
-#: closing it does not reset the connection before the client has read the 503.
-_REFUSED_LINGER_S = 1.0
+#: How long a refused or rejected connection is kept open to read (and drop) what the
+#: client still sends, so that closing it does not reset the connection before the
+#: client has read the answer.
+_LINGER_S = 1.0
 
 
 class ConnectionLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,7 +102,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0  # raw bytes received since the head began
         self._head_parsed = 0  # bytes of request line and headers parsed
         self._header_count = 0
-        self._refused = False
+        self._refused = False  # refused at the cap: never registered with the server
+        self._discarding = False  # answered and closing: what still arrives is dropped
 
     # -- connection ---------------------------------------------------------------------
 
@@ -127,7 +129,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if slowest is None:
             return False
         if slowest._head_bytes:
-            slowest._close_with(_TIMEOUT)  # it is sending a head, too slowly
+            slowest._close_with(_TIMEOUT, linger=False)  # sending a head, too slowly
         else:
             # Idle between requests: closing it is ordinary keep-alive behaviour (a 408 here
             # would be read as the answer to a request the client sends meanwhile).
@@ -137,10 +139,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         return True
 
     def _refuse(self, transport: asyncio.Transport) -> None:
-        self._refused = True
+        self._refused = self._discarding = True
         self.transport = transport
         transport.write(_REFUSED)
-        self.loop.call_later(_REFUSED_LINGER_S, transport.close)
+        self.loop.call_later(_LINGER_S, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
@@ -149,8 +151,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._refused:
-            if b"\r\n\r\n" in data:  # the client's request is in: it has our answer
+        if self._discarding:
+            if self._refused and b"\r\n\r\n" in data:  # its request is in: it has our answer
                 self.transport.close()
             return
         self._unset_keepalive_if_required()
@@ -236,10 +238,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._awaiting_head and (cycle is None or cycle.response_complete):
             self._close_with(_TIMEOUT)
 
-    def _close_with(self, response: bytes) -> None:
+    def _close_with(self, response: bytes, *, linger: bool = True) -> None:
+        """Answer ``response`` and close. With ``linger``, the rest of what the client
+        sends is read and dropped for a moment first: closing with unread data would
+        reset the connection, and the client might lose the answer before reading it."""
         self._cancel_head_timer()
-        if not self.transport.is_closing():
-            self.transport.write(response)
+        if self.transport.is_closing() or self._discarding:
+            return
+        self._discarding = True
+        self.transport.write(response)
+        if linger and self.transport.can_write_eof():
+            self.transport.write_eof()
+            self.loop.call_later(_LINGER_S, self.transport.close)
+        else:
             self.transport.close()
 
 
