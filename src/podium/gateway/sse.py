@@ -175,6 +175,7 @@ async def follow_journal(
     try:
         items: list[JournalItem] = []
         fetch = True  # the next step reads the journal (not waits on it)
+        refetched = False
         while True:
             if fetch:
                 ok, got = await attempt(store.journal, run_id, after)
@@ -192,15 +193,19 @@ async def follow_journal(
                 if record is None:
                     return
                 if record.done:
-                    ok, ended = await attempt(_finish_sent, store, run_id, after)
+                    ok, final_seq = await attempt(_final_seq, store, run_id)
                     if not ok:
                         yield KEEPALIVE
                         await pause()
                         continue
-                    if not ended:
+                    if final_seq is None or refetched:
                         # It ended without a final entry (dead-lettered): the record says how.
                         yield final_from_record(record)
-                    return
+                        return
+                    if final_seq <= after:  # a resume after the end: it was sent before
+                        return
+                    fetch = refetched = True  # it ended just now: send what came since
+                    continue
                 ok, got = await attempt(store.wait_journal, run_id, after, heartbeat_s)
                 if not ok:
                     yield KEEPALIVE
@@ -224,7 +229,7 @@ async def follow_journal(
         yield format_event(None, "error", {"error": error})
 
 
-async def _finish_sent(store: RunStore, run_id: str, after: int) -> bool:
-    """Whether the run's journal has its final entry at or before ``after`` (already sent)."""
+async def _final_seq(store: RunStore, run_id: str) -> int | None:
+    """The sequence number of the run's final journal entry, if it has one."""
     journal = await store.journal(run_id, -1)
-    return any(isinstance(e, RunFinished) and seq <= after for seq, e in journal)
+    return next((seq for seq, e in journal if isinstance(e, RunFinished)), None)
