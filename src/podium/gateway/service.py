@@ -181,13 +181,18 @@ class Gateway:
             self._settle_later(record, enqueue=idempotency_key is not None)
             raise
         except StoreError as exc:
-            if isinstance(exc, StaleRunError) or idempotency_key is None:
+            if isinstance(exc, StaleRunError):
                 raise
-            # Created meanwhile by a concurrent retry with the same key: that run it is.
             existing = await self.store.get(run_id)
             if existing is None:
                 raise
-            return self._replay(existing, served, user_input, metadata), True
+            if existing.created_at != record.created_at:
+                if idempotency_key is None:  # a random id taken: cannot happen, but loud
+                    raise
+                # Created meanwhile by a concurrent retry with the same key: that run it is.
+                return self._replay(existing, served, user_input, metadata), True
+            # Our own create landed before its reply was lost, and the store's retry of
+            # it found the run there: it is created; go on and enqueue it.
         if self.engine is not None:  # only the engine observer ever clears it
             self._admitted_at[record.run_id] = (served.pool, time.monotonic())
         try:
