@@ -31,6 +31,12 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+def _assert_quiet_log(tmp_path: Path) -> None:
+    """The gateway logged the outage as warnings: no tracebacks, no stray futures."""
+    log = (tmp_path / "serve.log").read_text(errors="replace")
+    assert "Traceback" not in log and "never retrieved" not in log, log[-3000:]
+
+
 def _request(sock: socket.socket, method: str, path: str, body: bytes = b"", **extra: str) -> None:
     head = [f"{method} {path} HTTP/1.1", "Host: podium", f"Authorization: Bearer {KEY}"]
     head += [f"{k.replace('_', '-')}: {v}" for k, v in extra.items()]
@@ -116,6 +122,7 @@ async def test_outage_is_a_503_and_an_idempotent_retry_makes_one_run(
             assert other.json()["error"]["type"] == "idempotency_mismatch"
             runs = (await client.get("/v1/runs")).json()["data"]
             assert [r["id"] for r in runs] == [run_id]  # one run, not one per attempt
+        _assert_quiet_log(tmp_path)
     finally:
         worker.stop()
 
@@ -166,5 +173,6 @@ async def test_followers_and_waits_ride_out_an_outage(
         assert names[-1] == "final" and final["status"] == "completed", (names, final)
         assert waited.status_code == 200, waited.text
         assert waited.json()["status"] == "completed"
+        _assert_quiet_log(tmp_path)
     finally:
         worker.stop()
