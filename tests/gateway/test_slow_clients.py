@@ -40,7 +40,7 @@ def _read_all(sock: socket.socket) -> bytes:
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    config = _config(header_timeout_s=1.0, max_connections=64)
+    config = _config(header_timeout_s=1.0, body_timeout_s=1.0, max_connections=64)
     with podium_server(tmp_path_factory.mktemp("guarded"), config) as srv:
         yield srv
 
@@ -137,6 +137,18 @@ def test_past_the_connection_cap_new_connections_get_a_fast_503(guarded: ServerP
             break
         time.sleep(0.05)
     assert httpx.get(f"{guarded.url}/healthz", timeout=30).status_code == 200
+
+
+def test_a_body_that_trickles_past_the_body_timeout_gets_408(guarded: ServerProcess) -> None:
+    with socket.create_connection(_address(guarded), timeout=30) as s:
+        s.sendall(
+            b"POST /v1/runs HTTP/1.1\r\nHost: podium\r\nAuthorization: Bearer "
+            + KEY_A.encode()
+            + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        answer = _read_all(s)  # the rest of the body never comes
+    assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    assert b'"type":"request_timeout"' in answer
 
 
 def test_a_client_gone_mid_body_is_not_a_500(guarded: ServerProcess) -> None:
