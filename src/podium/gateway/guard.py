@@ -93,6 +93,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
     fd_cap: ClassVar[int] = 1 << 30
+    #: Refused connections still open (they hold descriptors but are not the server's).
+    _lingering: ClassVar[int] = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -104,6 +106,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._refused = False  # refused at the cap: never registered with the server
         self._discarding = False  # answered and closing: what still arrives is dropped
+        self._lingers = False  # counted in _lingering until the connection is lost
 
     # -- connection ---------------------------------------------------------------------
 
@@ -128,24 +131,34 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 slowest = conn
         if slowest is None:
             return False
-        if slowest._head_bytes:
-            slowest._close_with(_TIMEOUT, linger=False)  # sending a head, too slowly
-        else:
-            # Idle between requests: closing it is ordinary keep-alive behaviour (a 408 here
-            # would be read as the answer to a request the client sends meanwhile).
-            slowest._cancel_head_timer()
-            slowest.transport.close()
-        self.connections.discard(slowest)  # its fd is freed as the close completes
+        # Closed now, without lingering: its descriptor is what the new connection needs.
+        # Idle between requests, it is closed quietly (ordinary keep-alive behaviour: a
+        # 408 would be read as the answer to a request the client sends meanwhile).
+        if slowest._head_bytes and not slowest._discarding:
+            slowest.transport.write(_TIMEOUT)  # it is sending a head, too slowly
+        slowest._cancel_head_timer()
+        slowest._discarding = True
+        slowest.transport.close()
+        self.connections.discard(slowest)
         return True
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         self._refused = self._discarding = True
         self.transport = transport
         transport.write(_REFUSED)
+        held = len(self.connections) + GuardedHttpToolsProtocol._lingering
+        if held >= self.fd_cap:  # no descriptors to spare for lingering
+            transport.close()
+            return
+        GuardedHttpToolsProtocol._lingering += 1
+        self._lingers = True
         self.loop.call_later(_LINGER_S, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_head_timer()
+        if self._lingers:
+            self._lingers = False
+            GuardedHttpToolsProtocol._lingering -= 1
         if self._refused:
             return
         super().connection_lost(exc)
