@@ -10,13 +10,20 @@ the loaded/unloaded p99 ratio (target ≤ 1.5), the shed share (429s), lost
 requests (neither a completed run nor a 429: target 0) and gateway CPU per
 request (from /proc, so Linux only).
 
+With ``--slowloris N`` a third phase repeats the loaded one while N
+connections send a request head a byte at a time and never finish it (they
+reconnect when the server drops them), and ``--server-fds 1024`` starts the
+server with the usual 1,024 file descriptors (soft and hard limit).
+
     python bench/bench_gateway_load.py [--rate 100] [--seconds 8] [--json]
+    python bench/bench_gateway_load.py --slowloris 2000 --server-fds 1024
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -192,8 +199,68 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_server(tmp: Path, rate: float) -> tuple[subprocess.Popen[str], str]:
+class Slowloris:
+    """``n`` connections that trickle a request head and never finish it, kept up by a thread."""
+
+    def __init__(self, url: str, n: int) -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        self.address = (host, int(port))
+        self.n = n
+        self.stop = threading.Event()
+        self.reconnects = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Slowloris:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = self.n + 256
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _open(self) -> Any:
+        import socket
+
+        s = socket.create_connection(self.address, timeout=5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: podium\r\n")
+        s.setblocking(False)
+        return s
+
+    def _run(self) -> None:
+        socks: list[Any] = []
+        while len(socks) < self.n and not self.stop.is_set():
+            try:
+                socks.append(self._open())
+            except OSError:
+                time.sleep(0.01)
+        while not self.stop.wait(0.5):
+            for i, s in enumerate(socks):
+                try:
+                    s.send(b"X")  # one more byte of a header that never ends
+                except OSError:
+                    s.close()
+                    self.reconnects += 1
+                    with contextlib.suppress(OSError):
+                        socks[i] = self._open()
+        for s in socks:
+            s.close()
+
+
+def start_server(
+    tmp: Path, rate: float, server_fds: int | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    import resource
     import socket
+
+    def limit_fds() -> None:
+        if server_fds:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (server_fds, server_fds))
 
     (tmp / "podium.toml").write_text(CONFIG.format(rate=rate, burst=max(1, rate / 10), key=KEY))
     with socket.socket() as s:
@@ -219,6 +286,7 @@ def start_server(tmp: Path, rate: float) -> tuple[subprocess.Popen[str], str]:
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        preexec_fn=limit_fds,
     )
     ready = threading.Event()
 
@@ -279,6 +347,16 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="duration of each phase")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
+        "--slowloris",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add a loaded phase under N slowloris connections",
+    )
+    parser.add_argument(
+        "--server-fds", type=int, metavar="N", help="the server's open-file limit (soft and hard)"
+    )
+    parser.add_argument(
         "--loadgen", nargs=3, metavar=("URL", "RATE", "SECONDS"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
@@ -287,11 +365,17 @@ def main() -> int:
         print(json.dumps(asyncio.run(generate(url, float(rate), float(seconds)))))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_server(Path(tmp), args.rate)
+        proc, url = start_server(Path(tmp), args.rate, args.server_fds)
+        attacked: dict[str, Any] | None = None
         try:
             phase(url, proc.pid, args.rate * 0.5, 1.0)  # warm up
             unloaded = phase(url, proc.pid, args.rate * 0.5, args.seconds)
             loaded = phase(url, proc.pid, args.rate * 2.0, args.seconds)
+            if args.slowloris:
+                with Slowloris(url, args.slowloris) as attack:
+                    time.sleep(2.0)  # let the attack settle in
+                    attacked = phase(url, proc.pid, args.rate * 2.0, args.seconds)
+                    attacked["slowloris_reconnects"] = attack.reconnects
             left = leftovers(url)
         finally:
             proc.terminate()
@@ -304,15 +388,20 @@ def main() -> int:
         "p99_ratio": round(ratio, 2),
         "p99_ratio_target": 1.5,
         "runs_left_unfinished_or_failed": left,
+        "slowloris": attacked,
         "ok": ratio <= 1.5
         and loaded["lost"] == 0
         and unloaded["lost"] == 0
-        and not any(left.values()),
+        and not any(left.values())
+        and (attacked is None or attacked["lost"] == 0),
     }
     if args.json:
         print(json.dumps(report))
         return 0
-    for name, r in (("unloaded (0.5×)", unloaded), ("loaded (2×)", loaded)):
+    rows = [("unloaded (0.5×)", unloaded), ("loaded (2×)", loaded)]
+    if attacked is not None:
+        rows.append((f"2× + {args.slowloris} slowloris", attacked))
+    for name, r in rows:
         print(
             f"{name:16s} offered {r['offered_rps']:6.1f} req/s, sent {r['sent_rps']:6.1f}"
             f" | admitted {r['admitted']:5d} ({r['admitted_rps']:.1f}/s) p50 {r['p50_ms']:6.1f}"

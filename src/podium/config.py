@@ -81,6 +81,13 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     wait_timeout_s: Positive = 300.0
     drain_grace_s: NonNegative = 30.0
     docs: bool = True
+    # Slow and hostile clients (enforced per connection, before the app sees a request).
+    header_timeout_s: Positive = 10.0
+    body_timeout_s: Positive = 30.0
+    keep_alive_s: Positive = 5.0
+    max_header_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 16384
+    max_headers: Annotated[int, msgspec.Meta(ge=8)] = 100
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] = 10000
 
 
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -145,6 +152,7 @@ class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     key: str | None = None
     rate: NonNegative | None = None
     burst: NonNegative | None = None
+    admin: bool = False  # an operator's key: may read /metrics (tenants' keys may not)
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

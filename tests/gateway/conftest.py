@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import gateway_agents
@@ -24,6 +24,7 @@ from podium.store.memory import MemoryRunStore
 
 HERE = Path(__file__).parent
 KEY_A, KEY_B, KEY_LIMITED = "pk_test_tenant_a", "pk_test_tenant_b", "pk_test_limited"
+KEY_ADMIN = "pk_test_operator"  # admin = true: may read /metrics
 KEYS_ENV = f"{KEY_A}=tenant-a,{KEY_B}=tenant-b"
 
 
@@ -45,6 +46,7 @@ async def gateway_client(
     base = {"PODIUM_KEYS": KEYS_ENV, "PODIUM_SERVER__DRAIN_GRACE_S": "0.2"}
     config = load_config(None, {**base, **(env or {})})
     gw = build_gateway(config, agents or default_agents(), store=MemoryRunStore())
+    gw.keys.add(KEY_ADMIN, "operator", admin=True)
     await gw.start()
     transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
     try:
@@ -89,6 +91,11 @@ key = "{KEY_B}"
 tenant = "tenant-b"
 
 [[keys]]
+key = "{KEY_ADMIN}"
+tenant = "operator"
+admin = true
+
+[[keys]]
 key = "{KEY_LIMITED}"
 tenant = "limited"
 rate = 0.5
@@ -112,7 +119,10 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def podium_server(
-    tmp: Path, config: str = SERVER_CONFIG, env: Mapping[str, str] | None = None
+    tmp: Path,
+    config: str = SERVER_CONFIG,
+    env: Mapping[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[ServerProcess]:
     """Start ``podium serve`` and wait for its start-up line (read, not polled)."""
     path = tmp / "podium.toml"
@@ -141,6 +151,7 @@ def podium_server(
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        preexec_fn=preexec_fn,
     )
     lines: list[str] = []
     started = threading.Event()

@@ -8,7 +8,7 @@ import httpx
 import msgspec
 import pytest
 
-from conftest import KEY_B, gateway_client
+from conftest import KEY_ADMIN, KEY_B, gateway_client
 
 pytestmark = pytest.mark.anyio
 
@@ -256,7 +256,8 @@ async def test_unknown_routes_and_methods_use_the_error_shape() -> None:
 async def test_metrics_export_requests_admission_and_queues() -> None:
     async with gateway_client() as (_, client):
         await client.post("/v1/runs", json={"agent": "react", "input": "q", "wait": True})
-        text = (await client.get("/metrics")).text
+        admin = {"Authorization": f"Bearer {KEY_ADMIN}"}
+        text = (await client.get("/metrics", headers=admin)).text
         assert 'podium_http_requests_total{method="POST",route="/v1/runs",status="200"} 1.0' in text
         for name in (
             "podium_admission_limit",
@@ -267,6 +268,29 @@ async def test_metrics_export_requests_admission_and_queues() -> None:
             "podium_run_duration_seconds_count",
         ):
             assert name in text
+
+
+async def test_metrics_are_for_operators_only() -> None:
+    async with gateway_client() as (_, client):
+        r = await client.get("/metrics")  # a tenant's key: the numbers are every tenant's
+        assert r.status_code == 403 and r.json()["error"]["type"] == "forbidden"
+        r = await client.get("/metrics", headers={"Authorization": ""})
+        assert r.status_code == 401
+        r = await client.get("/metrics", headers={"Authorization": f"Bearer {KEY_ADMIN}"})
+        assert r.status_code == 200 and "podium_http_requests_total" in r.text
+
+
+async def test_run_ids_are_random_not_counted() -> None:
+    async with gateway_client() as (_, client):
+        ids = [
+            (await client.post("/v1/runs", json={"agent": "react", "input": "q"})).json()["id"]
+            for _ in range(20)
+        ]
+        hexes = [i.removeprefix("run_") for i in ids]
+        assert all(len(h) == 32 and int(h, 16) >= 0 for h in hexes)  # 128 bits
+        # Counted ids share a long prefix and differ in their last digits; random ones
+        # have no common prefix to speak of.
+        assert len({h[:8] for h in hexes}) == len(hexes)
 
 
 async def test_openapi_document_is_served() -> None:

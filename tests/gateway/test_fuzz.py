@@ -1,9 +1,11 @@
 """Property-based fuzz of the API from its own OpenAPI document (schemathesis).
 
 Every generated request goes to a real ``podium serve`` process; no response
-may be a 5xx, and every response must match the document (status code,
-content type, headers, body schema). Hypothesis drives schemathesis's
-strategies directly (one test per operation, ``max_examples`` each).
+may be a 5xx, and every response must pass every schemathesis check: it matches
+the document (status code, content type, headers, body schema), schema-valid
+data is accepted, and it answers within the response-time limit (10 s).
+Hypothesis drives schemathesis's strategies directly (one test per operation,
+``max_examples`` each).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import max_response_time
 
 from conftest import KEY_A, ServerProcess
 
@@ -58,7 +61,10 @@ def test_operation_conforms_to_the_document(
     )
     def fuzz(case: Any) -> None:
         response = case.call_and_validate(
-            base_url=server.url, headers={"Authorization": f"Bearer {KEY_A}"}, timeout=30
+            base_url=server.url,
+            headers={"Authorization": f"Bearer {KEY_A}"},
+            timeout=30,
+            additional_checks=[max_response_time],
         )
         responses.append(response.status_code)
         assert response.status_code < 500

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import KEY_A, KEY_B, KEY_LIMITED, ServerProcess, podium_server
+from conftest import KEY_A, KEY_ADMIN, KEY_B, KEY_LIMITED, ServerProcess, podium_server
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,9 @@ def test_runs_over_http(server: ServerProcess) -> None:
         ]
         assert httpx.get(f"{server.url}/healthz").json() == {"status": "ok"}
         assert httpx.get(f"{server.url}/readyz").json()["status"] == "ready"
-        assert "podium_admission_limit" in client.get("/metrics").text
+        assert client.get("/metrics").status_code == 403
+        admin = {"Authorization": f"Bearer {KEY_ADMIN}"}
+        assert "podium_admission_limit" in client.get("/metrics", headers=admin).text
 
 
 def test_sse_resumes_with_last_event_id_after_a_dropped_connection(server: ServerProcess) -> None:

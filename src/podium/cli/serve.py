@@ -13,6 +13,7 @@ within ``server.drain_grace_s``, then exit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -48,6 +49,18 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=serve)
 
 
+def raise_fd_limit() -> None:
+    """Raise this process's soft limit on open files to its hard limit."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and target > soft:
+        # A hard limit above the kernel's nr_open is refused: then the soft limit stays.
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def serve(args: argparse.Namespace) -> int:
     from podium.gateway.auth import KeyRing, generate_key, hash_key
 
@@ -75,7 +88,7 @@ def serve(args: argparse.Namespace) -> int:
         keys = KeyRing(config.keys)
         if not len(keys):
             key = generate_key()
-            keys.add(key, "default")
+            keys.add(key, "default", admin=True)  # the one user is its operator too
             print(
                 f"podium: no API keys configured; for tenant 'default' use: {key}",
                 file=sys.stderr,
@@ -90,7 +103,16 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from podium.gateway.app import create_app
+    from podium.gateway.guard import ConnectionLimits, guarded_protocol
     from podium.gctune import tune_for_serving
+
+    raise_fd_limit()  # each connection is a descriptor: the usual 1,024 is few
+    limits = ConnectionLimits(
+        header_timeout_s=server.header_timeout_s,
+        max_header_bytes=server.max_header_bytes,
+        max_headers=server.max_headers,
+        max_connections=server.max_connections,
+    )
 
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
     mode = f"distributed ({server.redis})" if server.redis else f"embedded ({server.store})"
@@ -108,6 +130,8 @@ def serve(args: argparse.Namespace) -> int:
             port=server.port,
             loop=loop,
             lifespan="on",
+            http=guarded_protocol(limits),
+            timeout_keep_alive=max(1, round(server.keep_alive_s)),
             log_level=args.log_level,
             access_log=False,
             timeout_graceful_shutdown=int(server.drain_grace_s) or None,

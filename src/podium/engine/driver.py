@@ -10,10 +10,9 @@ slices that ran on this run's behalf.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
+import secrets
 import time
-import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
@@ -63,17 +62,17 @@ _SUMMARIZE_PROMPT = (
 )
 
 
-_ID_PREFIX = uuid.uuid4().hex[:12]
-_id_counter = itertools.count(1)
-
-
 def _by_index(item: tuple[int, ToolResult]) -> int:
     return item[0]
 
 
 def new_run_id() -> str:
-    """A unique run id: a random per-process prefix and a counter (no syscall per id)."""
-    return f"run_{_ID_PREFIX}{next(_id_counter):08x}"
+    """An unguessable run id: ``run_`` and 128 random bits in hex.
+
+    Random rather than counted, so the ids one tenant sees say nothing about how
+    many runs other tenants start (nor let anyone guess another run's id).
+    """
+    return "run_" + secrets.token_hex(16)
 
 
 #: How many runs ended by :meth:`Engine.cancel_stored` are remembered for their drivers.

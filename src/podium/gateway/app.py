@@ -10,8 +10,10 @@ error, whatever raised it, leaves as the one body shape of
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
@@ -20,15 +22,17 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from podium.errors import StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import openapi_document
+from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
 from podium.gateway.schemas import (
     AgentList,
     AgentOut,
@@ -40,7 +44,7 @@ from podium.gateway.schemas import (
     run_out,
 )
 from podium.gateway.service import Gateway
-from podium.gateway.sse import follow_journal, parse_last_event_id
+from podium.gateway.sse import MAX_EVENT_ID, follow_journal, parse_last_event_id
 
 __all__ = ("create_app", "json_response", "read_json")
 
@@ -51,6 +55,7 @@ T = TypeVar("T")
 _encode = msgspec.json.Encoder().encode
 _STATUSES = ("queued", "running", "completed", "failed", "cancelled")
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_MAX_IDEMPOTENCY_KEY = 255
 
 
 def json_response(
@@ -69,8 +74,11 @@ def sse_response(
     )
 
 
-async def read_json(request: Request, type_: type[T], max_bytes: int) -> T:
-    """Decode the body into ``type_``: 415 if not JSON, 413 if too big, 400/422 if invalid."""
+async def read_json(
+    request: Request, type_: type[T], max_bytes: int, body_timeout_s: float = 30.0
+) -> T:
+    """Decode the body into ``type_``: 415 if not JSON, 413 if too big, 400/422 if invalid,
+    408 if it takes longer than ``body_timeout_s`` to arrive."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
         raise ApiError(
@@ -83,16 +91,28 @@ async def read_json(request: Request, type_: type[T], max_bytes: int) -> T:
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise _too_large(max_bytes)
+    try:
+        # A client that trickles its body holds a connection and a task: bound the read.
+        async with asyncio.timeout(body_timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > max_bytes:
+                    raise _too_large(max_bytes)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            "request_timeout",
+            f"the body did not arrive within {body_timeout_s:g}s",
+            headers={"Connection": "close"},
+        ) from None
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
         raise error_from_validation(exc) from None
     except msgspec.DecodeError as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None
 
 
 def _too_large(limit: int) -> ApiError:
@@ -107,23 +127,68 @@ def _query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
     return {k: params[k] for k in params}
 
 
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key`` header (1–255 visible ASCII characters), if any."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= _MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"Idempotency-Key must be 1 to {_MAX_IDEMPOTENCY_KEY} visible ASCII characters",
+            field="idempotency-key",
+        )
+    return key
+
+
+def _after(header: str | None, query: str | None) -> int:
+    """Where an event stream resumes: ``Last-Event-ID`` wins over ``?after=``."""
+    if header is not None:
+        after = parse_last_event_id(header)  # junk from a client's cache counts as -1
+        field = "last-event-id"
+    elif query is not None:
+        field = "after"
+        text = query.strip()
+        digits = text[1:] if text.startswith("-") else text
+        if not digits.isdigit() or len(digits) > 20:
+            raise ApiError(422, "invalid_request", "after must be an integer", field=field)
+        after = int(text)
+    else:
+        return -1
+    if not -1 <= after <= MAX_EVENT_ID:
+        raise ApiError(
+            422,
+            "invalid_request",
+            f"{field} must be an event id from -1 to {MAX_EVENT_ID}",
+            field=field,
+        )
+    return after
+
+
 def _routes(gw: Gateway) -> list[Route]:
     max_body = gw.config.server.max_body_bytes
+    body_timeout = gw.config.server.body_timeout_s
 
     async def create_run(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
-        body = await read_json(request, RunCreate, max_body)
-        record = await gw.submit(tenant, body.agent, body.input, body.metadata)
-        location = {"Location": f"/v1/runs/{record.run_id}"}
+        key = idempotency_key(request)
+        body = await read_json(request, RunCreate, max_body, body_timeout)
+        record, replayed = await gw.submit(
+            tenant, body.agent, body.input, body.metadata, idempotency_key=key
+        )
+        headers = {"Location": f"/v1/runs/{record.run_id}"}
+        if replayed:
+            headers["Idempotent-Replayed"] = "true"
         if body.stream:
-            return sse_response(follow_journal(gw.store, record.run_id), location)
+            return sse_response(follow_journal(gw.store, record.run_id), headers)
         if body.wait:
             record = await gw.wait(
                 record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
             )
-            return json_response(run_out(record), 200 if record.done else 202, location)
-        return json_response(run_out(record), 202, location)
+            return json_response(run_out(record), 200 if record.done else 202, headers)
+        return json_response(run_out(record), 202, headers)
 
     async def get_run(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
@@ -133,8 +198,8 @@ def _routes(gw: Gateway) -> list[Route]:
     async def run_events(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         query = _query(request, frozenset({"after"}))
+        after = _after(request.headers.get("last-event-id"), query.get("after"))
         record = await gw.get(tenant, request.path_params["run_id"])
-        after = parse_last_event_id(request.headers.get("last-event-id", query.get("after")))
         return sse_response(follow_journal(gw.store, record.run_id, after))
 
     async def cancel_run(request: Request) -> Response:
@@ -154,12 +219,14 @@ def _routes(gw: Gateway) -> list[Route]:
                 field="status",
             )
         raw_limit = query.get("limit", "100")
-        if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= 1000:
+        # Length first: int() of thousands of digits is slow, and refused past 4300.
+        digits = raw_limit.lstrip("0") or "0"
+        if not (raw_limit.isdigit() and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
             raise ApiError(
                 422, "invalid_request", "limit must be an integer from 1 to 1000", field="limit"
             )
         records = await gw.store.list(
-            tenant=tenant.name, status=status, agent=query.get("agent"), limit=int(raw_limit)
+            tenant=tenant.name, status=status, agent=query.get("agent"), limit=int(digits)
         )
         return json_response(RunList("list", [run_out(r) for r in records]))
 
@@ -182,8 +249,9 @@ def _routes(gw: Gateway) -> list[Route]:
     async def chat_completions(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
-        body = await read_json(request, openai_facade.ChatRequest, max_body)
-        return await openai_facade.complete(gw, tenant, body)
+        key = idempotency_key(request)
+        body = await read_json(request, openai_facade.ChatRequest, max_body, body_timeout)
+        return await openai_facade.complete(gw, tenant, body, idempotency_key=key)
 
     async def healthz(request: Request) -> Response:
         return json_response(Health("ok"))
@@ -196,7 +264,8 @@ def _routes(gw: Gateway) -> list[Route]:
         )
 
     async def metrics(request: Request) -> Response:
-        gw.keys.authenticate(request.headers)
+        # Process-wide numbers (every tenant's traffic): operators only.
+        gw.keys.authenticate_admin(request.headers)
         return Response(gw.metrics.render(), media_type=CONTENT_TYPE)
 
     spec = _encode(openapi_document())
@@ -243,9 +312,33 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _unavailable(request: Request, exc: Exception) -> Response:
+    # The store or the queue is unreachable: a 503 the client can retry, on a connection
+    # that stays open (this handler runs inside the app, so the server keeps it alive).
+    log.warning("%s %s: backend unavailable: %s", request.method, request.url.path, exc)
+    retry = RETRY_AFTER_S
+    body = ErrorBody(
+        ErrorDetail(
+            "unavailable", "the run store or queue is unreachable; retry later", retry_after=retry
+        )
+    )
+    return json_response(body, 503, {"Retry-After": str(max(1, math.ceil(retry)))})
+
+
+async def _stale(request: Request, exc: Exception) -> Response:
+    return _error(409, "conflict", f"the run changed meanwhile; retry: {exc}")
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client hung up mid-body: nobody is left to answer, and it is not our error.
+    # 499 (nginx's "client closed request") is what the metrics count it as.
+    return Response(status_code=499)
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return _error(500, "internal", "internal error")
+    # The server closes the connection after an unhandled error: say so.
+    return _error(500, "internal", "internal error", {"Connection": "close"})
 
 
 class MetricsMiddleware:
@@ -294,6 +387,9 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
     handlers: dict[Any, Any] = {
         ApiError: _api_error,
         HTTPException: _http_error,
+        ClientDisconnect: _client_gone,
+        StaleRunError: _stale,
+        **dict.fromkeys(UNAVAILABLE, _unavailable),
         Exception: _internal_error,
     }
     app = Starlette(

@@ -20,11 +20,15 @@ __all__ = ("KeyRing", "Tenant", "generate_key", "hash_key")
 
 
 class Tenant(msgspec.Struct, frozen=True):
-    """Who a request is for, and the tenant's own rate (None: the default from ``[limits]``)."""
+    """Who a request is for, and the tenant's own rate (None: the default from ``[limits]``).
+
+    ``admin``: the key is an operator's, which may also read the process-wide ``/metrics``.
+    """
 
     name: str
     rate: float | None = None
     burst: float | None = None
+    admin: bool = False
 
 
 def hash_key(key: str) -> str:
@@ -44,13 +48,13 @@ class KeyRing:
         self._tenants: dict[str, Tenant] = {}
         for k in keys:
             digest = k.hash if k.hash is not None else hash_key(k.key or "")
-            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst)
+            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst, k.admin)
 
     def __len__(self) -> int:
         return len(self._tenants)
 
-    def add(self, key: str, tenant: str) -> None:
-        self._tenants[hash_key(key)] = Tenant(tenant)
+    def add(self, key: str, tenant: str, *, admin: bool = False) -> None:
+        self._tenants[hash_key(key)] = Tenant(tenant, admin=admin)
 
     @staticmethod
     def key_from(headers: Mapping[str, str]) -> str | None:
@@ -78,3 +82,15 @@ class KeyRing:
             field="authorization",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+    def authenticate_admin(self, headers: Mapping[str, str]) -> Tenant:
+        """An operator's key, or a 401 (no valid key) / 403 (a tenant's key)."""
+        tenant = self.authenticate(headers)
+        if not tenant.admin:
+            raise ApiError(
+                403,
+                "forbidden",
+                "this endpoint needs an operator key (admin = true in podium.toml)",
+                field="authorization",
+            )
+        return tenant

@@ -7,25 +7,28 @@ Every 4xx/5xx answer is ``application/json``::
 
 ``type`` is a stable code (below), ``message`` is for people, ``field`` names
 the offending field (dotted path into the body, or the query parameter / header)
-when there is one, and ``retry_after`` (seconds) comes with every 429.
+when there is one, and ``retry_after`` (seconds) comes with every 429 and 503.
 
 =========================  ======  ===================================================
 type                       status  when
 =========================  ======  ===================================================
 invalid_json               400     the body is not JSON
 unauthorized               401     no API key, or an unknown one
+forbidden                  403     a tenant's key on an operator-only endpoint (/metrics)
 not_found                  404     no such run (for this tenant), agent or route
 method_not_allowed         405     the route exists, the method does not
+request_timeout            408     the body did not arrive within ``server.body_timeout_s``
 conflict                   409     e.g. cancelling a run that already finished
 payload_too_large          413     the body is over ``server.max_body_bytes``
 unsupported_media_type     415     a body that is not ``application/json``
 invalid_request            422     a field is missing, unknown, of the wrong type or range
+idempotency_mismatch       422     an ``Idempotency-Key`` reused with a different request
 rate_limited               429     the tenant's or the pool's token bucket is empty
 overloaded                 429     the adaptive limit (CPU or loop lag) is reached
 queue_full                 429     the pool's backlog would miss its latency target
 run_failed                 502     (chat completions) the agent's run did not complete
 timeout                    504     (chat completions) the run outlived ``server.wait_timeout_s``
-unavailable                503     a backend the gateway needs is unreachable
+unavailable                503     the run store or queue is unreachable (with Retry-After)
 internal                   500     a bug; the message says no more than that
 =========================  ======  ===================================================
 """

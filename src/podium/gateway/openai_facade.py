@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from podium.engine.records import RunRecord
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
+from podium.gateway.outage import UNAVAILABLE
 from podium.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -43,6 +44,7 @@ from podium.gateway.service import Gateway
 __all__ = ("ChatRequest", "complete", "input_from_messages")
 
 _encode = msgspec.json.Encoder().encode
+_WAIT_ERRORS: tuple[type[BaseException], ...] = (ApiError, *UNAVAILABLE)
 
 
 def _text(message: ChatMessage) -> str:
@@ -84,10 +86,22 @@ def _check_completed(record: RunRecord) -> None:
     raise ApiError(504, "timeout", f"run {record.run_id} did not finish within the wait timeout")
 
 
-async def complete(gw: Gateway, tenant: Tenant, body: ChatRequest) -> Response:
-    """Run the agent ``body.model`` on the conversation and answer like OpenAI would."""
+async def complete(
+    gw: Gateway, tenant: Tenant, body: ChatRequest, *, idempotency_key: str | None = None
+) -> Response:
+    """Run the agent ``body.model`` on the conversation and answer like OpenAI would.
+
+    With ``idempotency_key`` a retried request answers from the run the first made.
+    """
     user_input = input_from_messages(body.messages)
-    record = await gw.submit(tenant, body.model, user_input, body.metadata or {}, field="model")
+    record, _ = await gw.submit(
+        tenant,
+        body.model,
+        user_input,
+        body.metadata or {},
+        field="model",
+        idempotency_key=idempotency_key,
+    )
     completion_id = "chatcmpl-" + record.run_id
     created = int(time.time())
     timeout = gw.config.server.wait_timeout_s
@@ -131,7 +145,16 @@ async def _chunks(
         return b"data: " + _encode(c) + b"\n\n"
 
     yield chunk(ChunkDelta(role="assistant", content=""))
-    record = await gw.wait(run_id, wait_s)
+    try:
+        record = await gw.wait(run_id, wait_s)
+    except _WAIT_ERRORS as exc:
+        # The store stayed away past the wait's grace (or lost the run): headers are
+        # sent, so the failure travels in-band like any other.
+        message = exc.message if isinstance(exc, ApiError) else "the run store is unreachable"
+        error = {"error": {"type": "unavailable", "message": f"run {run_id}: {message}"}}
+        yield b"data: " + _encode(error) + b"\n\n"
+        yield b"data: [DONE]\n\n"
+        return
     if record.status == "completed":
         if record.output:
             yield chunk(ChunkDelta(content=record.output))

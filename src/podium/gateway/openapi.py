@@ -21,6 +21,7 @@ from podium.gateway.schemas import (
     RunList,
     RunOut,
 )
+from podium.gateway.sse import MAX_EVENT_ID
 
 __all__ = ("openapi_document",)
 
@@ -29,14 +30,17 @@ _STATUSES = ["queued", "running", "completed", "failed", "cancelled"]
 _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",
+    "403": "The key is a tenant's; this endpoint needs an operator key (admin = true).",
     "404": "No such run (for this tenant) or agent.",
+    "408": "The body did not arrive within server.body_timeout_s.",
     "409": "The run cannot be cancelled (it already ended, or runs elsewhere).",
     "413": "The body is over the size limit.",
     "415": "The body is not application/json.",
     "422": "A field is missing, unknown, of the wrong type or out of range.",
     "429": "Shed by admission control: retry after the Retry-After header's seconds.",
     "502": "The agent's run did not complete.",
-    "503": "A backend the gateway needs is unreachable.",
+    "503": "The run store or queue is unreachable: retry after the Retry-After header's "
+    "seconds (with the same Idempotency-Key when creating a run).",
     "504": "The run did not finish within the wait timeout.",
 }
 
@@ -49,14 +53,36 @@ def _errors(*codes: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for code in codes:
         out[code] = {"description": _ERROR_TEXT[code], "content": _json("ErrorBody")}
-        if code == "429":
+        if code in ("429", "503"):
             out[code]["headers"] = {
                 "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "string"}}
             }
     return out
 
 
-_SSE = {"text/event-stream": {"schema": {"type": "string"}}}
+_SSE = {
+    "text/event-stream": {
+        "schema": {
+            "type": "string",
+            "contentMediaType": "text/event-stream",
+            "description": "Server-Sent Events: frames of `id: <seq>` (on the last event of "
+            "each journal entry), `event: <name>` and `data: <one line of JSON>`, "
+            "separated by blank lines, and `: keep-alive` comments. Names: model_reply, "
+            "tool_result, compacted, step_finished, final (always the last), error (the "
+            "store stayed unreachable). Chat completions send OpenAI's `data: {chunk}` "
+            "frames and `data: [DONE]`.",
+        }
+    }
+}
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "Makes the request safe to retry: a retry with the same key (per tenant) "
+    "returns the run the first attempt made (with `Idempotent-Replayed: true`) instead of "
+    "starting another; the same key with a different agent, input or metadata is a 422.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]+$"},
+}
 _AUTH: list[dict[str, list[str]]] = [{"apiKey": []}]
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
 
@@ -69,6 +95,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "createRun",
                 "summary": "Start a run: 202 with its id, its result (wait) or its events (stream)",
                 "security": _AUTH,
+                "parameters": [_IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": _json("RunCreate")},
                 "responses": {
                     "200": {
@@ -80,7 +107,7 @@ def _paths() -> dict[str, Any]:
                         "after the wait timeout).",
                         "content": _json("RunOut"),
                     },
-                    **_errors(*body_errors, "404", "429", "503"),
+                    **_errors(*body_errors, "404", "408", "429", "503"),
                 },
             },
             "get": {
@@ -114,7 +141,7 @@ def _paths() -> dict[str, Any]:
                 ],
                 "responses": {
                     "200": {"description": "Runs.", "content": _json("RunList")},
-                    **_errors("401", "422"),
+                    **_errors("401", "422", "503"),
                 },
             },
         },
@@ -126,7 +153,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_RUN_ID],
                 "responses": {
                     "200": {"description": "The run.", "content": _json("RunOut")},
-                    **_errors("401", "404", "422"),
+                    **_errors("401", "404", "422", "503"),
                 },
             }
         },
@@ -141,18 +168,20 @@ def _paths() -> dict[str, Any]:
                         "name": "Last-Event-ID",
                         "in": "header",
                         "required": False,
-                        "schema": {"type": "string"},
+                        "description": "The id of the last event received (wins over "
+                        "`after`); a value that is not a number counts as -1.",
+                        "schema": {"type": "string", "pattern": "^(-1|[0-9]{1,15})$"},
                     },
                     {
                         "name": "after",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "integer", "minimum": -1},
+                        "schema": {"type": "integer", "minimum": -1, "maximum": MAX_EVENT_ID},
                     },
                 ],
                 "responses": {
                     "200": {"description": "Server-Sent Events.", "content": _SSE},
-                    **_errors("401", "404", "422"),
+                    **_errors("401", "404", "422", "503"),
                 },
             }
         },
@@ -164,7 +193,7 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_RUN_ID],
                 "responses": {
                     "200": {"description": "The cancelled run.", "content": _json("RunOut")},
-                    **_errors("401", "404", "409", "422"),
+                    **_errors("401", "404", "409", "422", "503"),
                 },
             }
         },
@@ -184,6 +213,7 @@ def _paths() -> dict[str, Any]:
                 "operationId": "createChatCompletion",
                 "summary": "OpenAI-compatible: `model` names an agent; the reply is its answer",
                 "security": _AUTH,
+                "parameters": [_IDEMPOTENCY_KEY],
                 "requestBody": {"required": True, "content": _json("ChatRequest")},
                 "responses": {
                     "200": {
@@ -191,7 +221,7 @@ def _paths() -> dict[str, Any]:
                         "(stream).",
                         "content": {**_json("ChatCompletion"), **_SSE},
                     },
-                    **_errors(*body_errors, "404", "429", "502", "503", "504"),
+                    **_errors(*body_errors, "404", "408", "429", "502", "503", "504"),
                 },
             }
         },
@@ -217,14 +247,14 @@ def _paths() -> dict[str, Any]:
         "/metrics": {
             "get": {
                 "operationId": "metrics",
-                "summary": "Prometheus metrics",
+                "summary": "Prometheus metrics (operator keys only: they cover every tenant)",
                 "security": _AUTH,
                 "responses": {
                     "200": {
                         "description": "Prometheus text format.",
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
-                    **_errors("401"),
+                    **_errors("401", "403"),
                 },
             }
         },

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import logging
 import time
 from collections.abc import Mapping, Sequence
 
@@ -26,20 +28,38 @@ from podium.engine.records import (
     StepCommitted,
     StepRecord,
 )
-from podium.errors import StaleRunError
+from podium.errors import StaleRunError, StoreError
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
 from podium.gateway.metrics import GatewayMetrics
+from podium.gateway.outage import UNAVAILABLE, Retrier
 from podium.lifecycle import stop_task
 from podium.observe.looplag import LoopLagMonitor
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
 from podium.worker.worker import Worker
 
-__all__ = ("Gateway", "ServedAgent")
+__all__ = ("Gateway", "ServedAgent", "idempotent_run_id")
+
+log = logging.getLogger("podium.gateway")
 
 _READY_TIMEOUT_S = 2.0
+#: How long a submit that failed on an outage keeps trying to settle its run.
+_SETTLE_S = 300.0
+#: How long past its deadline a wait keeps trying a store that is down.
+_OUTAGE_GRACE_S = 60.0
+_SETTLE_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, StoreError)
+
+
+def idempotent_run_id(tenant: str, key: str) -> str:
+    """The run id an ``Idempotency-Key`` stands for: the same for a retry, per tenant.
+
+    Derived rather than looked up, so every gateway in front of the store finds the
+    same run, and the store's refusal to create a run twice makes the check atomic.
+    """
+    digest = hashlib.sha256(b"podium-idempotency\0%s\0%s" % (tenant.encode(), key.encode()))
+    return "run_" + digest.hexdigest()[:32]
 
 
 class ServedAgent:
@@ -86,6 +106,7 @@ class Gateway:
         self._finished: dict[str, list[asyncio.Future[None]]] = {}
         self._service_ns: dict[str, int] = {}
         self._admitted_at: dict[str, tuple[str, float]] = {}
+        self._settling: set[asyncio.Task[None]] = set()
         if engine is not None:
             engine.observers.append(self._observe)
 
@@ -102,7 +123,7 @@ class Gateway:
         """Drain: stop admitting, let in-flight runs finish within the grace period."""
         grace = self.config.server.drain_grace_s
         await asyncio.gather(*(w.drain(grace) for w in self.workers))
-        for task in self._worker_tasks:
+        for task in [*self._worker_tasks, *self._settling]:
             await stop_task(task)
         await self.admission.controller.stop()
         await self.lag.stop()
@@ -127,32 +148,111 @@ class Gateway:
         metadata: Mapping[str, str],
         *,
         field: str = "agent",
-    ) -> RunRecord:
-        """Admit (or refuse with a 429) and enqueue a new run."""
+        idempotency_key: str | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Admit (or refuse with a 429) and enqueue a new run; ``(record, replayed)``.
+
+        With an ``idempotency_key`` a retry of the same request returns the run the
+        first attempt made (``replayed``) instead of starting another; the same key
+        with a different agent, input or metadata is a 422.
+        """
         served = self.served(agent_name, field)
+        run_id = new_run_id()
+        if idempotency_key is not None:
+            run_id = idempotent_run_id(tenant.name, idempotency_key)
+            existing = await self.store.get(run_id)
+            if existing is not None:
+                return self._replay(existing, served, user_input, metadata), True
         waiting = await self.queue.depth(served.pool)
         self.admission.admit(tenant, served.pool, waiting)
         record = RunRecord(
-            new_run_id(),
+            run_id,
             served.name,
             user_input,
             tenant=tenant.name,
             pool=served.pool,
             metadata=dict(metadata),
         )
-        await self.store.create(record)
+        try:
+            await self.store.create(record)
+        except UNAVAILABLE:
+            # The write may have landed before its reply was lost: settle it once the
+            # store is back, so no run is left that no client knows about.
+            self._settle_later(record, enqueue=idempotency_key is not None)
+            raise
+        except StoreError as exc:
+            if isinstance(exc, StaleRunError):
+                raise
+            existing = await self.store.get(run_id)
+            if existing is None:
+                raise
+            if existing.created_at != record.created_at:
+                if idempotency_key is None:  # a random id taken: cannot happen, but loud
+                    raise
+                # Created meanwhile by a concurrent retry with the same key: that run it is.
+                return self._replay(existing, served, user_input, metadata), True
+            # Our own create landed before its reply was lost, and the store's retry of
+            # it found the run there: it is created; go on and enqueue it.
         if self.engine is not None:  # only the engine observer ever clears it
             self._admitted_at[record.run_id] = (served.pool, time.monotonic())
         try:
-            await self.queue.submit(
-                QueueItem(record.run_id, served.name, served.pool, tenant.name, time.time())
+            await self._enqueue(record)
+        except UNAVAILABLE:
+            # With a key the client's retry will find this run: enqueue it once the queue
+            # is back. Without one the client will start another run: fail this one.
+            self._settle_later(record, enqueue=idempotency_key is not None)
+            raise
+        return record, False
+
+    async def _enqueue(self, record: RunRecord) -> None:
+        await self.queue.submit(
+            QueueItem(record.run_id, record.agent, record.pool, record.tenant, time.time())
+        )
+
+    def _replay(
+        self,
+        existing: RunRecord,
+        served: ServedAgent,
+        user_input: str,
+        metadata: Mapping[str, str],
+    ) -> RunRecord:
+        if (
+            existing.agent != served.name
+            or existing.input != user_input
+            or existing.metadata != dict(metadata)
+        ):
+            raise ApiError(
+                422,
+                "idempotency_mismatch",
+                "this Idempotency-Key was used with a different request "
+                f"(run {existing.run_id}); use a new key for a new request",
+                field="idempotency-key",
             )
-        except (ConnectionError, OSError) as exc:
-            record.status, record.reason, record.error = "failed", "enqueue_failed", str(exc)
-            record.finished_at = time.time()
-            await self.store.update(record)
-            raise ApiError(503, "unavailable", "the run queue is unreachable") from exc
-        return record
+        return existing
+
+    def _settle_later(self, record: RunRecord, *, enqueue: bool) -> None:
+        task = asyncio.create_task(self._settle(record, enqueue), name=f"settle:{record.run_id}")
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _settle(self, record: RunRecord, enqueue: bool) -> None:
+        """After a failed submit: enqueue the run (``enqueue``) or fail it, if it was created."""
+        retry = Retrier(time.monotonic() + _SETTLE_S, max_s=2.0)
+        try:
+            stored = await retry.call(self.store.get, record.run_id)
+            if stored is None or stored.created_at != record.created_at:
+                return  # not created by this attempt (or a retry made its own)
+            if stored.status != "queued" or stored.started_at is not None:
+                return
+            if enqueue:
+                await retry.call(self._enqueue, stored)
+                return
+            stored.status, stored.reason = "failed", "enqueue_failed"
+            stored.error = "the run queue was unreachable when the run was submitted"
+            stored.finished_at = time.time()
+            await retry.call(self.store.update, stored)
+        except _SETTLE_ERRORS as exc:
+            log.warning("run %s: could not settle its failed submit: %s", record.run_id, exc)
 
     async def get(self, tenant: Tenant, run_id: str) -> RunRecord:
         """The tenant's run; another tenant's run is as absent as a run that never was."""
@@ -162,17 +262,22 @@ class Gateway:
         return record
 
     async def wait(self, run_id: str, wait_s: float) -> RunRecord:
-        """The run's record once it has ended, or as it stands after ``wait_s`` seconds."""
-        record = await self.store.get(run_id)
-        if record is None or record.done:
-            assert record is not None
+        """The run's record once it has ended, or as it stands after ``wait_s`` seconds.
+
+        An outage of the store is ridden out: the wait keeps trying (for up to
+        ``_OUTAGE_GRACE_S`` past its own deadline) and answers once the store is back.
+        """
+        deadline = time.monotonic() + wait_s
+        retry = Retrier(deadline + _OUTAGE_GRACE_S)
+        record = await self._record(retry, run_id)
+        if record.done:
             return record
         if self.engine is not None:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._finished.setdefault(run_id, []).append(fut)
             try:
-                record = await self.store.get(run_id)  # it may have ended meanwhile
-                if record is not None and not record.done:
+                record = await self._record(retry, run_id)  # it may have ended meanwhile
+                if not record.done:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(fut, wait_s)
             finally:
@@ -182,24 +287,25 @@ class Gateway:
                     if not waiters:
                         del self._finished[run_id]
         else:
-            await self._follow_until_done(run_id, wait_s)
-        record = await self.store.get(run_id)
-        assert record is not None
+            await self._follow_until_done(run_id, deadline, retry)
+        return await self._record(retry, run_id)
+
+    async def _record(self, retry: Retrier, run_id: str) -> RunRecord:
+        record = await retry.call(self.store.get, run_id)
+        if record is None:  # expired or deleted while we waited
+            raise ApiError(404, "not_found", f"no run {run_id!r}", field="run_id")
         return record
 
-    async def _follow_until_done(self, run_id: str, wait_s: float) -> None:
-        deadline = time.monotonic() + wait_s
+    async def _follow_until_done(self, run_id: str, deadline: float, retry: Retrier) -> None:
         after = -1
         while (left := deadline - time.monotonic()) > 0:
-            items = await self.store.wait_journal(run_id, after, min(left, 5.0))
+            items = await retry.call(self.store.wait_journal, run_id, after, min(left, 5.0))
             if any(isinstance(e, RunFinished) for _, e in items):
                 return
             if items:
                 after = items[-1][0]
-            else:
-                record = await self.store.get(run_id)
-                if record is None or record.done:
-                    return
+            elif (await self._record(retry, run_id)).done:
+                return
 
     async def cancel(self, tenant: Tenant, run_id: str) -> RunRecord:
         record = await self.get(tenant, run_id)

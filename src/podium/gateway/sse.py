@@ -9,6 +9,7 @@ never a duplicate. Event names::
     compacted      older turns were summarized
     step_finished  a step was checkpointed (with its phase timings)
     final          the run ended (status, output, error, reason) — the last event
+    error          the store stayed unreachable past the follower's grace (the stream ends)
 
 A step journaled whole (one ``StepRecord`` entry, the common case) is sent as
 the same three kinds of event — ``model_reply``, a ``tool_result`` per call,
@@ -16,13 +17,16 @@ the same three kinds of event — ``model_reply``, a ``tool_result`` per call,
 cut off inside the group resumes from the previous id and gets the whole step
 again. Journal kinds this module does not know are sent under their own tag
 with their fields as-is. While nothing happens a ``: keep-alive`` comment is sent
-every ``heartbeat_s``.
+every ``heartbeat_s``, and while the store is unreachable (the follower rides the
+outage out and resumes where it was).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -36,9 +40,17 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.store.base import RunStore
+from podium.gateway.outage import UNAVAILABLE
+from podium.store.base import JournalItem, RunStore
 
-__all__ = ("EVENT_NAMES", "event_name", "follow_journal", "format_event", "parse_last_event_id")
+__all__ = (
+    "EVENT_NAMES",
+    "MAX_EVENT_ID",
+    "event_name",
+    "follow_journal",
+    "format_event",
+    "parse_last_event_id",
+)
 
 EVENT_NAMES: dict[str, str] = {
     "model": "model_reply",
@@ -48,6 +60,12 @@ EVENT_NAMES: dict[str, str] = {
     "final": "final",
 }
 KEEPALIVE = b": keep-alive\n\n"
+#: The largest event id a client may resume after (ids are journal sequence numbers).
+MAX_EVENT_ID = 2**53 - 1
+#: How long a follower rides out a store that is down before it gives up.
+OUTAGE_GRACE_S = 120.0
+
+T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 
@@ -120,32 +138,98 @@ def final_from_record(record: RunRecord) -> bytes:
 
 
 async def follow_journal(
-    store: RunStore, run_id: str, after: int = -1, *, heartbeat_s: float = 10.0
+    store: RunStore,
+    run_id: str,
+    after: int = -1,
+    *,
+    heartbeat_s: float = 10.0,
+    outage_grace_s: float = OUTAGE_GRACE_S,
 ) -> AsyncIterator[bytes]:
-    """SSE frames for the journal of ``run_id`` after ``after``, live until the run ends."""
-    items = await store.journal(run_id, after)
-    while True:
-        if not items:
-            record = await store.get(run_id)
-            if record is None:
-                return
-            if record.done:
-                # Ended: either its final entry was already sent (a resume after it), or it
-                # ended without one (dead-lettered) and the record has the verdict.
-                journal = await store.journal(run_id, max(-1, after - 1))
-                if not any(isinstance(e, RunFinished) for _, e in journal):
-                    yield final_from_record(record)
-                return
-            items = await store.wait_journal(run_id, after, heartbeat_s)
+    """SSE frames for the journal of ``run_id`` after ``after``, live until the run ends.
+
+    While the store is unreachable the follower keeps trying, sending a keep-alive
+    comment between attempts, and resumes where it was once the store is back; only an
+    outage longer than ``outage_grace_s`` ends the stream (with an ``error`` event).
+    """
+    down_since: float | None = None
+    delay = 0.1
+
+    async def attempt(op: Callable[..., Awaitable[T]], *args: object) -> tuple[bool, T | None]:
+        nonlocal down_since, delay
+        try:
+            result = await op(*args)
+        except UNAVAILABLE:
+            now = time.monotonic()
+            down_since = down_since or now
+            if now - down_since > outage_grace_s:
+                raise
+            return False, None
+        down_since, delay = None, 0.1
+        return True, result
+
+    async def pause() -> None:
+        nonlocal delay
+        await asyncio.sleep(delay)
+        delay = min(1.0, delay * 2)
+
+    try:
+        items: list[JournalItem] = []
+        fetch = True  # the next step reads the journal (not waits on it)
+        refetched = False
+        while True:
+            if fetch:
+                ok, got = await attempt(store.journal, run_id, after)
+                if not ok:
+                    yield KEEPALIVE
+                    await pause()
+                    continue
+                items, fetch = got or [], False
             if not items:
-                yield KEEPALIVE
-            continue
-        for seq, entry in items:
-            after = seq
-            events = entry_events(seq, entry)
-            last = len(events) - 1
-            for i, (name, data) in enumerate(events):
-                yield format_event(seq if i == last else None, name, data)
-            if isinstance(entry, RunFinished):
-                return
-        items = await store.journal(run_id, after)
+                ok, record = await attempt(store.get, run_id)
+                if not ok:
+                    yield KEEPALIVE
+                    await pause()
+                    continue
+                if record is None:
+                    return
+                if record.done:
+                    ok, final_seq = await attempt(_final_seq, store, run_id)
+                    if not ok:
+                        yield KEEPALIVE
+                        await pause()
+                        continue
+                    if final_seq is None or refetched:
+                        # It ended without a final entry (dead-lettered): the record says how.
+                        yield final_from_record(record)
+                        return
+                    if final_seq <= after:  # a resume after the end: it was sent before
+                        return
+                    fetch = refetched = True  # it ended just now: send what came since
+                    continue
+                ok, got = await attempt(store.wait_journal, run_id, after, heartbeat_s)
+                if not ok:
+                    yield KEEPALIVE
+                    await pause()
+                    continue
+                items = got or []
+                if not items:
+                    yield KEEPALIVE
+                continue
+            for seq, entry in items:
+                after = seq
+                events = entry_events(seq, entry)
+                last = len(events) - 1
+                for i, (name, data) in enumerate(events):
+                    yield format_event(seq if i == last else None, name, data)
+                if isinstance(entry, RunFinished):
+                    return
+            items, fetch = [], True
+    except UNAVAILABLE as exc:
+        error = {"type": "unavailable", "message": f"the run store is unreachable: {exc}"}
+        yield format_event(None, "error", {"error": error})
+
+
+async def _final_seq(store: RunStore, run_id: str) -> int | None:
+    """The sequence number of the run's final journal entry, if it has one."""
+    journal = await store.journal(run_id, -1)
+    return next((seq for seq, e in journal if isinstance(e, RunFinished)), None)

@@ -1,0 +1,126 @@
+"""Bad input is a 4xx with the error shape, never a 500 (issue 8, item 7), and retries with an
+``Idempotency-Key`` make one run (item 5), in-process."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from conftest import KEY_B, gateway_client
+
+pytestmark = pytest.mark.anyio
+
+DEEP = "[" * 2000 + "]" * 2000  # 4 KB
+
+
+def _error(r: httpx.Response, status: int) -> dict[str, str]:
+    assert r.status_code == status, r.text
+    error: dict[str, str] = r.json()["error"]
+    assert error["type"] and error["message"]
+    return error
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        '{"role": "assistant", "tool_calls": [{"id": "c", "function": ' + DEEP + "}]}",
+        '{"role": "user", "content": [{"type": "text", "text": "hi", "x": ' + DEEP + "}]}",
+    ],
+)
+async def test_deeply_nested_json_is_a_400(message: str) -> None:
+    async with gateway_client() as (_, client):
+        body = '{"model": "react", "messages": [' + message + "]}"
+        r = await client.post(
+            "/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}
+        )
+        assert _error(r, 400)["type"] == "invalid_json"
+
+
+async def test_a_limit_of_thousands_of_digits_is_a_422() -> None:
+    async with gateway_client() as (_, client):
+        r = await client.get("/v1/runs", params={"limit": "9" * 5000})
+        assert _error(r, 422)["field"] == "limit"
+        r = await client.get("/v1/runs", params={"limit": "0" * 5000 + "5"})
+        assert r.status_code == 200
+
+
+@pytest.mark.parametrize("after", [str(2**63), str(2**64 + 5), "-2", "1e3", "x", "9" * 5000])
+async def test_after_out_of_range_or_not_a_number_is_a_422(after: str) -> None:
+    async with gateway_client() as (_, client):
+        run = (await client.post("/v1/runs", json={"agent": "react", "input": "q"})).json()
+        r = await client.get(f"/v1/runs/{run['id']}/events", params={"after": after})
+        assert _error(r, 422)["field"] == "after"
+
+
+@pytest.mark.parametrize("last", [str(2**63), str(2**53)])
+async def test_last_event_id_out_of_range_is_a_422(last: str) -> None:
+    async with gateway_client() as (_, client):
+        run = (await client.post("/v1/runs", json={"agent": "react", "input": "q"})).json()
+        r = await client.get(f"/v1/runs/{run['id']}/events", headers={"Last-Event-ID": last})
+        assert _error(r, 422)["field"] == "last-event-id"
+
+
+async def test_resuming_past_the_end_of_an_ended_run_sends_no_second_final() -> None:
+    async with gateway_client() as (gw, client):
+        run = (await client.post("/v1/runs", json={"agent": "react", "input": "q"})).json()
+        await gw.wait(run["id"], 10)
+        r = await client.get(f"/v1/runs/{run['id']}/events", params={"after": 2**53 - 1})
+        assert r.status_code == 200 and "event: final" not in r.text
+
+
+async def test_an_idempotency_key_makes_one_run_per_tenant() -> None:
+    async with gateway_client() as (_, client):
+        key = {"Idempotency-Key": "order-7"}
+        body = {"agent": "react", "input": "q", "metadata": {"k": "v"}}
+        first = await client.post("/v1/runs", json=body, headers=key)
+        again = await client.post("/v1/runs", json={**body, "wait": True}, headers=key)
+        assert first.status_code == 202 and again.status_code == 200
+        assert again.json()["id"] == first.json()["id"]
+        assert again.headers["idempotent-replayed"] == "true"
+        assert "idempotent-replayed" not in first.headers
+        changed = await client.post("/v1/runs", json={**body, "input": "other"}, headers=key)
+        assert _error(changed, 422)["type"] == "idempotency_mismatch"
+        other_tenant = await client.post(
+            "/v1/runs", json=body, headers={**key, "Authorization": f"Bearer {KEY_B}"}
+        )
+        assert other_tenant.status_code == 202
+        assert other_tenant.json()["id"] != first.json()["id"]
+        listed = (await client.get("/v1/runs")).json()["data"]
+        assert [r["id"] for r in listed] == [first.json()["id"]]
+
+
+async def test_concurrent_retries_with_one_key_make_one_run() -> None:
+    async with gateway_client() as (_, client):
+        key = {"Idempotency-Key": "burst"}
+        replies = await asyncio.gather(
+            *(
+                client.post("/v1/runs", json={"agent": "react", "input": "q"}, headers=key)
+                for _ in range(8)
+            )
+        )
+        assert {r.status_code for r in replies} <= {200, 202}
+        assert len({r.json()["id"] for r in replies}) == 1
+
+
+async def test_chat_completions_take_an_idempotency_key() -> None:
+    async with gateway_client() as (_, client):
+        body = {"model": "react", "messages": [{"role": "user", "content": "q"}]}
+        key = {"Idempotency-Key": "chat-1"}
+        first = await client.post("/v1/chat/completions", json=body, headers=key)
+        again = await client.post("/v1/chat/completions", json=body, headers=key)
+        assert first.status_code == again.status_code == 200
+        assert first.headers["x-podium-run-id"] == again.headers["x-podium-run-id"]
+        assert first.json()["id"] == again.json()["id"]
+
+
+@pytest.mark.parametrize("key", [b"", b"x" * 256, "caf\u00e9".encode(), b"a\x7fb"])
+async def test_a_bad_idempotency_key_is_a_422(key: bytes) -> None:
+    async with gateway_client() as (_, client):
+        r = await client.post(
+            "/v1/runs",
+            json={"agent": "react", "input": "q"},
+            headers={"Idempotency-Key": key},
+        )
+        assert _error(r, 422)["field"] == "idempotency-key"
