@@ -81,6 +81,12 @@ class Agent:
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
+        for t in tools:
+            if not isinstance(t, Tool):  # the types say it is one; a plain function is common
+                what = getattr(t, "__name__", type(t).__name__)  # type: ignore[unreachable]
+                raise ConfigError(
+                    f"agent {name!r}: tool {what!r} is not a tool: decorate the function with @tool"
+                )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
