@@ -132,6 +132,8 @@ async def run_bench(
                 if completed % 256 == 0:
                     peak_rss = max(peak_rss, rss_kb())
 
+        if progress and console is not None:
+            console.print(f"bench: running {runs} runs, {concurrency} at a time ({label})")
         lag.start()
         with bar:
             wall0 = time.perf_counter()

@@ -133,7 +133,7 @@ def check_redis_url(url: str) -> None:
     if parts.scheme in ("rediss", "unix"):
         raise UserError(
             f"Redis URL {url!r}: {'TLS' if parts.scheme == 'rediss' else 'unix sockets'} "
-            "not supported yet; use a redis://HOST:PORT/DB TCP URL"
+            "not supported yet; use a redis:// TCP URL (redis://HOST:PORT/DB)"
         )
     if parts.scheme != "redis" or not parts.hostname:
         raise UserError(f"Redis URL {url!r} is malformed; use redis://HOST:PORT/DB")

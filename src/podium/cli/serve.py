@@ -114,7 +114,8 @@ def serve(args: argparse.Namespace) -> int:
         model = model_from_option(args.model, config)
         for s in served:
             s.agent = with_model(s.agent, model)
-    if not len(keys):
+    gateway = build_gateway(config, served, keys=keys)
+    if not len(keys):  # after everything that can fail: a key printed is a key that works
         key = generate_key()
         keys.add(key, "default")
         print(
@@ -122,7 +123,6 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-    gateway = build_gateway(config, served, keys=keys)
     import uvicorn
 
     from podium.gateway.app import create_app
