@@ -16,6 +16,7 @@ from podium.gateway.schemas import (
     ChatCompletion,
     ChatRequest,
     Health,
+    ModelList,
     Readiness,
     RunCreate,
     RunList,
@@ -179,6 +180,18 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/models": {
+            "get": {
+                "operationId": "listModels",
+                "summary": "OpenAI-compatible: the served agents, as models a chat completion "
+                "can name",
+                "security": _AUTH,
+                "responses": {
+                    "200": {"description": "Models.", "content": _json("ModelList")},
+                    **_errors("401", "422"),
+                },
+            }
+        },
         "/v1/chat/completions": {
             "post": {
                 "operationId": "createChatCompletion",
@@ -238,6 +251,7 @@ def openapi_document() -> dict[str, Any]:
         RunOut,
         RunList,
         AgentList,
+        ModelList,
         ChatRequest,
         ChatCompletion,
         ErrorBody,
