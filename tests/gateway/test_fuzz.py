@@ -25,6 +25,7 @@ OPERATIONS = [
     ("GET", "/v1/runs/{run_id}/events"),
     ("POST", "/v1/runs/{run_id}/cancel"),
     ("GET", "/v1/agents"),
+    ("GET", "/v1/models"),
     ("POST", "/v1/chat/completions"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),
