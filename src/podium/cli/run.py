@@ -197,7 +197,12 @@ def main(args: argparse.Namespace) -> int:
         if args.resume and not os.path.exists(args.store):
             raise UserError(f"--resume: store {args.store!r} does not exist")
     agent = _open_agent(args)
-    console = Console(highlight=False) if not (args.quiet or args.json) else Console(stderr=True)
+    piped = not sys.stdout.isatty()  # a pipe or a file: no hard wrapping at 80 columns
+    console = (
+        Console(highlight=False, soft_wrap=piped)
+        if not (args.quiet or args.json)
+        else Console(stderr=True)
+    )
     started: list[str] = []
     try:
         record = asyncio.run(_run(agent, args, console, started))
