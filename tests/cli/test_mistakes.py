@@ -185,3 +185,22 @@ def test_ctrl_c_on_bench_and_serve_is_one_line(tmp_path: Path) -> None:
     code, out, _ = _interrupt(proc, "Application startup complete")
     assert code == 130 and "Traceback" not in out, out
     assert out.strip().splitlines()[-1] == "podium serve: stopped (interrupted)", out
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    import podium
+
+    out = podium_run_ok("--version", cwd=tmp_path)
+    assert out.stdout.strip() == f"podium {podium.__version__}"
+    serve_help = podium_run_ok("serve", "--help", cwd=tmp_path).stdout
+    assert "``" not in serve_help and "::" not in serve_help
+    assert "(default: INFO)" in serve_help
+    worker_help = podium_run_ok("worker", "--help", cwd=tmp_path).stdout
+    assert "(default: 256)" in worker_help and "(default: 3)" in worker_help
+    assert "(default: 64)" in podium_run_ok("sim-server", "--help", cwd=tmp_path).stdout
+
+
+def podium_run_ok(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    out = podium(*args, cwd=cwd)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return out

@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
     p.add_argument("--scenario", help="scenario file (.toml or .yaml); default: built-in ReAct")
     p.add_argument("--runs", type=positive_int, help="number of runs (overrides the scenario)")
     p.add_argument("--concurrency", type=positive_int, help="runs in flight at once (overrides)")
-    p.add_argument("--store", default="memory", help="memory (default) or a SQLite file path")
-    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--store", default="memory", help="memory, or a SQLite file path")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(handler=main)
 

@@ -52,6 +52,7 @@ class HelpFormatter(argparse.HelpFormatter):
         default = action.default
         if (
             "%(default)" in text
+            or "default" in text  # the help says it in its own words
             or default is None
             or default is False
             or default == []
@@ -59,7 +60,7 @@ class HelpFormatter(argparse.HelpFormatter):
             or action.option_strings == []
         ):
             return text
-        return f"{text} (default: %(default)s)"
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
 
 
 class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from podium.cli.common import UserError, check_redis_url, log_level, positive_int
+from podium.cli.common import RawHelpFormatter, UserError, check_redis_url, log_level, positive_int
 from podium.config import load_config
 from podium.factory import worker_agents
 
@@ -57,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "heartbeats their leases, and drains on SIGTERM. It reads the same podium.toml as "
         "podium serve.",
         epilog=EPILOG,
+        formatter_class=RawHelpFormatter,
     )
     p.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
     p.add_argument("--redis", help=f"Redis URL (default: server.redis, else {DEFAULT_REDIS})")
