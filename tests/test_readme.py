@@ -79,3 +79,30 @@ def test_quick_start_is_two_commands() -> None:
     blocks = re.findall(r"```sh\n(.*?)```", quick, re.S)
     assert len(blocks) == 2 and all(b.count("\n") == 1 for b in blocks), blocks
     assert blocks[0].strip().endswith("podium bench")
+
+
+CONFIGS = [
+    (p, line, code)
+    for p in [README, ROOT / "docs" / "configuration.md"]
+    for line, code in fenced(p, "toml")
+]
+
+
+@pytest.mark.parametrize(
+    ("path", "line", "code"), CONFIGS, ids=[f"{p.name}:{line}" for p, line, _ in CONFIGS]
+)
+def test_toml_samples_are_valid_configuration(
+    path: Path, line: int, code: str, tmp_path: Path
+) -> None:
+    import tomllib
+
+    from podium.config import load_config
+
+    data = tomllib.loads(code)
+    if "load" in data or "script" in data:
+        return  # a bench scenario, checked by the scenario tests
+    if any(a.get("model") for a in data.get("agents", [])) and "models" not in data:
+        return  # a fragment: the [[agents]] that use a model declared elsewhere on the page
+    file = tmp_path / "podium.toml"
+    file.write_text(code)
+    load_config(file, environ={})

@@ -16,6 +16,9 @@ def test_openai_client_lists_the_served_agents(server: ServerProcess) -> None:
         assert [m.id for m in models] == ["react", "slow", "sleepy"]
         assert all(m.object == "model" and m.owned_by == "podium" for m in models)
         assert all(isinstance(m.created, int) and m.created > 0 for m in models)
+        assert client.models.retrieve("slow").id == "slow"
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("no-such-agent")
         # What the list names, a chat completion accepts.
         reply = client.chat.completions.create(
             model=models[0].id, messages=[{"role": "user", "content": "q"}]

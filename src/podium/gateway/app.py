@@ -190,6 +190,12 @@ def _routes(gw: Gateway) -> list[Route]:
         data = [ModelOut(name, "model", served_since, "podium") for name in gw.agents]
         return json_response(ModelList("list", data))
 
+    async def get_model(request: Request) -> Response:
+        gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        name = gw.served(request.path_params["model"], field="model").name
+        return json_response(ModelOut(name, "model", served_since, "podium"))
+
     async def chat_completions(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
@@ -225,6 +231,7 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
         Route("/v1/agents", list_agents, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

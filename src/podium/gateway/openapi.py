@@ -17,6 +17,7 @@ from podium.gateway.schemas import (
     ChatRequest,
     Health,
     ModelList,
+    ModelOut,
     Readiness,
     RunCreate,
     RunList,
@@ -192,6 +193,20 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/models/{model}": {
+            "get": {
+                "operationId": "getModel",
+                "summary": "OpenAI-compatible: one served agent, as a model",
+                "security": _AUTH,
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "The model.", "content": _json("ModelOut")},
+                    **_errors("401", "404", "422"),
+                },
+            }
+        },
         "/v1/chat/completions": {
             "post": {
                 "operationId": "createChatCompletion",
@@ -252,6 +267,7 @@ def openapi_document() -> dict[str, Any]:
         RunList,
         AgentList,
         ModelList,
+        ModelOut,
         ChatRequest,
         ChatCompletion,
         ErrorBody,
