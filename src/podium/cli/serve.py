@@ -114,10 +114,12 @@ def serve(args: argparse.Namespace) -> int:
         model = model_from_option(args.model, config)
         for s in served:
             s.agent = with_model(s.agent, model)
-    gateway = build_gateway(config, served, keys=keys)
-    if not len(keys):  # after everything that can fail: a key printed is a key that works
+    key = None
+    if not len(keys):
         key = generate_key()
         keys.add(key, "default")
+    gateway = build_gateway(config, served, keys=keys)
+    if key is not None:  # printed after everything that can fail: a key shown is a key that works
         print(
             f"podium: no API keys configured; for tenant 'default' use: {key}",
             file=sys.stderr,
