@@ -124,8 +124,9 @@ def test_mistake_is_one_line(
     [("worker", "--agent", "react"), ("serve", "--agent", "react", "--redis", "redis://h:1/0")],
     ids=["worker", "serve-redis"],
 )
-def test_missing_redis_extra_names_it(args: tuple[str, ...], tmp_path: Path) -> None:
-    out = podium(*args, cwd=tmp_path, pre="import sys; sys.modules['redis'] = None")
+@pytest.mark.parametrize("module", ["redis", "hiredis"])
+def test_missing_redis_extra_names_it(args: tuple[str, ...], module: str, tmp_path: Path) -> None:
+    out = podium(*args, cwd=tmp_path, pre=f"import sys; sys.modules[{module!r}] = None")
     assert_one_line_error(out, "pip install 'podium[redis]'")
 
 

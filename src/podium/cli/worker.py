@@ -97,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
     server = config.server
     redis_url = args.redis or server.redis or DEFAULT_REDIS
     check_redis_url(redis_url)
-    importlib.import_module("redis")  # missing: main() names the extra to install
+    for module in ("redis", "hiredis"):  # missing: main() names the extra to install
+        importlib.import_module(module)
     # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
     agents = worker_agents(config, args.agent, args.pool)
     ttl = server.ttl_s if args.ttl is None else args.ttl
