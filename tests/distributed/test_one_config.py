@@ -4,6 +4,7 @@ serves other agents fails the run at once, saying why, and logs the dead letter.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -54,11 +55,12 @@ def config(tmp_path: Path, shared_redis_url: str, prefix: str) -> Path:
     return path
 
 
-@pytest.fixture
-def gateway(config: Path) -> Iterator[httpx.Client]:
+@contextlib.contextmanager
+def running_gateway(*args: str) -> Iterator[httpx.Client]:
+    """A real ``podium serve`` with ``args``, and a client holding the test's key."""
     port = free_port()
     proc = subprocess.Popen(
-        podium("serve", "--config", str(config), "--port", str(port)),
+        podium("serve", *args, "--port", str(port)),
         cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     started = threading.Event()
@@ -86,6 +88,12 @@ def gateway(config: Path) -> Iterator[httpx.Client]:
         proc.wait(30)
         if proc.stderr is not None:
             proc.stderr.close()
+
+
+@pytest.fixture
+def gateway(config: Path) -> Iterator[httpx.Client]:
+    with running_gateway("--config", str(config)) as client:
+        yield client
 
 
 def burst_worker(*args: str) -> subprocess.CompletedProcess[str]:
@@ -136,3 +144,20 @@ def test_worker_serves_an_agent_under_the_gateways_name(
     )
     assert out.returncode == 0, out.stderr
     assert gateway.get(f"/v1/runs/{run_id}").json()["status"] == "completed"
+
+
+
+
+def test_redis_and_prefix_given_as_options_on_both_sides(
+    shared_redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """`--redis`/`--prefix` on the gateway as on the worker: the run does not stay queued."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n')
+    common = ("--redis", shared_redis_url, "--prefix", prefix, "--ttl", "60")
+    agent = ("--agent", "support=podium.examples.react:agent")
+    with running_gateway("--config", str(keys), *common, *agent) as gateway:
+        run_id = gateway.post("/v1/runs", json={"agent": "support", "input": "q"}).json()["id"]
+        out = burst_worker(*common, *agent)
+        assert out.returncode == 0, out.stderr
+        assert gateway.get(f"/v1/runs/{run_id}").json()["status"] == "completed"
