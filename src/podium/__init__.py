@@ -3,6 +3,7 @@
 The public API is re-exported here; everything else is internal.
 """
 
+from podium._version import __version__ as __version__
 from podium.agent import Agent, ContextPolicy
 from podium.context import EstimateTokenizer, HuggingFaceTokenizer, Tokenizer
 from podium.engine import (

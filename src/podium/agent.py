@@ -98,6 +98,12 @@ class Agent:
             raise ConfigError("max_tool_calls must be at least 1")
         if deadline_s is not None and not deadline_s > 0:
             raise ConfigError("deadline_s must be positive (or None for no deadline)")
+        for t in tools:
+            if not isinstance(t, Tool):  # the types say it is one; a plain function is common
+                what = getattr(t, "__name__", type(t).__name__)  # type: ignore[unreachable]
+                raise ConfigError(
+                    f"agent {name!r}: tool {what!r} is not a tool: decorate the function with @tool"
+                )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")

@@ -54,7 +54,9 @@ __all__ = (
     "Config",
     "KeyConfig",
     "LimitsConfig",
+    "ModelConfig",
     "PoolConfig",
+    "RouteConfig",
     "ServerConfig",
     "load_config",
 )
@@ -70,7 +72,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     ``store``: ``"sqlite:PATH"`` (the embedded default), ``"memory"``.
     ``redis``: a ``redis://`` URL switches to the distributed mode (Redis store
-    and queue, workers in separate ``podium worker`` processes).
+    and queue, workers in separate ``podium worker`` processes). ``prefix``
+    namespaces every Redis key and ``ttl_s`` expires finished runs (0: never);
+    the gateway and its workers must agree on both, which is why
+    ``podium worker --config`` reads them from the same file.
     """
 
     host: str = "127.0.0.1"
@@ -88,14 +93,69 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_header_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 16384
     max_headers: Annotated[int, msgspec.Meta(ge=8)] = 100
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 10000
+    prefix: str = "podium"
+    ttl_s: NonNegative = 7 * 86_400.0
 
 
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """An agent to serve: ``path`` is ``package.module:attribute`` or a built-in example name."""
+    """An agent to serve, from Python or declared here.
 
-    path: str
+    From Python: ``path`` is ``package.module:attribute`` (an Agent or a
+    function returning one) or a built-in example name; ``model`` (a
+    ``[[models]]`` name) replaces its model. Declared: no ``path``, a ``name``,
+    a ``model``, ``instructions``, ``tools`` (import paths of ``@tool``
+    functions) and limits.
+    """
+
+    path: str | None = None
     name: str | None = None
     pool: str = "default"
+    model: str | None = None
+    instructions: str = ""
+    description: str = ""
+    tools: list[str] = msgspec.field(default_factory=list)
+    max_steps: Annotated[int, msgspec.Meta(ge=1)] = 12
+    deadline_s: Positive | None = None
+    max_context_tokens: Annotated[int, msgspec.Meta(ge=1)] = 32_000
+    max_tool_result_tokens: Annotated[int, msgspec.Meta(ge=1)] = 2_000
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    tags: list[str] = msgspec.field(default_factory=list)
+
+
+class RouteConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A condition sending calls to the endpoint's group (all given must hold)."""
+
+    max_prompt_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    min_prompt_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    tags: list[str] = msgspec.field(default_factory=list)
+    agents: list[str] = msgspec.field(default_factory=list)
+
+
+class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One OpenAI-compatible endpoint. Entries with the same ``name`` form one pool.
+
+    ``base_url`` defaults to ``$OPENAI_BASE_URL`` (else OpenAI's); the API key
+    is read from the environment variable ``api_key_env`` (default
+    ``OPENAI_API_KEY``), never written in the file. ``capacity`` is the
+    sequences the server decodes at once; ``group`` and ``routing`` place the
+    endpoint in hybrid routing (``tags``: agents with any of these tags are
+    routed to this group); ``health_path`` is probed for readiness
+    (default ``/health``, then ``/v1/models``).
+    """
+
+    name: str
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    capacity: Annotated[int, msgspec.Meta(ge=1)] = 64
+    group: str = "default"
+    tags: list[str] = msgspec.field(default_factory=list)
+    routing: list[RouteConfig] = msgspec.field(default_factory=list)
+    health_path: str | None = None
+    stream: bool = False
+    timeout_s: Positive | None = None
+    extra_body: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -161,6 +221,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     pools: dict[str, PoolConfig] = msgspec.field(default_factory=dict)
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     keys: list[KeyConfig] = msgspec.field(default_factory=list)
+    models: list[ModelConfig] = msgspec.field(default_factory=list)
 
     def pool(self, name: str) -> PoolConfig:
         """The pool's settings (defaults for a pool the file does not name)."""
@@ -232,6 +293,18 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
         config = msgspec.convert(data, Config, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"config: {exc}") from exc
+    models = {m.name for m in config.models}
+    for agent in config.agents:
+        if agent.path is None and (agent.name is None or agent.model is None):
+            raise ConfigError(
+                "agents: an agent without 'path' is declared here and needs 'name' and 'model'"
+            )
+        if agent.model is not None and agent.model not in models:
+            known = ", ".join(sorted(models)) or "none"
+            raise ConfigError(
+                f"agents: {agent.name or agent.path!r} uses model {agent.model!r}, "
+                f"which no [[models]] entry names (known: {known})"
+            )
     for key in config.keys:
         if (key.hash is None) == (key.key is None):
             raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")

@@ -105,3 +105,18 @@ async def test_every_phase_of_every_step_is_recorded() -> None:
     assert (summary.runs, summary.steps) == (3, 12)
     assert all(summary.phases[p].samples == 12 for p in STEP_PHASES)
     assert summary.phases["model"].wall_p50_ms >= 5
+
+
+def test_profiles_print_as_readable_text() -> None:
+    wall = (10_000, 2_000_000, 0, 500_000, 0, 30_000)
+    step = StepProfile(3, wall, (10_000, 100_000, 0, 0, 0, 30_000), 1)
+    text = str(step)
+    assert text.startswith("step 3: assemble 0.01 ms (CPU 0.01), model 2.00 ms (CPU 0.10)")
+    assert "parse" not in text and "1 tool call(s)" in text
+    run = RunProfile(admit_ns=1_000_000, steps=[step])
+    lines = str(run).splitlines()
+    assert lines[0].split() == ["phase", "wall", "ms", "CPU", "ms", "wait", "ms"]
+    assert lines[1].split() == ["admit", "1.00", "0.00", "1.00"]
+    assert lines[2 + STEP_PHASES.index("model")].split() == ["model", "2.00", "0.10", "1.90"]
+    assert lines[-2].split()[0] == "total" and lines[-1] == "(1 step)"
+    assert "_ns" not in str(run)

@@ -28,6 +28,8 @@ OPERATIONS = [
     ("GET", "/v1/runs/{run_id}/events"),
     ("POST", "/v1/runs/{run_id}/cancel"),
     ("GET", "/v1/agents"),
+    ("GET", "/v1/models"),
+    ("GET", "/v1/models/{model}"),
     ("POST", "/v1/chat/completions"),
     ("GET", "/healthz"),
     ("GET", "/readyz"),

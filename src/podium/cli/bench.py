@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from podium.agent import Agent
+from podium.cli.common import check_sqlite_path, positive_int
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
-from podium.errors import ConfigError
 from podium.gctune import tune_for_serving
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.report import BenchReport, render_report
@@ -31,10 +31,10 @@ def register(sub: Any) -> None:
         "bench", help="run a load test on the simulated model and print the workload profile"
     )
     p.add_argument("--scenario", help="scenario file (.toml or .yaml); default: built-in ReAct")
-    p.add_argument("--runs", type=int, help="number of runs (overrides the scenario)")
-    p.add_argument("--concurrency", type=int, help="runs in flight at once (overrides)")
-    p.add_argument("--store", default="memory", help="memory (default) or a SQLite file path")
-    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    p.add_argument("--runs", type=positive_int, help="number of runs (overrides the scenario)")
+    p.add_argument("--concurrency", type=positive_int, help="runs in flight at once (overrides)")
+    p.add_argument("--store", default="memory", help="memory, or a SQLite file path")
+    p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.set_defaults(handler=main)
 
@@ -43,11 +43,9 @@ def main(args: argparse.Namespace) -> int:
     import msgspec
 
     console = Console(stderr=args.json)
-    try:
-        scenario = load_scenario(args.scenario)
-    except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+    scenario = load_scenario(args.scenario)  # a ConfigError is one line, from main()
+    if args.store != "memory":
+        check_sqlite_path(args.store)
     runs = args.runs or scenario.load.runs
     concurrency = min(args.concurrency or scenario.load.concurrency, runs)
     agent = build_agent(scenario)
@@ -134,6 +132,8 @@ async def run_bench(
                 if completed % 256 == 0:
                     peak_rss = max(peak_rss, rss_kb())
 
+        if progress and console is not None:
+            console.print(f"bench: running {runs} runs, {concurrency} at a time ({label})")
         lag.start()
         with bar:
             wall0 = time.perf_counter()

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import sys
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from podium.cli.resolve import resolve_agent
+from podium.agent import Agent
+from podium.cli.common import EXIT_INTERRUPTED, RawHelpFormatter, UserError, check_sqlite_path
+from podium.config import load_config
 from podium.engine.driver import Engine
 from podium.engine.profile import STEP_PHASES, StepProfile
 from podium.engine.records import (
@@ -23,23 +28,67 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.errors import ConfigError
-from podium.messages import Message
+from podium.errors import RunNotFoundError
+from podium.factory import (
+    BUILTIN_AGENTS,
+    model_from_option,
+    resolve_agent,
+    served_agents,
+    with_model,
+)
+from podium.messages import Message, Usage
 from podium.tools.executor import ToolResult
 
 __all__ = ("register",)
 
 
 def register(sub: Any) -> None:
-    p: argparse.ArgumentParser = sub.add_parser("run", help="run an agent once, printing its steps")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        help="run an agent once, printing its steps",
+        description="Run an agent once: its steps live, its workload profile, the answer.",
+        epilog="examples:\n"
+        '  podium run react "What is Podium?"\n'
+        '  podium run mypkg.agents:support "Where is A-1?" --store runs.sqlite\n'
+        "  podium run mypkg.agents:support --resume RUN_ID --store runs.sqlite\n"
+        '  podium run react "Hi" --model qwen --json',
+        formatter_class=RawHelpFormatter,
+    )
     p.add_argument(
         "agent", help="package.module:agent, or a built-in: react, order-support, research"
     )
     p.add_argument("input", nargs="?", default="", help="the user's input")
-    p.add_argument("--store", default="memory", help="memory (default) or a SQLite file path")
+    p.add_argument("--store", default="memory", help="memory, or a SQLite file path (resumable)")
     p.add_argument("--resume", metavar="RUN_ID", help="continue this run from its last checkpoint")
-    p.add_argument("--quiet", action="store_true", help="print only the final answer")
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="run on this model: a [[models]] name from --config, else a model id at "
+        "$OPENAI_BASE_URL (with $OPENAI_API_KEY)",
+    )
+    p.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--quiet", "-q", action="store_true", help="print only the final answer")
+    out.add_argument(
+        "--json", action="store_true", help="print the finished run as one JSON object"
+    )
     p.set_defaults(handler=main)
+
+
+class RunOutput(msgspec.Struct):
+    """``podium run --json``: the finished run."""
+
+    run_id: str
+    agent: str
+    status: str
+    output: str | None
+    error: str | None
+    reason: str | None
+    steps: int
+    usage: Usage
+    wall_ms: float
+    cpu_ms: float
+    phases: dict[str, dict[str, float]]
 
 
 class _Printer:
@@ -112,31 +161,114 @@ def _print_profile(console: Console, record: RunRecord) -> None:
     console.print(table)
 
 
-def main(args: argparse.Namespace) -> int:
-    console = Console()
-    try:
+def _open_agent(args: argparse.Namespace) -> Agent:
+    if args.agent in BUILTIN_AGENTS or ":" in args.agent:
         agent = resolve_agent(args.agent)
-    except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
+        config = None
+        if args.model:
+            path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
+            config = load_config(path) if path else None
+            agent = with_model(agent, model_from_option(args.model, config))
+        return agent
+    # A name from podium.toml's [[agents]] (built from the file, with its model).
+    path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
+    if path is None:
+        resolve_agent(args.agent)  # raises the error that names the accepted forms
+    config = load_config(path)
+    served = {s.name: s for s in served_agents(config)}
+    if args.agent not in served:
+        names = ", ".join(sorted([*served, *BUILTIN_AGENTS]))
+        raise UserError(f"agent {args.agent!r}: not in {path}; use MODULE:ATTR or one of: {names}")
+    agent = served[args.agent].agent
+    if args.model:
+        agent = with_model(agent, model_from_option(args.model, config))
+    return agent
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.resume and args.input:
+        raise UserError("give an input or --resume RUN_ID, not both")
     if not args.input and not args.resume:
-        console.print("[red]error:[/red] give an input (or --resume RUN_ID)")
-        return 2
-    record = asyncio.run(_run(agent, args, console))
-    if not args.quiet:
-        _print_profile(console, record)
-    if record.status == "completed":
-        console.rule("answer", align="left")
-        console.print(record.output or "")
-    u = record.usage
-    console.print(
-        f"[dim]{record.run_id} {record.status} in {record.steps} steps; "
-        f"{u.input_tokens} input / {u.output_tokens} output tokens ({u.cached_tokens} cached)[/dim]"
+        raise UserError("give an input (or --resume RUN_ID)")
+    if args.resume and args.store == "memory":
+        raise UserError("--resume needs the --store FILE the run was checkpointed to")
+    if args.store != "memory":
+        check_sqlite_path(args.store)
+        if args.resume and not os.path.exists(args.store):
+            raise UserError(f"--resume: store {args.store!r} does not exist")
+    agent = _open_agent(args)
+    piped = not sys.stdout.isatty()  # a pipe or a file: no hard wrapping at 80 columns
+    console = (
+        Console(highlight=False, soft_wrap=piped)
+        if not (args.quiet or args.json)
+        else Console(stderr=True)
     )
+    started: list[str] = []
+    try:
+        record = asyncio.run(_run(agent, args, console, started))
+    except KeyboardInterrupt:
+        print(_interrupted(args, started), file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(_output(record)).decode() + "\n")
+    elif args.quiet:
+        if record.status == "completed":
+            sys.stdout.write((record.output or "") + "\n")
+        else:
+            print(f"podium run: run {record.status}: {_why(record)}", file=sys.stderr)
+    else:
+        _print_profile(console, record)
+        if record.status == "completed":
+            console.rule("answer", align="left")
+            # print(), not rich: the answer is the user's text, unwrapped and unstyled.
+            sys.stdout.flush()
+            print(record.output or "", flush=True)
+        u = record.usage
+        console.print(
+            f"[dim]{record.run_id} {record.status} in {record.steps} steps; "
+            f"{u.input_tokens} input / {u.output_tokens} output tokens "
+            f"({u.cached_tokens} cached)[/dim]"
+        )
     return 0 if record.status == "completed" else 1
 
 
-async def _run(agent: Any, args: argparse.Namespace, console: Console) -> RunRecord:
+def _why(record: RunRecord) -> str:
+    return record.error or record.reason or "no reason recorded"
+
+
+def _interrupted(args: argparse.Namespace, started: list[str]) -> str:
+    if not started:
+        return "podium run: interrupted before the run started"
+    run_id = started[0]
+    if args.store == "memory":
+        return (
+            f"podium run: interrupted; run {run_id} was kept in memory and is gone "
+            "(use --store FILE to make runs resumable)"
+        )
+    return (
+        f"podium run: interrupted; resume with: podium run {args.agent} --resume {run_id} "
+        f"--store {args.store}"
+    )
+
+
+def _output(record: RunRecord) -> RunOutput:
+    phases: dict[str, dict[str, float]] = {}
+    wall = cpu = 0
+    if record.profile is not None:
+        wall, cpu = record.profile.wall_ns, record.profile.cpu_ns
+        phases = {
+            name: {"wall_ms": w / 1e6, "cpu_ms": c / 1e6}
+            for name, (w, c) in record.profile.phase_totals().items()
+        }
+    return RunOutput(
+        record.run_id, record.agent, record.status, record.output, record.error,
+        record.reason, record.steps, record.usage, wall / 1e6, cpu / 1e6, phases,
+    )
+
+
+async def _run(
+    agent: Agent, args: argparse.Namespace, console: Console, started: list[str]
+) -> RunRecord:
     if args.store == "memory":
         from podium.store.memory import MemoryRunStore
 
@@ -145,11 +277,17 @@ async def _run(agent: Any, args: argparse.Namespace, console: Console) -> RunRec
         from podium.store.sqlite import SQLiteRunStore
 
         store = SQLiteRunStore(args.store)
-    observers = [] if args.quiet else [_Printer(console)]
+    verbose = not (args.quiet or args.json)
+    observers = [_Printer(console)] if verbose else []
     async with store, Engine(store, observers=observers) as engine:
         if args.resume:
-            return await engine.resume(agent, args.resume)
+            started.append(args.resume)
+            try:
+                return await engine.resume(agent, args.resume)
+            except RunNotFoundError:
+                raise UserError(f"--resume: no run {args.resume!r} in {args.store}") from None
         record = await engine.create(agent, args.input)
-        if not args.quiet:
-            console.print(f"[bold]{agent.name}[/bold] run {record.run_id}")
+        started.append(record.run_id)
+        if verbose:
+            console.print(f"[bold]{escape(agent.name)}[/bold] run {record.run_id}")
         return await engine.execute(agent, record)

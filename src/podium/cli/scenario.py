@@ -38,7 +38,7 @@ import random
 import time
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -52,8 +52,8 @@ __all__ = ("BenchScenario", "build_agent", "load_scenario")
 
 
 class LoadSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    runs: int = 2000
-    concurrency: int = 1000
+    runs: Annotated[int, msgspec.Meta(ge=1)] = 2000
+    concurrency: Annotated[int, msgspec.Meta(ge=1)] = 1000
 
 
 class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -119,9 +119,28 @@ def load_scenario(path: str | Path | None) -> BenchScenario:
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"scenario {p}: {exc}") from exc
     try:
-        return msgspec.convert(raw or {}, BenchScenario)
+        scenario = msgspec.convert(raw or {}, BenchScenario)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"scenario {p}: {exc}") from exc
+    _check_tools(scenario, p)
+    return scenario
+
+
+def _check_tools(scenario: BenchScenario, path: Path) -> None:
+    """Every tool the script calls must be defined: else every call is an error
+    observation and the bench measures nothing the user meant."""
+    s = scenario.script
+    if s.steps is not None:
+        called = {c.name for step in s.steps for c in step}
+    else:
+        called = {s.tool} if s.tool_steps > 0 and s.parallel > 0 else set()
+    defined = {t.name for t in scenario.tools}
+    unknown = sorted(called - defined)
+    if unknown:
+        raise ConfigError(
+            f"scenario {path}: the script calls {', '.join(map(repr, unknown))}, which no "
+            f"[[tools]] entry defines (defined: {', '.join(sorted(defined)) or 'none'})"
+        )
 
 
 def _latency_s(rng: random.Random, spec: ToolSpec) -> float:

@@ -1,42 +1,64 @@
-"""``podium serve``: serve agents over HTTP (embedded by default, or in front of Redis).
-
-    podium serve --config podium.toml
-    podium serve --agent support=myapp.agents:support --port 8080
-    podium serve --redis redis://localhost:6379/0     # workers run as `podium worker`
-    podium serve --hash-key pk_secret                 # print the hash for podium.toml
-
-With no API key configured it makes one for tenant ``default`` and prints it.
-SIGINT/SIGTERM stop accepting requests, let in-flight requests and runs finish
-within ``server.drain_grace_s``, then exit.
-"""
+"""``podium serve``: serve agents over HTTP (embedded by default, or in front of Redis)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import sys
 from typing import Any
 
-from podium.config import AgentConfig, load_config
-from podium.errors import ConfigError
+from podium.cli.common import (
+    RawHelpFormatter,
+    UserError,
+    check_redis_url,
+    check_sqlite_path,
+    configure_logging,
+    log_level,
+)
+from podium.config import load_config
+from podium.factory import model_from_option, parse_agent_option, with_model
 
 __all__ = ("register", "serve")
+
+DESCRIPTION = """\
+Serve agents over HTTP: in one process with the embedded defaults (SQLite
+store, in-process queue and workers), or as a stateless gateway in front of
+Redis and 'podium worker' processes that read the same podium.toml.
+
+With no API key configured it makes one for tenant 'default' and prints it.
+SIGINT/SIGTERM stop accepting requests, let in-flight requests and runs
+finish within server.drain_grace_s, then exit.
+"""
+
+EPILOG = """\
+examples:
+  podium serve --config podium.toml
+  podium serve --agent support=myapp.agents:support --port 8080
+  podium serve --redis redis://localhost:6379/0     # workers run as: podium worker
+  podium serve --hash-key pk_secret                 # print the hash for podium.toml
+"""
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "serve",
         help="serve agents over HTTP",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
+        epilog=EPILOG,
     )
+    # argparse would re-wrap the paragraphs and the examples: keep them as written.
+    parser.formatter_class = RawHelpFormatter
     parser.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
-    parser.add_argument("--host", help="listen address (server.host)")
-    parser.add_argument("--port", type=int, help="listen port (server.port)")
+    parser.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (default: server.port, 8000)")
     parser.add_argument("--redis", metavar="URL", help="distributed mode: Redis store and queue")
-    parser.add_argument("--store", help="'sqlite:PATH' or 'memory' (server.store)")
+    parser.add_argument("--prefix", help="prefix of every Redis key (default: server.prefix)")
+    parser.add_argument("--ttl", type=float, metavar="S",
+                        help="finished runs expire after S seconds, 0: never (server.ttl_s)")
+    parser.add_argument(
+        "--store", help="'sqlite:PATH' or 'memory' (default: server.store, sqlite:podium.sqlite)"
+    )
     parser.add_argument(
         "--agent",
         action="append",
@@ -44,7 +66,14 @@ def register(subparsers: Any) -> None:
         metavar="[NAME=]MODULE:ATTR",
         help="an agent to serve (repeatable; adds to the config's)",
     )
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help="serve every agent on this model: a [[models]] name, else a model id "
+        "at $OPENAI_BASE_URL",
+    )
+    parser.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
+                        help="debug, info, warning, error")
     parser.add_argument("--hash-key", metavar="KEY", help="print the sha256 hash of KEY and exit")
     parser.set_defaults(handler=serve)
 
@@ -67,39 +96,48 @@ def serve(args: argparse.Namespace) -> int:
     if args.hash_key:
         print(hash_key(args.hash_key))
         return 0
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
-    try:
-        config = load_config(path)
-        server = config.server
-        if args.host:
-            server.host = args.host
-        if args.port is not None:
-            server.port = args.port
-        if args.redis:
-            server.redis = args.redis
-        if args.store:
-            server.store = args.store
-        for spec in args.agent:
-            name, sep, target = spec.partition("=")
-            config.agents.append(
-                AgentConfig(path=target, name=name) if sep else AgentConfig(path=spec)
-            )
-        keys = KeyRing(config.keys)
-        if not len(keys):
-            key = generate_key()
-            keys.add(key, "default", admin=True)  # the one user is its operator too
-            print(
-                f"podium: no API keys configured; for tenant 'default' use: {key}",
-                file=sys.stderr,
-                flush=True,
-            )
-        from podium.gateway.runtime import build_gateway
+    config = load_config(path)
+    server = config.server
+    if args.host:
+        server.host = args.host
+    if args.port is not None:
+        server.port = args.port
+    if args.redis:
+        server.redis = args.redis
+    if args.store:
+        server.store = args.store
+    if args.prefix:
+        server.prefix = args.prefix
+    if args.ttl is not None:
+        if args.ttl < 0:
+            raise UserError("--ttl must be 0 (never) or positive")
+        server.ttl_s = args.ttl
+    if server.redis:
+        check_redis_url(server.redis)
+    elif server.store.startswith("sqlite:"):
+        check_sqlite_path(server.store.removeprefix("sqlite:"))
+    config.agents.extend(parse_agent_option(spec) for spec in args.agent)
+    keys = KeyRing(config.keys)
+    from podium.gateway.runtime import build_gateway, load_agents
 
-        gateway = build_gateway(config, keys=keys)
-    except ConfigError as exc:
-        print(f"podium serve: {exc}", file=sys.stderr)
-        return 2
+    served = load_agents(config)
+    if args.model:
+        model = model_from_option(args.model, config)
+        for s in served:
+            s.agent = with_model(s.agent, model)
+    key = None
+    if not len(keys):
+        key = generate_key()
+        keys.add(key, "default", admin=True)  # the one user is its operator too
+    gateway = build_gateway(config, served, keys=keys)
+    if key is not None:  # printed after everything that can fail: a key shown is a key that works
+        print(
+            f"podium: no API keys configured; for tenant 'default' use: {key}",
+            file=sys.stderr,
+            flush=True,
+        )
     import uvicorn
 
     from podium.gateway.app import create_app
@@ -123,7 +161,7 @@ def serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
-    uvicorn.Server(
+    uv = uvicorn.Server(
         uvicorn.Config(
             create_app(gateway),
             host=server.host,
@@ -132,9 +170,16 @@ def serve(args: argparse.Namespace) -> int:
             lifespan="on",
             http=guarded_protocol(limits),
             timeout_keep_alive=max(1, round(server.keep_alive_s)),
-            log_level=args.log_level,
+            log_level=args.log_level.lower(),
             access_log=False,
             timeout_graceful_shutdown=int(server.drain_grace_s) or None,
         )
-    ).run()
+    )
+    try:
+        uv.run()
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
+        print("podium serve: stopped (interrupted)", file=sys.stderr, flush=True)
+        return 130
+    if not uv.started:
+        raise UserError(f"could not listen on {server.host}:{server.port} (see the log above)")
     return 0

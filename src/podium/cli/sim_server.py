@@ -8,6 +8,7 @@ import contextlib
 import sys
 from typing import Any
 
+from podium.cli.common import UserError, positive_int
 from podium.models.sim_batching import BatchingConfig
 from podium.models.sim_server import SimServerConfig, build_app
 
@@ -24,10 +25,10 @@ def register(subparsers: Any) -> None:
             " Endpoints: /v1/chat/completions, /health, /v1/models, /metrics."
         ),
     )
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="listen address")
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
-    p.add_argument("--model", default="podium-sim")
-    p.add_argument("--capacity", type=int, default=64, help="sequences decoded at once")
+    p.add_argument("--model", default="podium-sim", help="the model id it serves")
+    p.add_argument("--capacity", type=positive_int, default=64, help="sequences decoded at once")
     p.add_argument("--step-ms", type=float, default=15.0, help="decode step time at batch size 0")
     p.add_argument(
         "--step-per-seq-us", type=float, default=100.0, help="extra step time per running sequence"
@@ -35,7 +36,9 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--prefill-per-token-us", type=float, default=20.0, help="prefill time per uncached token"
     )
-    p.add_argument("--prefix-cache-tokens", type=int, default=2_000_000)
+    p.add_argument(
+        "--prefix-cache-tokens", type=int, default=2_000_000, help="prefix cache size in tokens"
+    )
     p.add_argument("--output-tokens", type=int, default=24, help="tokens in each reply")
     p.add_argument(
         "--tool-steps", type=int, default=3, help="steps that call a tool before answering"
@@ -140,7 +143,11 @@ def run(args: argparse.Namespace) -> int:
         runner: Any = uvloop.run
     else:
         runner = asyncio.run
-    with contextlib.suppress(KeyboardInterrupt):
-        runner(serve(config, args.host, args.port))
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            runner(serve(config, args.host, args.port))
+    except OSError as exc:  # the port is taken, or the address is not ours
+        where = f"{args.host}:{args.port}"
+        raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     print("sim-server stopped", file=sys.stderr)
     return 0

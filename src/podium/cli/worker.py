@@ -1,18 +1,30 @@
 """``podium worker``: claim runs from Redis and drive them, in one or many processes.
 
-::
-
-    podium worker --redis redis://redis:6379/0 --agent myapp.agents:support \\
-        --pool support --concurrency 256 --procs auto --grace 30
+It reads the same ``podium.toml`` as ``podium serve`` (agents with their
+names and pools, ``[[models]]``, ``server.redis``, ``server.prefix``,
+``server.ttl_s``), so the runs the gateway queues are the runs the workers
+know how to drive.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import sys
 
-from podium.errors import ConfigError
+from podium.cli.common import RawHelpFormatter, UserError, check_redis_url, log_level, positive_int
+from podium.config import load_config
+from podium.factory import worker_agents
 
 __all__ = ("register",)
+
+DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
+
+EPILOG = """examples:
+  podium worker --config podium.toml --pool support --procs auto
+  podium worker --redis redis://redis:6379/0 --agent support=myapp.agents:support --burst
+"""
 
 
 def _procs(value: str) -> int | None:
@@ -27,51 +39,81 @@ def _procs(value: str) -> int | None:
     return n
 
 
+def _positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not x > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return x
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "worker",
         help="claim queued runs from Redis and drive them",
         description="A stateless worker: claims runs of a pool from Redis, drives many at once, "
-        "heartbeats their leases, and drains on SIGTERM.",
+        "heartbeats their leases, and drains on SIGTERM. It reads the same podium.toml as "
+        "podium serve.",
+        epilog=EPILOG,
+        formatter_class=RawHelpFormatter,
     )
-    p.add_argument("--redis", default="redis://127.0.0.1:6379/0", help="Redis URL")
-    p.add_argument("--agent", action="append", required=True, metavar="SPEC",
-                   help="pkg.module:attr of an Agent (repeatable)")
+    p.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
+    p.add_argument("--redis", help=f"Redis URL (default: server.redis, else {DEFAULT_REDIS})")
+    p.add_argument("--agent", action="append", default=[], metavar="[NAME=]MODULE:ATTR",
+                   help="an agent to serve, under NAME (repeatable; adds to the config's)")
     p.add_argument("--pool", default="default", help="the resource pool (queue) to serve")
-    p.add_argument("--concurrency", type=int, default=256, help="runs driven at once per process")
+    p.add_argument("--concurrency", type=positive_int, default=256,
+                   help="runs driven at once per process")
     p.add_argument("--procs", type=_procs, default=0, metavar="N|auto",
                    help="start N pinned worker processes (auto: one per CPU); "
-                   "default: this one process, unpinned")
+                   "0: this one process, unpinned")
     p.add_argument("--burst", action="store_true",
                    help="exit when the pool has nothing waiting or in flight")
     p.add_argument("--grace", type=float, default=30.0, metavar="S",
                    help="on SIGTERM, seconds running steps get to finish before release")
-    p.add_argument("--max-deliveries", type=int, default=3, metavar="N",
+    p.add_argument("--max-deliveries", type=positive_int, default=3, metavar="N",
                    help="dead-letter a run delivered more than N times")
-    p.add_argument("--lease", type=float, default=30.0, metavar="S",
+    p.add_argument("--lease", type=_positive_float, default=30.0, metavar="S",
                    help="a run whose worker stops heartbeating is reclaimed after S seconds")
-    p.add_argument("--prefix", default="podium", help="prefix of every Redis key")
-    p.add_argument("--ttl", type=float, default=7 * 86_400, metavar="S",
-                   help="finished runs expire after S seconds (0: never)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--prefix", help="prefix of every Redis key (default: server.prefix, podium)")
+    p.add_argument("--ttl", type=float, metavar="S",
+                   help="finished runs expire after S seconds, 0: never "
+                   "(default: server.ttl_s, 7 days)")
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="thread-pool size for sync tools (default: physical cores of the node)")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
+                   help="debug, info, warning, error")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from podium.worker.process import WorkerConfig, serve, supervise
 
-    if args.concurrency < 1 or args.max_deliveries < 1 or args.lease <= 0:
-        raise ConfigError("--concurrency, --max-deliveries and --lease must be positive")
-    config = WorkerConfig(
-        redis_url=args.redis, agents=tuple(args.agent), pool=args.pool,
+    path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
+    config = load_config(path)
+    server = config.server
+    redis_url = args.redis or server.redis or DEFAULT_REDIS
+    check_redis_url(redis_url)
+    for module in ("redis", "hiredis"):  # missing: main() names the extra to install
+        importlib.import_module(module)
+    # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
+    agents = worker_agents(config, args.agent, args.pool)
+    ttl = server.ttl_s if args.ttl is None else args.ttl
+    if ttl < 0:
+        raise UserError("--ttl must be 0 (never) or positive")
+    worker = WorkerConfig(
+        redis_url=redis_url, agents=tuple(args.agent), pool=args.pool,
+        config_file=os.path.abspath(path) if path else None,
         concurrency=args.concurrency, burst=args.burst, grace_s=args.grace,
-        max_deliveries=args.max_deliveries, lease_s=args.lease, prefix=args.prefix,
-        finished_ttl_s=args.ttl, threads=args.threads, use_uvloop=not args.no_uvloop,
-        log_level=args.log_level.upper(),
+        max_deliveries=args.max_deliveries, lease_s=args.lease,
+        prefix=args.prefix or server.prefix, finished_ttl_s=ttl, threads=args.threads,
+        use_uvloop=not args.no_uvloop, log_level=args.log_level,
     )
+    print(f"podium worker: pool {args.pool!r} serves {', '.join(agents)}",
+          file=sys.stderr, flush=True)
     if args.procs == 0:
-        return serve(config)
-    return supervise(config, args.procs)
+        return serve(worker)
+    return supervise(worker, args.procs)

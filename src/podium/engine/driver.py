@@ -41,7 +41,7 @@ from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
 from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
-from podium.models.base import ModelRequest, ModelResponse
+from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.tools.deadlines import arm_deadline
@@ -124,6 +124,9 @@ class Engine(AsyncCloseable):
         # Runs cancelled in the store by :meth:`cancel_stored` (recent ones, bounded): a
         # driver that read the record before that write adopts the stored end instead.
         self._ended_outside: dict[str, asyncio.Future[None]] = {}
+        # Models this engine has driven: their HTTP sessions are opened by our calls, so
+        # aclose() closes them (a model used again later reopens its session lazily).
+        self._models: dict[int, Model] = {}
 
     # -- public API -------------------------------------------------------------------------
 
@@ -237,6 +240,7 @@ class Engine(AsyncCloseable):
         """Drive ``record`` from wherever its journal stands to a terminal status."""
         if record.done:
             return record
+        self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
         task = asyncio.current_task()
         if task is not None:
@@ -720,6 +724,9 @@ class Engine(AsyncCloseable):
     async def aclose(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()
+        models, self._models = list(self._models.values()), {}
+        for model in models:
+            await model.aclose()
         if self._own_executor:
             self.executor.close()
         if self._own_store:

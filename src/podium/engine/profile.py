@@ -39,6 +39,17 @@ class StepProfile(msgspec.Struct, array_like=True, gc=False):
     tool_calls: int = 0
     ttft_ns: int = 0
 
+    def __str__(self) -> str:
+        """``step 2: model 395.08 ms (CPU 1.21), tools 4.46 ms (CPU 0.80), …``"""
+        parts = [
+            f"{name} {w / 1e6:.2f} ms (CPU {c / 1e6:.2f})"
+            for name, w, c in zip(STEP_PHASES, self.wall_ns, self.cpu_ns, strict=False)
+            if w or c
+        ]
+        extra = f"; {self.tool_calls} tool call(s)" if self.tool_calls else ""
+        ttft = f"; first token {self.ttft_ns / 1e6:.2f} ms" if self.ttft_ns else ""
+        return f"step {self.step}: {', '.join(parts) or 'no time recorded'}{extra}{ttft}"
+
 
 class RunProfile(msgspec.Struct, array_like=True, gc=False):
     """A run's workload profile: its steps and the time it waited for a worker."""
@@ -53,6 +64,19 @@ class RunProfile(msgspec.Struct, array_like=True, gc=False):
     @property
     def cpu_ns(self) -> int:
         return sum(sum(s.cpu_ns) for s in self.steps)
+
+    def __str__(self) -> str:
+        """A table: per phase, wall, CPU and waiting milliseconds summed over the steps."""
+
+        def row(name: str, wall: int, cpu: int) -> str:
+            wait = max(0, wall - cpu)
+            return f"{name:<11}{wall / 1e6:>12.2f}{cpu / 1e6:>12.2f}{wait / 1e6:>12.2f}"
+
+        rows = [f"{'phase':<11}{'wall ms':>12}{'CPU ms':>12}{'wait ms':>12}"]
+        rows.extend(row(name, wall, cpu) for name, (wall, cpu) in self.phase_totals().items())
+        rows.append(row("total", self.wall_ns, self.cpu_ns))
+        rows.append(f"({len(self.steps)} step{'s' if len(self.steps) != 1 else ''})")
+        return "\n".join(rows)
 
     def phase_totals(self) -> dict[str, tuple[int, int]]:
         """``{phase: (wall_ns, cpu_ns)}`` summed over the run."""

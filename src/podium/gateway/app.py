@@ -37,6 +37,8 @@ from podium.gateway.schemas import (
     AgentList,
     AgentOut,
     Health,
+    ModelList,
+    ModelOut,
     Readiness,
     RunCreate,
     RunList,
@@ -246,6 +248,21 @@ def _routes(gw: Gateway) -> list[Route]:
         ]
         return json_response(AgentList("list", data))
 
+    served_since = int(time.time())
+
+    async def list_models(request: Request) -> Response:
+        # OpenAI's clients list "models": here they are the agents a chat completion can name.
+        gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        data = [ModelOut(name, "model", served_since, "podium") for name in gw.agents]
+        return json_response(ModelList("list", data))
+
+    async def get_model(request: Request) -> Response:
+        gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        name = gw.served(request.path_params["model"], field="model").name
+        return json_response(ModelOut(name, "model", served_since, "podium"))
+
     async def chat_completions(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
@@ -282,6 +299,8 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
         Route("/v1/agents", list_agents, methods=["GET"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

@@ -16,6 +16,8 @@ from podium.gateway.schemas import (
     ChatCompletion,
     ChatRequest,
     Health,
+    ModelList,
+    ModelOut,
     Readiness,
     RunCreate,
     RunList,
@@ -208,6 +210,32 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/models": {
+            "get": {
+                "operationId": "listModels",
+                "summary": "OpenAI-compatible: the served agents, as models a chat completion "
+                "can name",
+                "security": _AUTH,
+                "responses": {
+                    "200": {"description": "Models.", "content": _json("ModelList")},
+                    **_errors("401", "422"),
+                },
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "operationId": "getModel",
+                "summary": "OpenAI-compatible: one served agent, as a model",
+                "security": _AUTH,
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "The model.", "content": _json("ModelOut")},
+                    **_errors("401", "404", "422"),
+                },
+            }
+        },
         "/v1/chat/completions": {
             "post": {
                 "operationId": "createChatCompletion",
@@ -268,6 +296,8 @@ def openapi_document() -> dict[str, Any]:
         RunOut,
         RunList,
         AgentList,
+        ModelList,
+        ModelOut,
         ChatRequest,
         ChatCompletion,
         ErrorBody,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from podium.cli.resolve import BUILTIN_AGENTS, resolve_agent
 from podium.config import Config
 from podium.engine.driver import Engine
 from podium.errors import ConfigError
+from podium.factory import BUILTIN_AGENTS, resolve_agent, served_agents
 from podium.gateway.auth import KeyRing
 from podium.gateway.service import Gateway, ServedAgent
 from podium.queue.base import RunQueue
@@ -31,10 +31,7 @@ log = logging.getLogger("podium.gateway")
 def load_agents(config: Config) -> list[ServedAgent]:
     """The configured agents; with none configured, the built-in examples that import."""
     if config.agents:
-        return [
-            ServedAgent(agent := resolve_agent(a.path), a.name or agent.name, a.pool)
-            for a in config.agents
-        ]
+        return [ServedAgent(s.agent, s.name, s.pool) for s in served_agents(config)]
     served: list[ServedAgent] = []
     for name in BUILTIN_AGENTS:
         try:
@@ -47,10 +44,11 @@ def load_agents(config: Config) -> list[ServedAgent]:
 
 
 def open_store(config: Config) -> RunStore:
-    if config.server.redis:
+    server = config.server
+    if server.redis:
         from podium.store.redis import RedisRunStore  # only the distributed mode needs redis
 
-        return RedisRunStore(config.server.redis)
+        return RedisRunStore(server.redis, prefix=server.prefix, finished_ttl_s=server.ttl_s)
     spec = config.server.store
     if spec == "memory":
         return MemoryRunStore()
@@ -66,7 +64,7 @@ def open_queue(config: Config) -> RunQueue:
     if config.server.redis:
         from podium.queue.redis import RedisQueue
 
-        return RedisQueue(config.server.redis)
+        return RedisQueue(config.server.redis, prefix=config.server.prefix)
     return LocalQueue()
 
 

@@ -124,6 +124,20 @@ class AgentList(msgspec.Struct):
     data: list[AgentOut]
 
 
+class ModelOut(msgspec.Struct):
+    """A served agent in OpenAI's model-list shape (``client.models.list()``)."""
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[ModelOut]
+
+
 class Health(msgspec.Struct):
     status: str
 

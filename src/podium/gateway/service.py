@@ -129,6 +129,9 @@ class Gateway:
         await self.lag.stop()
         if self.engine is not None:
             await self.engine.aclose()
+        # The models' HTTP sessions (opened by runs or by /readyz probes) end with the gateway.
+        for model in {id(s.agent.model): s.agent.model for s in self.agents.values()}.values():
+            await model.aclose()
         await self.queue.aclose()
         await self.store.aclose()
 

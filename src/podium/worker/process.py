@@ -41,6 +41,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     redis_url: str
     agents: tuple[str, ...]
     pool: str = "default"
+    config_file: str | None = None
     concurrency: int = 256
     burst: bool = False
     grace_s: float = 30.0
@@ -94,15 +95,17 @@ def serve(config: WorkerConfig) -> int:
 
 async def _serve(config: WorkerConfig) -> int:
     # Imported here so that `podium --help` never needs redis.
-    from podium.cli.resolve import resolve_agent
+    from podium.config import load_config
     from podium.engine.driver import Engine
+    from podium.factory import worker_agents
     from podium.queue.redis import RedisQueue
     from podium.store.redis import RedisRunStore, connect
     from podium.tools.executor import ToolExecutor
     from podium.tools.threads import ToolThreads
     from podium.worker.worker import Worker
 
-    agents = {a.name: a for a in map(resolve_agent, config.agents)}
+    # The same podium.toml as the gateway: agent names, pools and models agree.
+    agents = worker_agents(load_config(config.config_file), config.agents, config.pool)
     node_cpus = set(config.node_cpus)
     threads = ToolThreads(  # a stuck sync call gets replaced, not waited for
         config.threads or os.cpu_count() or 1,

@@ -233,7 +233,12 @@ class Worker:
                 record = await self.engine.store.get(run_id)
                 if agent is None or record is None:
                     if agent is None:
-                        why = f"unknown agent {claim.item.agent!r}"
+                        served = ", ".join(sorted(self.agents)) or "none"
+                        why = (
+                            f"unknown agent {claim.item.agent!r}: this worker of pool "
+                            f"{self.pool!r} serves {served}; give gateway and workers the "
+                            "same podium.toml"
+                        )
                     else:
                         why = "run not in store"
                     await self._dead_letter(claim, why)
@@ -309,6 +314,7 @@ class Worker:
             return  # kept being overtaken: the lease runs out and the queue decides again
         await self.queue.dead_letter(claim, reason)
         self._dead += 1
+        log.error("run %s dead-lettered: %s", claim.item.run_id, reason)
 
     async def _release(self, claim: Claim) -> None:
         self._released += 1

@@ -1,0 +1,161 @@
+"""What every subcommand shares: the argument parser, one-line errors, and early checks.
+
+A user's mistake is answered with one line on stderr and a non-zero exit,
+never a traceback: :class:`UserError` (and :class:`~podium.errors.PodiumError`)
+raised anywhere in a handler is printed by :func:`podium.cli.main.main` as
+``podium COMMAND: error: MESSAGE``. The checks here run before anything is
+opened, so a wrong store file or Redis URL fails at once instead of hanging
+in a background thread or a reconnect loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from podium.errors import ConfigError
+
+__all__ = (
+    "EXIT_INTERRUPTED",
+    "EXIT_USAGE",
+    "HelpFormatter",
+    "Parser",
+    "RawHelpFormatter",
+    "UserError",
+    "check_redis_url",
+    "check_sqlite_path",
+    "log_level",
+    "missing_extra",
+    "positive_int",
+)
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+
+#: Optional dependencies, by the module a missing extra leaves out.
+EXTRAS: dict[str, str] = {"redis": "redis", "hiredis": "redis", "tokenizers": "hf"}
+
+
+class UserError(ConfigError):
+    """A mistake on the command line or in the set-up: printed as one line, exit 2."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` shows each option's default (when it has a meaningful one)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "default" in text  # the help says it in its own words
+            or default is None
+            or default is False
+            or default == []
+            or default is argparse.SUPPRESS
+            or action.option_strings == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, and the description and epilog kept as written (examples)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit 2)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def log_level(value: str) -> str:
+    """An argparse type: a logging level name, any case; returned in upper case."""
+    if value.lower() not in _LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"unknown log level {value!r}; use one of: {', '.join(_LEVELS)}"
+        )
+    return value.upper()
+
+
+def check_sqlite_path(path: str) -> None:
+    """Refuse, at once, a store path that cannot be a SQLite database.
+
+    A missing file is fine (it is created); an existing one must be empty or
+    start with SQLite's header. Opening anything else would fail inside the
+    store's database thread, far from the user's mistake.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"store {path!r} is a directory, not a SQLite file")
+    if not p.exists():
+        if not p.parent.exists():
+            raise UserError(f"store {path!r}: directory {str(p.parent)!r} does not exist")
+        return
+    try:
+        with p.open("rb") as f:
+            head = f.read(16)
+    except OSError as exc:
+        raise UserError(f"store {path!r}: {exc.strerror or exc}") from None
+    if head and head != b"SQLite format 3\x00":
+        raise UserError(f"store {path!r} is not a SQLite database")
+
+
+def check_redis_url(url: str) -> None:
+    """Refuse, at once, a Redis URL that Podium cannot use (TLS, unix sockets, typos)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # parses it: "host:port6379" is caught here
+    except ValueError as exc:
+        raise UserError(f"Redis URL {url!r} is malformed: {exc}") from None
+    if parts.scheme in ("rediss", "unix"):
+        raise UserError(
+            f"Redis URL {url!r}: {'TLS' if parts.scheme == 'rediss' else 'unix sockets'} "
+            "not supported yet; use a redis:// TCP URL (redis://HOST:PORT/DB)"
+        )
+    if parts.scheme != "redis" or not parts.hostname:
+        raise UserError(f"Redis URL {url!r} is malformed; use redis://HOST:PORT/DB")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise UserError(f"Redis URL {url!r}: the database must be a number, got {db!r}")
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The install hint for an optional dependency that is not installed, if it is one."""
+    root = (exc.name or "").partition(".")[0]
+    extra = EXTRAS.get(root)
+    if extra is None:
+        return None
+    return (
+        f"this needs the {extra!r} extra ({root} is not installed): "
+        f"pip install 'podium[{extra}]'"
+    )
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )

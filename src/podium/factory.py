@@ -1,0 +1,274 @@
+"""From ``podium.toml`` to live objects: the ``[[models]]`` endpoints and the served agents.
+
+The gateway, ``podium worker`` and ``podium run`` all go through here, so an
+agent named in the file is the same agent, with the same model, in every
+process that reads it.
+
+Example::
+
+    [[models]]
+    name = "qwen"
+    base_url = "http://gpu-0:8000/v1"
+    model = "Qwen/Qwen2.5-7B-Instruct"
+    capacity = 64
+
+    [[agents]]
+    name = "support"
+    model = "qwen"
+    instructions = "You answer questions about orders."
+    tools = ["myapp.tools:get_order"]
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from podium.agent import Agent, ContextPolicy
+from podium.config import AgentConfig, Config, ModelConfig
+from podium.errors import ConfigError
+from podium.models.base import Model, ModelSettings
+from podium.tools.tool import Tool
+
+if TYPE_CHECKING:
+    from podium.models.openai import OpenAIChatModel
+
+__all__ = (
+    "BUILTIN_AGENTS",
+    "ServedSpec",
+    "build_agent",
+    "build_models",
+    "load_tool",
+    "model_from_option",
+    "parse_agent_option",
+    "resolve_agent",
+    "served_agents",
+    "with_model",
+)
+
+#: Built-in example agents, by the name the CLI accepts.
+BUILTIN_AGENTS: dict[str, str] = {
+    "react": "podium.examples.react:agent",
+    "order-support": "podium.examples.order_support:agent",
+    "research": "podium.examples.research:agent",
+}
+
+#: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class ServedSpec(msgspec.Struct, frozen=True):
+    """An agent as served: the name runs use, the agent, its resource pool."""
+
+    name: str
+    agent: Agent
+    pool: str = "default"
+
+
+def _import(path: str, what: str) -> Any:
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what} {path!r}: use package.module:attribute")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # like `python -m`, find the user's own modules
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what} {path!r}: cannot import {module_name!r}: {exc}") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise ConfigError(f"{what} {path!r}: {module_name} has no attribute {attr!r}") from exc
+
+
+def resolve_agent(spec: str) -> Agent:
+    """``package.module:attribute`` (an Agent, or a function returning one) or a built-in name."""
+    path = BUILTIN_AGENTS.get(spec, spec)
+    if ":" not in path:
+        names = ", ".join(sorted(BUILTIN_AGENTS))
+        raise ConfigError(f"agent {spec!r}: use package.module:attribute or one of: {names}")
+    target = _import(path, "agent")
+    if callable(target) and not isinstance(target, Agent):
+        target = target()
+    if not isinstance(target, Agent):
+        raise ConfigError(f"agent {spec!r} is a {type(target).__name__}, not an Agent")
+    return target
+
+
+def parse_agent_option(spec: str) -> AgentConfig:
+    """``--agent [NAME=]MODULE:ATTR`` as an :class:`AgentConfig`."""
+    name, sep, path = spec.partition("=")
+    if sep and (not name or not path):
+        raise ConfigError(f"--agent {spec!r}: use NAME=package.module:attribute")
+    return AgentConfig(path=path, name=name) if sep else AgentConfig(path=spec)
+
+
+def load_tool(path: str) -> Tool[Any, Any]:
+    """A ``@tool`` by import path; a plain function is refused with the fix."""
+    target = _import(path, "tool")
+    if not isinstance(target, Tool):
+        raise ConfigError(
+            f"tool {path!r} is a {type(target).__name__}, not a tool: decorate it with @tool"
+        )
+    return target
+
+
+def _api_key(env_name: str, environ: Mapping[str, str]) -> str | None:
+    return environ.get(env_name) or None
+
+
+def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
+    from podium.models.openai import OpenAIChatModel
+    from podium.models.resilience import Timeouts
+
+    base_url = cfg.base_url or environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
+    timeouts = Timeouts(total_s=cfg.timeout_s) if cfg.timeout_s is not None else None
+    model = OpenAIChatModel(
+        base_url,
+        cfg.model,
+        api_key=_api_key(cfg.api_key_env, environ),
+        stream=cfg.stream,
+        extra_body=cfg.extra_body,
+        timeouts=timeouts,
+    )
+    if cfg.health_path is not None:
+        import yarl
+
+        root = model.base_url.removesuffix("/v1")
+        path = cfg.health_path if cfg.health_path.startswith("/") else "/" + cfg.health_path
+        # The client probes its list of health URLs in order; the file names the one to use.
+        model._health_urls = [yarl.URL(root + path)]
+    return model
+
+
+def build_models(config: Config, environ: Mapping[str, str] | None = None) -> dict[str, Model]:
+    """One :class:`BackendPool` per ``[[models]]`` name, over that name's endpoints."""
+    if not config.models:
+        return {}
+    from podium.models.pool import Backend, BackendPool
+    from podium.models.pool_routing import RoutingRule
+
+    env = os.environ if environ is None else environ
+    by_name: dict[str, list[ModelConfig]] = {}
+    for m in config.models:
+        by_name.setdefault(m.name, []).append(m)
+    models: dict[str, Model] = {}
+    for name, entries in by_name.items():
+        backends = [
+            Backend(
+                _endpoint(m, env),
+                capacity=m.capacity,
+                group=m.group,
+                name=f"{name}#{i}" if len(entries) > 1 else name,
+            )
+            for i, m in enumerate(entries)
+        ]
+        rules: list[RoutingRule] = []
+        for m in entries:
+            if m.tags:
+                rules.append(RoutingRule(m.group, tags=tuple(m.tags)))
+            rules.extend(
+                RoutingRule(
+                    m.group,
+                    max_prompt_tokens=r.max_prompt_tokens,
+                    min_prompt_tokens=r.min_prompt_tokens,
+                    tags=tuple(r.tags),
+                    agents=tuple(r.agents),
+                )
+                for r in m.routing
+            )
+        routed = {r.group for r in rules}
+        default = next((m.group for m in entries if m.group not in routed), entries[0].group)
+        models[name] = BackendPool(backends, rules=rules, default_group=default, name=name)
+    return models
+
+
+def with_model(agent: Agent, model: Model) -> Agent:
+    """The same agent on another model."""
+    return Agent(
+        agent.name,
+        model,
+        agent.instructions,
+        list(agent.tools.values()),
+        max_steps=agent.max_steps,
+        context=agent.context,
+        settings=agent.settings,
+        deadline_s=agent.deadline_s,
+        max_invalid_tool_calls=agent.max_invalid_tool_calls,
+        model_retries=agent.model_retries,
+        tags=agent.tags,
+        description=agent.description,
+    )
+
+
+def build_agent(cfg: AgentConfig, models: Mapping[str, Model]) -> Agent:
+    """An agent from its ``[[agents]]`` entry (imported, or declared in the file)."""
+    model = models[cfg.model] if cfg.model is not None else None
+    if cfg.path is not None:
+        agent = resolve_agent(cfg.path)
+        return with_model(agent, model) if model is not None else agent
+    assert cfg.name is not None and model is not None  # load_config checked
+    return Agent(
+        cfg.name,
+        model,
+        cfg.instructions,
+        [load_tool(t) for t in cfg.tools],
+        max_steps=cfg.max_steps,
+        deadline_s=cfg.deadline_s,
+        context=ContextPolicy(
+            max_context_tokens=cfg.max_context_tokens,
+            max_tool_result_tokens=cfg.max_tool_result_tokens,
+        ),
+        settings=ModelSettings(max_tokens=cfg.max_tokens, temperature=cfg.temperature),
+        tags=cfg.tags,
+        description=cfg.description,
+    )
+
+
+def served_agents(config: Config, models: Mapping[str, Model] | None = None) -> list[ServedSpec]:
+    """The file's agents, by the names runs use (duplicates refused)."""
+    models = build_models(config) if models is None else models
+    served: list[ServedSpec] = []
+    for cfg in config.agents:
+        agent = build_agent(cfg, models)
+        served.append(ServedSpec(cfg.name or agent.name, agent, cfg.pool))
+    names = [s.name for s in served]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"agents: two agents are named {', '.join(map(repr, dupes))}")
+    return served
+
+
+def model_from_option(
+    spec: str, config: Config | None = None, environ: Mapping[str, str] | None = None
+) -> Model:
+    """``--model``: a ``[[models]]`` name from the config, else a model id served at
+    ``$OPENAI_BASE_URL`` (OpenAI's API when unset) with ``$OPENAI_API_KEY``."""
+    env = os.environ if environ is None else environ
+    if config is not None:
+        models = build_models(config, env)
+        if spec in models:
+            return models[spec]
+    cfg = ModelConfig(name=spec, model=spec)
+    return _endpoint(cfg, env)
+
+
+def worker_agents(
+    config: Config, specs: tuple[str, ...] | list[str], pool: str
+) -> dict[str, Agent]:
+    """What a ``podium worker`` of ``pool`` serves: the file's agents of that pool, by
+    the names the gateway gives them, plus ``--agent [NAME=]MODULE:ATTR`` options."""
+    extra = [msgspec.structs.replace(parse_agent_option(s), pool=pool) for s in specs]
+    full = msgspec.structs.replace(config, agents=[*config.agents, *extra])
+    served = [s for s in served_agents(full) if s.pool == pool]
+    if not served:
+        pools = sorted({a.pool for a in config.agents})
+        where = f" (the config's agents are in pools: {', '.join(pools)})" if pools else ""
+        raise ConfigError(f"no agents to serve in pool {pool!r}: pass --agent or --config{where}")
+    return {s.name: s.agent for s in served}

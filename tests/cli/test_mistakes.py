@@ -1,0 +1,207 @@
+"""Mistakes a user makes on the command line: each one exits non-zero with one clear line on
+stderr, and never a traceback. The real ``podium`` command runs in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def podium_cmd(*args: str, pre: str = "") -> list[str]:
+    """The command line of ``podium ARGS`` (``pre``: Python run first, e.g. to hide a module)."""
+    if not pre:
+        return [sys.executable, "-m", "podium.cli.main", *args]
+    code = f"{pre}; import sys; from podium.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", code, *args]
+
+
+def env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+
+
+def podium(*args: str, cwd: Path, pre: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        podium_cmd(*args, pre=pre), cwd=cwd, env=env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def assert_one_line_error(out: subprocess.CompletedProcess[str], needle: str) -> None:
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode != 0, out
+    assert "Traceback" not in out.stderr, out.stderr
+    assert len(lines) == 1, out.stderr
+    assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.fixture
+def not_sqlite(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.sqlite"
+    path.write_text("this is not a database\n")
+    return path
+
+
+NOT_SQLITE = "is not a SQLite database"
+
+CASES: list[tuple[str, tuple[str, ...], str]] = [
+    ("run-store-not-sqlite", ("run", "react", "hi", "--store", "{not_sqlite}"), NOT_SQLITE),
+    ("bench-store-not-sqlite", ("bench", "--runs", "2", "--store", "{not_sqlite}"), NOT_SQLITE),
+    (
+        "serve-store-not-sqlite",
+        ("serve", "--agent", "react", "--store", "sqlite:{not_sqlite}"),
+        NOT_SQLITE,
+    ),
+    ("run-store-missing-dir", ("run", "react", "hi", "--store", "/no/such/r.db"), "not exist"),
+    ("resume-without-store", ("run", "react", "--resume", "run_x"), "--resume needs"),
+    ("resume-unknown-id", ("run", "react", "--resume", "run_no", "--store", "{db}"), "no run"),
+    ("run-no-input", ("run", "react"), "give an input"),
+    ("run-unknown-agent", ("run", "nope", "hi"), "use package.module:attribute"),
+    ("run-agent-import", ("run", "no_such_mod:agent", "hi"), "cannot import"),
+    ("run-undecorated-tool", ("run", "tests.cli.cli_agents:undecorated", "hi"), "decorate"),
+    ("sim-server-busy-port", ("sim-server", "--port", "{busy_port}"), "cannot listen"),
+    ("serve-log-level", ("serve", "--log-level", "verbose"), "unknown log level 'verbose'"),
+    ("worker-log-level", ("worker", "--agent", "react", "--log-level", "loud"), "log level"),
+    ("worker-bad-agent", ("worker", "--agent", "nope"), "use package.module:attribute"),
+    ("worker-bad-agent-name-form", ("worker", "--agent", "support=nope"), "agent 'nope'"),
+    ("worker-empty-name-form", ("worker", "--agent", "=react"), "NAME=package.module"),
+    ("worker-rediss", ("worker", "--agent", "react", "--redis", "rediss://h:6379/0"), "TLS"),
+    ("worker-unix", ("worker", "--agent", "react", "--redis", "unix:///tmp/r.sock"), "unix"),
+    ("worker-bad-port", ("worker", "--agent", "react", "--redis", "redis://h:p/0"), "malformed"),
+    ("worker-not-redis-url", ("worker", "--agent", "react", "--redis", "http://h/0"), "malformed"),
+    ("worker-url-db", ("worker", "--agent", "react", "--redis", "redis://h:1/zero"), "database"),
+    ("worker-empty-pool", ("worker", "--pool", "x", "--config", "{toml}"), "in pool 'x'"),
+    ("serve-rediss", ("serve", "--agent", "react", "--redis", "rediss://h:1/0"), "TLS"),
+    ("serve-malformed-url", ("serve", "--agent", "react", "--redis", "redis//h"), "malformed"),
+    ("bench-negative-runs", ("bench", "--runs", "-5"), "--runs"),
+    ("bench-zero-concurrency", ("bench", "--concurrency", "0"), "--concurrency"),
+    ("bench-unknown-tool", ("bench", "--scenario", "{scenario}"), "'nope'"),
+    ("bench-missing-scenario", ("bench", "--scenario", "/no/such.toml"), "scenario"),
+    ("unknown-command", ("frobnicate",), "invalid choice"),
+    ("config-unknown-key", ("serve", "--config", "{bad_toml}"), "colour"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_mistake_is_one_line(
+    args: tuple[str, ...], needle: str, tmp_path: Path, busy_port: int, not_sqlite: Path
+) -> None:
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[script]\ntool = "nope"\n')
+    toml = tmp_path / "workers.toml"
+    toml.write_text('[[agents]]\nname = "support"\npath = "react"\npool = "support"\n')
+    bad_toml = tmp_path / "bad.toml"
+    bad_toml.write_text('[server]\ncolour = "blue"\n')
+    db = tmp_path / "runs.db"
+    values = {
+        "not_sqlite": str(not_sqlite), "busy_port": str(busy_port), "scenario": str(scenario),
+        "toml": str(toml), "bad_toml": str(bad_toml), "db": str(db),
+    }
+    if "{db}" in args:  # an existing store without that run
+        assert podium("run", "react", "hi", "--store", str(db), "-q", cwd=tmp_path).returncode == 0
+    out = podium(*(a.format(**values) for a in args), cwd=tmp_path)
+    assert_one_line_error(out, needle)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("worker", "--agent", "react"), ("serve", "--agent", "react", "--redis", "redis://h:1/0")],
+    ids=["worker", "serve-redis"],
+)
+@pytest.mark.parametrize("module", ["redis", "hiredis"])
+def test_missing_redis_extra_names_it(args: tuple[str, ...], module: str, tmp_path: Path) -> None:
+    out = podium(*args, cwd=tmp_path, pre=f"import sys; sys.modules[{module!r}] = None")
+    assert_one_line_error(out, "pip install 'podium[redis]'")
+
+
+def _interrupt(proc: subprocess.Popen[str], ready: str) -> tuple[int, str, str]:
+    """Read stdout until ``ready`` appears, send SIGINT, return (code, stdout, stderr)."""
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if ready in line:
+            break
+    else:
+        pytest.fail(f"never ready: {''.join(seen)} {proc.stderr.read() if proc.stderr else ''}")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, "".join(seen) + out, err
+
+
+def test_ctrl_c_on_run_says_how_to_resume(tmp_path: Path) -> None:
+    store = tmp_path / "runs.sqlite"
+    args = ("run", "tests.cli.cli_agents:slow", "go", "--store", str(store))
+    proc = subprocess.Popen(
+        podium_cmd(*args), cwd=tmp_path, env=env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    code, _, err = _interrupt(proc, "step 2")
+    assert code == 130 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "--resume run_" in lines[0] and str(store) in lines[0], err
+    run_id = lines[0].split("--resume ")[1].split()[0]
+    # What it says works: the run continues from its checkpoint (here: interrupted again).
+    proc = subprocess.Popen(
+        podium_cmd("run", "tests.cli.cli_agents:slow", "--resume", run_id, "--store", str(store)),
+        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    code, _, err = _interrupt(proc, "step")
+    assert code == 130 and f"--resume {run_id}" in err
+
+
+def test_ctrl_c_on_bench_and_serve_is_one_line(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        podium_cmd("bench", "--runs", "10000000", "--concurrency", "10", "--loop", "asyncio"),
+        cwd=tmp_path, env=env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    code, _, err = _interrupt(proc, "bench: running")
+    assert code == 130 and "Traceback" not in err
+    assert err.strip().splitlines() == ["podium bench: interrupted"], err
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        podium_cmd("serve", "--agent", "react", "--store", "memory", "--port", str(port)),
+        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    code, out, _ = _interrupt(proc, "Application startup complete")
+    assert code == 130 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1] == "podium serve: stopped (interrupted)", out
+
+
+def test_version_and_help(tmp_path: Path) -> None:
+    import podium
+
+    out = podium_run_ok("--version", cwd=tmp_path)
+    assert out.stdout.strip() == f"podium {podium.__version__}"
+    serve_help = podium_run_ok("serve", "--help", cwd=tmp_path).stdout
+    assert "``" not in serve_help and "::" not in serve_help
+    assert "(default: INFO)" in serve_help
+    worker_help = podium_run_ok("worker", "--help", cwd=tmp_path).stdout
+    assert "(default: 256)" in worker_help and "(default: 3)" in worker_help
+    assert "(default: 64)" in podium_run_ok("sim-server", "--help", cwd=tmp_path).stdout
+
+
+def podium_run_ok(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    out = podium(*args, cwd=cwd)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return out
