@@ -36,6 +36,7 @@ from podium.errors import ModelError, ModelReplyError, RunNotFoundError
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
+from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.tools.eager import Continuation, start_eagerly
@@ -61,6 +62,11 @@ _id_counter = itertools.count(1)
 
 def _by_index(item: tuple[int, ToolResult]) -> int:
     return item[0]
+
+
+def _blocked(verdict: ScreenVerdict) -> str:
+    what = f"rule {verdict.rule!r} (score {verdict.score})"
+    return f"injection screen blocked the {verdict.source}: {what}"
 
 
 def new_run_id() -> str:
@@ -187,6 +193,11 @@ class Engine(AsyncCloseable):
                 if record.status == "queued"
                 else [e for _, e in await self.store.journal(run_id)]
             )
+            screened = None
+            if record.status == "queued" and agent.screening is not None:
+                screened = await agent.screening.screen_input(record)  # may rewrite the input
+                if screened is not None:
+                    await self.store.append(run_id, (screened,))
             state = replay(agent, record, entries)
             state.profile.admit_ns = admit_ns
             if state.finished is not None:  # the journal says it ended; bring the record level
@@ -202,6 +213,10 @@ class Engine(AsyncCloseable):
             timeout = None if deadline is None else max(0.0, record.started_at + deadline - now)
             scope: asyncio.Timeout | None = None
             try:
+                if screened is not None and screened.verdict.action == "block":
+                    assert agent.screening is not None
+                    if agent.screening.fails_on_block:
+                        raise _Finish("failed", "injection_blocked", _blocked(screened.verdict))
                 if timeout is None:
                     await self._steps(agent, state)
                 else:
@@ -364,6 +379,10 @@ class Engine(AsyncCloseable):
         await self._append(state, entries, sw)
         self._close_step(sw, profile)
         state.profile.steps.append(profile)
+        if agent.screening is not None and agent.screening.fails_on_block:
+            for _, result in outcomes:
+                if result.error == "blocked" and result.screen is not None:
+                    raise _Finish("failed", "injection_blocked", _blocked(result.screen))
         if state.invalid_calls > agent.max_invalid_tool_calls:
             raise _Finish(
                 "failed",
@@ -440,7 +459,10 @@ class Engine(AsyncCloseable):
                 finally:
                     sw.resume()
                 sw.add_cpu(_TOOLS, result.cpu_ns)
-            return [(call.index, truncate_result(agent, call.tool, result))]
+            result = truncate_result(agent, call.tool, result)
+            if agent.screening is not None:
+                result = await agent.screening.screen_result(result)
+            return [(call.index, result)]
         results = list(done.items())
         todo = [p for p in planned if p.index not in done]
         if not todo:
@@ -453,6 +475,8 @@ class Engine(AsyncCloseable):
             result = truncate_result(
                 agent, call.tool, await execute(call.tool, call.args, call.ctx)
             )
+            if agent.screening is not None:
+                result = await agent.screening.screen_result(result)
             await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
             return call.index, result
 
