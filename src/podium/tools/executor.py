@@ -228,6 +228,9 @@ class ToolExecutor:
 
     async def _attempt(self, tool: Tool[Any, Any], kwargs: dict[str, Any]) -> tuple[Any, int]:
         timeout = tool.policy.timeout_s
+        if tool.policy.sandbox is not None:  # a confined process of its own, by reference
+            call = tool.policy.sandbox.call(tool.module or "__main__", tool.qualname, kwargs)
+            return await with_deadline(call, timeout), 0
         if tool.is_async:
             # CPU on the loop thread is the engine's to count (its stopwatch spans this slice);
             # only CPU spent off the loop, in the pools, is reported from here.
