@@ -1,18 +1,25 @@
-"""Tools: ``@tool``, schemas, policies (timeout, retry, breaker, limits) and the executor."""
+"""Tools: ``@tool``, schemas, policies (timeout, retry, breaker, limits) and the executor;
+HTTP tools (:mod:`podium.tools.http`), sandboxed code (:mod:`podium.tools.sandboxed`) and
+MCP tools (:mod:`podium.tools.mcp`, imported on demand: it loads the MCP SDK)."""
 
 from podium.tools.executor import ToolExecutor, ToolResult, render_result
+from podium.tools.http import HttpClient, http_tool
 from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy, backoff_delay
+from podium.tools.sandboxed import run_python_tool
 from podium.tools.tool import Tool, ToolContext, tool
 
 __all__ = (
     "BreakerPolicy",
     "CircuitBreaker",
+    "HttpClient",
     "Tool",
     "ToolContext",
     "ToolExecutor",
     "ToolPolicy",
     "ToolResult",
     "backoff_delay",
+    "http_tool",
     "render_result",
+    "run_python_tool",
     "tool",
 )
