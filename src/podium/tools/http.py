@@ -17,7 +17,7 @@ for the model like any other tool failure.
         policy=EgressPolicy(allow_hosts={"api.example.com"}),
     )
 
-and :func:`openapi_tools` (in :mod:`podium.tools.openapi`) from an OpenAPI document.
+and :func:`~podium.tools.openapi.openapi_tools` from an OpenAPI document.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import inspect
 import string
 import urllib.parse
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -257,6 +257,12 @@ def shared_client(policy: EgressPolicy) -> HttpClient:
     return client
 
 
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def decode_body(resp: HttpResponse) -> Any:
     """JSON bodies as values, everything else as text."""
     if resp.content_type.endswith("json"):
@@ -276,7 +282,8 @@ def http_tool(
     params: Mapping[str, str] | None = None,
     query: Mapping[str, str] | None = None,
     body: Mapping[str, str] | None = None,
-    types: Mapping[str, type] | None = None,
+    types: Mapping[str, Any] | None = None,
+    required: Sequence[str] = (),
     headers: Mapping[str, str] | None = None,
     policy: EgressPolicy | None = None,
     client: HttpClient | None = None,
@@ -292,6 +299,7 @@ def http_tool(
     - ``query`` / ``body``: optional arguments (name → description) sent as query
       parameters / JSON body fields when given.
     - ``types``: argument types other than ``str`` (``{"limit": int}``).
+    - ``required``: query/body arguments the call cannot go without.
     - ``policy`` / ``client``: where it may go (the default policy allows public hosts on
       80/443 only); tools with equal policies share one pooled client.
 
@@ -314,15 +322,19 @@ def http_tool(
     for pname in (*query, *body):
         if pname in annotations:
             raise ToolDefinitionError(f"tool {name!r}: argument {pname!r} declared twice")
-        sig.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=None))
-        annotations[pname] = kinds.get(pname, str) | None
+        if pname in required:
+            sig.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY))
+            annotations[pname] = kinds.get(pname, str)
+        else:
+            sig.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=None))
+            annotations[pname] = kinds.get(pname, str) | None
     verb = method.upper()
     fixed_headers = dict(headers or {})
 
     async def call(**kwargs: Any) -> Any:
         filled = {n: urllib.parse.quote(str(kwargs[n]), safe="") for n in path_names}
         target = url.format(**filled)
-        q = {n: str(kwargs[n]) for n in query if kwargs.get(n) is not None}
+        q = {n: _query_value(kwargs[n]) for n in query if kwargs.get(n) is not None}
         payload = {n: kwargs[n] for n in body if kwargs.get(n) is not None} if body else None
         resp = await http.request(verb, target, params=q, headers=fixed_headers, json=payload)
         if resp.status >= 400:
