@@ -36,6 +36,7 @@ from podium.errors import ModelError, ModelReplyError, RunNotFoundError
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
+from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
@@ -199,6 +200,7 @@ class Engine(AsyncCloseable):
                 if screened is not None:
                     await self.store.append(run_id, (screened,))
             state = replay(agent, record, entries)
+            state.redact = redactor_for(agent)
             state.profile.admit_ns = admit_ns
             if state.finished is not None:  # the journal says it ended; bring the record level
                 self._apply_final(state, state.finished)
@@ -538,6 +540,8 @@ class Engine(AsyncCloseable):
         *,
         record: RunRecord | None = None,
     ) -> None:
+        if state.redact is not None:
+            entries = state.redact(entries)
         coro = self.store.append(state.record.run_id, entries, record=record)
         if sw is None:
             await coro

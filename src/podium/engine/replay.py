@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import msgspec
 
 from podium.agent import Agent
@@ -46,6 +48,7 @@ class RunState:
         "pending",
         "profile",
         "record",
+        "redact",
         "requests",
         "step",
     )
@@ -53,6 +56,8 @@ class RunState:
     def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
         self.record = record
         self.ctx = ctx
+        #: Replaces secrets in journal entries before they are written (None: no secrets).
+        self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
         self.step = 0
         self.invalid_calls = 0
         self.attained_s = 0.0

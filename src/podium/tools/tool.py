@@ -132,6 +132,8 @@ def tool(
     cpu_bound: bool = False,
     max_result_tokens: int | None = None,
     sandbox: Sandbox | None = None,
+    secret_args: tuple[str, ...] = (),
+    secret_result: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -152,6 +154,8 @@ def tool(
     cpu_bound: bool = False,
     max_result_tokens: int | None = None,
     sandbox: Sandbox | None = None,
+    secret_args: tuple[str, ...] = (),
+    secret_result: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a typed function (sync or async) into a :class:`Tool`.
 
@@ -168,7 +172,8 @@ def tool(
 
     ``breaker`` takes a :class:`BreakerPolicy` or a failure threshold. ``sandbox`` runs
     the function in a :class:`~podium.security.sandbox.Sandbox` (it must be importable:
-    a module-level function; arguments and result travel as JSON).
+    a module-level function; arguments and result travel as JSON). ``secret_args`` and
+    ``secret_result`` keep those out of the journal, events and traces.
     """
     kwargs: dict[str, Any] = {
         "timeout_s": timeout,
@@ -183,6 +188,8 @@ def tool(
         "cpu_bound": cpu_bound,
         "max_result_tokens": max_result_tokens,
         "sandbox": sandbox,
+        "secret_args": tuple(secret_args),
+        "secret_result": secret_result,
     }
     if retry_on is not None:
         kwargs["retry_on"] = retry_on
