@@ -29,3 +29,13 @@ def read_file(path: str) -> str:
     """
     with open(path) as f:
         return f.read()
+
+
+@tool(sandbox=True)
+def shout(text: str) -> str:
+    """Upper-case a text, in a sandbox with the default limits.
+
+    Args:
+        text: The text.
+    """
+    return text.upper()

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from _sandboxed_tools import read_file, word_count
+from _sandboxed_tools import read_file, shout, word_count
 
 from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool_call_reply
 from podium.engine.driver import Engine
 from podium.messages import Message
 from podium.security.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
 from podium.tools import ToolContext, ToolExecutor, ToolResult
-from podium.tools.sandboxed import run_python_tool
+from podium.tools.sandboxed import run_python, run_python_tool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -164,3 +164,17 @@ async def test_tool_with_sandbox_runs_its_function_confined(tmp_path: Path) -> N
 
 def _ctx() -> ToolContext:
     return ToolContext("run_s", 0, 0, "call_0")
+
+
+async def test_defaults_sandbox_true_and_the_builtin_tool() -> None:
+    assert shout.policy.sandbox is not None and not shout.inline
+    executor = ToolExecutor(max_threads=1)
+    try:
+        loud = await executor.execute(shout, shout.decode_arguments('{"text": "hi"}'), _ctx())
+        ran = await executor.execute(
+            run_python, run_python.decode_arguments('{"code": "print(2 ** 10)"}'), _ctx()
+        )
+    finally:
+        executor.close()
+    assert loud.ok and loud.content == "HI"
+    assert ran.ok and ran.content == "1024\n"

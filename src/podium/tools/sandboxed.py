@@ -11,7 +11,7 @@ from typing import Any
 from podium.security.sandbox import Sandbox, SandboxError
 from podium.tools.tool import Tool, tool
 
-__all__ = ("run_python_tool",)
+__all__ = ("run_python", "run_python_tool")
 
 
 def run_python_tool(sandbox: Sandbox | None = None, *, name: str = "run_python") -> Tool[..., Any]:
@@ -46,3 +46,7 @@ def run_python_tool(sandbox: Sandbox | None = None, *, name: str = "run_python")
 
     run_python.__name__ = run_python.__qualname__ = name
     return tool(name=name, timeout=box.limits.wall_s + 5.0)(run_python)
+
+
+#: The built-in ``run_python`` tool, with the default limits (:class:`SandboxLimits`).
+run_python = run_python_tool()

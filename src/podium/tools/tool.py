@@ -131,7 +131,7 @@ def tool(
     side_effects: bool = False,
     cpu_bound: bool = False,
     max_result_tokens: int | None = None,
-    sandbox: Sandbox | None = None,
+    sandbox: Sandbox | bool | None = None,
     secret_args: tuple[str, ...] = (),
     secret_result: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
@@ -153,7 +153,7 @@ def tool(
     side_effects: bool = False,
     cpu_bound: bool = False,
     max_result_tokens: int | None = None,
-    sandbox: Sandbox | None = None,
+    sandbox: Sandbox | bool | None = None,
     secret_args: tuple[str, ...] = (),
     secret_result: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
@@ -171,7 +171,8 @@ def tool(
             ...
 
     ``breaker`` takes a :class:`BreakerPolicy` or a failure threshold. ``sandbox`` runs
-    the function in a :class:`~podium.security.sandbox.Sandbox` (it must be importable:
+    the function in a :class:`~podium.security.sandbox.Sandbox` (``True``: the default
+    limits; the function must be importable:
     a module-level function; arguments and result travel as JSON). ``secret_args`` and
     ``secret_result`` keep those out of the journal, events and traces.
     """
@@ -187,7 +188,7 @@ def tool(
         "side_effects": side_effects,
         "cpu_bound": cpu_bound,
         "max_result_tokens": max_result_tokens,
-        "sandbox": sandbox,
+        "sandbox": Sandbox() if sandbox is True else (sandbox or None),
         "secret_args": tuple(secret_args),
         "secret_result": secret_result,
     }
