@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "security"))
 
 from injection_corpus import BENIGN_PROSE, INJECTIONS, readme_paragraphs
@@ -41,6 +43,18 @@ def per_kb(texts: list[str], rounds: int) -> float:
             screen(t)
         samples.append((time.perf_counter_ns() - t0) / 1e3 / size_kb)
     return statistics.median(samples)
+
+
+def pages() -> list[str]:
+    """The research example's pages as its fetch tool returns them (visible text)."""
+    from podium.examples.research import PAGES, _PageText
+
+    out = []
+    for path in sorted(PAGES.glob("*.html")):
+        page = _PageText()
+        page.feed(path.read_text(encoding="utf-8"))
+        out.append(page.text)
+    return out
 
 
 def chunks(paragraphs: list[str], size: int) -> list[str]:
@@ -100,6 +114,21 @@ def main() -> int:
             for n in (1024, 4096, 16384)
         },
     }
+    result["us_per_kb"]["example_pages_1kb"] = round(per_kb(chunks(pages(), 1024), opts.rounds), 2)
+    orders = [
+        msgspec.json.encode(
+            {
+                "order_id": f"A-{i}",
+                "status": "shipped",
+                "items": [{"name": "Mechanical keyboard", "price": "$89.00"}],
+                "carrier": "UPS",
+                "tracking": f"1Z999AA1{i}",
+                "eta": "2025-06-12",
+            }
+        ).decode()
+        for i in range(1000, 1400)
+    ]
+    result["us_per_kb"]["order_json_1kb"] = round(per_kb(chunks(orders, 1024), opts.rounds), 2)
     result["us_per_kb"]["injections"] = round(per_kb(list(INJECTIONS), opts.rounds), 2)
     off = [asyncio.run(step_cpu_us(None, opts.runs)) for _ in range(3)]
     on = [asyncio.run(step_cpu_us(ScreeningPolicy(), opts.runs)) for _ in range(3)]
