@@ -145,6 +145,8 @@ class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     key: str | None = None
     rate: NonNegative | None = None
     burst: NonNegative | None = None
+    #: The tools this tenant's runs may call (None: all of each agent's tools).
+    tools: list[str] | None = None
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

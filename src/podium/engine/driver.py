@@ -36,6 +36,7 @@ from podium.errors import ModelError, ModelReplyError, RunNotFoundError
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
+from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
@@ -201,6 +202,7 @@ class Engine(AsyncCloseable):
                     await self.store.append(run_id, (screened,))
             state = replay(agent, record, entries)
             state.redact = redactor_for(agent)
+            state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
             state.profile.admit_ns = admit_ns
             if state.finished is not None:  # the journal says it ended; bring the record level
                 self._apply_final(state, state.finished)
@@ -343,6 +345,10 @@ class Engine(AsyncCloseable):
         """Tools, merge and checkpoint. ``deferred`` is the reply whose turn is not journaled
         yet: then the whole step is one :class:`StepRecord`."""
         step = state.step
+        if state.allowed_tools is not None:  # the tenant's allow-list narrows the agent's
+            planned, rejected = restrict_calls(
+                planned, rejected, state.allowed_tools, state.record.tenant
+            )
         # tools
         results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)

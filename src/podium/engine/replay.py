@@ -38,6 +38,7 @@ class RunState:
     """What the driver holds for one run between steps."""
 
     __slots__ = (
+        "allowed_tools",
         "attained_s",
         "cached_tokens",
         "ctx",
@@ -56,6 +57,8 @@ class RunState:
     def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
         self.record = record
         self.ctx = ctx
+        #: The tools this run's tenant may call (None: every tool of the agent).
+        self.allowed_tools: frozenset[str] | None = None
         #: Replaces secrets in journal entries before they are written (None: no secrets).
         self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
         self.step = 0

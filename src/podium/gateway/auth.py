@@ -25,6 +25,7 @@ class Tenant(msgspec.Struct, frozen=True):
     name: str
     rate: float | None = None
     burst: float | None = None
+    tools: frozenset[str] | None = None  # the tools its runs may call (None: all)
 
 
 def hash_key(key: str) -> str:
@@ -44,7 +45,8 @@ class KeyRing:
         self._tenants: dict[str, Tenant] = {}
         for k in keys:
             digest = k.hash if k.hash is not None else hash_key(k.key or "")
-            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst)
+            tools = None if k.tools is None else frozenset(k.tools)
+            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst, tools)
 
     def __len__(self) -> int:
         return len(self._tenants)

@@ -33,6 +33,7 @@ from podium.gateway.metrics import GatewayMetrics
 from podium.lifecycle import stop_task
 from podium.observe.looplag import LoopLagMonitor
 from podium.queue.base import QueueItem, RunQueue
+from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.store.base import RunStore
 from podium.worker.worker import Worker
 
@@ -139,6 +140,8 @@ class Gateway:
             pool=served.pool,
             metadata=dict(metadata),
         )
+        if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
+            record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
         await self.store.create(record)
         if self.engine is not None:  # only the engine observer ever clears it
             self._admitted_at[record.run_id] = (served.pool, time.monotonic())
