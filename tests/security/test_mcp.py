@@ -182,3 +182,21 @@ async def test_streamable_http_server(http_server: str) -> None:
         await server.aclose()
     with pytest.raises(EgressDenied):
         MCPServer.http(http_server, policy=EgressPolicy())
+
+
+async def test_a_podium_agent_served_over_mcp_is_called_by_the_sdk_client() -> None:
+    from mcp import ClientSession, types
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "podium.tools.mcp_serve", "react"]
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        listed = await session.list_tools()
+        assert [t.name for t in listed.tools] == ["react"]
+        result = await session.call_tool("react", {"input": "What is Podium?"})
+    assert isinstance(result, types.CallToolResult) and not result.is_error
+    text = result.content[0]
+    assert isinstance(text, types.TextContent)
+    assert text.text == "Podium: 42 items found in each of 6 lookups."
