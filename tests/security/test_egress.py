@@ -171,6 +171,11 @@ def test_address_classification() -> None:
         EgressPolicy().check_url("http://8.8.8.8:8080/")
     with pytest.raises(EgressDenied, match="port 6379"):
         EgressPolicy.loopback(deny_ports={6379}).check_url("http://127.0.0.1:6379/")
+    trusting = EgressPolicy(allow_private=True, allow_ports=None)
+    trusting.check_url("http://10.2.0.1/")
+    trusting.check_url("http://127.0.0.1:8080/")
+    with pytest.raises(EgressDenied, match="metadata"):
+        trusting.check_url("http://169.254.169.254/")
     wild = EgressPolicy(allow_hosts={"*.example.com"})
     wild.check_url("https://api.example.com/")
     with pytest.raises(EgressDenied):

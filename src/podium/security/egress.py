@@ -135,6 +135,8 @@ class EgressPolicy:
       (``"127.0.0.0/8"``, ``"10.1.0.0/16"``); every loopback, private, link-local,
       metadata, multicast and reserved address is refused unless listed here (checked on
       IPv4-mapped and other IPv6 forms too).
+    - ``allow_private``: allow every non-public address (loopback, private, link-local...)
+      except cloud-metadata ones — for services on a trusted network.
     - ``allow_ports``: ports a request may use; ``None`` allows any port but ``deny_ports``.
     - ``schemes``: ``http``/``https`` by default.
     - ``max_redirects``, ``max_response_bytes``, ``timeout_s``: per request.
@@ -146,6 +148,7 @@ class EgressPolicy:
 
     allow_hosts: frozenset[str] = frozenset()
     allow_networks: tuple[IPNetwork | str, ...] = ()
+    allow_private: bool = False
     allow_ports: frozenset[int] | None = frozenset({80, 443})
     deny_ports: frozenset[int] = frozenset()
     schemes: frozenset[str] = frozenset({"http", "https"})
@@ -180,7 +183,7 @@ class EgressPolicy:
     def check_address(self, ip: IPAddress, host: str = "") -> None:
         """Raise :class:`EgressDenied` unless a connection to ``ip`` is allowed."""
         kind = address_kind(ip)
-        if kind is None:
+        if kind is None or (self.allow_private and not kind.startswith("metadata")):
             return
         inner = _embedded_v4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
         for net in self._nets:
