@@ -65,3 +65,4 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[T, None] | tuple[Any, C
     except StopIteration as stop:
         return stop.value, None
     return _NOT_DONE, Continuation(coro, pending)
+
