@@ -244,3 +244,31 @@ async def test_refusals_reach_the_model_as_observations() -> None:
         assert "EgressDenied" in contents[0] and "10.0.0.1 is private" in contents[0]
         assert "EgressDenied" in contents[1] and "port 6379" in contents[1]
         assert "ResponseTooLarge" in contents[2]
+
+
+async def test_research_fetch_refuses_redirects_to_private_and_service_ports() -> None:
+    from podium.examples import research
+    from podium.tools import ToolContext, ToolExecutor
+
+    fetch = research.make_fetch()
+    executor = ToolExecutor(max_threads=1)
+    try:
+        async with serve() as base:
+            outcomes = [
+                await executor.execute(
+                    fetch,
+                    fetch.decode_arguments(f'{{"url": "{base}/redirect?to={target}"}}'),
+                    ToolContext("r", 0, i, f"c{i}"),
+                )
+                for i, target in enumerate(
+                    ["http://10.0.0.1/secret", "http://127.0.0.1:6379/", "/page"]
+                )
+            ]
+    finally:
+        executor.close()
+    private, redis, ok = outcomes
+    assert (
+        not private.ok and "refusing to fetch" in private.content and "private" in private.content
+    )
+    assert not redis.ok and "port 6379" in redis.content
+    assert ok.ok and '"title":"ok"' in ok.content
