@@ -6,6 +6,7 @@ runs. Both loops run in this one process, in alternating rounds, and the
 report gives the median CPU µs per step of each and their ratio.
 
     python bench/bench_engine_overhead.py [--runs 1000] [--rounds 9] [--uvloop] [--json]
+        [--screening]   # with the injection screen on every input and tool result
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ import sys
 import time
 from typing import Any
 
-from podium import Agent, Engine, ProfileAggregator, Scenario, SimulatedModel, tool
+from podium import (
+    Agent,
+    Engine,
+    ProfileAggregator,
+    Scenario,
+    ScreeningPolicy,
+    SimulatedModel,
+    tool,
+)
 from podium.store.memory import MemoryRunStore
 
 TOOL_STEPS = 6
@@ -35,13 +44,14 @@ async def lookup(query: str) -> str:
     return f"Result for {query}: 42 items found."
 
 
-def podium_agent() -> Agent:
+def podium_agent(screening: bool = False) -> Agent:
     return Agent(
         "react",
         SimulatedModel(Scenario.react("lookup", {"query": "podium"}, tool_steps=TOOL_STEPS)),
         "You are a helpful research agent. Use the lookup tool.",
         [lookup],
         max_steps=TOOL_STEPS + 2,
+        screening=ScreeningPolicy() if screening else None,
     )
 
 
@@ -106,8 +116,8 @@ async def measure_podium(agent: Agent, runs: int) -> tuple[float, float]:
     return cpu / steps * 1e6, aggregator.summary().cpu_us_per_step
 
 
-async def main_async(runs: int, rounds: int) -> dict[str, Any]:
-    agent = podium_agent()
+async def main_async(runs: int, rounds: int, screening: bool = False) -> dict[str, Any]:
+    agent = podium_agent(screening)
     await measure_hand(50)  # warm up both paths
     await measure_podium(agent, 50)
     hand: list[float] = []
@@ -144,13 +154,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--screening", action="store_true", help="screen input and tool results (flag)"
+    )
     args = parser.parse_args()
     if args.uvloop:
         import uvloop
 
-        result = uvloop.run(main_async(args.runs, args.rounds))
+        result = uvloop.run(main_async(args.runs, args.rounds, args.screening))
     else:
-        result = asyncio.run(main_async(args.runs, args.rounds))
+        result = asyncio.run(main_async(args.runs, args.rounds, args.screening))
     if args.json:
         print(json.dumps(result))
     else:

@@ -12,6 +12,7 @@ PACKAGES = (
     "podium.engine",
     "podium.models",
     "podium.queue",
+    "podium.security",
     "podium.tools",
     "podium.worker",
 )

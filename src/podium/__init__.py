@@ -36,6 +36,7 @@ from podium.models import (
     SimulatedModel,
     tool_call_reply,
 )
+from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
@@ -45,6 +46,7 @@ __all__ = (
     "BreakerPolicy",
     "ConfigError",
     "ContextPolicy",
+    "EgressPolicy",
     "Engine",
     "EstimateTokenizer",
     "FunctionModel",
@@ -66,7 +68,9 @@ __all__ = (
     "RunProfile",
     "RunRecord",
     "RunStore",
+    "Sandbox",
     "Scenario",
+    "ScreeningPolicy",
     "SimStep",
     "SimToolCall",
     "SimulatedModel",

@@ -10,6 +10,7 @@ from podium.context.buffer import Prefix
 from podium.context.tokenizers import EstimateTokenizer, Tokenizer
 from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
+from podium.security.screen import ScreeningPolicy
 from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class Agent:
         model_retries: int = 2,
         tags: Sequence[str] = (),
         description: str = "",
+        screening: ScreeningPolicy | None = None,
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
@@ -120,6 +122,8 @@ class Agent:
         self.model_retries = model_retries
         self.tags = tuple(tags)
         self.description = description or instructions.split("\n", 1)[0][:200]
+        #: Prompt-injection screening of the input and tool results (None: off, free).
+        self.screening = screening
         self.prefix = Prefix(
             instructions, tuple(t.definition for t in tools), self.context.tokenizer
         )

@@ -213,6 +213,8 @@ class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     rate: NonNegative | None = None
     burst: NonNegative | None = None
     admin: bool = False  # an operator's key: may read /metrics (tenants' keys may not)
+    #: The tools this tenant's runs may call (None: all of each agent's tools).
+    tools: list[str] | None = None
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

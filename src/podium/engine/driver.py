@@ -42,6 +42,9 @@ from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRu
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
+from podium.security.allowlist import allowed_tools, restrict_calls
+from podium.security.redact import redactor_for
+from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.tools.deadlines import arm_deadline
@@ -64,6 +67,11 @@ _SUMMARIZE_PROMPT = (
 
 def _by_index(item: tuple[int, ToolResult]) -> int:
     return item[0]
+
+
+def _blocked(verdict: ScreenVerdict) -> str:
+    what = f"rule {verdict.rule!r} (score {verdict.score})"
+    return f"injection screen blocked the {verdict.source}: {what}"
 
 
 def new_run_id() -> str:
@@ -289,8 +297,22 @@ class Engine(AsyncCloseable):
             if record.status == "queued"
             else [e for _, e in await self.store.journal(record.run_id)]
         )
+        screened = None
+        if record.status == "queued" and agent.screening is not None:
+            screened = await agent.screening.screen_input(record)  # may rewrite the input
+            if screened is not None:
+                await self.store.append(record.run_id, (screened,))
         state = replay(agent, record, entries)
+        state.redact = redactor_for(agent)
+        state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
+        if (
+            screened is not None
+            and screened.verdict.action == "block"
+            and agent.screening is not None
+            and agent.screening.fails_on_block
+        ):
+            state.blocked = _blocked(screened.verdict)
         if state.finished is not None:  # the journal says it ended; bring the record level
             self._apply_final(state, state.finished)
             await self.store.update(record)
@@ -316,6 +338,8 @@ class Engine(AsyncCloseable):
             alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
         end: tuple[RunStatus, str | None, str | None]
         try:
+            if state.blocked is not None:
+                raise _Finish("failed", "injection_blocked", state.blocked)
             await self._steps(agent, state)
             end = ("completed", None, None)  # recorded with the last step
         except _Finish as exc:
@@ -444,6 +468,10 @@ class Engine(AsyncCloseable):
         """Tools, merge and checkpoint. ``deferred`` is the reply whose turn is not journaled
         yet: then the whole step is one :class:`StepRecord`."""
         step = state.step
+        if state.allowed_tools is not None:  # the tenant's allow-list narrows the agent's
+            planned, rejected = restrict_calls(
+                planned, rejected, state.allowed_tools, state.record.tenant
+            )
         # tools
         results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
@@ -482,6 +510,10 @@ class Engine(AsyncCloseable):
         await self._append(state, entries, sw)
         self._close_step(sw, profile)
         state.profile.steps.append(profile)
+        if agent.screening is not None and agent.screening.fails_on_block:
+            for _, result in outcomes:
+                if result.error == "blocked" and result.screen is not None:
+                    raise _Finish("failed", "injection_blocked", _blocked(result.screen))
         if state.invalid_calls > agent.max_invalid_tool_calls:
             raise _Finish(
                 "failed",
@@ -557,7 +589,10 @@ class Engine(AsyncCloseable):
                 finally:
                     sw.resume()
                 sw.add_cpu(_TOOLS, result.cpu_ns)
-            return [(call.index, truncate_result(agent, call.tool, result))]
+            result = truncate_result(agent, call.tool, result)
+            if agent.screening is not None:
+                result = await agent.screening.screen_result(result)
+            return [(call.index, result)]
         results = list(done.items())
         todo = [p for p in planned if p.index not in done]
         if not todo:
@@ -570,6 +605,8 @@ class Engine(AsyncCloseable):
             result = truncate_result(
                 agent, call.tool, await execute(call.tool, call.args, call.ctx)
             )
+            if agent.screening is not None:
+                result = await agent.screening.screen_result(result)
             await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
             return call.index, result
 
@@ -640,6 +677,8 @@ class Engine(AsyncCloseable):
         *,
         record: RunRecord | None = None,
     ) -> None:
+        if state.redact is not None:
+            entries = state.redact(entries)
         coro = self.store.append(state.record.run_id, entries, record=record)
         if sw is None:
             await coro

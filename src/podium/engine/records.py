@@ -17,6 +17,7 @@ import msgspec
 from podium.engine.profile import RunProfile, StepProfile
 from podium.errors import RunError
 from podium.messages import Message, Usage
+from podium.security.screen import Screened
 from podium.tools.executor import ToolResult
 
 __all__ = (
@@ -27,6 +28,7 @@ __all__ = (
     "RunFinished",
     "RunRecord",
     "RunStatus",
+    "Screened",
     "StepCommitted",
     "StepRecord",
     "ToolOutcome",
@@ -137,4 +139,6 @@ class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):
     reason: str | None = None
 
 
-JournalEntry = StepRecord | ModelTurn | ToolOutcome | Compacted | StepCommitted | RunFinished
+JournalEntry = (
+    StepRecord | ModelTurn | ToolOutcome | Compacted | StepCommitted | RunFinished | Screened
+)

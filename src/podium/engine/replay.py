@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -45,7 +46,9 @@ class RunState:
 
     __slots__ = (
         "alarm",
+        "allowed_tools",
         "attained_s",
+        "blocked",
         "cached_tokens",
         "ctx",
         "finished",
@@ -55,6 +58,7 @@ class RunState:
         "pending",
         "profile",
         "record",
+        "redact",
         "requests",
         "step",
     )
@@ -63,6 +67,12 @@ class RunState:
         self.record = record
         self.ctx = ctx
         self.alarm: Disarmable | None = None  # the run's deadline, while armed
+        #: Why the run must fail before its first step (its input was blocked), or None.
+        self.blocked: str | None = None
+        #: The tools this run's tenant may call (None: every tool of the agent).
+        self.allowed_tools: frozenset[str] | None = None
+        #: Replaces secrets in journal entries before they are written (None: no secrets).
+        self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
         self.step = 0
         self.invalid_calls = 0
         self.attained_s = 0.0

@@ -3,11 +3,14 @@
     podium run research "Summarize the Podium field notes"
     podium run research "Summarize http://127.0.0.1:8000/some/page.html"
 
-``fetch`` is a real HTTP tool (``urllib``, with a timeout and a size cap).
-Like every HTTP tool in Podium it refuses hosts it was not allowed to reach:
-by default only loopback addresses (``localhost``, ``127.0.0.0/8``, ``::1``);
-pass ``allowed_hosts`` to :func:`build_agent` (or set
-``PODIUM_FETCH_ALLOW_HOSTS=host1,host2``) to allow more.
+``fetch`` is a real HTTP tool on Podium's pooled client behind an egress policy
+(:mod:`podium.security.egress`): a timeout, a size cap, and only the hosts it was
+allowed to reach: loopback (``localhost``, ``127.0.0.0/8``, ``::1``, allowed
+explicitly because the sample pages are served there, service ports such as
+Redis's excluded); pass ``allowed_hosts`` to :func:`build_agent` (or set
+``PODIUM_FETCH_ALLOW_HOSTS=host1,host2``) to allow more. Every redirect and
+every resolved address is checked again, so a page cannot redirect ``fetch``
+to a private address.
 
 :func:`serve_pages` starts a tiny ``http.server`` on a free loopback port in a
 background thread, serving the sample pages in ``examples/pages/``. The
@@ -20,14 +23,11 @@ each page).
 from __future__ import annotations
 
 import functools
-import ipaddress
 import json
 import os
 import re
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from html.parser import HTMLParser
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -36,8 +36,18 @@ from types import TracebackType
 from typing import Any, Self
 
 from podium import Agent, LatencyModel, ModelRequest, SimStep, SimToolCall, SimulatedModel, tool
+from podium.security.egress import EgressDenied, EgressPolicy
+from podium.tools.http import shared_client
 
-__all__ = ("PAGES", "PageServer", "agent", "build_agent", "is_allowed", "serve_pages")
+__all__ = (
+    "PAGES",
+    "PageServer",
+    "agent",
+    "build_agent",
+    "egress_policy",
+    "is_allowed",
+    "serve_pages",
+)
 
 PAGES = Path(__file__).with_name("pages")
 MAX_PAGES = 6
@@ -91,18 +101,32 @@ def serve_pages(directory: Path = PAGES, port: int = 0) -> PageServer:
 # -- the fetch tool -----------------------------------------------------------------------------
 
 
+#: Loopback services a page must never make ``fetch`` talk to (Redis, PostgreSQL, NATS...).
+SERVICE_PORTS = frozenset({2379, 4222, 5432, 6379, 6380, 9200, 11211, 27017})
+
+
+def egress_policy(allowed_hosts: Iterable[str] = (), timeout_s: float = 5.0) -> EgressPolicy:
+    """Loopback (explicitly: the sample pages are served there) and ``allowed_hosts``.
+
+    Private, link-local and metadata addresses stay refused, on every redirect and on the
+    address a name resolves to; loopback service ports are refused too.
+    """
+    return EgressPolicy.loopback(
+        hosts=allowed_hosts,
+        deny_ports=SERVICE_PORTS,
+        max_response_bytes=MAX_BYTES,
+        timeout_s=timeout_s,
+    )
+
+
 def is_allowed(url: str, allowed_hosts: Iterable[str] = ()) -> bool:
-    """Whether ``fetch`` may reach ``url``: http(s), and a loopback or allowed host."""
-    parts = urllib.parse.urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if parts.scheme not in ("http", "https") or not host:
-        return False
-    if host in {h.lower() for h in allowed_hosts} or host == "localhost":
-        return True
+    """Whether ``fetch`` may start at ``url`` (each redirect and resolved address is checked
+    again when it is fetched)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a name we would have to resolve: not allowed unless listed
+        egress_policy(allowed_hosts).check_url(url)
+    except (EgressDenied, ValueError):
         return False
+    return True
 
 
 class _PageText(HTMLParser):
@@ -138,31 +162,24 @@ class _PageText(HTMLParser):
 
 
 def make_fetch(allowed_hosts: Iterable[str] = (), timeout_s: float = 5.0) -> Any:
-    allowed = tuple(allowed_hosts)
+    client = shared_client(egress_policy(allowed_hosts, timeout_s))
 
     @tool(timeout=timeout_s + 1.0, retries=1, max_result_tokens=1500)
-    def fetch(url: str) -> dict[str, Any]:
+    async def fetch(url: str) -> dict[str, Any]:
         """Fetch a web page and return its title, text and links.
 
         Args:
             url: The page's http(s) URL.
         """
-        if not is_allowed(url, allowed):
-            raise PermissionError(
-                f"refusing to fetch {url!r}: only loopback hosts are allowed unless configured"
-            )
-        request = urllib.request.Request(url, headers={"User-Agent": "podium-research/0.1"})
         try:
-            response = urllib.request.urlopen(request, timeout=timeout_s)
-        except urllib.error.HTTPError as exc:
-            exc.close()  # it holds the open response
-            raise LookupError(f"{url} answered HTTP {exc.code} {exc.reason}") from None
-        with response:
-            body = response.read(MAX_BYTES)
-            charset = response.headers.get_content_charset() or "utf-8"
-            kind = response.headers.get_content_type()
-        text = body.decode(charset, "replace")
-        if kind != "text/html":
+            response = await client.get(url)
+        except EgressDenied as exc:
+            raise EgressDenied(f"refusing to fetch {url!r}: {exc}") from None
+        if response.status >= 400:
+            raise LookupError(f"{url} answered HTTP {response.status} {response.reason}")
+        text = response.text
+        url = response.url  # where the redirects ended
+        if response.content_type != "text/html":
             return {"url": url, "title": "", "text": text.strip(), "links": []}
         page = _PageText()
         page.feed(text)

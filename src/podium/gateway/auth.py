@@ -29,6 +29,7 @@ class Tenant(msgspec.Struct, frozen=True):
     rate: float | None = None
     burst: float | None = None
     admin: bool = False
+    tools: frozenset[str] | None = None  # the tools its runs may call (None: all)
 
 
 def hash_key(key: str) -> str:
@@ -48,7 +49,8 @@ class KeyRing:
         self._tenants: dict[str, Tenant] = {}
         for k in keys:
             digest = k.hash if k.hash is not None else hash_key(k.key or "")
-            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst, k.admin)
+            tools = None if k.tools is None else frozenset(k.tools)
+            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst, k.admin, tools)
 
     def __len__(self) -> int:
         return len(self._tenants)

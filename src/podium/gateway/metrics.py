@@ -15,6 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from podium.security.screen import screening_statistics
+
 if TYPE_CHECKING:
     from podium.gateway.service import Gateway
 
@@ -96,6 +98,19 @@ class _StatisticsCollector(Collector):
             w = worker.statistics()
             active.add_metric([worker.pool, w.consumer], w.active)
         yield active
+        yield _screen_verdicts()
+
+
+def _screen_verdicts() -> CounterMetricFamily:
+    # Verdicts of this process's engines (in-process workers); worker processes keep theirs.
+    family = CounterMetricFamily(
+        "podium_screen_verdicts",
+        "Prompt-injection screen verdicts.",
+        labels=["source", "action", "rule"],
+    )
+    for (source, action, rule), n in sorted(screening_statistics().items()):
+        family.add_metric([source, action, rule], n)
+    return family
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -37,6 +37,7 @@ from podium.gateway.outage import UNAVAILABLE, Retrier
 from podium.lifecycle import stop_task
 from podium.observe.looplag import LoopLagMonitor
 from podium.queue.base import QueueItem, RunQueue
+from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.store.base import RunStore
 from podium.worker.worker import Worker
 
@@ -176,6 +177,8 @@ class Gateway:
             pool=served.pool,
             metadata=dict(metadata),
         )
+        if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
+            record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
         try:
             await self.store.create(record)
         except UNAVAILABLE:
@@ -222,7 +225,7 @@ class Gateway:
         if (
             existing.agent != served.name
             or existing.input != user_input
-            or existing.metadata != dict(metadata)
+            or _client_metadata(existing.metadata) != _client_metadata(metadata)
         ):
             raise ApiError(
                 422,
@@ -390,3 +393,8 @@ class Gateway:
             probe = getattr(model, "health", None)
             await check(f"model:{served.name}", probe() if callable(probe) else None)
         return checks
+
+
+def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    """Metadata as the client sent it: without what the gateway stamps on (a tenant's tools)."""
+    return {k: v for k, v in metadata.items() if k != TOOLS_KEY}

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from podium.security.screen import ScreenVerdict
 from podium.tools.deadlines import with_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.policy import backoff_delay
@@ -34,7 +35,7 @@ _encode = msgspec.json.encode
 class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
     """The outcome of one tool call. ``error`` names the failure kind when ``ok`` is false:
     ``timeout``, ``exception``, ``invalid_arguments``, ``unknown_tool``, ``circuit_open``,
-    ``unserializable``, ``cancelled``."""
+    ``unserializable``, ``cancelled``, ``blocked`` (withheld by the injection screen)."""
 
     call_id: str
     name: str
@@ -44,6 +45,8 @@ class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
     attempts: int = 1
     wall_ns: int = 0
     cpu_ns: int = 0
+    #: The injection screen's verdict on ``content`` (only when the agent screens results).
+    screen: ScreenVerdict | None = None
 
 
 class _First(msgspec.Struct, gc=False):
@@ -231,6 +234,9 @@ class ToolExecutor:
 
     async def _attempt(self, tool: Tool[Any, Any], kwargs: dict[str, Any]) -> tuple[Any, int]:
         timeout = tool.policy.timeout_s
+        if tool.policy.sandbox is not None:  # a confined process of its own, by reference
+            confined = tool.policy.sandbox.call(tool.module or "__main__", tool.qualname, kwargs)
+            return await with_deadline(confined, timeout), 0
         if tool.is_async:
             # CPU on the loop thread is the engine's to count (its stopwatch spans this slice);
             # only CPU spent off the loop, in the pools, is reported from here.

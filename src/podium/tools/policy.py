@@ -8,6 +8,7 @@ import msgspec
 
 from podium.breaker import BreakerPolicy, BreakerStatistics, CircuitBreaker
 from podium.errors import ConfigError, RetryableToolError
+from podium.security.sandbox import Sandbox
 
 __all__ = ("BreakerPolicy", "BreakerStatistics", "CircuitBreaker", "ToolPolicy", "backoff_delay")
 
@@ -26,6 +27,10 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     - ``side_effects``: the tool receives an idempotency key ``run_id:step:call``.
     - ``cpu_bound``: run in the process pool instead of the thread pool (sync tools).
     - ``max_result_tokens``: overrides the agent's truncation limit for this tool.
+    - ``secret_args`` / ``secret_result``: kept out of the journal, events and traces
+      (see :mod:`podium.security.redact`).
+    - ``sandbox``: run the function in this :class:`~podium.security.sandbox.Sandbox`
+      (a separate, confined process) instead of in the worker.
     """
 
     timeout_s: float | None = 30.0
@@ -39,6 +44,9 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     side_effects: bool = False
     cpu_bound: bool = False
     max_result_tokens: int | None = None
+    sandbox: Sandbox | None = None
+    secret_args: tuple[str, ...] = ()
+    secret_result: bool = False
 
     def __post_init__(self) -> None:
         if self.retries < 0:

@@ -18,6 +18,7 @@ import msgspec
 
 from podium.errors import ToolDefinitionError
 from podium.models.base import ToolDefinition
+from podium.security.sandbox import Sandbox
 from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy
 from podium.tools.schema import build_args_struct, parse_docstring, schema_for
 
@@ -74,7 +75,12 @@ class Tool(Generic[P, R]):
         self._decoder = msgspec.json.Decoder(self.args_type)
         self.breaker = CircuitBreaker(self.policy.breaker) if self.policy.breaker else None
         #: Whether the executor may start this tool inline on the loop (see ToolExecutor).
-        self.inline = self.is_async and self.breaker is None and self.policy.max_concurrency is None
+        self.inline = (
+            self.is_async
+            and self.breaker is None
+            and self.policy.max_concurrency is None
+            and self.policy.sandbox is None
+        )
         self.module = getattr(fn, "__module__", None)
         self.qualname = getattr(fn, "__qualname__", self.name)
 
@@ -125,6 +131,9 @@ def tool(
     side_effects: bool = False,
     cpu_bound: bool = False,
     max_result_tokens: int | None = None,
+    sandbox: Sandbox | bool | None = None,
+    secret_args: tuple[str, ...] = (),
+    secret_result: bool = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -144,6 +153,9 @@ def tool(
     side_effects: bool = False,
     cpu_bound: bool = False,
     max_result_tokens: int | None = None,
+    sandbox: Sandbox | bool | None = None,
+    secret_args: tuple[str, ...] = (),
+    secret_result: bool = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a typed function (sync or async) into a :class:`Tool`.
 
@@ -158,7 +170,11 @@ def tool(
             \"\"\"
             ...
 
-    ``breaker`` takes a :class:`BreakerPolicy` or a failure threshold.
+    ``breaker`` takes a :class:`BreakerPolicy` or a failure threshold. ``sandbox`` runs
+    the function in a :class:`~podium.security.sandbox.Sandbox` (``True``: the default
+    limits; the function must be importable:
+    a module-level function; arguments and result travel as JSON). ``secret_args`` and
+    ``secret_result`` keep those out of the journal, events and traces.
     """
     kwargs: dict[str, Any] = {
         "timeout_s": timeout,
@@ -172,6 +188,9 @@ def tool(
         "side_effects": side_effects,
         "cpu_bound": cpu_bound,
         "max_result_tokens": max_result_tokens,
+        "sandbox": Sandbox() if sandbox is True else (sandbox or None),
+        "secret_args": tuple(secret_args),
+        "secret_result": secret_result,
     }
     if retry_on is not None:
         kwargs["retry_on"] = retry_on

@@ -1,0 +1,244 @@
+"""Where outbound HTTP may go: an :class:`EgressPolicy` and the resolver that enforces it.
+
+The policy is checked twice for every hop of a request:
+
+1. on the URL, before anything is sent (:meth:`EgressPolicy.check_url`): scheme, host
+   allow-list, port, and the address itself when the host is an IP literal. Legacy
+   numeric spellings (``2130706433``, ``0177.0.0.1``, ``0x7f.1``, ``127.1``) are refused
+   outright: every resolver reads them differently, which is what makes them bypasses;
+2. on the *resolved* addresses, at connect time (:class:`GuardedResolver`, installed in the
+   connector): a name that resolves to a loopback, private, link-local or metadata address is
+   refused there, on the very answer the socket connects to, so a DNS answer that changes
+   between a check and the connect (rebinding) cannot slip through.
+
+Redirects are followed by hand (see :mod:`podium.tools.http`) so that each ``Location``
+passes both checks again.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+from yarl import URL
+
+from podium.errors import PodiumError
+
+__all__ = (
+    "EgressDenied",
+    "EgressPolicy",
+    "GuardedResolver",
+    "IPAddress",
+    "IPNetwork",
+    "address_kind",
+    "parse_ip",
+)
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: Addresses cloud providers serve instance metadata (and credentials) on.
+_METADATA = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# Digits, hex and dots only, and not the canonical dotted quad: a legacy IPv4 spelling.
+_NUMERIC_HOST = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+))*$", re.I)
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_CANONICAL_V4 = re.compile(rf"^{_OCTET}(?:\.{_OCTET}){{3}}$")
+
+
+class EgressDenied(PodiumError):
+    """A request the egress policy refused. The message says which rule and why."""
+
+
+def parse_ip(host: str) -> IPAddress | None:
+    """The address ``host`` spells, or ``None`` for a name. IPv6 zone ids are dropped.
+
+    Raises :class:`EgressDenied` for legacy numeric IPv4 spellings (decimal, octal, hex,
+    short forms): ``socket`` would map them onto an address this check never saw.
+    """
+    host = host.strip("[]").rstrip(".")
+    if _NUMERIC_HOST.match(host) and not _CANONICAL_V4.match(host):
+        try:
+            meant = socket.inet_ntoa(socket.inet_aton(host))
+        except OSError:
+            meant = "no valid address"
+        raise EgressDenied(f"host {host!r} is a non-canonical IP spelling (means {meant})")
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 form carries (mapped, compatible, 6to4, Teredo, NAT64)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    packed = int(ip)
+    if packed >> 32 == 0 and packed > 1:  # deprecated IPv4-compatible ::a.b.c.d
+        return ipaddress.IPv4Address(packed)
+    return None
+
+
+def address_kind(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public address (``loopback``, ``private``, ``metadata``...), or None."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = _embedded_v4(ip)
+        if inner is not None:
+            kind = address_kind(inner)
+            return None if kind is None else f"{kind} ({inner} in IPv6 form)"
+    if ip in _METADATA:
+        return "metadata"
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_multicast:
+        return "multicast"
+    if ip.is_private:
+        return "private"
+    if not ip.is_global:
+        return "reserved"
+    return None
+
+
+def _host_matches(host: str, patterns: frozenset[str]) -> bool:
+    if host in patterns:
+        return True
+    # "*.example.com" allows every subdomain (not example.com itself: list it too).
+    parts = host.split(".")
+    return any(f"*.{'.'.join(parts[i:])}" in patterns for i in range(1, len(parts)))
+
+
+@dataclass(frozen=True, slots=True)
+class EgressPolicy:
+    """What outbound requests may reach.
+
+    - ``allow_hosts``: host names (``"api.example.com"``, ``"*.example.com"``) or IP
+      literals a request may name; empty means any host — the address checks still apply.
+    - ``allow_networks``: non-public networks that are allowed anyway
+      (``"127.0.0.0/8"``, ``"10.1.0.0/16"``); every loopback, private, link-local,
+      metadata, multicast and reserved address is refused unless listed here (checked on
+      IPv4-mapped and other IPv6 forms too).
+    - ``allow_private``: allow every non-public address (loopback, private, link-local...)
+      except cloud-metadata ones — for services on a trusted network.
+    - ``allow_ports``: ports a request may use; ``None`` allows any port but ``deny_ports``.
+    - ``schemes``: ``http``/``https`` by default.
+    - ``max_redirects``, ``max_response_bytes``, ``timeout_s``: per request.
+
+    Example: the public web on 80/443 only (the default), or a local service::
+
+        EgressPolicy.loopback()  # 127.0.0.0/8 and ::1, any port
+    """
+
+    allow_hosts: frozenset[str] = frozenset()
+    allow_networks: tuple[IPNetwork | str, ...] = ()
+    allow_private: bool = False
+    allow_ports: frozenset[int] | None = frozenset({80, 443})
+    deny_ports: frozenset[int] = frozenset()
+    schemes: frozenset[str] = frozenset({"http", "https"})
+    max_redirects: int = 5
+    max_response_bytes: int = 1 << 20
+    timeout_s: float = 10.0
+    _nets: tuple[IPNetwork, ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "allow_hosts", frozenset(h.lower().rstrip(".") for h in self.allow_hosts)
+        )
+        nets = tuple(ipaddress.ip_network(n) for n in self.allow_networks)
+        object.__setattr__(self, "allow_networks", nets)
+        object.__setattr__(self, "_nets", nets)
+        if self.allow_ports is not None:
+            object.__setattr__(self, "allow_ports", frozenset(self.allow_ports))
+        object.__setattr__(self, "deny_ports", frozenset(self.deny_ports))
+        object.__setattr__(self, "schemes", frozenset(self.schemes))
+
+    @classmethod
+    def loopback(cls, *, hosts: Iterable[str] = (), **kwargs: object) -> EgressPolicy:
+        """Loopback only (``localhost``, ``127.0.0.0/8``, ``::1``), any port — plus ``hosts``."""
+        allow = {"localhost", "127.0.0.1", "::1", *hosts}
+        kwargs.setdefault("allow_ports", None)
+        return cls(
+            allow_hosts=frozenset(allow),
+            allow_networks=("127.0.0.0/8", "::1/128"),
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def check_address(self, ip: IPAddress, host: str = "") -> None:
+        """Raise :class:`EgressDenied` unless a connection to ``ip`` is allowed."""
+        kind = address_kind(ip)
+        if kind is None or (self.allow_private and not kind.startswith("metadata")):
+            return
+        inner = _embedded_v4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
+        for net in self._nets:
+            if ip in net or (inner is not None and inner in net):
+                return
+        via = f" ({host} resolves to it)" if host and host != str(ip) else ""
+        raise EgressDenied(f"address {ip} is {kind}{via}: not allowed by the egress policy")
+
+    def check_url(self, url: URL | str) -> URL:
+        """Check what can be checked before connecting; return the parsed URL."""
+        u = URL(url) if isinstance(url, str) else url
+        scheme = u.scheme.lower()
+        if scheme not in self.schemes:
+            raise EgressDenied(f"scheme {scheme or '(none)'!r} is not allowed: {u}")
+        host = (u.raw_host or "").lower().rstrip(".")
+        if not host:
+            raise EgressDenied(f"no host in {str(u)!r}")
+        ip = parse_ip(host)
+        port = u.port
+        if (
+            port is None
+            or port in self.deny_ports
+            or (self.allow_ports is not None and port not in self.allow_ports)
+        ):
+            raise EgressDenied(f"port {port} of {host} is not allowed by the egress policy")
+        if ip is not None:  # a literal: no resolver runs, so this is the connect-time check
+            self.check_address(ip, host)
+        if self.allow_hosts and not _host_matches(
+            str(ip) if ip is not None else host, self.allow_hosts
+        ):
+            raise EgressDenied(f"host {host!r} is not in the egress allow-list")
+        return u
+
+
+class GuardedResolver(AbstractResolver):
+    """A resolver that refuses names whose answers the policy does not allow.
+
+    Every address of the answer must pass (one bad address fails the lookup: connectors
+    try them in order, and an attacker controls the order).
+    """
+
+    def __init__(self, policy: EgressPolicy, inner: AbstractResolver | None = None) -> None:
+        self.policy = policy
+        self._inner = inner or DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        answers = await self._inner.resolve(host, port, family)
+        for answer in answers:
+            ip = parse_ip(answer["host"])
+            if ip is None:
+                raise EgressDenied(f"{host} resolved to {answer['host']!r}, not an address")
+            self.policy.check_address(ip, host)
+        return answers
+
+    async def close(self) -> None:
+        await self._inner.close()

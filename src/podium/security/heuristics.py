@@ -1,0 +1,393 @@
+# ruff: noqa: E501  (the rule table reads best one pattern per line)
+"""The built-in heuristic injection screener: fast rules, no model.
+
+Rules come in families. Each family has *anchors*: literal strings one of which every match
+contains, with a window around it where the family's regular expressions can match. One
+Aho-Corasick pass over the UTF-8 bytes (``ahocorasick_rs``, SIMD-prefiltered) finds every
+anchor of every family at once; most text has none and costs just that pass (a few µs per
+KB). Only around an anchor do the regular expressions run, on a small window.
+
+Families:
+
+- ``override``: "ignore all previous instructions" and its kin, in English, French,
+  Spanish, Portuguese, German, Italian, Dutch, Russian, Chinese, Japanese, Korean, Arabic;
+- ``exfiltrate``: asks to reveal the system prompt, keys, passwords;
+- ``role_spoof``: chat-template delimiters (``<|im_start|>``, ``[INST]``, ``<<SYS>>``),
+  fake ``<system>`` tags, ``system:`` lines pretending a new message starts;
+- ``tool_call``: text shaped like a tool call (``{"name": ..., "arguments": ...}``,
+  ``<tool_call>``), or telling the model to call a tool;
+- ``hidden``: Unicode tag characters (invisible ASCII), zero-width and bidi-override
+  characters. Phrases split by hidden characters are still found.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import ahocorasick_rs
+
+from podium.security.findings import Finding
+
+__all__ = ("HeuristicScreener",)
+
+_GAP = r"[^.\n。!?]{0,40}?"
+_W = r"(?<![\w])"  # a word start that also works after punctuation and CJK
+_OVERRIDE_VERBS = r"(?:ignore|ignoring|disregard|forget|override|bypass|skip)"
+_OVERRIDE_WHAT = r"(?:previous|prior|above|earlier|preceding|original|initial|all|any|your|system|developer|safety)"
+_OVERRIDE_NOUNS = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|messages|context|guardrails|programming|commands?)"
+
+
+@dataclass(frozen=True, slots=True)
+class _Family:
+    anchors: tuple[str, ...]
+    before: int  # how far before an anchor a match may start; 0: matches start at the anchor
+    after: int  # how far after it a match may end
+    rules: tuple[tuple[str, float, re.Pattern[str]], ...]
+
+
+def _family(
+    anchors: tuple[str, ...], before: int, after: int, *rules: tuple[str, float, str]
+) -> _Family:
+    return _Family(anchors, before, after, tuple((r, s, re.compile(p)) for r, s, p in rules))
+
+
+def _starts(anchors: tuple[str, ...], after: int, *rules: tuple[str, float, str]) -> _Family:
+    """A family whose matches begin with one of its anchors (a verb): the rules are tried
+    only *at* the anchor (``re.match``), the cheapest test there is."""
+    return _family(anchors, 0, after, *rules)
+
+
+# Patterns run on lower-cased windows of the text.
+_FAMILIES: tuple[_Family, ...] = (
+    _starts(
+        ("ignor", "disregard", "forget", "overrid", "bypass", "skip "),
+        220,
+        (
+            "override",
+            0.9,
+            rf"{_W}{_OVERRIDE_VERBS}{_GAP}{_OVERRIDE_WHAT}\b{_GAP}{_OVERRIDE_NOUNS}\b",
+        ),
+    ),
+    _family(
+        (
+            "you are now",
+            "from now on",
+            "new instruction",
+            "new system instruction",
+            "developer mode",
+            "dan mode",
+            "god mode",
+            "jailbr",
+            "do anything now",
+        ),
+        10,
+        120,
+        (
+            "override",
+            0.8,
+            r"you are now (?:a |an |in )?(?:dan|jailbroken|unrestricted|unfiltered|developer mode|free|no longer)",
+        ),
+        ("override", 0.6, r"from now on,? you (?:will|must|are|should)"),
+        ("override", 0.7, r"(?:^|\n|\. )\W*new (?:system )?instructions?\s*:"),
+        ("override", 0.7, r"(?:developer|dan|jailbreak|god) mode|do anything now|jailbroken"),
+    ),
+    _starts(
+        (
+            "ignor",
+            "oubli",
+            "olvid",
+            "omit",
+            "esque",
+            "vergiss",
+            "vergess",
+            "missacht",
+            "dimentic",
+            "negeer",
+            "vergeet",
+        ),
+        220,
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:ignore[zr]?|oublie[zr]?){_GAP}(?:instructions|consignes|directives)\b",
+        ),
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:ignora|ignore|olvida|omite){_GAP}(?:instrucciones|indicaciones)\b",
+        ),
+        ("override", 0.9, rf"{_W}(?:ignore|ignora|esqueça|esqueca){_GAP}instru[çc](?:ões|oes)"),
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:ignoriere|ignorier|ignorieren|vergiss|vergessen|missachte){_GAP}(?:anweisungen|instruktionen|befehle|regeln|vorgaben)\b",
+        ),
+        ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b"),
+        ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b"),
+    ),
+    _family(
+        # Bytes are lowered as ASCII only: Cyrillic anchors come in their usual cases.
+        (
+            "игнор",
+            "Игнор",
+            "ИГНОР",
+            "забуд",
+            "Забуд",
+            "ЗАБУД",
+            "忽略",
+            "忽视",
+            "无视",
+            "無視",
+            "不要理会",
+            "忘记",
+            "忘掉",
+            "忘れ",
+            "무시",
+            "잊어",
+            "تجاهل",
+        ),
+        60,
+        120,
+        (
+            "override",
+            0.9,
+            r"(?:игнорируй|игнорируйте|игнорировать|забудь|забудьте)[^.\n]{0,40}(?:инструкци|указани|правил)",
+        ),
+        (
+            "override",
+            0.9,
+            r"(?:忽略|忽视|无视|無視|不要理会|忘记|忘掉)[^。\n]{0,12}(?:指令|指示|说明|提示|规则|命令)",
+        ),
+        ("override", 0.9, r"(?:指示|命令|プロンプト|ルール)[^。\n]{0,12}(?:無視|忘れ)"),
+        ("override", 0.9, r"(?:지시|지침|명령|규칙)[^.\n]{0,12}(?:무시|잊어)"),
+        ("override", 0.9, r"تجاهل[^.\n]{0,30}(?:التعليمات|الأوامر|التوجيهات)"),
+    ),
+    _family(
+        (
+            "system prompt",
+            "initial prompt",
+            "hidden instruction",
+            "api key",
+            "api_key",
+            "api-key",
+            "apikey",
+            "password",
+            "secret",
+            "credential",
+            "do not tell",
+            "do not inform",
+            "do not alert",
+            "do not warn",
+        ),
+        80,
+        60,
+        (
+            "exfiltrate",
+            0.75,
+            rf"{_W}(?:reveal|print|show|repeat|output|leak|send|tell me|give me|disclose){_GAP}(?:system prompt|initial prompt|hidden instructions|api[ _-]?keys?|passwords?|secrets?|credentials)\b",
+        ),
+        ("override", 0.6, r"do not (?:tell|inform|alert|warn) the user"),
+    ),
+    _family(
+        (
+            "system prompt",
+            "|>",
+            "[inst]",
+            "[/inst]",
+            "sys>>",
+            "_of_turn>",
+            "system>",
+            "tool_result>",
+            "tool_output>",
+            "function_results>",
+            "instruction>",
+            "instructions>",
+            "system:",
+            "assistant:",
+            "developer:",
+            "prompt:",
+            "message:",
+            "instructions:",
+            "instruction:",
+        ),
+        60,
+        60,
+        (
+            "role_spoof",
+            0.85,
+            r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text)\|>",
+        ),
+        ("role_spoof", 0.85, r"\[/?inst\]|<</?sys>>|<(?:start|end)_of_turn>"),
+        (
+            "role_spoof",
+            0.75,
+            r"</?(?:system|tool_result|tool_output|function_results|instructions?)>",
+        ),
+        (
+            "role_spoof",
+            0.55,
+            r"(?:^|\n)[ \t]*(?:#{1,4}[ \t]*)?(?:system|assistant|developer)(?:[ \t]+(?:prompt|message|instructions?))?[ \t]*:",
+        ),
+    ),
+    _family(
+        (
+            'tool_calls"',
+            'function_call"',
+            'arguments"',
+            'args"',
+            'parameters"',
+            'input"',
+            "tool_call",
+            "function_call",
+            "tool_use",
+            "<invoke",
+        ),
+        120,
+        40,
+        ("tool_call", 0.7, r"\"(?:tool_calls|function_call)\"\s*:"),
+        (
+            "tool_call",
+            0.7,
+            r"\{\s*\"(?:name|tool|function)\"\s*:\s*\"[\w.-]+\"\s*,\s*\"(?:arguments|args|parameters|input)\"\s*:",
+        ),
+        ("tool_call", 0.7, r"<(?:tool_call|function_call|tool_use|invoke)\b"),
+    ),
+    _starts(
+        ("call ", "invoke ", "execute "),
+        100,
+        (
+            "tool_call",
+            0.6,
+            r"(?:call|invoke|execute) (?:the )?[`'\"]?[a-z]+_[a-z_]+[`'\"]?(?: (?:tool|function)\b|\(| now\b| immediately\b| with\b)",
+        ),
+    ),
+)
+
+# Hidden characters, as UTF-8 byte sequences: zero-width (U+200B, U+2060-2064, U+FEFF,
+# U+180E), bidi overrides (U+202A-202E, U+2066-2069), tag characters (U+E0000-E007F).
+_HIDDEN_CHARS = (
+    "\u200b\u180e\ufeff"
+    + "".join(map(chr, range(0x2060, 0x2065)))
+    + "".join(map(chr, range(0x202A, 0x202F)))
+    + "".join(map(chr, range(0x2066, 0x206A)))
+)
+_HIDDEN_ANCHORS = (
+    *(c.encode() for c in _HIDDEN_CHARS),
+    b"\xf3\xa0\x80",  # U+E0000-E003F
+    b"\xf3\xa0\x81",  # U+E0040-E007F
+)
+_HIDDEN = -1  # the family index of a hidden-character anchor
+
+# Each distinct anchor maps to the families it opens a window for. Matches are found
+# non-overlapping (twice as fast); an anchor inside another one's match is not reported, so
+# families whose anchors nest ("system prompt" / "prompt:") list the outer one too.
+_FAMILIES_OF: dict[bytes, list[int]] = {}
+for _i, _f in enumerate(_FAMILIES):
+    for _a in _f.anchors:
+        _FAMILIES_OF.setdefault(_a.encode(), []).append(_i)
+for _h in _HIDDEN_ANCHORS:
+    _FAMILIES_OF[_h] = [_HIDDEN]
+_ANCHORS = list(_FAMILIES_OF)
+_ANCHOR_FAMILIES = [tuple(_FAMILIES_OF[a]) for a in _ANCHORS]
+_AUTOMATON = ahocorasick_rs.BytesAhoCorasick(
+    _ANCHORS, implementation=ahocorasick_rs.Implementation.DFA
+)
+
+_TAGS = re.compile("[\U000e0000-\U000e007f]+")
+_ZERO_WIDTH = re.compile("[\u200b\u180e\u2060-\u2064\ufeff]+")
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]+")
+_ANY_HIDDEN = re.compile("[\u200b\u180e\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f]")
+# Past this many anchors of one family, search the whole text once instead of each window.
+_MAX_WINDOWS = 64
+
+
+class HeuristicScreener:
+    """Rule-based screening (see the module docstring for the rules). Stateless, sync."""
+
+    name = "heuristic"
+
+    def screen(self, text: str) -> Sequence[Finding]:
+        data = text.encode("utf-8", "surrogatepass")
+        hits = _AUTOMATON.find_matches_as_indexes(data.lower())
+        if not hits:
+            return ()
+        if any(_ANCHOR_FAMILIES[i][0] == _HIDDEN for i, _, _ in hits):
+            return _screen_hidden(text)
+        best: dict[str, Finding] = {}
+        ascii_only = len(data) == len(text)
+        windows: dict[int, int] = {}
+        byte_at = char_at = 0  # hits come in order: convert byte offsets incrementally
+        for i, start, _ in hits:
+            if ascii_only:
+                pos = start
+            else:
+                char_at += len(data[byte_at:start].decode("utf-8", "surrogatepass"))
+                pos, byte_at = char_at, start
+            for fi in _ANCHOR_FAMILIES[i]:
+                n = windows[fi] = windows.get(fi, 0) + 1
+                if n > _MAX_WINDOWS:
+                    continue
+                family = _FAMILIES[fi]
+                if n == _MAX_WINDOWS:  # an anchor-stuffed text: one full search bounds the cost
+                    _search(family, text, 0, best, anchored=False)
+                elif family.before == 0:
+                    if pos == 0 or not text[pos - 1].isalnum():  # a word starts at the anchor
+                        _search(family, text[pos : pos + family.after], pos, best, anchored=True)
+                else:
+                    a = max(0, pos - family.before)
+                    _search(family, text[a : pos + family.after], a, best, anchored=False)
+        return list(best.values())
+
+
+def _search(
+    family: _Family, window: str, offset: int, best: dict[str, Finding], *, anchored: bool
+) -> None:
+    low = window.lower()
+    offsets: list[int] | None = None
+    if len(low) != len(window):  # a rare character changed length when lowered
+        low, offsets = _lower_mapped(window)
+    for rule, score, pattern in family.rules:
+        found = best.get(rule)
+        if found is not None and found.score >= score:
+            continue
+        m = pattern.match(low) if anchored else pattern.search(low)
+        if m is not None:
+            start, end = m.span()
+            if offsets is not None:
+                start, end = offsets[start], offsets[end]
+            best[rule] = Finding(rule, score, offset + start, offset + end)
+
+
+def _screen_hidden(text: str) -> list[Finding]:
+    """Report hidden characters, then screen the visible text (so "ig\\u200bnore" still
+    reads "ignore") with every family, mapping spans back to the text as given."""
+    findings = [Finding("hidden_tags", 0.95, m.start(), m.end()) for m in _TAGS.finditer(text)]
+    zw = list(_ZERO_WIDTH.finditer(text))
+    if zw:
+        # One stray zero-width space is common in copied text; many are not.
+        score = min(0.9, 0.25 + 0.1 * len(zw))
+        findings.extend(Finding("hidden_zero_width", score, m.start(), m.end()) for m in zw)
+    findings.extend(Finding("hidden_bidi", 0.6, m.start(), m.end()) for m in _BIDI.finditer(text))
+    keep = [i for i, c in enumerate(text) if _ANY_HIDDEN.match(c) is None]
+    keep.append(len(text))
+    visible = "".join(text[i] for i in keep[:-1])
+    best: dict[str, Finding] = {}
+    for family in _FAMILIES:
+        _search(family, visible, 0, best, anchored=False)
+    for f in best.values():
+        end = keep[f.end - 1] + 1 if f.end > f.start else keep[f.start]
+        findings.append(Finding(f.rule, f.score, keep[f.start], end))
+    return findings
+
+
+def _lower_mapped(text: str) -> tuple[str, list[int]]:
+    out: list[str] = []
+    offsets: list[int] = []
+    for i, c in enumerate(text):
+        lc = c.lower()
+        out.append(lc)
+        offsets.extend([i] * len(lc))
+    offsets.append(len(text))
+    return "".join(out), offsets

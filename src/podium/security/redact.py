@@ -1,0 +1,95 @@
+"""Secrets stay out of the journal: tool arguments and results marked secret are replaced
+before anything is written.
+
+A tool marks them with ``@tool(secret_args=("password",), secret_result=True)``. The
+engine passes every batch of journal entries through the agent's :class:`Redactor` on
+its way to the store, so the store, the events streamed from it (SSE), the observers
+(traces, live printing) and anything reading the journal later see ``"[secret]"``
+instead. The run's live context keeps the real values; a run resumed from its journal
+continues with the redacted ones. An agent without secret tools has no redactor and pays
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from podium.engine.records import JournalEntry, ModelTurn, StepRecord, ToolOutcome
+from podium.messages import Message, ToolCall
+from podium.tools.executor import ToolResult
+
+if TYPE_CHECKING:
+    from podium.agent import Agent
+
+__all__ = ("SECRET", "Redactor", "redactor_for")
+
+SECRET = "[secret]"
+_WITHHELD = "[secret result: not journaled]"
+_decode = msgspec.json.decode
+_encode = msgspec.json.encode
+
+
+class Redactor:
+    """Replaces secret arguments and results in journal entries (copies; never in place)."""
+
+    def __init__(self, args: Mapping[str, frozenset[str]], results: frozenset[str]) -> None:
+        self.args = dict(args)
+        self.results = results
+
+    def __call__(self, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
+        return [self._entry(e) for e in entries]
+
+    def _entry(self, entry: JournalEntry) -> JournalEntry:
+        if isinstance(entry, StepRecord):
+            return msgspec.structs.replace(
+                entry,
+                message=self.message(entry.message),
+                results=tuple(self.result(r) for r in entry.results),
+            )
+        if isinstance(entry, ModelTurn):
+            return msgspec.structs.replace(entry, message=self.message(entry.message))
+        if isinstance(entry, ToolOutcome):
+            return msgspec.structs.replace(entry, result=self.result(entry.result))
+        return entry
+
+    def message(self, message: Message) -> Message:
+        if not any(c.name in self.args for c in message.tool_calls):
+            return message
+        calls = tuple(self.call(c) for c in message.tool_calls)
+        return msgspec.structs.replace(message, tool_calls=calls)
+
+    def call(self, call: ToolCall) -> ToolCall:
+        secret = self.args.get(call.name)
+        if not secret:
+            return call
+        try:
+            args: Any = _decode(call.arguments or "{}")
+        except msgspec.DecodeError:  # unparseable: it may hold the secret anywhere
+            return msgspec.structs.replace(call, arguments=_encode(SECRET).decode())
+        if isinstance(args, dict):
+            args = {k: (SECRET if k in secret else v) for k, v in args.items()}
+        return msgspec.structs.replace(call, arguments=_encode(args).decode())
+
+    def result(self, result: ToolResult) -> ToolResult:
+        if result.name not in self.results or not result.ok:
+            return result
+        return msgspec.structs.replace(result, content=_WITHHELD, screen=None)
+
+
+def redactor_for(agent: Agent) -> Redactor | None:
+    """The agent's redactor, or ``None`` when none of its tools has secrets (cached)."""
+    cached: Redactor | bool | None = getattr(agent, "_podium_redactor", False)
+    if cached is not False:
+        return cached  # type: ignore[return-value]
+    args = {
+        name: frozenset(t.policy.secret_args)
+        for name, t in agent.tools.items()
+        if t.policy.secret_args
+    }
+    results = frozenset(name for name, t in agent.tools.items() if t.policy.secret_result)
+    redactor = Redactor(args, results) if args or results else None
+    agent._podium_redactor = redactor  # type: ignore[attr-defined]
+    return redactor

@@ -1,0 +1,342 @@
+"""Run untrusted code in a separate process under bubblewrap, or not at all.
+
+:class:`Sandbox` runs Python code in a fresh process inside Linux namespaces
+(``bwrap``): a new mount, PID, network, IPC and UTS namespace; a read-only view of the
+system directories (``/usr`` and the interpreter's prefix — not ``/home``, ``/root``,
+``/work``, ``/tmp``, ``/etc``...); a private, size-capped ``/scratch`` (tmpfs) as the only
+writable place; no network (only a loopback of its own); and resource limits: CPU seconds,
+address space, processes, file size, open files, and a wall-clock deadline after which the
+whole PID namespace is killed. The code runs as an unprivileged user (a uid of its own
+when the worker is root, so a fork bomb counts against that uid only).
+
+Where bubblewrap is missing or namespaces are not allowed, :meth:`Sandbox.run` raises
+:class:`SandboxUnavailable`: code is never run unconfined.
+
+The built-in tool :func:`run_python_tool` puts this behind a tool the model can call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from podium.errors import PodiumError
+
+__all__ = ("Sandbox", "SandboxError", "SandboxLimits", "SandboxResult", "SandboxUnavailable")
+
+
+class SandboxUnavailable(PodiumError):
+    """No isolation is available here (no bubblewrap, or namespaces are not allowed)."""
+
+
+class SandboxError(PodiumError):
+    """Code in the sandbox failed, or a limit stopped it."""
+
+
+_RESULT_MARK = "\x00podium-result\x00"
+# Calls one function by reference inside the sandbox and prints its JSON result last.
+_CALL = """
+import asyncio, importlib, inspect, json, sys
+sys.path[:0] = {paths}
+target = importlib.import_module({module})
+for part in {qualname}.split("."):
+    target = getattr(target, part)
+fn = getattr(target, "fn", target)
+value = fn(**json.loads({kwargs}))
+if inspect.iscoroutine(value):
+    value = asyncio.run(value)
+sys.stdout.write("\\x00podium-result\\x00" + json.dumps(value))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    """Per-run limits. ``memory_bytes`` caps the address space (so it also bounds what
+    the interpreter maps); ``scratch_bytes`` the private tmpfs."""
+
+    cpu_s: int = 5
+    wall_s: float = 10.0
+    memory_bytes: int = 256 << 20
+    processes: int = 16
+    file_bytes: int = 8 << 20
+    open_files: int = 64
+    scratch_bytes: int = 16 << 20
+    output_bytes: int = 64 << 10
+
+
+class SandboxResult(msgspec.Struct, gc=False):
+    """How the code ended. ``killed`` names the limit that stopped it, if one did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    killed: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.killed is None
+
+
+# Runs first inside the sandbox: limits, then (as root) its own uid, then the user's code
+# from stdin. Everything it needs comes on argv; nothing from the environment.
+_LAUNCHER = """
+import os, resource, sys
+cpu, mem, nproc, fsize, nofile, uid = map(int, sys.argv[1:7])
+code = sys.stdin.read()
+sys.stdin.close()
+R = resource
+R.setrlimit(R.RLIMIT_CPU, (cpu, cpu + 1))
+R.setrlimit(R.RLIMIT_AS, (mem, mem))
+R.setrlimit(R.RLIMIT_FSIZE, (fsize, fsize))
+R.setrlimit(R.RLIMIT_NOFILE, (nofile, nofile))
+R.setrlimit(R.RLIMIT_CORE, (0, 0))
+if os.getuid() == 0:
+    os.chown("/scratch", uid, uid)
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+R.setrlimit(R.RLIMIT_NPROC, (nproc, nproc))
+del os, resource, R, cpu, mem, nproc, fsize, nofile, uid
+sys.argv = ["main.py"]
+exec(compile(code, "main.py", "exec"), {"__name__": "__main__"})
+"""
+
+_BASE_UID = 200_000
+_free_slots: list[int] = []
+_next_slot = 0
+
+
+def _take_uid() -> int:
+    # One uid per concurrent sandbox (and per worker process), so that the process limit
+    # of one sandbox is not shared with any other.
+    global _next_slot
+    if _free_slots:
+        slot = _free_slots.pop()
+    else:
+        slot = _next_slot
+        _next_slot += 1
+    return _BASE_UID + (os.getpid() % 4096) * 256 + slot % 256
+
+
+def _give_uid(uid: int) -> None:
+    _free_slots.append((uid - _BASE_UID) % 256)
+
+
+class Sandbox:
+    """Runs code under bubblewrap with :class:`SandboxLimits`. Example::
+
+    result = await Sandbox().run_python("print(sum(range(10)))")
+    assert result.stdout == "45\\n"
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        python: str | None = None,
+        bwrap: str | None = None,
+    ) -> None:
+        self.limits = limits or SandboxLimits()
+        self.python = python or os.path.realpath(sys.executable)
+        self.bwrap = bwrap or shutil.which("bwrap")
+        self._prefix = os.path.realpath(sys.base_prefix)
+        self._checked: bool | None = None
+        self._why = ""
+
+    def available(self) -> bool:
+        """Whether isolation works here (probed once: bubblewrap runs ``true``)."""
+        if self._checked is None:
+            if self.bwrap is None:
+                self._checked, self._why = False, "bubblewrap (bwrap) is not installed"
+            else:
+                try:
+                    probe = subprocess.run(
+                        [*self._command(0), "/usr/bin/true"],
+                        capture_output=True,
+                        timeout=30,
+                        check=False,
+                    )
+                except (OSError, subprocess.SubprocessError) as exc:
+                    self._checked, self._why = False, f"cannot run {self.bwrap}: {exc}"
+                else:
+                    self._checked = probe.returncode == 0
+                    why = probe.stderr.decode(errors="replace").strip()
+                    self._why = f"bubblewrap cannot create namespaces here: {why}"
+        return self._checked
+
+    def _command(self, uid: int, extra: tuple[str, ...] = ()) -> list[str]:
+        assert self.bwrap is not None
+        lim = self.limits
+        cmd = [self.bwrap, "--ro-bind", "/usr", "/usr"]
+        for link in ("bin", "lib", "lib64", "sbin"):
+            target = os.path.join("/", link)
+            if os.path.islink(target):
+                cmd += ["--symlink", os.readlink(target), target]
+            elif os.path.isdir(target):
+                cmd += ["--ro-bind", target, target]
+        for path in sorted({self._prefix, os.path.dirname(self.python), *extra}):
+            if path.startswith("/usr/") or path == "/usr":
+                continue
+            # Its parents are made here, traversable (the real ones, such as /root, may
+            # not be): nothing but the path itself is visible.
+            parents = []
+            parent = os.path.dirname(path)
+            while parent != "/":
+                parents.append(parent)
+                parent = os.path.dirname(parent)
+            for d in reversed(parents):
+                cmd += ["--perms", "0755", "--dir", d]
+            cmd += ["--ro-bind", path, path]
+        cmd += ["--proc", "/proc", "--dev", "/dev"]
+        cmd += ["--size", str(lim.scratch_bytes), "--tmpfs", "/scratch"]
+        # Every namespace but the user one, which is chosen below.
+        cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+        cmd += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+        cmd += ["--setenv", "HOME", "/scratch", "--setenv", "PATH", "/usr/bin:/bin"]
+        cmd += ["--chdir", "/scratch"]
+        if os.getuid() == 0:  # the launcher drops to ``uid`` itself (and chowns /scratch)
+            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"):
+                cmd += ["--cap-add", cap]
+        else:
+            cmd += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+        cmd += ["--remount-ro", "/"]
+        return cmd
+
+    async def call(self, module: str, qualname: str, kwargs: dict[str, Any]) -> Any:
+        """Call the function ``module:qualname`` with JSON ``kwargs`` in the sandbox and
+        return its JSON result. The import path (``sys.path``) is visible read-only.
+
+        Raises :class:`SandboxUnavailable`, :class:`SandboxError` (the function raised or a
+        limit stopped it)."""
+        paths = _import_paths()
+        code = _CALL.format(
+            paths=json.dumps(paths),
+            module=json.dumps(module),
+            qualname=json.dumps(qualname),
+            kwargs=json.dumps(json.dumps(kwargs)),
+        )
+        result = await self.run_python(code, read_only=tuple(paths))
+        if result.killed is not None:
+            raise SandboxError(f"stopped by the sandbox's {result.killed} limit")
+        _, marker, tail = result.stdout.rpartition(_RESULT_MARK)
+        if not marker or result.exit_code != 0:
+            last = result.stderr.strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
+            raise SandboxError(last[0])
+        return json.loads(tail)
+
+    async def run_python(self, code: str, *, read_only: tuple[str, ...] = ()) -> SandboxResult:
+        """Run ``code`` with ``python -I`` in the sandbox; raise :class:`SandboxUnavailable`
+        when there is no sandbox. ``read_only``: more directories to show, read-only."""
+        if not await asyncio.to_thread(self.available):
+            raise SandboxUnavailable(f"refusing to run code without a sandbox: {self._why}")
+        lim = self.limits
+        uid = _take_uid()
+        try:
+            argv = [
+                *self._command(uid, read_only),
+                self.python,
+                "-I",
+                "-c",
+                _LAUNCHER,
+                *map(
+                    str,
+                    (lim.cpu_s, lim.memory_bytes, lim.processes, lim.file_bytes, lim.open_files),
+                ),
+                str(uid),
+            ]
+            return await self._run(argv, code.encode())
+        finally:
+            _give_uid(uid)
+
+    async def _run(self, argv: list[str], stdin: bytes) -> SandboxResult:
+        lim = self.limits
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group: the deadline kills all of it
+        )
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        killed: str | None = None
+        try:
+            async with asyncio.timeout(lim.wall_s):
+                out, err, _ = await asyncio.gather(
+                    _read_capped(proc.stdout, lim.output_bytes),
+                    _read_capped(proc.stderr, lim.output_bytes),
+                    _feed(proc.stdin, stdin),
+                )
+                code = await proc.wait()
+        except TimeoutError:
+            killed = "wall_time"
+            _kill(proc)
+            await _reap(proc)
+            out, err, code = b"", b"", proc.returncode or -signal.SIGKILL
+        except BaseException:
+            _kill(proc)
+            await asyncio.shield(_reap(proc))
+            raise
+        if killed is None:
+            killed = _limit_hit(code, err)
+        return SandboxResult(
+            code, out.decode(errors="replace"), err.decode(errors="replace"), killed
+        )
+
+
+def _import_paths() -> list[str]:
+    """The directories of ``sys.path`` (a few stats; cheap, and done once per call)."""
+    return [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
+
+
+async def _feed(stream: asyncio.StreamWriter, data: bytes) -> bytes:
+    with contextlib.suppress(ConnectionError):
+        stream.write(data)
+        await stream.drain()
+        stream.close()
+    return b""
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    # Read to the end (so the child never blocks on a full pipe), keeping ``limit`` bytes.
+    while chunk := await stream.read(65536):
+        if size < limit:
+            chunks.append(chunk[: limit - size])
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+async def _reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a killed sandbox and read its pipes to the end, so they close."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(10):
+            await proc.communicate()
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _limit_hit(code: int, stderr: bytes) -> str | None:
+    """Which limit ended the process, from how it ended."""
+    if code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
+        return "cpu_time" if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) else "killed"
+    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) or b"File too large" in stderr:
+        return "file_size"
+    if b"MemoryError" in stderr:
+        return "memory"
+    if b"BlockingIOError" in stderr and b"Resource temporarily unavailable" in stderr:
+        return "processes"
+    return None

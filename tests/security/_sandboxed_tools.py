@@ -1,0 +1,41 @@
+"""Module-level tools for the sandbox tests (a sandboxed tool is imported by reference)."""
+
+from __future__ import annotations
+
+import os
+
+from podium import tool
+from podium.security.sandbox import Sandbox, SandboxLimits
+
+BOX = Sandbox(SandboxLimits(cpu_s=5, wall_s=20, memory_bytes=1 << 30))
+
+
+@tool(sandbox=BOX)
+def word_count(text: str) -> dict[str, int]:
+    """Count words, in the sandbox.
+
+    Args:
+        text: The text.
+    """
+    return {"words": len(text.split()), "uid": os.getuid()}
+
+
+@tool(sandbox=BOX)
+def read_file(path: str) -> str:
+    """Read a file, in the sandbox.
+
+    Args:
+        path: The path.
+    """
+    with open(path) as f:
+        return f.read()
+
+
+@tool(sandbox=True)
+def shout(text: str) -> str:
+    """Upper-case a text, in a sandbox with the default limits.
+
+    Args:
+        text: The text.
+    """
+    return text.upper()

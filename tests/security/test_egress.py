@@ -1,0 +1,274 @@
+"""The egress policy: every hop and every resolved address is checked; refusals become
+observations the model reads."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+
+import pytest
+from _web import serve
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from podium import Agent, ModelRequest, ModelResponse, tool_call_reply
+from podium.engine.driver import Engine
+from podium.messages import Message
+from podium.security import EgressDenied, EgressPolicy
+from podium.security.egress import address_kind, parse_ip
+from podium.tools.http import HttpClient, ResponseTooLarge, http_tool
+
+pytestmark = pytest.mark.anyio
+
+LOOPBACK = EgressPolicy.loopback()
+ANY_PORT_PUBLIC = EgressPolicy(allow_ports=None)
+
+
+class FixedResolver(AbstractResolver):
+    """DNS as an attacker runs it: every name resolves to ``address``."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.lookups: list[str] = []
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        self.lookups.append(host)
+        fam = socket.AF_INET6 if ":" in self.address else socket.AF_INET
+        return [
+            {
+                "hostname": host,
+                "host": self.address,
+                "port": port,
+                "family": fam,
+                "proto": 0,
+                "flags": 0,
+            }
+        ]
+
+    async def close(self) -> None:
+        pass
+
+
+async def refused(client: HttpClient, url: str) -> str:
+    with pytest.raises(EgressDenied) as info:
+        await client.get(url)
+    return str(info.value)
+
+
+async def test_loopback_allowed_explicitly_fetches() -> None:
+    async with serve() as base:
+        client = HttpClient(LOOPBACK)
+        resp = await client.get(f"{base}/page")
+        assert resp.status == 200 and "hello" in resp.text
+        await client.aclose()
+
+
+async def test_loopback_refused_by_default_by_address_and_by_name() -> None:
+    async with serve() as base:
+        client = HttpClient(ANY_PORT_PUBLIC)
+        assert "loopback" in await refused(client, f"{base}/page")
+        port = base.rsplit(":", 1)[1]
+        # A name that resolves to loopback is refused on the resolved address.
+        msg = await refused(client, f"http://localhost:{port}/page")
+        assert "127.0.0.1 is loopback (localhost resolves to it)" in msg
+        assert client.refused == 2
+
+
+async def test_dns_answer_pointing_at_private_addresses_is_refused_at_connect() -> None:
+    for address, kind in [
+        ("127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("169.254.169.254", "metadata"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("fe80::1", "link-local"),
+    ]:
+        dns = FixedResolver(address)
+        client = HttpClient(EgressPolicy(allow_hosts={"rebind.example"}), resolver=dns)
+        msg = await refused(client, "http://rebind.example/")
+        assert dns.lookups == ["rebind.example"]  # the check ran on the answer, at connect
+        assert kind in msg, msg
+
+
+async def test_redirect_to_private_address_is_refused() -> None:
+    async with serve() as base:
+        client = HttpClient(LOOPBACK)
+        for target, kind in [
+            ("http://10.0.0.1/secret", "private"),
+            ("http://169.254.169.254/latest/meta-data/", "metadata"),
+            ("http://[::ffff:10.0.0.1]/", "private"),
+            ("http://0x0a000001/", "non-canonical"),
+            ("file:///etc/passwd", "scheme"),
+        ]:
+            msg = await refused(client, f"{base}/redirect?to={target}")
+            assert kind in msg, msg
+        # The loopback policy allows loopback on any port, but a redirect to another host
+        # than those listed is refused too.
+        assert "allow-list" in await refused(client, f"{base}/redirect?to=http://example.com/")
+        # A redirect within what is allowed is followed.
+        resp = await client.get(f"{base}/redirect?to=/page")
+        assert resp.status == 200 and resp.redirects == 1 and resp.url.endswith("/page")
+        await client.aclose()
+
+
+async def test_redirect_loops_are_bounded() -> None:
+    async with serve() as base:
+        client = HttpClient(EgressPolicy.loopback(max_redirects=2))
+        loop_url = f"{base}/redirect?to={base}/redirect%3Fto%3D/redirect%253Fto%253D/page"
+        assert "more than 2 redirects" in await refused(client, loop_url)
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "meaning"),
+    [
+        ("http://2130706433/", "127.0.0.1"),
+        ("http://0177.0.0.1/", "127.0.0.1"),
+        ("http://0x7f.0.0.1/", "127.0.0.1"),
+        ("http://127.1/", "127.0.0.1"),
+        ("http://017700000001/", "127.0.0.1"),
+        ("http://0xa9fea9fe/", "169.254.169.254"),
+    ],
+)
+async def test_numeric_ip_spellings_are_refused(url: str, meaning: str) -> None:
+    msg = await refused(HttpClient(ANY_PORT_PUBLIC), url)
+    assert "non-canonical" in msg and meaning in msg
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [
+        ("http://[::1]/", "loopback"),
+        ("http://[::ffff:127.0.0.1]/", "loopback"),
+        ("http://[::ffff:7f00:1]/", "loopback"),
+        ("http://[::ffff:169.254.169.254]/", "metadata"),
+        ("http://[64:ff9b::a00:1]/", "private"),
+        ("http://[2002:7f00:1::]/", "loopback"),
+        ("http://[fe80::1%25eth0]/", "link-local"),
+        ("http://[fd00:ec2::254]/", "metadata"),
+        ("http://[fc00::1]/", "private"),
+        ("http://[::]/", "unspecified"),
+        ("http://0.0.0.0/", "unspecified"),
+        ("http://100.64.0.1/", "reserved"),
+        ("http://192.168.1.1./", "private"),
+    ],
+)
+async def test_ipv6_and_other_non_public_forms_are_refused(url: str, kind: str) -> None:
+    assert kind in await refused(HttpClient(ANY_PORT_PUBLIC), url)
+
+
+def test_address_classification() -> None:
+    assert address_kind(parse_ip("8.8.8.8")) is None  # type: ignore[arg-type]
+    assert address_kind(parse_ip("2001:4860:4860::8888")) is None  # type: ignore[arg-type]
+    assert parse_ip("example.com") is None
+    policy = EgressPolicy(allow_networks=("10.1.0.0/16",), allow_ports=None)
+    policy.check_url("http://10.1.2.3/")  # listed: allowed
+    policy.check_url("http://[::ffff:10.1.2.3]/")  # the same address in IPv6 form
+    with pytest.raises(EgressDenied):
+        policy.check_url("http://10.2.0.1/")
+    with pytest.raises(EgressDenied, match="port 8080"):
+        EgressPolicy().check_url("http://8.8.8.8:8080/")
+    with pytest.raises(EgressDenied, match="port 6379"):
+        EgressPolicy.loopback(deny_ports={6379}).check_url("http://127.0.0.1:6379/")
+    trusting = EgressPolicy(allow_private=True, allow_ports=None)
+    trusting.check_url("http://10.2.0.1/")
+    trusting.check_url("http://127.0.0.1:8080/")
+    with pytest.raises(EgressDenied, match="metadata"):
+        trusting.check_url("http://169.254.169.254/")
+    wild = EgressPolicy(allow_hosts={"*.example.com"})
+    wild.check_url("https://api.example.com/")
+    with pytest.raises(EgressDenied):
+        wild.check_url("https://example.com.evil.net/")
+
+
+async def test_oversize_responses_are_refused() -> None:
+    async with serve() as base:
+        client = HttpClient(EgressPolicy.loopback(max_response_bytes=10_000))
+        assert (await client.get(f"{base}/big?n=10000")).body == b"x" * 10_000
+        with pytest.raises(ResponseTooLarge, match="10001 bytes, over the limit"):
+            await client.get(f"{base}/big?n=10001")
+        with pytest.raises(ResponseTooLarge, match="passed the limit of 10000 bytes"):
+            await client.get(f"{base}/big?n=50000&chunked=1")
+        await client.aclose()
+
+
+async def test_http_tool_from_a_url_template() -> None:
+    async with serve() as base:
+        weather = http_tool(
+            "weather",
+            base + "/data/{city}",
+            description="Weather in a city.",
+            params={"city": "The city's name."},
+            query={"units": "metric or imperial"},
+            policy=LOOPBACK,
+        )
+        assert weather.parameters["required"] == ["city"]
+        assert set(weather.parameters["properties"]) == {"city", "units"}
+        assert weather.parameters["properties"]["city"]["description"] == "The city's name."
+        assert await weather.fn(city="São Paulo/x", units="metric") == {
+            "city": "São Paulo/x",
+            "units": "metric",
+        }
+
+
+async def test_refusals_reach_the_model_as_observations() -> None:
+    """Through the engine: each refused fetch is a tool message the model reads."""
+    async with serve() as base:
+        fetch = http_tool("fetch", "{url}", policy=ANY_PORT_PUBLIC, params={"url": "A URL."})
+        # (a template that is a whole URL: the argument is percent-encoded, so no
+        # scheme/host can be smuggled in; use a fixed host in real tools)
+        page = http_tool(
+            "page", base + "/redirect?to={to}", policy=EgressPolicy.loopback(deny_ports={6379})
+        )
+        seen: list[Message] = []
+
+        def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+            if request.step == 0:
+                return tool_call_reply(
+                    ("page", '{"to": "http://10.0.0.1/"}'),
+                    ("page", '{"to": "http://127.0.0.1:6379/"}'),
+                    ("page", '{"to": "/big?n=5000000"}'),
+                )
+            seen.extend(m for m in messages if m.role == "tool")
+            return "done"
+
+        from podium import FunctionModel
+
+        agent = Agent("egress", FunctionModel(reply), tools=[fetch, page])
+        async with Engine() as engine:
+            record = await engine.run(agent, "go")
+        assert record.status == "completed"
+        contents = [m.content for m in seen]
+        assert len(contents) == 3
+        assert "EgressDenied" in contents[0] and "10.0.0.1 is private" in contents[0]
+        assert "EgressDenied" in contents[1] and "port 6379" in contents[1]
+        assert "ResponseTooLarge" in contents[2]
+
+
+async def test_research_fetch_refuses_redirects_to_private_and_service_ports() -> None:
+    from podium.examples import research
+    from podium.tools import ToolContext, ToolExecutor
+
+    fetch = research.make_fetch()
+    executor = ToolExecutor(max_threads=1)
+    try:
+        async with serve() as base:
+            outcomes = [
+                await executor.execute(
+                    fetch,
+                    fetch.decode_arguments(f'{{"url": "{base}/redirect?to={target}"}}'),
+                    ToolContext("r", 0, i, f"c{i}"),
+                )
+                for i, target in enumerate(
+                    ["http://10.0.0.1/secret", "http://127.0.0.1:6379/", "/page"]
+                )
+            ]
+    finally:
+        executor.close()
+    private, redis, ok = outcomes
+    assert (
+        not private.ok and "refusing to fetch" in private.content and "private" in private.content
+    )
+    assert not redis.ok and "port 6379" in redis.content
+    assert ok.ok and '"title":"ok"' in ok.content

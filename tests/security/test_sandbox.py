@@ -1,0 +1,180 @@
+"""The sandbox: code runs confined, or not at all. Each escape is tried for real."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from _sandboxed_tools import read_file, shout, word_count
+
+from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool_call_reply
+from podium.engine.driver import Engine
+from podium.messages import Message
+from podium.security.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+from podium.tools import ToolContext, ToolExecutor, ToolResult
+from podium.tools.sandboxed import run_python, run_python_tool
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+BOX = Sandbox(SandboxLimits(cpu_s=2, wall_s=10, memory_bytes=256 << 20, processes=16))
+if not BOX.available():
+    pytest.skip("bubblewrap is not usable here (see .ci/run)", allow_module_level=True)
+
+
+async def run(code: str) -> tuple[int, str, str, str | None]:
+    r = await BOX.run_python(code)
+    return r.exit_code, r.stdout, r.stderr, r.killed
+
+
+async def test_runs_code_and_returns_its_output() -> None:
+    assert await run("print(sum(range(10)))") == (0, "45\n", "", None)
+
+
+async def test_cannot_read_outside_its_scratch_dir(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    for path in (secret, Path(__file__), Path("/etc/passwd"), Path.home() / ".bashrc"):
+        code, out, err, _ = await run(f"print(open({str(path)!r}).read())")
+        assert code == 1 and "s3cret" not in out, path
+        assert "No such file or directory" in err or "Permission denied" in err
+    code, out, _, _ = await run("import os; print(sorted(os.listdir('/')))")
+    assert code == 0
+    assert "work" not in out and "home" not in out and "tmp" not in out
+
+
+async def test_cannot_write_to_the_root_filesystem() -> None:
+    for path in ("/evil", "/usr/evil", "/usr/lib/evil"):
+        code, _, err, _ = await run(f"open({path!r}, 'w').write('x')")
+        assert code == 1 and "Read-only file system" in err, path
+    code, out, _, _ = await run("open('/scratch/ok', 'w').write('x'); print(open('ok').read())")
+    assert (code, out) == (0, "x\n")
+
+
+async def test_has_no_network() -> None:
+    for host, port in (("127.0.0.1", 6379), ("1.1.1.1", 80)):
+        code, out, err, _ = await run(
+            f"import socket; socket.create_connection(({host!r}, {port}), timeout=3); "
+            "print('CONNECTED')"
+        )
+        assert code == 1 and "CONNECTED" not in out
+        assert "Connection refused" in err or "Network is unreachable" in err
+
+
+async def test_fork_bomb_hits_the_process_limit() -> None:
+    code, out, _, _ = await run(
+        "import os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('stopped', n)\n"
+    )
+    assert code == 0 and out.startswith("stopped")
+    assert int(out.split()[1]) < 16
+
+
+async def test_memory_past_the_limit_fails() -> None:
+    code, out, err, killed = await run("x = bytearray(1 << 30); print('ALLOCATED')")
+    assert code == 1 and "ALLOCATED" not in out and "MemoryError" in err
+    assert killed == "memory"
+
+
+async def test_infinite_loop_hits_the_cpu_limit() -> None:
+    result = await Sandbox(SandboxLimits(cpu_s=1)).run_python("while True: pass")
+    assert result.killed == "cpu_time" and result.exit_code != 0
+
+
+async def test_sleeping_forever_hits_the_wall_limit() -> None:
+    box = Sandbox(SandboxLimits(wall_s=1.0))
+    result = await box.run_python("import time; time.sleep(60)")
+    assert result.killed == "wall_time"
+
+
+async def test_file_size_limit() -> None:
+    box = Sandbox(SandboxLimits(file_bytes=1 << 20))
+    result = await box.run_python("open('/scratch/big', 'wb').write(b'x' * (2 << 20))")
+    assert result.killed == "file_size" and "File too large" in result.stderr
+
+
+async def test_refuses_clearly_without_isolation() -> None:
+    box = Sandbox(bwrap="/nonexistent/bwrap")
+    with pytest.raises(SandboxUnavailable, match="refusing to run code without a sandbox"):
+        await box.run_python("print(1)")
+
+
+async def test_run_python_tool_reports_to_the_model() -> None:
+    run_python = run_python_tool(BOX)
+    seen: list[Message] = []
+
+    def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+        if request.step == 0:
+            return tool_call_reply(
+                ("run_python", '{"code": "print(6 * 7)"}'),
+                ("run_python", "{\"code\": \"open('/evil', 'w')\"}"),
+                ("run_python", '{"code": "while True: pass"}'),
+            )
+        seen.extend(m for m in messages if m.role == "tool")
+        return "done"
+
+    agent = Agent("coder", FunctionModel(reply), tools=[run_python])
+    async with Engine() as engine:
+        record = await engine.run(agent, "compute")
+    assert record.status == "completed"
+    ok, readonly, loop = (m.content for m in seen)
+    assert ok == "42\n"
+    assert "Read-only file system" in readonly and "[exit code 1]" in readonly
+    assert "cpu_time limit" in loop
+
+
+async def test_unavailable_sandbox_is_an_observation() -> None:
+    tool_ = run_python_tool(Sandbox(bwrap="/nonexistent/bwrap"))
+    executor = ToolExecutor(max_threads=1)
+    try:
+        result: ToolResult = await executor.execute(
+            tool_, tool_.decode_arguments('{"code": "print(1)"}'), _ctx()
+        )
+    finally:
+        executor.close()
+    assert not result.ok and "SandboxUnavailable" in result.content
+
+
+async def test_tool_with_sandbox_runs_its_function_confined(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cret")
+    executor = ToolExecutor(max_threads=1)
+    try:
+        counted = await executor.execute(
+            word_count, word_count.decode_arguments('{"text": "a b c"}'), _ctx()
+        )
+        leaked = await executor.execute(
+            read_file, read_file.decode_arguments(f'{{"path": "{secret}"}}'), _ctx()
+        )
+    finally:
+        executor.close()
+    assert counted.ok, counted.content
+    assert '"words":3' in counted.content and f'"uid":{os.getuid()}' not in counted.content
+    assert not leaked.ok and "s3cret" not in leaked.content
+    assert "No such file or directory" in leaked.content
+
+
+def _ctx() -> ToolContext:
+    return ToolContext("run_s", 0, 0, "call_0")
+
+
+async def test_defaults_sandbox_true_and_the_builtin_tool() -> None:
+    assert shout.policy.sandbox is not None and not shout.inline
+    executor = ToolExecutor(max_threads=1)
+    try:
+        loud = await executor.execute(shout, shout.decode_arguments('{"text": "hi"}'), _ctx())
+        ran = await executor.execute(
+            run_python, run_python.decode_arguments('{"code": "print(2 ** 10)"}'), _ctx()
+        )
+    finally:
+        executor.close()
+    assert loud.ok and loud.content == "HI"
+    assert ran.ok and ran.content == "1024\n"
