@@ -31,6 +31,7 @@ from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
 from podium.gateway.metrics import GatewayMetrics
 from podium.lifecycle import stop_task
+from podium.observe.blocking import BlockingDetector, detector_from_env
 from podium.observe.looplag import LoopLagMonitor
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
@@ -78,6 +79,7 @@ class Gateway:
         self.engine = engine
         self.workers = list(workers)
         self.lag = lag or LoopLagMonitor(0.05)
+        self.blocking: BlockingDetector | None = None  # PODIUM_BLOCKING_MS; started in start()
         self.pools = list(dict.fromkeys([*config.pool_names(), *(a.pool for a in agents)]))
         self.admission = Admission(config.limits, config.pools, self.lag)
         self.metrics = GatewayMetrics(lambda: self)
@@ -92,6 +94,9 @@ class Gateway:
 
     async def start(self) -> None:
         self.lag.start()
+        self.blocking = self.blocking or detector_from_env()
+        if self.blocking is not None:
+            self.blocking.start()
         self.admission.controller.start()
         self._worker_tasks = [
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers
@@ -105,6 +110,8 @@ class Gateway:
             await stop_task(task)
         await self.admission.controller.stop()
         await self.lag.stop()
+        if self.blocking is not None:
+            self.blocking.stop()
         if self.engine is not None:
             await self.engine.aclose()
         await self.queue.aclose()

@@ -94,6 +94,7 @@ async def _serve(config: WorkerConfig) -> int:
     # Imported here so that `podium --help` never needs redis.
     from podium.cli.resolve import resolve_agent
     from podium.engine.driver import Engine
+    from podium.observe.blocking import detector_from_env
     from podium.queue.redis import RedisQueue
     from podium.store.redis import RedisRunStore, connect
     from podium.tools.executor import ToolExecutor
@@ -127,6 +128,9 @@ async def _serve(config: WorkerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
+    blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
+    if blocking is not None:
+        blocking.start()
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
@@ -140,6 +144,8 @@ async def _serve(config: WorkerConfig) -> int:
         executor.close()
         threads.shutdown(wait=False, cancel_futures=True)
         await client.aclose()
+        if blocking is not None:
+            blocking.stop()
     stats = worker.statistics()
     print(f"podium worker {worker.consumer} done {msgspec.json.encode(stats).decode()}",
           file=sys.stderr, flush=True)
