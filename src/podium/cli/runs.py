@@ -154,17 +154,19 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
     if args.json:
         _json([msgspec.structs.replace(r, profile=None) for r in runs])
         return 0
-    table = Table(title=f"{len(runs)} run(s)", title_justify="left")
+    table = Table(title=f"{len(runs)} run(s)", title_justify="left", box=None)
     for col in ("run", "agent", "tenant", "status", "reason", "steps", "created", "wall ms",
                 "tokens"):
-        table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left")
+        table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left",
+                         no_wrap=col in ("run", "created"))
     style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
     for r in runs:
         wall = _wall_ms(r)
         table.add_row(
             r.run_id, escape(r.agent), escape(r.tenant),
             f"[{style.get(r.status, 'white')}]{r.status}[/]", r.reason or "", str(r.steps),
-            _when(r.created_at), f"{wall:,.1f}" if wall is not None else "-",
+            datetime.fromtimestamp(r.created_at).strftime("%m-%d %H:%M:%S"),
+            f"{wall:,.1f}" if wall is not None else "-",
             f"{r.usage.total_tokens:,}",
         )
     console.print(table)

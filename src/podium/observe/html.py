@@ -114,13 +114,14 @@ def _latency_cdfs(runs: Sequence[RunRecord]) -> str:
                       y_label="fraction ≤ x", log_x=True, step=True)
 
 
-def _over_time(runs: Sequence[RunRecord], buckets: int = 60) -> tuple[str, str]:
+def _over_time(runs: Sequence[RunRecord]) -> tuple[str, str]:
     spans = [(r.started_at, r.finished_at) for r in runs
              if r.started_at is not None and r.finished_at is not None]
     if not spans:
         empty: list[Series] = []
         return (line_chart("Throughput", empty, x_label="s", y_label="runs/s"),
                 line_chart("Runs in flight", empty, x_label="s", y_label="runs"))
+    buckets = max(8, min(60, len(spans) // 20))  # enough runs per bucket to mean something
     starts = sorted(s for s, _ in spans)
     ends = sorted(e for _, e in spans)
     t0, t1 = starts[0], max(ends[-1], starts[0] + 1e-3)

@@ -16,8 +16,8 @@ __all__ = ("PALETTE", "Series", "line_chart", "stacked_bars", "timelines")
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2", "#edc948",
            "#9c755f", "#ff9da7", "#bab0ac")
 
-W, H = 640, 300
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 32, 44
+W, H = 600, 300
+LEFT, RIGHT, TOP, BOTTOM = 64, 16, 32, 52
 
 #: A named series of (x, y) points.
 Series = tuple[str, Sequence[tuple[float, float]]]
@@ -52,8 +52,11 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def _log_ticks(lo: float, hi: float) -> list[float]:
-    return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-            if lo <= 10.0**e <= hi] or [lo, hi]
+    decades = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+    # Few decades: 1-2-5 ticks, so a narrow range still has labels.
+    steps = (1.0, 2.0, 5.0) if len(decades) <= 3 else (1.0,)
+    ticks = [m * 10.0**e for e in decades for m in steps if lo <= m * 10.0**e <= hi]
+    return ticks or [lo, hi]
 
 
 def _open(title: str, width: int = W, height: int = H) -> list[str]:
@@ -208,7 +211,7 @@ def timelines(
     for i, (name, segs) in enumerate(rows):
         y = TOP + i * row + row * 0.15
         out.append(f'<text x="{label_w - 6}" y="{y + row * 0.5:.1f}" class="tick" '
-                   f'text-anchor="end">{escape(name[-22:])}</text>')
+                   f'text-anchor="end">{escape(name[-18:])}</text>')
         for start, length, phase, label in segs:
             out.append(f'<rect class="bar" x="{label_w + start / end * pw:.2f}" y="{y:.1f}" '
                        f'width="{max(length / end * pw, 0.3):.2f}" height="{row * 0.7:.1f}" '
