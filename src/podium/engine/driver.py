@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from podium.agent import Agent
+from podium.engine.hook import EngineHook
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
     Compacted,
@@ -110,6 +111,8 @@ class Engine(AsyncCloseable):
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._cancelling: set[str] = set()
         self._pausing: set[str] = set()
+        #: Metrics and tracing (see podium.engine.hook); None costs one test per step.
+        self.hook: EngineHook | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -281,6 +284,8 @@ class Engine(AsyncCloseable):
         if not response.tool_calls:
             sw.lap(_PARSE)
             await self._final_step(state, sw, message, response, ttft)
+            if self.hook is not None:
+                self.hook.step(agent, record, state.profile.steps[-1], state.usage, ())
             return True
         planned, rejected = plan_tool_calls(agent, record.run_id, step, response.tool_calls)
         state.invalid_calls += len(rejected)
@@ -364,6 +369,8 @@ class Engine(AsyncCloseable):
         await self._append(state, entries, sw)
         self._close_step(sw, profile)
         state.profile.steps.append(profile)
+        if self.hook is not None:
+            self.hook.step(agent, state.record, profile, state.usage, outcomes)
         if state.invalid_calls > agent.max_invalid_tool_calls:
             raise _Finish(
                 "failed",
@@ -567,6 +574,8 @@ class Engine(AsyncCloseable):
                 observer(record.run_id, final)
         if self.aggregator is not None:
             self.aggregator.finish_run(state.profile.admit_ns)
+        if self.hook is not None:
+            self.hook.run_finished(record)
         return record
 
     # -- lifecycle --------------------------------------------------------------------------

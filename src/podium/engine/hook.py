@@ -1,0 +1,36 @@
+"""What the engine tells an observer (metrics, tracing) about each step and run.
+
+One optional object, called at most twice per step boundary; ``None`` costs one
+attribute test per step. Hooks must be cheap and never raise: they run on the
+hot path, after the step's checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from podium.agent import Agent
+    from podium.engine.profile import StepProfile
+    from podium.engine.records import RunRecord
+    from podium.messages import Usage
+    from podium.tools.executor import ToolResult
+
+__all__ = ("EngineHook",)
+
+
+class EngineHook(Protocol):
+    def step(
+        self,
+        agent: Agent,
+        record: RunRecord,
+        profile: StepProfile,
+        usage: Usage,
+        results: Sequence[tuple[int, ToolResult]],
+    ) -> None:
+        """A step was checkpointed. ``usage`` is the run's total so far; ``profile`` holds the
+        step's phases (the last phase, checkpoint, just ended: now)."""
+
+    def run_finished(self, record: RunRecord) -> None:
+        """The run reached a terminal status (``record`` carries it)."""
