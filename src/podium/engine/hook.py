@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from podium.messages import Usage
     from podium.tools.executor import ToolResult
 
-__all__ = ("EngineHook",)
+__all__ = ("EngineHook", "combine")
 
 
 class EngineHook(Protocol):
@@ -34,3 +34,33 @@ class EngineHook(Protocol):
 
     def run_finished(self, record: RunRecord) -> None:
         """The run reached a terminal status (``record`` carries it)."""
+
+
+class _Fanout:
+    """Several hooks called in turn."""
+
+    def __init__(self, hooks: Sequence[EngineHook]) -> None:
+        self.hooks = tuple(hooks)
+
+    def step(
+        self,
+        agent: Agent,
+        record: RunRecord,
+        profile: StepProfile,
+        usage: Usage,
+        results: Sequence[tuple[int, ToolResult]],
+    ) -> None:
+        for hook in self.hooks:
+            hook.step(agent, record, profile, usage, results)
+
+    def run_finished(self, record: RunRecord) -> None:
+        for hook in self.hooks:
+            hook.run_finished(record)
+
+
+def combine(*hooks: EngineHook | None) -> EngineHook | None:
+    """One hook calling each of ``hooks`` that is not None (None if none is)."""
+    present = [h for h in hooks if h is not None]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else _Fanout(present)

@@ -41,6 +41,7 @@ from podium.gateway.schemas import (
 )
 from podium.gateway.service import Gateway
 from podium.gateway.sse import follow_journal, parse_last_event_id
+from podium.observe.tracing import submit_context
 
 __all__ = ("create_app", "json_response", "read_json")
 
@@ -114,7 +115,8 @@ def _routes(gw: Gateway) -> list[Route]:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
         body = await read_json(request, RunCreate, max_body)
-        record = await gw.submit(tenant, body.agent, body.input, body.metadata)
+        with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
+            record = await gw.submit(tenant, body.agent, body.input, metadata)
         location = {"Location": f"/v1/runs/{record.run_id}"}
         if body.stream:
             return sse_response(follow_journal(gw.store, record.run_id), location)

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from podium.agent import Agent
 from podium.config import Config
 from podium.engine.driver import Engine, new_run_id
+from podium.engine.hook import combine
 from podium.engine.records import (
     JournalEntry,
     RunFinished,
@@ -33,6 +34,7 @@ from podium.gateway.metrics import GatewayMetrics
 from podium.lifecycle import stop_task
 from podium.observe.blocking import BlockingDetector, detector_from_env
 from podium.observe.looplag import LoopLagMonitor
+from podium.observe.tracing import RunTracer, tracer_from_env
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
 from podium.worker.worker import Worker
@@ -80,6 +82,7 @@ class Gateway:
         self.workers = list(workers)
         self.lag = lag or LoopLagMonitor(0.05)
         self.blocking: BlockingDetector | None = None  # PODIUM_BLOCKING_MS; started in start()
+        self.tracer: RunTracer | None = None
         self.pools = list(dict.fromkeys([*config.pool_names(), *(a.pool for a in agents)]))
         self.admission = Admission(config.limits, config.pools, self.lag)
         self.metrics = GatewayMetrics(lambda: self)
@@ -97,6 +100,9 @@ class Gateway:
         self.blocking = self.blocking or detector_from_env()
         if self.blocking is not None:
             self.blocking.start()
+        self.tracer = tracer_from_env()  # OTEL_* configured: spans, trace context to workers
+        if self.engine is not None:
+            self.engine.hook = combine(self.engine.hook, self.tracer)
         self.admission.controller.start()
         self._worker_tasks = [
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers

@@ -96,8 +96,10 @@ async def _serve(config: WorkerConfig) -> int:
     # Imported here so that `podium --help` never needs redis.
     from podium.cli.resolve import resolve_agent
     from podium.engine.driver import Engine
+    from podium.engine.hook import combine
     from podium.observe.blocking import detector_from_env
     from podium.observe.serve_metrics import start_metrics
+    from podium.observe.tracing import tracer_from_env
     from podium.queue.redis import RedisQueue
     from podium.store.redis import RedisRunStore, connect
     from podium.tools.executor import ToolExecutor
@@ -135,6 +137,7 @@ async def _serve(config: WorkerConfig) -> int:
     if blocking is not None:
         blocking.start()
     metrics = start_metrics(config, engine, worker, queue, blocking)
+    engine.hook = combine(engine.hook, tracer_from_env())  # OTEL_* configured: spans
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
