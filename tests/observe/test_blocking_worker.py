@@ -8,11 +8,12 @@ import sys
 
 import pytest
 
-from conftest import subprocess_env
 from podium.engine.records import RunRecord
 from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore, connect
+
+from .conftest import subprocess_env
 
 pytestmark = pytest.mark.anyio
 

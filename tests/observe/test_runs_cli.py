@@ -14,11 +14,12 @@ import pytest
 from observe_agents import support
 from runs_fixture import fill
 
-from conftest import subprocess_env
 from podium.engine.driver import Engine
 from podium.store.base import RunStore
 from podium.store.redis import RedisRunStore
 from podium.store.sqlite import SQLiteRunStore
+
+from .conftest import subprocess_env
 
 pytestmark = pytest.mark.anyio
 

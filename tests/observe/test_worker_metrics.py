@@ -15,13 +15,14 @@ from observe_agents import support
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import subprocess_env
 from podium.engine.driver import Engine
 from podium.engine.records import RunRecord
 from podium.observe.metrics import RunMetrics
 from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore, connect
+
+from .conftest import subprocess_env
 
 pytestmark = pytest.mark.anyio
 
