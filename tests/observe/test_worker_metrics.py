@@ -142,3 +142,33 @@ async def test_a_worker_serves_metrics_that_move_while_runs_execute(
         assert ("podium_lease_reclaims_total", frozenset({("pool", "default")})) in after
     finally:
         await _stop(proc)
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_the_gateway_exports_its_embedded_engines_steps() -> None:
+    from podium.config import load_config
+    from podium.gateway.app import create_app
+    from podium.gateway.runtime import build_gateway
+    from podium.gateway.service import ServedAgent
+    from podium.store.memory import MemoryRunStore
+
+    config = load_config(None, {"PODIUM_KEYS": "pk_metrics_test=tenant-a"})
+    gw = build_gateway(config, [ServedAgent(support())], store=MemoryRunStore())
+    await gw.start()
+    try:
+        transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://podium.test",
+                                     headers={"Authorization": "Bearer pk_metrics_test"}) as c:
+            for _ in range(3):
+                resp = await c.post("/v1/runs", json={"agent": "support", "input": "A-1?",
+                                                      "wait": True})
+                assert resp.json()["status"] == "completed", resp.text
+            assert gw.run_metrics is not None
+            await gw.run_metrics.flush()
+            parsed = samples((await c.get("/metrics")).text)
+    finally:
+        await gw.stop()
+    assert value(parsed, "podium_steps_total", agent="support") == 6
+    assert value(parsed, "podium_tool_calls_total", tool="lookup", outcome="ok") == 3
+    assert value(parsed, "podium_runs_finished_total", status="completed") == 3
+    assert value(parsed, "podium_http_requests_total") >= 3  # the gateway's own metrics too

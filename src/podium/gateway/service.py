@@ -34,6 +34,7 @@ from podium.gateway.metrics import GatewayMetrics
 from podium.lifecycle import stop_task
 from podium.observe.blocking import BlockingDetector, detector_from_env
 from podium.observe.looplag import LoopLagMonitor
+from podium.observe.metrics import RunMetrics
 from podium.observe.tracing import RunTracer, tracer_from_env
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
@@ -83,6 +84,7 @@ class Gateway:
         self.lag = lag or LoopLagMonitor(0.05)
         self.blocking: BlockingDetector | None = None  # PODIUM_BLOCKING_MS; started in start()
         self.tracer: RunTracer | None = None
+        self.run_metrics: RunMetrics | None = None
         self.pools = list(dict.fromkeys([*config.pool_names(), *(a.pool for a in agents)]))
         self.admission = Admission(config.limits, config.pools, self.lag)
         self.metrics = GatewayMetrics(lambda: self)
@@ -101,8 +103,10 @@ class Gateway:
         if self.blocking is not None:
             self.blocking.start()
         self.tracer = tracer_from_env()  # OTEL_* configured: spans, trace context to workers
-        if self.engine is not None:
-            self.engine.hook = combine(self.engine.hook, self.tracer)
+        if self.engine is not None and self.run_metrics is None:  # engine steps on /metrics
+            self.run_metrics = RunMetrics(self.metrics.registry, own_gauges=False)
+            self.run_metrics.start(queue=self.queue, blocking=self.blocking)
+            self.engine.hook = combine(self.engine.hook, self.run_metrics, self.tracer)
         self.admission.controller.start()
         self._worker_tasks = [
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers
@@ -116,6 +120,8 @@ class Gateway:
             await stop_task(task)
         await self.admission.controller.stop()
         await self.lag.stop()
+        if self.run_metrics is not None:
+            await self.run_metrics.stop()
         if self.blocking is not None:
             self.blocking.stop()
         if self.engine is not None:

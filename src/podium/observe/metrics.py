@@ -82,8 +82,14 @@ class RunMetrics:
     """
 
     def __init__(
-        self, registry: CollectorRegistry = REGISTRY, *, interval_s: float = 1.0
+        self,
+        registry: CollectorRegistry = REGISTRY,
+        *,
+        interval_s: float = 1.0,
+        own_gauges: bool = True,
     ) -> None:
+        """``own_gauges=False``: the gauges the gateway already exports (active runs, queue
+        depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
         self._pending: list[tuple[str, str, StepProfile, Sequence[tuple[int, ToolResult]]]] = []
         self._finished: list[RunRecord] = []
@@ -93,6 +99,7 @@ class RunMetrics:
         self._tools: set[str] = set()
         self._names: set[str] = set()
         r = registry
+        g = registry if own_gauges else CollectorRegistry()  # served by nobody
         self.phase_wall = Histogram("podium_step_phase_seconds", "Wall time of each step phase.",
                                     ["agent", "phase"], buckets=PHASE_BUCKETS, registry=r)
         self.phase_cpu = Histogram("podium_step_phase_cpu_seconds",
@@ -114,20 +121,20 @@ class RunMetrics:
         self.runs = Counter("podium_runs_finished", "Runs that reached a terminal status.",
                             ["agent", "status", "reason"], registry=r)
         self.active = Gauge("podium_worker_active_runs", "Runs being driven now.",
-                            registry=r, multiprocess_mode="livesum")
+                            registry=g, multiprocess_mode="livesum")
         self.capacity = Gauge("podium_worker_capacity", "Runs this process may drive at once.",
-                              registry=r, multiprocess_mode="livesum")
+                              registry=g, multiprocess_mode="livesum")
         self.queue_waiting = Gauge("podium_queue_waiting", "Runs waiting in the queue.", ["pool"],
-                                   registry=r, multiprocess_mode="max")
+                                   registry=g, multiprocess_mode="max")
         self.queue_in_flight = Gauge("podium_queue_in_flight", "Runs claimed, not acknowledged.",
-                                     ["pool"], registry=r, multiprocess_mode="max")
+                                     ["pool"], registry=g, multiprocess_mode="max")
         self.reclaims = Counter("podium_lease_reclaims",
                                 "Runs redelivered after their worker's lease expired "
                                 "(session migrations).", ["pool"], registry=r)
         self.dead_letters = Counter("podium_dead_letters", "Runs dead-lettered.", ["pool"],
                                     registry=r)
         self.loop_lag = Gauge("podium_event_loop_lag_p99_seconds", "Event-loop lag p99 (window).",
-                              registry=r, multiprocess_mode="max")
+                              registry=g, multiprocess_mode="max")
         self.blocked = Counter("podium_event_loop_blocked",
                                "Callbacks that held the event loop past the blocking threshold.",
                                registry=r)
@@ -137,7 +144,7 @@ class RunMetrics:
                            registry=r)
         self.cpu_util = Gauge("podium_process_cpu_utilization",
                               "CPU seconds per second over the last interval (1.0 = one core).",
-                              registry=r, multiprocess_mode="livesum")
+                              registry=g, multiprocess_mode="livesum")
         self._rusage = resource.getrusage(resource.RUSAGE_SELF)
         self._rusage_at = time.monotonic()
 
