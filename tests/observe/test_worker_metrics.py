@@ -57,7 +57,7 @@ async def test_steps_tools_and_runs_are_counted_in_process() -> None:
     assert value(parsed, "podium_steps_total", agent="support") == 10
     assert value(parsed, "podium_step_phase_seconds_count", agent="support", phase="tools") == 10
     assert value(parsed, "podium_step_phase_seconds_bucket", phase="tools", le="+Inf") == 10
-    assert value(parsed, "podium_step_phase_cpu_seconds_sum", phase="parse") > 0
+    assert value(parsed, "podium_step_phase_cpu_seconds_total", phase="parse") > 0
     assert value(parsed, "podium_tool_calls_total", tool="lookup", outcome="ok") == 5
     assert value(parsed, "podium_tool_call_seconds_count", tool="lookup") == 5
     assert value(parsed, "podium_model_call_seconds_count", model="scripted") == 10

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from podium.gateway import openai_facade
+from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import openapi_document
@@ -220,6 +221,7 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        *dashboard_routes(gw),
     ]
 
 
