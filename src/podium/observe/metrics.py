@@ -199,12 +199,9 @@ class RunMetrics:
         for agent, profiles in by_agent.items():
             name = self._name(agent)
             self.steps.labels(name).inc(len(profiles))
-            # Transposed in C: one tuple of values per phase.
-            walls = zip(*[p.wall_ns for p in profiles], strict=True)
-            cpus = zip(*[p.cpu_ns for p in profiles], strict=True)
-            for phase, wall, cpu in zip(STEP_PHASES, walls, cpus, strict=False):
-                _observe_many(self.phase_wall.labels(name, phase), list(wall))
-                self.phase_cpu.labels(name, phase).inc(sum(cpu) / 1e9)
+            for i, phase in enumerate(STEP_PHASES):
+                _observe_many(self.phase_wall.labels(name, phase), [p.wall_ns[i] for p in profiles])
+                self.phase_cpu.labels(name, phase).inc(sum([p.cpu_ns[i] for p in profiles]) / 1e9)
         model_i = STEP_PHASES.index("model")
         for model, profiles in by_model.items():
             name = self._name(model)
