@@ -6,7 +6,7 @@ runs. Both loops run in this one process, in alternating rounds, and the
 report gives the median CPU µs per step of each and their ratio.
 
     python bench/bench_engine_overhead.py [--runs 1000] [--rounds 9] [--uvloop] [--json]
-        [--observe]
+        [--observe [both|metrics|tracing]] [--sample 0.1]
 
 ``--observe`` also measures the engine with Prometheus metrics and OpenTelemetry
 tracing on (spans batched and exported over OTLP/HTTP to a sink in this process,
@@ -120,7 +120,7 @@ async def measure_podium(
 class Observability:
     """Metrics and tracing as a serving process runs them, with a real OTLP exporter."""
 
-    def __init__(self) -> None:
+    def __init__(self, parts: str = "both", sample: float = 1.0) -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -142,7 +142,10 @@ class Observability:
         self.sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
         threading.Thread(target=self.sink.serve_forever, daemon=True).start()
         endpoint = f"http://127.0.0.1:{self.sink.server_port}/v1/traces"
-        self.provider = TracerProvider()
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        self.parts = parts
+        self.provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
         self.registry = CollectorRegistry()
         self._metrics: Any = None
@@ -155,16 +158,21 @@ class Observability:
         if self._metrics is None:
             self._metrics = RunMetrics(self.registry)
         self._metrics.start()
-        return combine(self._metrics, RunTracer(self.provider))
+        return combine(
+            self._metrics if self.parts in ("both", "metrics") else None,
+            RunTracer(self.provider) if self.parts in ("both", "tracing") else None,
+        )
 
     async def finish(self) -> None:
         await self._metrics.stop()
         self.provider.force_flush()
 
 
-async def main_async(runs: int, rounds: int, observe: bool = False) -> dict[str, Any]:
+async def main_async(
+    runs: int, rounds: int, observe: str | None = None, sample: float = 1.0
+) -> dict[str, Any]:
     agent = podium_agent()
-    obs = Observability() if observe else None
+    obs = Observability(observe, sample) if observe else None
     await measure_hand(50)  # warm up both paths
     await measure_podium(agent, 50)
     if obs is not None:
@@ -217,15 +225,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--observe", action="store_true",
-                        help="also measure with metrics and tracing on (OTLP export)")
+    parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics",
+                        "tracing"), help="also measure with metrics and/or tracing on (OTLP)")
+    parser.add_argument("--sample", type=float, default=1.0,
+                        help="with --observe: the share of runs traced (default 1.0)")
     args = parser.parse_args()
     if args.uvloop:
         import uvloop
 
-        result = uvloop.run(main_async(args.runs, args.rounds, args.observe))
+        result = uvloop.run(main_async(args.runs, args.rounds, args.observe, args.sample))
     else:
-        result = asyncio.run(main_async(args.runs, args.rounds, args.observe))
+        result = asyncio.run(main_async(args.runs, args.rounds, args.observe, args.sample))
     if args.json:
         print(json.dumps(result))
     else:
