@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -50,9 +51,12 @@ async def test_bench_report_with_a_sweep_renders_every_plot(tmp_path: Path) -> N
     scenario.write_text(FAST)
     report = tmp_path / "report.html"
     out = podium("bench", "--scenario", str(scenario), "--loop", "asyncio",
-                 "--report", str(report), "--sweep", "2,20")
+                 "--report", str(report), "--sweep", "2,20", "--json")
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "sweet spot: concurrency" in out.stdout
+    result = json.loads(out.stdout)
+    assert [p["concurrency"] for p in result["sweep"]] == [2, 20]
+    assert result["sweet_spot"] in (2, 20) and result["completed"] == 60
+    assert "sweet spot: concurrency" in out.stderr
     html = report.read_text()
     assert "<script" not in html and "http://" not in html.replace("http://www.w3.org", "")
     svgs = await check_rendered(report, "bench-report", min_plots=7)

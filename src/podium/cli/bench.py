@@ -85,7 +85,9 @@ def main(args: argparse.Namespace) -> int:
         report = run(bench(runs, concurrency, records))
     if args.report and records is not None:
         bench_report.write_report(args.report, report, records, points)
-    if args.json:
+    if args.json and points:  # the last level's report, plus every level and the sweet spot
+        print(msgspec.json.encode(bench_report.sweep_json(report, points)).decode())
+    elif args.json:
         print(msgspec.json.encode(report).decode())
     else:
         render_report(report, console)

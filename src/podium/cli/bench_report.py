@@ -12,6 +12,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.table import Table
 
@@ -20,7 +21,14 @@ from podium.errors import ConfigError
 from podium.observe.html import SweepPoint, profile_report, sweet_spot
 from podium.observe.report import BenchReport
 
-__all__ = ("parse_sweep", "render_sweep", "summary_rows", "sweep", "write_report")
+__all__ = (
+    "parse_sweep",
+    "render_sweep",
+    "summary_rows",
+    "sweep",
+    "sweep_json",
+    "write_report",
+)
 
 #: Runs one bench: (runs, concurrency, records to fill or None) → its report.
 BenchFn = Callable[[int, int, list[RunRecord] | None], Coroutine[Any, Any, BenchReport]]
@@ -54,6 +62,13 @@ def sweep(
         points.append(_point(last))
     assert last is not None
     return points, last
+
+
+def sweep_json(report: BenchReport, points: list[SweepPoint]) -> dict[str, Any]:
+    """What ``--sweep --json`` prints: the last level's report, ``sweep`` and ``sweet_spot``."""
+    spot = sweet_spot(points)
+    return {**msgspec.structs.asdict(report), "sweep": points,
+            "sweet_spot": spot.concurrency if spot is not None else None}
 
 
 def render_sweep(points: list[SweepPoint], console: Console) -> None:
