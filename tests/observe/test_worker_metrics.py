@@ -136,6 +136,7 @@ async def test_a_worker_serves_metrics_that_move_while_runs_execute(
         assert value(after, "podium_steps_total", agent="support") == 24
         assert value(after, "podium_step_phase_seconds_count", phase="checkpoint") == 24
         assert value(after, "podium_tool_calls_total", tool="lookup", outcome="ok") == 12
+        assert value(after, "podium_queue_wait_seconds_count", pool="default") == 12
         assert value(after, "podium_process_cpu_seconds_total") > 0
         assert ("podium_queue_waiting", frozenset({("pool", "default")})) in after
         assert ("podium_event_loop_blocked_total", frozenset()) in after
@@ -172,3 +173,38 @@ async def test_the_gateway_exports_its_embedded_engines_steps() -> None:
     assert value(parsed, "podium_tool_calls_total", tool="lookup", outcome="ok") == 3
     assert value(parsed, "podium_runs_finished_total", status="completed") == 3
     assert value(parsed, "podium_http_requests_total") >= 3  # the gateway's own metrics too
+
+
+async def test_backend_occupancy_and_queue_wait_are_sampled() -> None:
+    from podium import Agent, FunctionModel
+    from podium.models.pool import Backend, BackendPool
+
+    release = asyncio.Event()
+    called = asyncio.Event()
+
+    async def slow(messages: object, request: object) -> str:
+        called.set()
+        await release.wait()
+        return "done"
+
+    pool = BackendPool([Backend(FunctionModel(slow, name="cpu-a"), capacity=4, group="cpu")])
+    agent = Agent("pooled", pool)
+    registry = CollectorRegistry()
+    metrics = RunMetrics(registry)
+    async with pool, Engine() as engine:
+        engine.hook = metrics
+        metrics.start(agents=[agent])
+        record = await engine.create(agent, "go")
+        task = asyncio.create_task(engine.execute(agent, record, admit_ns=2_000_000))
+        await called.wait()
+        await metrics.sample()
+        busy = samples(generate_latest(registry).decode())
+        release.set()
+        assert (await task).status == "completed"
+        await metrics.stop()
+    done = samples(generate_latest(registry).decode())
+    assert value(busy, "podium_backend_outstanding") == 1
+    assert value(busy, "podium_backend_capacity") == 4
+    assert value(done, "podium_backend_outstanding") == 0
+    assert value(done, "podium_queue_wait_seconds_count", pool="default") == 1
+    assert value(done, "podium_queue_wait_seconds_sum", pool="default") == pytest.approx(0.002)

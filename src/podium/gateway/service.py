@@ -105,7 +105,8 @@ class Gateway:
         self.tracer = tracer_from_env()  # OTEL_* configured: spans, trace context to workers
         if self.engine is not None and self.run_metrics is None:  # engine steps on /metrics
             self.run_metrics = RunMetrics(self.metrics.registry, own_gauges=False)
-            self.run_metrics.start(queue=self.queue, blocking=self.blocking)
+            self.run_metrics.start(queue=self.queue, blocking=self.blocking,
+                                   agents=[a.agent for a in self.agents.values()])
             self.engine.hook = combine(self.engine.hook, self.run_metrics, self.tracer)
         self.admission.controller.start()
         self._worker_tasks = [

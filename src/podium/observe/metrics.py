@@ -130,6 +130,15 @@ class RunMetrics:
                                    registry=g, multiprocess_mode="max")
         self.queue_in_flight = Gauge("podium_queue_in_flight", "Runs claimed, not acknowledged.",
                                      ["pool"], registry=g, multiprocess_mode="max")
+        self.queue_wait = Histogram("podium_queue_wait_seconds",
+                                    "How long runs waited in the queue for a worker.", ["pool"],
+                                    buckets=PHASE_BUCKETS, registry=r)
+        self.backend_outstanding = Gauge("podium_backend_outstanding",
+                                         "Calls in flight per model backend (occupancy).",
+                                         ["backend"], registry=r, multiprocess_mode="livesum")
+        self.backend_capacity = Gauge("podium_backend_capacity",
+                                      "Calls a model backend takes at once (this process).",
+                                      ["backend"], registry=r, multiprocess_mode="livesum")
         self.reclaims = Counter("podium_lease_reclaims",
                                 "Runs redelivered after their worker's lease expired "
                                 "(session migrations).", ["pool"], registry=r)
@@ -220,6 +229,12 @@ class RunMetrics:
                 self.tool_calls.labels(tool, outcome).inc(n)
             if retries:
                 self.tool_retries.labels(tool).inc(retries)
+        waits: dict[str, list[int]] = {}
+        for record in finished:
+            if record.profile is not None and record.profile.admit_ns:
+                waits.setdefault(record.pool, []).append(record.profile.admit_ns)
+        for pool, values in waits.items():
+            _observe_many(self.queue_wait.labels(self._name(pool)), values)
         ends: dict[tuple[str, str, str], int] = {}
         tokens: dict[str, list[int]] = {}
         for record in finished:
@@ -266,6 +281,8 @@ class RunMetrics:
             self.dead_letters.labels(pool).inc(self._delta("dead", qs.dead_lettered))
         if lag is not None:
             self.loop_lag.set(lag.p99_ms() / 1e3)
+        for model in self._sources.get("models", ()):
+            self._sample_backends(model)
         if blocking is not None:
             self.blocked.inc(self._delta("blocked", blocking.statistics().blocks))
         now_ru, now = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
@@ -276,6 +293,15 @@ class RunMetrics:
         self.cpu_util.set(cpu / (now - prev) if now > prev else 0.0)
         self.ctx_switches.labels("voluntary").inc(max(0, now_ru.ru_nvcsw - prev_ru.ru_nvcsw))
         self.ctx_switches.labels("involuntary").inc(max(0, now_ru.ru_nivcsw - prev_ru.ru_nivcsw))
+
+    def _sample_backends(self, model: Any) -> None:
+        """Occupancy of a backend pool's endpoints (any model with such ``statistics()``)."""
+        stats = getattr(model, "statistics", None)
+        snapshot = stats() if callable(stats) else None
+        for backend in getattr(snapshot, "backends", ()):
+            name = self._name(f"{backend.group}/{backend.name}")
+            self.backend_outstanding.labels(name).set(backend.outstanding)
+            self.backend_capacity.labels(name).set(backend.capacity)
 
     async def flush(self) -> None:
         self.fold()
@@ -292,11 +318,13 @@ class RunMetrics:
         lag: LoopLagMonitor | None = None,
         blocking: BlockingDetector | None = None,
         own_lag: bool = False,
+        agents: Sequence[Agent] = (),
     ) -> None:
         """Fold and sample every ``interval_s`` on the running loop (idempotent); with
         ``own_lag`` :meth:`stop` stops ``lag`` too."""
         self._sources = {"worker": worker, "queue": queue, "pool": pool, "lag": lag,
-                         "blocking": blocking, "own_lag": own_lag}
+                         "blocking": blocking, "own_lag": own_lag,
+                         "models": list({id(a.model): a.model for a in agents}.values())}
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="podium-metrics")
 

@@ -48,7 +48,7 @@ def start_metrics(
     lag = LoopLagMonitor(0.05)
     lag.start()
     metrics.start(worker=worker, queue=queue, pool=config.pool, lag=lag, blocking=blocking,
-                  own_lag=True)
+                  own_lag=True, agents=list(worker.agents.values()))
     if config.metrics_port is not None:
         server, _ = start_http_server(config.metrics_port)
         print(f"podium worker metrics on :{server.server_port}/metrics", file=sys.stderr,
