@@ -231,7 +231,7 @@ class RunMetrics:
                 self.tool_retries.labels(tool).inc(retries)
         waits: dict[str, list[int]] = {}
         for record in finished:
-            if record.profile is not None and record.profile.admit_ns:
+            if record.profile is not None:
                 waits.setdefault(record.pool, []).append(record.profile.admit_ns)
         for pool, values in waits.items():
             _observe_many(self.queue_wait.labels(self._name(pool)), values)
