@@ -202,6 +202,9 @@ class BlockingDetector:
                 continue
             if self._last != last:
                 continue  # the heartbeat ran meanwhile
+            loop = self._loop
+            if loop is None or loop.is_closed():
+                return  # the loop ended without stop(): nothing left to watch
             sample = self._sample
             if sample is None or sample[0] != last:
                 frame = sys._current_frames().get(self._loop_thread)
