@@ -178,3 +178,41 @@ async def test_one_trace_crosses_the_gateway_the_redis_queue_and_the_worker(
     assert run.parent is not None and run.parent.span_id == submit.context.span_id
     assert run.attributes is not None and run.attributes["podium.run.status"] == "completed"
     assert {"step 0", "step 1", "chat scripted", "execute_tool lookup"} <= set(by_name)
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_model_calls_carry_the_runs_traceparent() -> None:
+    from pathlib import Path
+
+    from aiohttp import web
+
+    from podium.models.openai import OpenAIChatModel
+
+    body = (Path(__file__).parent.parent / "fixtures/backends/llamacpp_chat.json").read_bytes()
+    seen: list[str | None] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("traceparent"))
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    tracer, exporter = _tracer()
+    try:
+        model = OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "qwen")
+        async with model:
+            agent = Agent("remote", model)
+            async with Engine() as engine:
+                await engine.run(agent, "capital of France?")  # tracing off: no header
+                engine.hook = tracer
+                await engine.run(agent, "capital of France?")
+    finally:
+        await runner.cleanup()
+    run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
+    c = run.context
+    assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]

@@ -201,6 +201,8 @@ class Engine(AsyncCloseable):
             if record.started_at is None:
                 record.started_at = now
             await self.store.update(record)
+            if self.hook is not None:
+                self.hook.run_started(agent, record)
             deadline = agent.deadline_s
             timeout = None if deadline is None else max(0.0, record.started_at + deadline - now)
             scope: asyncio.Timeout | None = None

@@ -21,6 +21,10 @@ __all__ = ("EngineHook", "combine")
 
 
 class EngineHook(Protocol):
+    def run_started(self, agent: Agent, record: RunRecord) -> None:
+        """The run starts (or resumes) driving, in its own task: what a hook sets in a
+        context variable here is seen by the run's model and tool calls."""
+
     def step(
         self,
         agent: Agent,
@@ -41,6 +45,10 @@ class _Fanout:
 
     def __init__(self, hooks: Sequence[EngineHook]) -> None:
         self.hooks = tuple(hooks)
+
+    def run_started(self, agent: Agent, record: RunRecord) -> None:
+        for hook in self.hooks:
+            hook.run_started(agent, record)
 
     def step(
         self,

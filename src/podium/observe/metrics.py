@@ -161,6 +161,9 @@ class RunMetrics:
 
     # -- the engine's hook (hot path: appends only) ------------------------------------------
 
+    def run_started(self, agent: Agent, record: RunRecord) -> None:
+        pass
+
     def step(
         self,
         agent: Agent,

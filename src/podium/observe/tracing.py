@@ -13,12 +13,14 @@ inside a step, and nothing at all when it is off: this module imports
 OpenTelemetry only when :func:`tracer_from_env` finds it configured.
 
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
-stores the request's) continues that trace, in whichever worker drives it.
+stores the request's) continues that trace, in whichever worker drives it; the
+run's model calls send its own ``traceparent`` to the backend.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,6 +39,7 @@ __all__ = (
     "RunTracer",
     "inject_traceparent",
     "submit_context",
+    "trace_headers",
     "tracer_from_env",
     "tracing_configured",
 )
@@ -92,6 +95,21 @@ def inject_traceparent(metadata: dict[str, str]) -> None:
     inject(metadata)
 
 
+#: The W3C ``traceparent`` of the run this task drives (set by :meth:`RunTracer.run_started`).
+_TRACEPARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "podium_traceparent", default=None
+)
+
+
+def trace_headers(headers: dict[str, str]) -> dict[str, str]:
+    """``headers`` plus the current run's ``traceparent`` when it is traced; the same dict,
+    untouched, when not (one context-variable read: nothing to pay with tracing off)."""
+    parent = _TRACEPARENT.get()
+    if parent is None:
+        return headers
+    return {**headers, "traceparent": parent}
+
+
 def _ns(ts: float | None) -> int:
     return int(ts * 1e9) if ts else time.time_ns()
 
@@ -132,6 +150,13 @@ class RunTracer:
         entry = (span, self._trace.set_span_in_context(span), None)
         self._runs[record.run_id] = entry
         return entry
+
+    def run_started(self, agent: Agent, record: RunRecord) -> None:
+        """Open the run's span now, and let its model and tool calls carry its context."""
+        span = self._run_span(record, agent.name)[0]
+        sc = span.get_span_context()
+        if sc.is_valid:
+            _TRACEPARENT.set(f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}")
 
     def step(
         self,
