@@ -7,6 +7,11 @@ report gives the median CPU µs per step of each and their ratio.
 
     python bench/bench_engine_overhead.py [--runs 1000] [--rounds 9] [--uvloop] [--json]
         [--screening]   # with the injection screen on every input and tool result
+        [--observe [both|metrics|tracing]] [--sample 0.1]
+
+``--observe`` also measures the engine with Prometheus metrics and OpenTelemetry
+tracing on (spans batched and exported over OTLP/HTTP to a sink in this process,
+so the export's CPU is counted too) and reports its overhead over both off.
 """
 
 from __future__ import annotations
@@ -103,12 +108,18 @@ async def measure_hand(runs: int) -> float:
     return (time.process_time() - t0) / (runs * (TOOL_STEPS + 1)) * 1e6
 
 
-async def measure_podium(agent: Agent, runs: int) -> tuple[float, float]:
+async def measure_podium(
+    agent: Agent, runs: int, observe: Observability | None = None
+) -> tuple[float, float]:
     store = MemoryRunStore()
     aggregator = ProfileAggregator()
     async with Engine(store, aggregator=aggregator) as engine:
         t0 = time.process_time()
+        if observe is not None:
+            engine.hook = observe.hook()
         records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(runs)))
+        if observe is not None:
+            await observe.finish()  # fold the metrics, export every span: counted too
         cpu = time.process_time() - t0
     assert all(r.status == "completed" for r in records), "every run must complete"
     steps = sum(r.steps for r in records)
@@ -116,13 +127,71 @@ async def measure_podium(agent: Agent, runs: int) -> tuple[float, float]:
     return cpu / steps * 1e6, aggregator.summary().cpu_us_per_step
 
 
-async def main_async(runs: int, rounds: int, screening: bool = False) -> dict[str, Any]:
+class Observability:
+    """Metrics and tracing as a serving process runs them, with a real OTLP exporter."""
+
+    def __init__(self, parts: str = "both", sample: float = 1.0) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from prometheus_client import CollectorRegistry
+
+        class Sink(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+        threading.Thread(target=self.sink.serve_forever, daemon=True).start()
+        endpoint = f"http://127.0.0.1:{self.sink.server_port}/v1/traces"
+        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+        self.parts = parts
+        self.provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
+        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+        self.registry = CollectorRegistry()
+        self._metrics: Any = None
+
+    def hook(self) -> Any:
+        from podium.engine.hook import combine
+        from podium.observe.metrics import RunMetrics
+        from podium.observe.tracing import RunTracer
+
+        if self._metrics is None:
+            self._metrics = RunMetrics(self.registry)
+        self._metrics.start()
+        return combine(
+            self._metrics if self.parts in ("both", "metrics") else None,
+            RunTracer(self.provider) if self.parts in ("both", "tracing") else None,
+        )
+
+    async def finish(self) -> None:
+        await self._metrics.stop()
+        self.provider.force_flush()
+
+
+async def main_async(
+    runs: int, rounds: int, observe: str | None = None, sample: float = 1.0,
+    screening: bool = False,
+) -> dict[str, Any]:
     agent = podium_agent(screening)
+    obs = Observability(observe, sample) if observe else None
     await measure_hand(50)  # warm up both paths
     await measure_podium(agent, 50)
+    if obs is not None:
+        await measure_podium(agent, 50, obs)
     hand: list[float] = []
     ours: list[float] = []
     profiled: list[float] = []
+    observed: list[float] = []
     for _ in range(rounds):
         gc.collect()
         hand.append(await measure_hand(runs))
@@ -130,11 +199,24 @@ async def main_async(runs: int, rounds: int, screening: bool = False) -> dict[st
         p, prof = await measure_podium(agent, runs)
         ours.append(p)
         profiled.append(prof)
+        if obs is not None:
+            gc.collect()
+            observed.append((await measure_podium(agent, runs, obs))[0])
     h, o = statistics.median(hand), statistics.median(ours)
     # Each round measures both loops back to back; the median of those per-round ratios is
     # the figure least moved by a noisy neighbour on a shared machine.
     ratios = [p / b for p, b in zip(ours, hand, strict=True)]
+    extra: dict[str, Any] = {}
+    if observed:
+        over = [o / p - 1 for o, p in zip(observed, ours, strict=True)]
+        extra = {
+            "observed_cpu_us_per_step": round(statistics.median(observed), 2),
+            "observe_overhead": round(statistics.median(over), 3),
+            "round_observe_overheads": [round(x, 3) for x in over],
+            "target_observe_overhead": 0.15,
+        }
     return {
+        **extra,
         "runs": runs,
         "rounds": rounds,
         "steps_per_run": TOOL_STEPS + 1,
@@ -157,13 +239,18 @@ def main() -> int:
     parser.add_argument(
         "--screening", action="store_true", help="screen input and tool results (flag)"
     )
+    parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics",
+                        "tracing"), help="also measure with metrics and/or tracing on (OTLP)")
+    parser.add_argument("--sample", type=float, default=1.0,
+                        help="with --observe: the share of runs traced (default 1.0)")
     args = parser.parse_args()
+    run_args = (args.runs, args.rounds, args.observe, args.sample, args.screening)
     if args.uvloop:
         import uvloop
 
-        result = uvloop.run(main_async(args.runs, args.rounds, args.screening))
+        result = uvloop.run(main_async(*run_args))
     else:
-        result = asyncio.run(main_async(args.runs, args.rounds, args.screening))
+        result = asyncio.run(main_async(*run_args))
     if args.json:
         print(json.dumps(result))
     else:
@@ -177,6 +264,12 @@ def main() -> int:
             f"ratio             : {result['ratio']:8.2f}×  median of per-round ratios "
             f"(target ≤ {result['target_ratio']}×); ratio of medians {result['ratio_of_medians']}×"
         )
+        if "observe_overhead" in result:
+            print(
+                f"metrics + tracing : {result['observed_cpu_us_per_step']:8.2f} CPU µs/step, "
+                f"{result['observe_overhead']:+.1%} over both off (median of rounds; "
+                f"target ≤ +{result['target_observe_overhead']:.0%})"
+            )
     return 0
 
 

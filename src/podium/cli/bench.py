@@ -6,8 +6,10 @@ import argparse
 import asyncio
 import gc
 import time
+from collections.abc import Coroutine
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -16,7 +18,10 @@ from podium.cli.common import check_sqlite_path, positive_int
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
+from podium.engine.records import RunRecord
+from podium.errors import ConfigError
 from podium.gctune import tune_for_serving
+from podium.observe.html import SweepPoint
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.report import BenchReport, render_report
 from podium.observe.rss import rss_kb
@@ -36,12 +41,13 @@ def register(sub: Any) -> None:
     p.add_argument("--store", default="memory", help="memory, or a SQLite file path")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--report", metavar="FILE", help="also write an HTML report with plots")
+    p.add_argument("--sweep", metavar="C1,C2,…",
+                   help="run once per concurrency and find the sweet spot (throughput vs p99)")
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
-    import msgspec
-
     console = Console(stderr=args.json)
     scenario = load_scenario(args.scenario)  # a ConfigError is one line, from main()
     if args.store != "memory":
@@ -49,26 +55,45 @@ def main(args: argparse.Namespace) -> int:
     runs = args.runs or scenario.load.runs
     concurrency = min(args.concurrency or scenario.load.concurrency, runs)
     agent = build_agent(scenario)
-    coro = run_bench(
-        agent,
-        runs=runs,
-        concurrency=concurrency,
-        store_spec=args.store,
-        label=args.scenario or "built-in react",
-        loop_name=args.loop,
-        progress=not args.json,
-        console=console,
-    )
-    if args.loop == "uvloop":
-        import uvloop
+    from podium.cli import bench_report
 
-        report = uvloop.run(coro)
+    def bench(n: int, c: int, keep: list[RunRecord] | None) -> Coroutine[Any, Any, BenchReport]:
+        return run_bench(
+            agent,
+            runs=n,
+            concurrency=min(c, n),
+            store_spec=args.store,
+            label=args.scenario or "built-in react",
+            loop_name=args.loop,
+            progress=not args.json,
+            console=console,
+            records=keep,
+        )
+
+    records: list[RunRecord] | None = [] if args.report else None
+    points: list[SweepPoint] = []
+    try:
+        levels = bench_report.parse_sweep(args.sweep) if args.sweep else None
+    except ConfigError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    run = bench_report.run_on(args.loop)
+    if levels:
+        points, report = bench_report.sweep(levels, runs, bench, run, records)
     else:
-        report = asyncio.run(coro)
-    if args.json:
+        report = run(bench(runs, concurrency, records))
+    if args.report and records is not None:
+        bench_report.write_report(args.report, report, records, points)
+    if args.json and points:  # the last level's report, plus every level and the sweet spot
+        print(msgspec.json.encode(bench_report.sweep_json(report, points)).decode())
+    elif args.json:
         print(msgspec.json.encode(report).decode())
     else:
         render_report(report, console)
+    if points:
+        bench_report.render_sweep(points, console)
+    if args.report:
+        console.print(f"report written to {args.report}")
     return 0 if report.completed == report.runs else 1
 
 
@@ -90,8 +115,10 @@ async def run_bench(
     loop_name: str = "asyncio",
     progress: bool = False,
     console: Console | None = None,
+    records: list[RunRecord] | None = None,
 ) -> BenchReport:
-    """Drive ``runs`` runs, ``concurrency`` at a time, and measure them."""
+    """Drive ``runs`` runs, ``concurrency`` at a time, and measure them (keeping each
+    finished record in ``records`` when given: what the HTML report plots)."""
     store = _store(store_spec)
     aggregator = ProfileAggregator()
     lag = LoopLagMonitor(0.01, window=1_000_000)  # the whole run, not a sliding window
@@ -124,6 +151,8 @@ async def run_bench(
                 t0 = time.perf_counter_ns()
                 record = await engine.run(agent, "Find out what Podium is.")
                 latencies.append(time.perf_counter_ns() - t0)
+                if records is not None:
+                    records.append(msgspec.structs.replace(record, input=""))
                 if record.status == "completed":
                     completed += 1
                 if isinstance(store, MemoryRunStore):

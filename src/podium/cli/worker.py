@@ -84,6 +84,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--threads", type=positive_int, default=None,
                    help="thread-pool size for sync tools (default: physical cores of the node)")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="serve Prometheus metrics on PORT (with --procs: one endpoint for all)")
     p.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
                    help="debug, info, warning, error")
     p.set_defaults(handler=run)
@@ -110,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, burst=args.burst, grace_s=args.grace,
         max_deliveries=args.max_deliveries, lease_s=args.lease,
         prefix=args.prefix or server.prefix, finished_ttl_s=ttl, threads=args.threads,
-        use_uvloop=not args.no_uvloop, log_level=args.log_level,
+        use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,
     )
     print(f"podium worker: pool {args.pool!r} serves {', '.join(agents)}",
           file=sys.stderr, flush=True)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from podium.agent import Agent
+from podium.engine.hook import EngineHook
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
     Compacted,
@@ -135,6 +136,8 @@ class Engine(AsyncCloseable):
         # Models this engine has driven: their HTTP sessions are opened by our calls, so
         # aclose() closes them (a model used again later reopens its session lazily).
         self._models: dict[int, Model] = {}
+        #: Metrics and tracing (see podium.engine.hook); None costs one test per step.
+        self.hook: EngineHook | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -322,6 +325,8 @@ class Engine(AsyncCloseable):
         if record.started_at is None:
             record.started_at = now
         await self.store.update(record)
+        if self.hook is not None:
+            self.hook.run_started(agent, record)
         return state
 
     async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
@@ -416,6 +421,8 @@ class Engine(AsyncCloseable):
             ctx.append(message)
             sw.lap(_PARSE)
             await self._final_step(state, sw, message, response, ttft)
+            if self.hook is not None:
+                self.hook.step(agent, record, state.profile.steps[-1], state.usage, ())
             return True
         planned, rejected, cut = plan_tool_calls(agent, record.run_id, step, calls)
         if rejected:
@@ -510,6 +517,8 @@ class Engine(AsyncCloseable):
         await self._append(state, entries, sw)
         self._close_step(sw, profile)
         state.profile.steps.append(profile)
+        if self.hook is not None:
+            self.hook.step(agent, state.record, profile, state.usage, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
             for _, result in outcomes:
                 if result.error == "blocked" and result.screen is not None:
@@ -731,6 +740,8 @@ class Engine(AsyncCloseable):
             await self._write_final(record, final)
         if self.aggregator is not None:
             self.aggregator.finish_run(state.profile.admit_ns)
+        if self.hook is not None:
+            self.hook.run_finished(record)
         return record
 
     async def _finish_record(self, record: RunRecord) -> RunRecord:

@@ -29,6 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from podium.errors import StaleRunError
 from podium.gateway import openai_facade
+from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import openapi_document
@@ -47,6 +48,7 @@ from podium.gateway.schemas import (
 )
 from podium.gateway.service import Gateway
 from podium.gateway.sse import MAX_EVENT_ID, follow_journal, parse_last_event_id
+from podium.observe.tracing import submit_context
 
 __all__ = ("create_app", "json_response", "read_json")
 
@@ -177,9 +179,10 @@ def _routes(gw: Gateway) -> list[Route]:
         _query(request, frozenset())
         key = idempotency_key(request)
         body = await read_json(request, RunCreate, max_body, body_timeout)
-        record, replayed = await gw.submit(
-            tenant, body.agent, body.input, body.metadata, idempotency_key=key
-        )
+        with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
+            record, replayed = await gw.submit(
+                tenant, body.agent, body.input, metadata, idempotency_key=key
+            )
         headers = {"Location": f"/v1/runs/{record.run_id}"}
         if replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -306,6 +309,7 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        *dashboard_routes(gw),
     ]
 
 

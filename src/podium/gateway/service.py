@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from podium.agent import Agent
 from podium.config import Config
 from podium.engine.driver import Engine, new_run_id
+from podium.engine.hook import combine
 from podium.engine.records import (
     JournalEntry,
     RunFinished,
@@ -35,7 +36,10 @@ from podium.gateway.errors import ApiError
 from podium.gateway.metrics import GatewayMetrics
 from podium.gateway.outage import UNAVAILABLE, Retrier
 from podium.lifecycle import stop_task
+from podium.observe.blocking import BlockingDetector, detector_from_env
 from podium.observe.looplag import LoopLagMonitor
+from podium.observe.metrics import RunMetrics
+from podium.observe.tracing import TRACE_KEYS, RunTracer, tracer_from_env
 from podium.queue.base import QueueItem, RunQueue
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.store.base import RunStore
@@ -100,6 +104,9 @@ class Gateway:
         self.engine = engine
         self.workers = list(workers)
         self.lag = lag or LoopLagMonitor(0.05)
+        self.blocking: BlockingDetector | None = None  # PODIUM_BLOCKING_MS; started in start()
+        self.tracer: RunTracer | None = None
+        self.run_metrics: RunMetrics | None = None
         self.pools = list(dict.fromkeys([*config.pool_names(), *(a.pool for a in agents)]))
         self.admission = Admission(config.limits, config.pools, self.lag)
         self.metrics = GatewayMetrics(lambda: self)
@@ -115,6 +122,15 @@ class Gateway:
 
     async def start(self) -> None:
         self.lag.start()
+        self.blocking = self.blocking or detector_from_env()
+        if self.blocking is not None:
+            self.blocking.start()
+        self.tracer = tracer_from_env()  # OTEL_* configured: spans, trace context to workers
+        if self.engine is not None and self.run_metrics is None:  # engine steps on /metrics
+            self.run_metrics = RunMetrics(self.metrics.registry, own_gauges=False)
+            self.run_metrics.start(queue=self.queue, blocking=self.blocking,
+                                   agents=[a.agent for a in self.agents.values()])
+            self.engine.hook = combine(self.engine.hook, self.run_metrics, self.tracer)
         self.admission.controller.start()
         self._worker_tasks = [
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers
@@ -128,6 +144,10 @@ class Gateway:
             await stop_task(task)
         await self.admission.controller.stop()
         await self.lag.stop()
+        if self.run_metrics is not None:
+            await self.run_metrics.stop()
+        if self.blocking is not None:
+            self.blocking.stop()
         if self.engine is not None:
             await self.engine.aclose()
         # The models' HTTP sessions (opened by runs or by /readyz probes) end with the gateway.
@@ -396,5 +416,6 @@ class Gateway:
 
 
 def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
-    """Metadata as the client sent it: without what the gateway stamps on (a tenant's tools)."""
-    return {k: v for k, v in metadata.items() if k != TOOLS_KEY}
+    """Metadata as the client sent it: without what the gateway stamps on (a tenant's
+    tools, the request's trace context: a retry comes with a new one)."""
+    return {k: v for k, v in metadata.items() if k != TOOLS_KEY and k not in TRACE_KEYS}

@@ -29,6 +29,7 @@ from podium.models.openai_wire import (
     decode_completion,
 )
 from podium.models.resilience import CircuitBreaker, RetryPolicy, Timeouts, parse_retry_after
+from podium.observe.tracing import trace_headers
 
 __all__ = ("HEALTH_PATHS", "OpenAIChatModel")
 
@@ -174,7 +175,8 @@ class OpenAIChatModel(Model):
             try:
                 async with asyncio.timeout_at(min(deadline, loop.time() + t.first_byte_s)):
                     resp = await session.post(
-                        self._url, data=body, headers=self._headers, timeout=self._client_timeout
+                        self._url, data=body, headers=trace_headers(self._headers),
+                        timeout=self._client_timeout
                     )
                     if resp.status != 200:
                         try:

@@ -55,6 +55,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     threads: int | None = None
     use_uvloop: bool = True
     log_level: str = "INFO"
+    metrics_port: int | None = None  # serve Prometheus metrics here (0: any free port)
+    metrics: bool = False  # collect metrics (a supervisor serves them: multiprocess mode)
 
 
 # -- one worker process ---------------------------------------------------------------------
@@ -97,7 +99,11 @@ async def _serve(config: WorkerConfig) -> int:
     # Imported here so that `podium --help` never needs redis.
     from podium.config import load_config
     from podium.engine.driver import Engine
+    from podium.engine.hook import combine
     from podium.factory import worker_agents
+    from podium.observe.blocking import detector_from_env
+    from podium.observe.serve_metrics import start_metrics
+    from podium.observe.tracing import tracer_from_env
     from podium.queue.redis import RedisQueue
     from podium.store.redis import RedisRunStore, connect
     from podium.tools.executor import ToolExecutor
@@ -137,6 +143,11 @@ async def _serve(config: WorkerConfig) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
+    blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
+    if blocking is not None:
+        blocking.start()
+    metrics = start_metrics(config, engine, worker, queue, blocking)
+    engine.hook = combine(engine.hook, tracer_from_env())  # OTEL_* configured: spans
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
@@ -150,6 +161,10 @@ async def _serve(config: WorkerConfig) -> int:
         executor.close()
         threads.shutdown(wait=False, cancel_futures=True)
         await client.aclose()
+        if metrics is not None:
+            await metrics.stop()
+        if blocking is not None:
+            blocking.stop()
     stats = worker.statistics()
     print(f"podium worker {worker.consumer} done {msgspec.json.encode(stats).decode()}",
           file=sys.stderr, flush=True)
@@ -159,13 +174,16 @@ async def _serve(config: WorkerConfig) -> int:
 # -- many worker processes ------------------------------------------------------------------
 
 
-def _spawn(config: WorkerConfig, placement: Placement) -> subprocess.Popen[bytes]:
+def _spawn(
+    config: WorkerConfig, placement: Placement, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     child = msgspec.structs.replace(
         config, cpu=placement.cpu, node_cpus=placement.node_cpus,
         threads=config.threads or placement.threads,
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "podium.worker.process", msgspec.json.encode(child).decode()]
+        [sys.executable, "-m", "podium.worker.process", msgspec.json.encode(child).decode()],
+        env=env,
     )
 
 
@@ -176,8 +194,14 @@ def supervise(config: WorkerConfig, procs: int | None = None) -> int:
     is restarted after a second, except in burst mode or while stopping.
     Returns 0 if every child exited cleanly.
     """
+    from podium.observe.serve_metrics import SupervisorMetrics
+
     placements = place_workers(read_topology(), procs)
-    children = {p.index: _spawn(config, p) for p in placements}
+    shared = SupervisorMetrics.start(config.metrics_port)  # one endpoint for all children
+    if shared is not None:
+        config = msgspec.structs.replace(config, metrics_port=None, metrics=True)
+    env = shared.child_env() if shared is not None else None
+    children = {p.index: _spawn(config, p, env) for p in placements}
     stopping = False
 
     def forward(signum: int, _frame: Any) -> None:
@@ -199,15 +223,21 @@ def supervise(config: WorkerConfig, procs: int | None = None) -> int:
                     continue
                 if stopping or config.burst or code == 0:
                     codes[index] = code
+                    if shared is not None:
+                        shared.process_died(proc.pid)
                 else:
                     print(f"podium: worker {proc.pid} exited with {code}; restarting",
                           file=sys.stderr, flush=True)
+                    if shared is not None:
+                        shared.process_died(proc.pid)
                     time.sleep(1.0)
-                    children[index] = _spawn(config, placements[index])
+                    children[index] = _spawn(config, placements[index], env)
             time.sleep(0.1)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if shared is not None:
+            shared.close()
     return 0 if all(c == 0 for c in codes.values()) else 1
 
 

@@ -1,0 +1,361 @@
+"""``podium runs list|show|tail|profile``: look at the runs in any store from the shell.
+
+::
+
+    podium runs list --store runs.sqlite --status failed --since 2h
+    podium runs show run_… --redis redis://127.0.0.1:6379/0
+    podium runs tail run_… --store runs.sqlite         # follow a live run to its end
+    podium runs profile --store runs.sqlite --agent support --report profile.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from podium.engine.profile import STEP_PHASES
+from podium.engine.records import (
+    Compacted,
+    JournalEntry,
+    ModelTurn,
+    RunFinished,
+    RunRecord,
+    StepCommitted,
+    StepRecord,
+    ToolOutcome,
+)
+from podium.errors import ConfigError, PodiumError
+from podium.messages import Message
+from podium.observe.inspect import (
+    RunFilter,
+    aggregate,
+    find_runs,
+    follow,
+    open_store,
+    parse_time,
+    step_timeline,
+)
+from podium.store.base import JournalItem, RunStore
+from podium.tools.executor import ToolResult
+
+__all__ = ("register",)
+
+_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+#: One colour per step phase on the timeline bars.
+_PHASE_STYLE = dict(zip(STEP_PHASES, ("blue", "magenta", "cyan", "yellow", "green", "red"),
+                        strict=True))
+
+
+def register(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "runs", help="list, show, follow and profile the runs in a store"
+    )
+    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--store", metavar="SPEC",
+                       help="sqlite:PATH, a SQLite file path, or a redis:// URL")
+        q.add_argument("--redis", metavar="URL", help="a Redis store (instead of --store)")
+        q.add_argument("--prefix", default="podium", help="prefix of the Redis keys")
+        q.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    def filters(q: argparse.ArgumentParser, limit: int) -> None:
+        q.add_argument("--status", choices=_STATUSES)
+        q.add_argument("--agent")
+        q.add_argument("--tenant")
+        q.add_argument("--since", metavar="WHEN", help="created after: 15m, 2h, 1d, ISO, epoch")
+        q.add_argument("--until", metavar="WHEN", help="created before (same forms)")
+        q.add_argument("--limit", type=int, default=limit, help=f"at most N runs ({limit})")
+
+    q = verbs.add_parser("list", help="runs, newest first, filtered")
+    common(q)
+    filters(q, 50)
+    q.set_defaults(handler=_handler(_list))
+    q = verbs.add_parser("show", help="a run's record, messages and step timeline")
+    q.add_argument("run_id")
+    common(q)
+    q.set_defaults(handler=_handler(_show))
+    q = verbs.add_parser("tail", help="follow a run's steps as they happen, until it ends")
+    q.add_argument("run_id")
+    common(q)
+    q.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="give up after S seconds (exit 1)")
+    q.set_defaults(handler=_handler(_tail))
+    q = verbs.add_parser("profile", help="the workload profile of the runs matching filters")
+    common(q)
+    filters(q, 1000)
+    q.add_argument("--report", metavar="FILE", help="also write an HTML report with plots")
+    q.set_defaults(handler=_handler(_profile))
+
+
+Verb = Callable[[RunStore, argparse.Namespace, Console], Coroutine[Any, Any, int]]
+
+
+def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
+    def handle(args: argparse.Namespace) -> int:
+        err = Console(stderr=True)
+        try:
+            store = open_store(args.store, redis=args.redis, prefix=args.prefix)
+            return asyncio.run(_with_store(store, verb, args))
+        except (ConfigError, PodiumError) as exc:
+            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            return 2
+        except KeyboardInterrupt:
+            return 130
+
+    return handle
+
+
+async def _with_store(store: RunStore, verb: Verb, args: argparse.Namespace) -> int:
+    async with store:
+        return await verb(store, args, Console(highlight=False, soft_wrap=args.json))
+
+
+def _filter(args: argparse.Namespace) -> RunFilter:
+    return RunFilter(
+        status=args.status, agent=args.agent, tenant=args.tenant,
+        since=parse_time(args.since) if args.since else None,
+        until=parse_time(args.until) if args.until else None,
+        limit=args.limit,
+    )
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds") if ts else "-"
+
+
+def _wall_ms(record: RunRecord) -> float | None:
+    if record.started_at is None:
+        return None
+    end = record.finished_at or record.updated_at or record.started_at
+    return (end - record.started_at) * 1e3
+
+
+def _json(value: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
+    sys.stdout.flush()
+
+
+# -- list -----------------------------------------------------------------------------------
+
+
+async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> int:
+    runs = await find_runs(store, _filter(args))
+    if args.json:
+        _json([msgspec.structs.replace(r, profile=None) for r in runs])
+        return 0
+    table = Table(title=f"{len(runs)} run(s)", title_justify="left", box=None)
+    for col in ("run", "agent", "tenant", "status", "reason", "steps", "created", "wall ms",
+                "tokens"):
+        table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left",
+                         no_wrap=col in ("run", "created"))
+    style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+    for r in runs:
+        wall = _wall_ms(r)
+        table.add_row(
+            r.run_id, escape(r.agent), escape(r.tenant),
+            f"[{style.get(r.status, 'white')}]{r.status}[/]", r.reason or "", str(r.steps),
+            datetime.fromtimestamp(r.created_at).strftime("%m-%d %H:%M:%S"),
+            f"{wall:,.1f}" if wall is not None else "-",
+            f"{r.usage.total_tokens:,}",
+        )
+    console.print(table)
+    return 0
+
+
+# -- show and tail --------------------------------------------------------------------------
+
+
+async def _get(store: RunStore, run_id: str) -> RunRecord:
+    record = await store.get(run_id)
+    if record is None:
+        raise ConfigError(f"no run {run_id!r} in this store")
+    return record
+
+
+async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> int:
+    record = await _get(store, args.run_id)
+    journal = await store.journal(args.run_id)
+    timeline = step_timeline(record, journal)
+    if args.json:
+        _json({
+            "record": record,
+            "journal": [{"seq": seq, "entry": entry} for seq, entry in journal],
+            "timeline": timeline,
+        })
+        return 0
+    _header(console, record)
+    console.rule("messages", align="left", style="dim")
+    console.print(f"[bold]user[/bold]: {escape(record.input)}")
+    for item in journal:
+        _print_entry(console, item)
+    _print_timeline(console, timeline)
+    return 0
+
+
+def _header(console: Console, r: RunRecord) -> None:
+    wall = _wall_ms(r)
+    console.print(
+        f"[bold]{r.run_id}[/bold] agent={escape(r.agent)} tenant={escape(r.tenant)} "
+        f"pool={escape(r.pool)} status=[bold]{r.status}[/bold]"
+        + (f" reason={r.reason}" if r.reason else "")
+    )
+    console.print(
+        f"  created {_when(r.created_at)}  started {_when(r.started_at)}  "
+        f"finished {_when(r.finished_at)}  steps {r.steps}"
+        + (f"  wall {wall:,.1f} ms" if wall is not None else "")
+        + f"  tokens {r.usage.input_tokens:,} in / {r.usage.output_tokens:,} out"
+    )
+    if r.error:
+        console.print(f"  [red]error[/red]: {escape(r.error)}")
+
+
+def _print_entry(console: Console, item: JournalItem) -> None:
+    _, entry = item
+    if isinstance(entry, StepRecord):
+        _turn(console, entry.step, entry.message)
+        for result in entry.results:
+            _result(console, result)
+    elif isinstance(entry, ModelTurn):
+        _turn(console, entry.step, entry.message)
+    elif isinstance(entry, ToolOutcome):
+        _result(console, entry.result)
+    elif isinstance(entry, Compacted):
+        console.print(f"  [magenta]context compacted[/magenta] ({entry.method}): "
+                      f"messages {entry.start}–{entry.end} → 1 summary")
+    elif isinstance(entry, RunFinished):
+        style = "green" if entry.status == "completed" else "red"
+        console.print(f"[{style}]run {entry.status}[/{style}]"
+                      + (f" ({entry.reason})" if entry.reason else "")
+                      + (f": {escape(entry.error)}" if entry.error else ""))
+
+
+def _turn(console: Console, step: int, message: Message) -> None:
+    console.print(f"[dim]── step {step}[/dim]")
+    if message.content:
+        console.print(f"[bold]assistant[/bold]: {escape(message.content)}")
+    for call in message.tool_calls:
+        console.print(f"  [cyan]→ {escape(call.name)}[/cyan]({escape(call.arguments[:300])})")
+
+
+def _result(console: Console, result: ToolResult) -> None:
+    style = "green" if result.ok else "red"
+    text = result.content.replace("\n", " ")
+    more = "…" if len(text) > 300 else ""
+    status = "" if result.ok else f" [red]{result.error}[/red]"
+    console.print(
+        f"  [{style}]← {escape(result.name)}[/{style}]{status} {escape(text[:300])}{more} "
+        f"[dim]({result.wall_ns / 1e6:.1f} ms, {result.attempts} attempt(s))[/dim]"
+    )
+
+
+def _print_timeline(console: Console, timeline: list[Any]) -> None:
+    if not timeline:
+        return
+    total = max(t.start_ms + t.total_ms for t in timeline) or 1.0
+    width = 40
+    table = Table(title="step timeline (ms)", title_justify="left", box=None)
+    table.add_column("step", justify="right")
+    table.add_column("start", justify="right")
+    for name in STEP_PHASES:
+        table.add_column(f"[{_PHASE_STYLE[name]}]{name}[/]", justify="right")
+    table.add_column("CPU", justify="right")
+    table.add_column("bar")
+    for t in timeline:
+        bar = " " * int(t.start_ms / total * width)
+        for name, wall in zip(STEP_PHASES, t.wall_ms, strict=False):
+            cells = round(wall / total * width)
+            if cells:
+                bar += f"[{_PHASE_STYLE[name]}]{'█' * cells}[/]"
+        table.add_row(
+            str(t.step), f"{t.start_ms:.1f}", *(f"{w:.2f}" for w in t.wall_ms),
+            f"{sum(t.cpu_ms):.2f}", bar or "▏",
+        )
+    console.print(table)
+
+
+async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> int:
+    async def run() -> int:
+        record = await store.get(args.run_id)
+        if not args.json:
+            if record is not None:
+                _header(console, record)
+                console.print(f"[bold]user[/bold]: {escape(record.input)}")
+            console.print(f"[dim]following {args.run_id}…[/dim]")
+        status = "unknown"
+        async for item in follow(store, args.run_id):
+            if args.json:
+                _json({"seq": item[0], "entry": item[1]})
+            else:
+                _print_entry(console, item)
+                _print_step_timing(console, item[1])
+            if isinstance(item[1], RunFinished):
+                status = item[1].status
+        final = await store.get(args.run_id)
+        if final is not None:
+            status = final.status
+        if not args.json:
+            console.print(f"[dim]{args.run_id} {status}[/dim]")
+        return 0
+
+    try:
+        return await asyncio.wait_for(run(), args.timeout)
+    except TimeoutError:
+        Console(stderr=True).print(f"[yellow]{args.run_id} still going after {args.timeout}s")
+        return 1
+
+
+def _print_step_timing(console: Console, entry: JournalEntry) -> None:
+    profile = entry.profile if isinstance(entry, StepRecord | StepCommitted) else None
+    if profile is None:
+        return
+    parts = ", ".join(f"{name} {w / 1e6:.2f}" for name, w in zip(STEP_PHASES, profile.wall_ns,
+                                                                  strict=False) if w)
+    console.print(f"  [dim]ms: {parts}[/dim]")
+
+
+# -- profile --------------------------------------------------------------------------------
+
+
+async def _profile(store: RunStore, args: argparse.Namespace, console: Console) -> int:
+    runs = await find_runs(store, _filter(args))
+    agg = aggregate(runs)
+    summary = agg.summary()
+    if args.report:
+        from podium.observe.html import profile_report
+
+        page = profile_report(runs, title=f"Podium runs — {store_label(args)}")
+        Path(args.report).write_text(page, encoding="utf-8")  # noqa: ASYNC240 - a CLI, no peers
+    if args.json:
+        _json(summary)
+        return 0
+    table = Table(title=f"workload profile — {summary.runs:,} runs, {summary.steps:,} steps",
+                  title_justify="left")
+    table.add_column("phase")
+    for col in ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "wait ms", "CPU share"):
+        table.add_column(col, justify="right")
+    for name, p in summary.phases.items():
+        table.add_row(name, f"{p.wall_p50_ms:.3f}", f"{p.wall_p95_ms:.3f}", f"{p.wall_p99_ms:.3f}",
+                      f"{p.cpu_ms_total:.1f}", f"{p.wait_ms_total:.1f}", f"{p.cpu_share:.0%}")
+    console.print(table)
+    console.print(f"CPU µs per step (in phases): {summary.cpu_us_per_step:.1f}")
+    if summary.ttft_p50_ms is not None:
+        console.print(f"time to first token p50 / p99: {summary.ttft_p50_ms:.1f} / "
+                      f"{summary.ttft_p99_ms or 0:.1f} ms")
+    if args.report:
+        console.print(f"report written to {args.report}")
+    return 0
+
+
+def store_label(args: argparse.Namespace) -> str:
+    return args.redis or args.store or ""

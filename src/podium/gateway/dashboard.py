@@ -1,0 +1,291 @@
+"""``/dashboard``: a live page of the gateway's runs, for operators.
+
+The page itself is static (no data in it, so it needs no key); it reads the key
+from its URL fragment (``/dashboard#key=pk_…``, never sent to the server in a
+URL) or asks for it, then polls ``/dashboard/data`` with it every second and
+draws what it gets with inline SVG: runs per status, throughput, where a
+step's time goes, the longest-running runs, queue depths. ``#run=ID`` shows one
+run's step timeline and messages. No script or style is fetched from anywhere.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
+
+from podium.engine.profile import STEP_PHASES
+from podium.engine.records import ModelTurn, StepRecord, ToolOutcome
+from podium.observe.inspect import aggregate, step_timeline
+
+if TYPE_CHECKING:
+    from podium.gateway.service import Gateway
+
+__all__ = ("dashboard_routes",)
+
+_RECENT = 500  # the newest runs the page summarizes
+_LONGEST = 10
+
+
+def _json(value: Any, status: int = 200) -> Response:
+    return Response(msgspec.json.encode(value), status, media_type="application/json",
+                    headers={"Cache-Control": "no-store"})
+
+
+async def _overview(gw: Gateway, tenant: str) -> dict[str, Any]:
+    runs = await gw.store.list(tenant=tenant, limit=_RECENT)
+    now = time.time()
+    statuses: dict[str, int] = {}
+    for r in runs:
+        statuses[r.status] = statuses.get(r.status, 0) + 1
+    finished = [r for r in runs if r.finished_at is not None]
+    last_minute = sum(1 for r in finished if r.finished_at and r.finished_at >= now - 60)
+    summary = aggregate([r for r in runs if r.status == "completed"]).summary()
+    steps = max(1, summary.steps)
+    phases = [
+        {"phase": name, "cpu_ms": summary.phases[name].cpu_ms_total / steps,
+         "wait_ms": summary.phases[name].wait_ms_total / steps}
+        for name in STEP_PHASES
+    ]
+    running = sorted((r for r in runs if r.status == "running"),
+                     key=lambda r: r.started_at or now)[:_LONGEST]
+    queues = {}
+    for pool in gw.pools:
+        try:
+            queues[pool] = await gw.queue.depth(pool)
+        except (ConnectionError, OSError):
+            queues[pool] = -1
+    return {
+        "now": now,
+        "tenant": tenant,
+        "runs": len(runs),
+        "statuses": statuses,
+        "finished_last_minute": last_minute,
+        "steps": summary.steps,
+        "cpu_us_per_step": summary.cpu_us_per_step,
+        "phases": phases,
+        "running": [{"run_id": r.run_id, "agent": r.agent, "steps": r.steps,
+                     "elapsed_s": now - (r.started_at or now)} for r in running],
+        "queues": queues,
+        "active": gw.engine.active_runs if gw.engine is not None else None,
+    }
+
+
+async def _run(gw: Gateway, tenant: str, run_id: str) -> dict[str, Any] | None:
+    record = await gw.store.get(run_id)
+    if record is None or record.tenant != tenant:
+        return None
+    journal = await gw.store.journal(run_id)
+    messages: list[dict[str, str]] = [{"role": "user", "text": record.input}]
+    for _, entry in journal:
+        if isinstance(entry, StepRecord | ModelTurn):
+            m = entry.message
+            calls = ", ".join(f"{c.name}({c.arguments[:120]})" for c in m.tool_calls)
+            messages.append({"role": "assistant", "text": m.content or f"→ {calls}"})
+        if isinstance(entry, StepRecord):
+            messages.extend({"role": f"tool {r.name}", "text": r.content[:500]}
+                            for r in entry.results)
+        elif isinstance(entry, ToolOutcome):
+            messages.append({"role": f"tool {entry.result.name}",
+                             "text": entry.result.content[:500]})
+    return {
+        "run_id": record.run_id, "agent": record.agent, "status": record.status,
+        "reason": record.reason, "steps": record.steps,
+        "timeline": step_timeline(record, journal), "phases": STEP_PHASES,
+        "messages": messages,
+    }
+
+
+def dashboard_routes(gw: Gateway) -> list[Route]:
+    async def page(request: Request) -> Response:
+        return HTMLResponse(_PAGE, headers={"Cache-Control": "no-store"})
+
+    async def data(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        run_id = request.query_params.get("run")
+        if run_id:
+            found = await _run(gw, tenant.name, run_id)
+            if found is None:
+                return _json({"error": f"no run {run_id!r}"}, 404)
+            return _json(found)
+        return _json(await _overview(gw, tenant.name))
+
+    return [
+        Route("/dashboard", page, methods=["GET"]),
+        Route("/dashboard/data", data, methods=["GET"]),
+    ]
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Podium dashboard</title><link rel="icon" href="data:,">
+<style>
+body{font:14px/1.45 system-ui,sans-serif;margin:20px;color:#222}
+h1{font-size:20px;margin:0} h2{font-size:15px;margin:18px 0 6px}
+.cards{display:flex;gap:10px;flex-wrap:wrap} .card{border:1px solid #ddd;border-radius:6px;
+padding:8px 14px;min-width:110px} .card b{display:block;font-size:22px}
+table{border-collapse:collapse} td,th{padding:2px 10px;text-align:left}
+th{border-bottom:1px solid #ccc} .muted{color:#777} svg{border:1px solid #eee;background:#fff}
+a{color:#2a62c9} #err{color:#b00}
+</style></head><body>
+<h1>Podium dashboard</h1>
+<div class="muted" id="meta">connecting…</div><div id="err"></div>
+<div id="overview">
+<h2>Runs (newest <span id="n">0</span>)</h2>
+<div class="cards" id="statuses"></div>
+<h2>Throughput: runs finished per second</h2>
+<svg id="throughput" width="600" height="120" viewBox="0 0 600 120"></svg>
+<h2>Where a step's time goes (ms per step of completed runs: blue CPU, orange waiting)</h2>
+<svg id="phases" width="600" height="170" viewBox="0 0 600 170"></svg>
+<h2>Longest-running runs</h2><table id="running"></table>
+<h2>Queues</h2><table id="queues"></table>
+</div>
+<div id="run" hidden><p><a href="#" id="back">← all runs</a></p><h2 id="run-title"></h2>
+<svg id="timeline" width="600" height="200" viewBox="0 0 600 200"></svg>
+<table id="messages"></table></div>
+<script>
+"use strict";
+const NS = "http://www.w3.org/2000/svg";
+const COLORS = ["#4e79a7","#f28e2b","#59a14f","#e15759","#b07aa1","#76b7b2"];
+const history = [];
+function params() {
+  const out = {};
+  for (const part of location.hash.slice(1).split("&")) {
+    const [k, v] = part.split("=");
+    if (k) out[k] = decodeURIComponent(v || "");
+  }
+  return out;
+}
+function key() {
+  let k = params().key || sessionStorage.getItem("podium-key");
+  if (!k) { k = prompt("API key") || ""; }
+  sessionStorage.setItem("podium-key", k);
+  return k;
+}
+function el(tag, attrs, text) {
+  const e = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function row(table, cells, head) {
+  const tr = document.createElement("tr");
+  for (const c of cells) {
+    const td = document.createElement(head ? "th" : "td");
+    if (c instanceof Node) td.appendChild(c); else td.textContent = c;
+    tr.appendChild(td);
+  }
+  table.appendChild(tr);
+}
+function bars(svg, items) {
+  svg.replaceChildren();
+  const max = Math.max(1e-9, ...items.map(i => i.cpu_ms + i.wait_ms));
+  items.forEach((it, n) => {
+    const y = 6 + n * 26;
+    svg.appendChild(el("text", {x: 4, y: y + 14, "font-size": 11}, it.phase));
+    const cw = it.cpu_ms / max * 480, ww = it.wait_ms / max * 480;
+    svg.appendChild(el("rect", {x: 90, y, width: Math.max(cw, 0.5), height: 18, fill: COLORS[0],
+      class: "mark"})).appendChild(el("title", {}, it.phase + " CPU " + it.cpu_ms.toFixed(3)));
+    svg.appendChild(el("rect", {x: 90 + cw, y, width: Math.max(ww, 0.5), height: 18,
+      fill: COLORS[1], class: "mark"})).appendChild(
+      el("title", {}, it.phase + " wait " + it.wait_ms.toFixed(3)));
+  });
+}
+function line(svg, values) {
+  svg.replaceChildren();
+  const max = Math.max(1, ...values);
+  const pts = values.map((v, i) => (10 + i * 580 / Math.max(1, values.length - 1)).toFixed(1)
+    + "," + (110 - v / max * 100).toFixed(1));
+  if (pts.length === 1) pts.push("590," + pts[0].split(",")[1]);
+  svg.appendChild(el("polyline", {points: pts.join(" "), fill: "none", stroke: COLORS[0],
+    "stroke-width": 2, class: "mark"}));
+  svg.appendChild(el("text", {x: 12, y: 14, "font-size": 11}, "max " + max.toFixed(2) + "/s"));
+}
+async function get(query) {
+  const resp = await fetch("/dashboard/data" + query,
+    {headers: {Authorization: "Bearer " + key()}, cache: "no-store"});
+  if (!resp.ok) throw new Error("HTTP " + resp.status);
+  return resp.json();
+}
+function overview(d) {
+  document.getElementById("meta").textContent =
+    "tenant " + d.tenant + " · " + new Date(d.now * 1000).toLocaleTimeString() +
+    " · " + d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
+  document.getElementById("n").textContent = d.runs;
+  const st = document.getElementById("statuses");
+  st.replaceChildren();
+  for (const s of ["queued", "running", "completed", "failed", "cancelled"]) {
+    const c = document.createElement("div");
+    c.className = "card"; c.id = "status-" + s;
+    c.innerHTML = "<b>" + (d.statuses[s] || 0) + "</b>" + s;
+    st.appendChild(c);
+  }
+  const prev = history.length ? history[history.length - 1] : null;
+  history.push({t: d.now, done: (d.statuses.completed || 0) + (d.statuses.failed || 0)
+    + (d.statuses.cancelled || 0)});
+  if (history.length > 120) history.shift();
+  const rates = history.slice(1).map((h, i) =>
+    Math.max(0, (h.done - history[i].done) / Math.max(1e-3, h.t - history[i].t)));
+  line(document.getElementById("throughput"), rates.length ? rates : [0]);
+  bars(document.getElementById("phases"), d.phases);
+  const rt = document.getElementById("running");
+  rt.replaceChildren();
+  row(rt, ["run", "agent", "steps", "running for"], true);
+  for (const r of d.running) {
+    const a = document.createElement("a");
+    a.href = "#run=" + r.run_id; a.textContent = r.run_id;
+    row(rt, [a, r.agent, String(r.steps), r.elapsed_s.toFixed(1) + " s"]);
+  }
+  const qt = document.getElementById("queues");
+  qt.replaceChildren();
+  row(qt, ["pool", "waiting"], true);
+  for (const [pool, n] of Object.entries(d.queues)) row(qt, [pool, String(n)]);
+}
+function showRun(d) {
+  document.getElementById("run-title").textContent =
+    d.run_id + " · " + d.agent + " · " + d.status + (d.reason ? " (" + d.reason + ")" : "");
+  const svg = document.getElementById("timeline");
+  svg.replaceChildren();
+  const ends = d.timeline.map(t => t.start_ms + t.wall_ms.reduce((a, b) => a + b, 0));
+  const end = Math.max(1e-6, ...ends);
+  d.timeline.forEach((t, n) => {
+    let x = t.start_ms;
+    const y = 6 + (n % 9) * 20;
+    t.wall_ms.forEach((w, i) => {
+      const r = el("rect", {x: 10 + x / end * 580, y, width: Math.max(w / end * 580, 0.5),
+        height: 16, fill: COLORS[i % COLORS.length], class: "mark"});
+      const label = "step " + t.step + " " + d.phases[i] + " " + w.toFixed(3) + " ms";
+      r.appendChild(el("title", {}, label));
+      svg.appendChild(r);
+      x += w;
+    });
+  });
+  const mt = document.getElementById("messages");
+  mt.replaceChildren();
+  for (const m of d.messages) row(mt, [m.role, m.text]);
+}
+async function tick() {
+  const p = params();
+  document.getElementById("overview").hidden = !!p.run;
+  document.getElementById("run").hidden = !p.run;
+  try {
+    if (p.run) showRun(await get("?run=" + encodeURIComponent(p.run)));
+    else overview(await get(""));
+    document.getElementById("err").textContent = "";
+  } catch (e) {
+    document.getElementById("err").textContent = "cannot load: " + e.message;
+  }
+}
+document.getElementById("back").addEventListener("click", (e) => {
+  e.preventDefault(); location.hash = "";
+});
+window.addEventListener("hashchange", tick);
+tick();
+setInterval(tick, 1000);
+</script></body></html>
+"""

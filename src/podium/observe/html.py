@@ -1,0 +1,229 @@
+"""The HTML report: one self-contained file (inline SVG and CSS, no script, no network).
+
+``podium bench --report`` and ``podium runs profile --report`` write it. It shows, for a
+set of runs: the per-phase CPU and waiting per step, latency CDFs of steps, model calls
+and tool phases, throughput and runs in flight over time, and the slowest runs'
+timelines; for ``podium bench --sweep`` also throughput and p99 per concurrency.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Sequence
+from html import escape
+
+import msgspec
+
+from podium.engine.profile import PHASES, STEP_PHASES, ProfileAggregator
+from podium.engine.records import RunRecord
+from podium.observe.svg import Series, line_chart, stacked_bars, timelines
+
+__all__ = ("SweepPoint", "profile_report", "sweep_section", "sweet_spot")
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:28px 0 8px}
+.muted{color:#666} .grid-2{display:flex;flex-wrap:wrap;gap:12px}
+table{border-collapse:collapse;margin:8px 0} td,th{padding:3px 10px;text-align:right}
+th{border-bottom:1px solid #ccc} td:first-child,th:first-child{text-align:left}
+svg{background:#fff;border:1px solid #e4e4e4;border-radius:4px;max-width:100%;height:auto}
+svg .title{font-size:13px;font-weight:600} svg .tick{font-size:11px;fill:#555}
+svg .axis{font-size:12px;fill:#333} svg .legend{font-size:11px;fill:#333}
+svg .grid{stroke:#eee} svg .plot{fill:none;stroke:#ccc} svg .empty{font-size:13px;fill:#999}
+"""
+
+_CDF_POINTS = 200
+
+
+class SweepPoint(msgspec.Struct, frozen=True):
+    """One concurrency of a sweep: how fast, how long the tail."""
+
+    concurrency: int
+    runs: int
+    runs_per_s: float
+    steps_per_s: float
+    run_p50_ms: float
+    run_p99_ms: float
+    cpu_utilization: float
+
+
+def sweet_spot(points: Sequence[SweepPoint], share: float = 0.95) -> SweepPoint | None:
+    """The lowest concurrency reaching ``share`` of the best throughput: past it, more
+    sessions in flight only lengthen the tail."""
+    if not points:
+        return None
+    best = max(p.runs_per_s for p in points)
+    return min((p for p in points if p.runs_per_s >= share * best), key=lambda p: p.concurrency)
+
+
+def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
+    ordered = sorted(v for v in values if v > 0)
+    n = len(ordered)
+    if n == 0:
+        return []
+    if n <= _CDF_POINTS:
+        return [(v, (i + 1) / n) for i, v in enumerate(ordered)]
+    return [(ordered[min(n - 1, int(q * n / _CDF_POINTS))], min(1.0, (q + 1) / _CDF_POINTS))
+            for q in range(_CDF_POINTS)]
+
+
+def _phase_table(agg: ProfileAggregator) -> str:
+    s = agg.summary()
+    rows = []
+    for name in PHASES:
+        p = s.phases[name]
+        rows.append(
+            f"<tr><td>{name}</td><td>{p.wall_p50_ms:.3f}</td><td>{p.wall_p95_ms:.3f}</td>"
+            f"<td>{p.wall_p99_ms:.3f}</td><td>{p.cpu_ms_total:.1f}</td>"
+            f"<td>{p.wait_ms_total:.1f}</td><td>{p.cpu_share:.0%}</td></tr>"
+        )
+    return ("<table><tr><th>phase</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th>"
+            "<th>CPU ms</th><th>wait ms</th><th>CPU share</th></tr>" + "".join(rows) + "</table>")
+
+
+def _cpu_vs_wait(agg: ProfileAggregator) -> str:
+    s = agg.summary()
+    steps = max(1, s.steps)
+    cpu = [s.phases[n].cpu_ms_total / steps for n in STEP_PHASES]
+    wait = [s.phases[n].wait_ms_total / steps for n in STEP_PHASES]
+    return stacked_bars("CPU vs waiting per step, by phase (mean)", STEP_PHASES,
+                        [("CPU", cpu), ("wait", wait)], unit="ms per step")
+
+
+def _latency_cdfs(runs: Sequence[RunRecord]) -> str:
+    step_ms: list[float] = []
+    model_ms: list[float] = []
+    tool_ms: list[float] = []
+    run_ms: list[float] = []
+    model, tools = STEP_PHASES.index("model"), STEP_PHASES.index("tools")
+    for r in runs:
+        if r.profile is None:
+            continue
+        run_ms.append(r.profile.wall_ns / 1e6)
+        for st in r.profile.steps:
+            step_ms.append(sum(st.wall_ns) / 1e6)
+            model_ms.append(st.wall_ns[model] / 1e6)
+            if st.tool_calls:
+                tool_ms.append(st.wall_ns[tools] / 1e6)
+    series: list[Series] = [
+        ("steps", _cdf(step_ms)), ("model calls", _cdf(model_ms)),
+        ("tool calls (tools phase)", _cdf(tool_ms)), ("runs", _cdf(run_ms)),
+    ]
+    return line_chart("Latency CDFs", series, x_label="ms (log scale)",
+                      y_label="fraction ≤ x", log_x=True, step=True)
+
+
+def _over_time(runs: Sequence[RunRecord]) -> tuple[str, str]:
+    spans = [(r.started_at, r.finished_at) for r in runs
+             if r.started_at is not None and r.finished_at is not None]
+    if not spans:
+        empty: list[Series] = []
+        return (line_chart("Throughput", empty, x_label="s", y_label="runs/s"),
+                line_chart("Runs in flight", empty, x_label="s", y_label="runs"))
+    buckets = max(8, min(60, len(spans) // 20))  # enough runs per bucket to mean something
+    starts = sorted(s for s, _ in spans)
+    ends = sorted(e for _, e in spans)
+    t0, t1 = starts[0], max(ends[-1], starts[0] + 1e-3)
+    width = (t1 - t0) / buckets
+    through: list[tuple[float, float]] = []
+    flight: list[tuple[float, float]] = []
+    for i in range(buckets):
+        a, b = t0 + i * width, t0 + (i + 1) * width
+        done = bisect.bisect_right(ends, b) - bisect.bisect_right(ends, a)
+        mid = (a + b) / 2
+        through.append((mid - t0, done / width))
+        flight.append((mid - t0, bisect.bisect_right(starts, mid) - bisect.bisect_right(ends, mid)))
+    return (
+        line_chart("Throughput (runs finished per second)", [("runs/s", through)],
+                   x_label="seconds since the first run started", y_label="runs/s"),
+        line_chart("Runs in flight", [("in flight", flight)],
+                   x_label="seconds since the first run started", y_label="runs"),
+    )
+
+
+def _slowest(runs: Sequence[RunRecord], n: int = 10) -> str:
+    timed = sorted((r for r in runs if r.profile is not None),
+                   key=lambda r: r.profile.wall_ns if r.profile else 0, reverse=True)[:n]
+    rows = []
+    for r in timed:
+        assert r.profile is not None
+        segs = []
+        at = r.profile.admit_ns / 1e6
+        if at:
+            segs.append((0.0, at, len(STEP_PHASES), "admit (queue)"))
+        for st in r.profile.steps:
+            for i, w in enumerate(st.wall_ns):
+                ms = w / 1e6
+                if ms > 0:
+                    segs.append((at, ms, i, f"step {st.step} {STEP_PHASES[i]}"))
+                at += ms
+        rows.append((r.run_id, segs))
+    return timelines(f"The {len(rows)} slowest runs, step by step", rows,
+                     (*STEP_PHASES, "admit"))
+
+
+def sweep_section(points: Sequence[SweepPoint]) -> str:
+    """Throughput and p99 per concurrency, with the sweet spot named."""
+    if not points:
+        return ""
+    spot = sweet_spot(points)
+    rows = "".join(
+        f"<tr><td>{p.concurrency:,}</td><td>{p.runs:,}</td><td>{p.runs_per_s:,.1f}</td>"
+        f"<td>{p.steps_per_s:,.0f}</td><td>{p.run_p50_ms:,.1f}</td><td>{p.run_p99_ms:,.1f}</td>"
+        f"<td>{p.cpu_utilization:.0%}</td></tr>" for p in points)
+    tp: list[Series] = [("runs/s", [(p.concurrency, p.runs_per_s) for p in points])]
+    p99: list[Series] = [("run p99 ms", [(p.concurrency, p.run_p99_ms) for p in points]),
+                         ("run p50 ms", [(p.concurrency, p.run_p50_ms) for p in points])]
+    verdict = (f"<p>Sweet spot: <b>concurrency {spot.concurrency:,}</b> — the lowest that "
+               f"reaches 95 % of the best throughput ({spot.runs_per_s:,.1f} runs/s, p99 "
+               f"{spot.run_p99_ms:,.1f} ms). Past it more sessions in flight only lengthen "
+               f"the tail.</p>") if spot else ""
+    return (
+        "<h2>Concurrency sweep</h2>" + verdict + '<div class="grid-2">'
+        + line_chart("Throughput per concurrency", tp, x_label="concurrency (log scale)",
+                     y_label="runs/s", log_x=True, markers=True)
+        + line_chart("Run latency per concurrency", p99, x_label="concurrency (log scale)",
+                     y_label="ms", log_x=True, markers=True)
+        + "</div><table><tr><th>concurrency</th><th>runs</th><th>runs/s</th><th>steps/s</th>"
+        "<th>p50 ms</th><th>p99 ms</th><th>CPU</th></tr>" + rows + "</table>"
+    )
+
+
+def profile_report(
+    runs: Sequence[RunRecord],
+    *,
+    title: str = "Podium workload profile",
+    summary: Sequence[tuple[str, str]] = (),
+    sweep: Sequence[SweepPoint] = (),
+) -> str:
+    """The whole report page for ``runs`` (plus a bench's summary rows and sweep)."""
+    agg = ProfileAggregator()
+    for r in runs:
+        if r.profile is not None:
+            agg.add_run(r.profile)
+    s = agg.summary()
+    facts = [("runs", f"{s.runs:,}"), ("steps", f"{s.steps:,}"),
+             ("CPU µs per step (in phases)", f"{s.cpu_us_per_step:.1f}"), *summary]
+    if s.ttft_p50_ms is not None:
+        facts.append(("time to first token p50 / p99",
+                      f"{s.ttft_p50_ms:.1f} / {s.ttft_p99_ms or 0:.1f} ms"))
+    fact_rows = "".join(f"<tr><td>{escape(k)}</td><td>{escape(v)}</td></tr>" for k, v in facts)
+    throughput, flight = _over_time(runs)
+    body = [
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="muted">generated {time.strftime("%Y-%m-%d %H:%M:%S %Z")} by podium</p>',
+        f"<table>{fact_rows}</table>",
+        sweep_section(sweep),
+        "<h2>Where a step's time goes</h2>", _phase_table(agg),
+        '<div class="grid-2">', _cpu_vs_wait(agg), _latency_cdfs(runs), "</div>",
+        "<h2>Over time</h2>", '<div class="grid-2">', throughput, flight, "</div>",
+        "<h2>Slowest runs</h2>", _slowest(runs),
+    ]
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>"
+        + "".join(body) + "</body></html>\n"
+    )
+

@@ -1,0 +1,174 @@
+"""Looking at stored runs: open any store by its address, filter runs, rebuild a run's steps.
+
+What ``podium runs`` and the reports read. Nothing here writes to a store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from pathlib import Path
+
+import msgspec
+
+from podium.engine.profile import STEP_PHASES, ProfileAggregator, StepProfile
+from podium.engine.records import (
+    RunFinished,
+    RunRecord,
+    StepCommitted,
+    StepRecord,
+)
+from podium.errors import ConfigError
+from podium.store.base import JournalItem, RunStore
+
+__all__ = (
+    "RunFilter",
+    "StepTiming",
+    "aggregate",
+    "find_runs",
+    "follow",
+    "open_store",
+    "parse_time",
+    "step_timeline",
+)
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def open_store(spec: str | None, *, redis: str | None = None, prefix: str = "podium") -> RunStore:
+    """A store from an address: ``sqlite:PATH``, a SQLite file path, or a ``redis://`` URL
+    (or ``redis``, given on its own). An SQLite file that does not exist is an error: looking
+    at runs must never create an empty store by a typo."""
+    if redis is not None or (spec is not None and spec.startswith(("redis://", "rediss://"))):
+        from podium.store.redis import RedisRunStore
+
+        return RedisRunStore(redis or spec or "", prefix=prefix)
+    if not spec:
+        raise ConfigError("give a store: --store sqlite:PATH (or a file path) or --redis URL")
+    path = Path(spec.removeprefix("sqlite:"))
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such SQLite store")
+    from podium.store.sqlite import SQLiteRunStore
+
+    return SQLiteRunStore(path)
+
+
+def parse_time(text: str, *, now: float | None = None) -> float:
+    """A moment as epoch seconds: ``90s``/``15m``/``2h``/``1d`` ago, ISO 8601, or epoch."""
+    text = text.strip()
+    match = _RELATIVE.match(text)
+    if match:
+        return (time.time() if now is None else now) - float(match[1]) * _UNIT_S[match[2]]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ConfigError(
+            f"{text!r} is not a time: use 15m, 2h, 1d ago, ISO 8601 or epoch seconds"
+        ) from None
+
+
+class RunFilter(msgspec.Struct, frozen=True, kw_only=True):
+    """Which runs: every field that is set must match. Times are epoch seconds."""
+
+    status: str | None = None
+    agent: str | None = None
+    tenant: str | None = None
+    since: float | None = None
+    until: float | None = None
+    limit: int = 50
+
+
+async def find_runs(store: RunStore, flt: RunFilter) -> list[RunRecord]:
+    """Runs matching ``flt``, newest first."""
+    timed = flt.since is not None or flt.until is not None
+    # Stores filter by status/agent/tenant; a time window is applied here, over a wider page.
+    fetch = max(flt.limit * 20, 10_000) if timed else flt.limit
+    runs = await store.list(tenant=flt.tenant, status=flt.status, agent=flt.agent, limit=fetch)
+    if timed:
+        runs = [
+            r
+            for r in runs
+            if (flt.since is None or r.created_at >= flt.since)
+            and (flt.until is None or r.created_at <= flt.until)
+        ]
+    return runs[: flt.limit]
+
+
+def aggregate(runs: Sequence[RunRecord]) -> ProfileAggregator:
+    """The workload profile of ``runs`` (those that have one)."""
+    agg = ProfileAggregator()
+    for record in runs:
+        if record.profile is not None:
+            agg.add_run(record.profile)
+    return agg
+
+
+class StepTiming(msgspec.Struct, frozen=True):
+    """One step on a run's timeline: where it started (ms from the run's start), per phase."""
+
+    step: int
+    start_ms: float
+    wall_ms: tuple[float, ...]
+    cpu_ms: tuple[float, ...]
+    tool_calls: int
+    ttft_ms: float | None
+
+    @property
+    def total_ms(self) -> float:
+        return sum(self.wall_ms)
+
+
+def step_timeline(record: RunRecord, journal: Sequence[JournalItem] = ()) -> list[StepTiming]:
+    """The run's steps laid end to end (after its queue wait), from its profile, or from the
+    journal while the run is still going (the record carries the profile only at the end)."""
+    steps: dict[int, StepProfile] = {}
+    for _, entry in journal:
+        if isinstance(entry, StepRecord | StepCommitted) and entry.profile is not None:
+            steps[entry.profile.step] = entry.profile
+    if record.profile is not None:
+        steps.update((s.step, s) for s in record.profile.steps)
+    start = (record.profile.admit_ns / 1e6) if record.profile is not None else 0.0
+    out: list[StepTiming] = []
+    for step in sorted(steps):
+        p = steps[step]
+        wall = tuple(w / 1e6 for w in p.wall_ns) or (0.0,) * len(STEP_PHASES)
+        cpu = tuple(min(c, w) / 1e6 for c, w in zip(p.cpu_ns, p.wall_ns, strict=False))
+        out.append(StepTiming(
+            p.step, round(start, 3), wall, cpu, p.tool_calls, p.ttft_ns / 1e6 or None
+        ))
+        start += sum(wall)
+    return out
+
+
+async def follow(
+    store: RunStore, run_id: str, *, poll_s: float = 0.5
+) -> AsyncIterator[JournalItem]:
+    """A run's journal entries, the stored ones first, then each as it is written, until the
+    run ends. Waits for a run that does not exist yet (it may be about to be created)."""
+    after = -1
+    while True:
+        items = await store.wait_journal(run_id, after, poll_s)
+        for item in items:
+            after = item[0]
+            yield item
+            if isinstance(item[1], RunFinished):
+                return
+        if not items:
+            record = await store.get(run_id)
+            if record is not None and record.done:
+                # Ended without a journaled final entry (e.g. a run that never started).
+                rest = await store.journal(run_id, after)
+                for item in rest:
+                    yield item
+                return
+            if record is None:
+                await asyncio.sleep(poll_s)
+

@@ -1,0 +1,76 @@
+"""The blocking-call detector names the code that holds the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+
+from podium import Agent, Engine, FunctionModel, tool, tool_call_reply
+from podium.observe.blocking import BlockingDetector, BlockingEvent, detector_from_env
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+async def fetch_invoice_synchronously(order: str) -> str:
+    """A tool that calls a synchronous SDK from a coroutine: the bug the detector finds."""
+    time.sleep(0.25)  # noqa: ASYNC251 - the bug under test
+    return f"invoice for {order}"
+
+
+def _agent() -> Agent:
+    replies = [tool_call_reply(("fetch_invoice_synchronously", '{"order": "A-1"}')), "done"]
+    model = FunctionModel(lambda messages, request: replies[min(request.step, 1)])
+    return Agent("blocky", model, tools=[fetch_invoice_synchronously])
+
+
+async def test_a_blocking_tool_is_named_in_the_log_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    named = asyncio.Event()
+
+    def on_block(event: BlockingEvent) -> None:
+        if "fetch_invoice_synchronously" in event.culprit:
+            named.set()
+
+    detector = BlockingDetector(threshold_ms=20, on_block=on_block)
+    detector.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="podium.observe.blocking"):
+            async with Engine() as engine:
+                record = await engine.run(_agent(), "where is my invoice?")
+            await named.wait()  # the heartbeat that notices the stall runs right after it
+    finally:
+        detector.stop()
+    assert record.status == "completed"
+    stats = detector.statistics()
+    assert stats.blocks >= 1
+    event = next(e for e in stats.recent if "fetch_invoice_synchronously" in e.culprit)
+    assert event.blocked_ms >= 20
+    assert any("time.sleep(0.25)" in line for line in event.stack)
+    assert "fetch_invoice_synchronously" in caplog.text
+    assert "event loop blocked" in caplog.text
+
+
+async def test_a_loop_that_never_blocks_counts_nothing() -> None:
+    detector = BlockingDetector(threshold_ms=1000)
+    detector.start()
+    for _ in range(20):
+        await asyncio.sleep(0.002)
+    detector.stop()
+    assert detector.statistics().blocks == 0
+    assert not detector.running
+
+
+def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PODIUM_BLOCKING_MS", raising=False)
+    default = detector_from_env()
+    assert default is not None and default.threshold_s == pytest.approx(0.020)
+    monkeypatch.setenv("PODIUM_BLOCKING_MS", "75")
+    custom = detector_from_env()
+    assert custom is not None and custom.threshold_s == pytest.approx(0.075)
+    monkeypatch.setenv("PODIUM_BLOCKING_MS", "off")
+    assert detector_from_env() is None

@@ -1,0 +1,143 @@
+"""`podium runs list|show|tail|profile`, run as a real command against SQLite and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from observe_agents import support
+from runs_fixture import fill
+
+from podium.engine.driver import Engine
+from podium.store.base import RunStore
+from podium.store.redis import RedisRunStore
+from podium.store.sqlite import SQLiteRunStore
+
+from .conftest import subprocess_env
+
+pytestmark = pytest.mark.anyio
+
+
+def podium(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "podium.cli.main", "runs", *args],
+        capture_output=True, text=True, env=subprocess_env(COLUMNS="200"), timeout=60,
+    )
+
+
+def as_json(*args: str) -> Any:
+    out = podium(*args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def store_args(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[tuple[list[str], RunStore, list[Any]]]:
+    if request.param == "sqlite":
+        path = tmp_path / "runs.sqlite"
+        args = ["--store", f"sqlite:{path}"]
+        store: RunStore = SQLiteRunStore(path)
+    else:
+        redis_url = request.getfixturevalue("redis_url")
+        prefix = request.getfixturevalue("prefix")
+        args = ["--redis", redis_url, "--prefix", prefix]
+        store = RedisRunStore(redis_url, prefix=prefix)
+    async with store:
+        records = await fill(store)
+        yield args, store, records
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_list_filters_by_status_tenant_agent_and_time(
+    store_args: tuple[list[str], RunStore, list[Any]],
+) -> None:
+    args, _, records = store_args
+    everything = as_json("list", *args)
+    assert {r["run_id"] for r in everything} == {r.run_id for r in records}
+    completed = as_json("list", *args, "--status", "completed")
+    assert len(completed) == 3 and all(r["status"] == "completed" for r in completed)
+    globex = as_json("list", *args, "--tenant", "globex")
+    assert [r["run_id"] for r in globex] == [records[2].run_id]
+    assert as_json("list", *args, "--agent", "nobody") == []
+    assert len(as_json("list", *args, "--since", "1h")) == 4
+    assert as_json("list", *args, "--until", "1h") == []
+    assert len(as_json("list", *args, "--limit", "2")) == 2
+    table = podium("list", *args, "--status", "queued")
+    assert table.returncode == 0, table.stderr
+    assert records[3].run_id in table.stdout and "queued" in table.stdout
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_show_prints_the_messages_and_the_step_timeline(
+    store_args: tuple[list[str], RunStore, list[Any]],
+) -> None:
+    args, _, records = store_args
+    run_id = records[0].run_id
+    out = podium("show", run_id, *args)
+    assert out.returncode == 0, out.stderr
+    for text in ("where is order A-0?", "→ lookup", "order A-1: shipped", "It shipped.",
+                 "step timeline", "completed"):
+        assert text in out.stdout, (text, out.stdout)
+    shown = as_json("show", run_id, *args)
+    assert shown["record"]["status"] == "completed"
+    assert [t["step"] for t in shown["timeline"]] == [0, 1]
+    starts = [t["start_ms"] for t in shown["timeline"]]
+    assert starts[1] >= starts[0]
+    missing = podium("show", "run_nope", *args)
+    assert missing.returncode == 2 and "no run" in missing.stderr
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_profile_sums_the_runs_and_writes_a_report(
+    store_args: tuple[list[str], RunStore, list[Any]], tmp_path: Path
+) -> None:
+    args, _, _ = store_args
+    summary = as_json("profile", *args, "--tenant", "acme")
+    assert summary["runs"] == 2 and summary["steps"] == 4
+    report = tmp_path / "profile.html"
+    out = podium("profile", *args, "--report", str(report))
+    assert out.returncode == 0, out.stderr
+    assert "tools" in out.stdout and "checkpoint" in out.stdout
+    page = report.read_text()
+    assert page.startswith("<!doctype html>") and page.count("<svg") >= 5
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_tail_follows_a_live_run_to_its_end(
+    store_args: tuple[list[str], RunStore, list[Any]],
+) -> None:
+    args, store, _ = store_args
+    agent = support()
+    async with Engine(store) as engine:
+        record = await engine.create(agent, "follow me")
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "podium.cli.main", "runs", "tail", record.run_id, *args,
+            "--timeout", "60", env=subprocess_env(COLUMNS="200"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        first = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert record.run_id.encode() in first  # following, before the run has started
+        await engine.execute(agent, record)
+        rest, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    text = rest.decode()
+    assert "→ lookup" in text and "It shipped." in text
+    assert text.rstrip().endswith(f"{record.run_id} completed")
+
+
+def test_a_missing_store_is_an_error_not_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "typo.sqlite"
+    out = podium("list", "--store", str(path))
+    assert out.returncode == 2 and "no such SQLite store" in out.stderr
+    assert not path.exists()
+    assert podium("list").returncode == 2

@@ -1,0 +1,218 @@
+"""Runs as OpenTelemetry spans (GenAI semantic conventions), checked with the SDK's
+in-memory exporter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from observe_agents import support
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from podium import Agent, FunctionModel, tool, tool_call_reply
+from podium.engine.driver import Engine
+from podium.observe.tracing import RunTracer, tracing_configured
+
+pytestmark = pytest.mark.anyio
+
+
+def _tracer() -> tuple[RunTracer, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return RunTracer(provider), exporter
+
+
+async def test_a_run_is_an_invoke_agent_span_with_steps_chats_and_tools() -> None:
+    tracer, exporter = _tracer()
+    async with Engine() as engine:
+        engine.hook = tracer
+        record = await engine.run(support(), "where is A-1?")
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"invoke_agent support", "step 0", "step 1", "chat scripted",
+                          "execute_tool lookup"}
+    run = spans["invoke_agent support"]
+    assert run.attributes is not None
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run.attributes["gen_ai.agent.name"] == "support"
+    assert run.attributes["podium.run.id"] == record.run_id
+    assert run.attributes["podium.run.status"] == "completed"
+    assert run.parent is None
+    traces = {s.context.trace_id for s in exporter.get_finished_spans()}
+    assert traces == {run.context.trace_id}
+    chats = [s for s in exporter.get_finished_spans() if s.name == "chat scripted"]
+    assert len(chats) == 2 and all(c.kind == SpanKind.CLIENT for c in chats)
+    finished = exporter.get_finished_spans()
+    steps = {s.context.span_id: s for s in finished if s.name.startswith("step")}
+    for chat in chats:
+        assert chat.parent is not None and chat.parent.span_id in steps
+        assert chat.attributes is not None
+        assert chat.attributes["gen_ai.request.model"] == "scripted"
+        assert chat.attributes["gen_ai.usage.input_tokens"] > 0
+        step = steps[chat.parent.span_id]
+        assert step.parent is not None and step.parent.span_id == run.context.span_id
+        assert step.start_time <= chat.start_time <= chat.end_time <= step.end_time
+    tool_span = spans["execute_tool lookup"]
+    assert tool_span.attributes is not None
+    assert tool_span.attributes["gen_ai.tool.name"] == "lookup"
+    assert tool_span.attributes["gen_ai.tool.call.id"] == "call_0"
+    assert tool_span.attributes["podium.tool.outcome"] == "ok"
+    assert tool_span.attributes["podium.tool.attempts"] == 1
+    assert spans["step 0"].attributes is not None
+    phases = dict(p.split("=") for p in str(spans["step 0"].attributes["podium.phases"]).split())
+    assert list(phases) == ["assemble", "model", "parse", "tools", "merge", "checkpoint"]
+    wall, cpu = map(float, phases["tools"].split("/"))
+    assert wall >= cpu >= 0
+    for span in exporter.get_finished_spans():  # message content is off: nothing of it
+        assert "where is A-1" not in str(span.attributes)
+        assert "shipped" not in str(span.attributes)
+
+
+@tool(timeout=0.05)
+async def broken(order: str) -> str:
+    """Fail.
+
+    Args:
+        order: The order id.
+    """
+    raise RuntimeError("backend down")
+
+
+async def test_a_failed_tool_call_and_a_failed_run_are_errors() -> None:
+    tracer, exporter = _tracer()
+    model = FunctionModel(lambda messages, request: tool_call_reply(("broken", '{"order": "A"}')))
+    agent = Agent("flaky", model, tools=[broken], max_steps=1)
+    async with Engine() as engine:
+        engine.hook = tracer
+        record = await engine.run(agent, "go")
+    assert record.status == "failed"
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    tool_span = spans["execute_tool broken"]
+    assert tool_span.status.status_code == StatusCode.ERROR
+    assert tool_span.attributes is not None
+    assert tool_span.attributes["podium.tool.outcome"] == "exception"
+    run = spans["invoke_agent flaky"]
+    assert run.status.status_code == StatusCode.ERROR
+    assert run.attributes is not None and run.attributes["error.type"] == "max_steps"
+
+
+async def test_a_run_continues_the_trace_in_its_metadata() -> None:
+    tracer, exporter = _tracer()
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    async with Engine() as engine:
+        engine.hook = tracer
+        await engine.run(support(), "go", metadata={"traceparent": parent})
+    run = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
+    assert f"{run.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
+    assert run.parent is not None and f"{run.parent.span_id:016x}" == "b7ad6b7169203331"
+
+
+def test_tracing_is_off_and_never_imported_unless_configured() -> None:
+    assert not tracing_configured({})
+    assert tracing_configured({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+    assert not tracing_configured({"OTEL_TRACES_EXPORTER": "none"})
+    assert not tracing_configured({"OTEL_SDK_DISABLED": "true", "PODIUM_TRACING": "1"})
+    code = ("import sys, asyncio\n"
+            "from podium import Agent, Engine\n"
+            "from podium.observe.tracing import tracer_from_env\n"
+            "assert tracer_from_env() is None\n"
+            "import podium.worker.process, podium.gateway.service\n"
+            "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'imported'\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_one_trace_crosses_the_gateway_the_redis_queue_and_the_worker(
+    redis_url: str, prefix: str
+) -> None:
+    import httpx
+
+    from podium.config import load_config
+    from podium.gateway.app import create_app
+    from podium.gateway.auth import KeyRing
+    from podium.gateway.service import Gateway, ServedAgent
+    from podium.queue.redis import RedisQueue
+    from podium.store.redis import RedisRunStore
+    from podium.worker.worker import Worker
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    client_trace, client_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    config = load_config(None, {"PODIUM_KEYS": "pk_trace_test=tenant-a"})
+    gw = Gateway(config, [ServedAgent(support())], RedisRunStore(redis_url, prefix=prefix),
+                 RedisQueue(redis_url, prefix=prefix), KeyRing(config.keys))
+    await gw.start()
+    gw.tracer = RunTracer(provider)  # as OTEL_* would configure it
+    try:
+        transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://podium.test") as http:
+            resp = await http.post(
+                "/v1/runs", json={"agent": "support", "input": "where is A-1?"},
+                headers={"Authorization": "Bearer pk_trace_test",
+                         "traceparent": f"00-{client_trace}-{client_span}-01"},
+            )
+        assert resp.status_code == 202, resp.text
+    finally:
+        await gw.stop()
+    # The worker shares nothing with the gateway but Redis (its own connections and tracer).
+    store, queue = RedisRunStore(redis_url, prefix=prefix), RedisQueue(redis_url, prefix=prefix)
+    async with store, queue, Engine(store) as engine:
+        engine.hook = RunTracer(provider)
+        worker = Worker(queue, engine, {"support": support()}, consumer="traced-worker")
+        await worker.run(burst=True)
+    spans = exporter.get_finished_spans()
+    assert {f"{s.context.trace_id:032x}" for s in spans} == {client_trace}
+    by_name = {s.name: s for s in spans}
+    submit = by_name["POST /v1/runs"]
+    assert submit.kind == SpanKind.SERVER
+    assert submit.parent is not None and f"{submit.parent.span_id:016x}" == client_span
+    run = by_name["invoke_agent support"]
+    assert run.parent is not None and run.parent.span_id == submit.context.span_id
+    assert run.attributes is not None and run.attributes["podium.run.status"] == "completed"
+    assert {"step 0", "step 1", "chat scripted", "execute_tool lookup"} <= set(by_name)
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_model_calls_carry_the_runs_traceparent() -> None:
+    from pathlib import Path
+
+    from aiohttp import web
+
+    from podium.models.openai import OpenAIChatModel
+
+    body = (Path(__file__).parent.parent / "fixtures/backends/llamacpp_chat.json").read_bytes()
+    seen: list[str | None] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("traceparent"))
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    tracer, exporter = _tracer()
+    try:
+        model = OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "qwen")
+        async with model:
+            agent = Agent("remote", model)
+            async with Engine() as engine:
+                await engine.run(agent, "capital of France?")  # tracing off: no header
+                engine.hook = tracer
+                await engine.run(agent, "capital of France?")
+    finally:
+        await runner.cleanup()
+    run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
+    c = run.context
+    assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
