@@ -106,3 +106,18 @@ async def test_a_file_from_before_expiry_is_upgraded(tmp_path: Path) -> None:
         record.status = "completed"
         await store.update(record)
         assert [r.run_id for r in await store.list(status="completed")] == ["r1"]
+
+
+async def test_a_file_that_is_not_sqlite_fails_every_call_at_once(tmp_path: Path) -> None:
+    # Before: the database thread died with a traceback and every call waited forever.
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"this is not a database\n" * 100)
+    store = SQLiteRunStore(path)
+    try:
+        with pytest.raises(StoreError, match="cannot open as a SQLite database"):
+            await store.get("run_x")
+        with pytest.raises(StoreError, match="cannot open as a SQLite database"):
+            await store.create(RunRecord("run_x", "a", "hi"))
+    finally:
+        await store.aclose()
+    assert path.read_bytes().startswith(b"this is not a database")  # left as it was

@@ -126,17 +126,41 @@ class SQLiteRunStore(RunStore):
         self._ops.put((fn, future))
         return future
 
-    def _serve(self) -> None:
+    def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self._synchronous}")
-        conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
-        conn.executescript(_SCHEMA)
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
-        if "expires_at" not in columns:  # a file from before expiry existed
-            conn.execute("ALTER TABLE runs ADD COLUMN expires_at REAL")
-        conn.execute(_EXPIRY_INDEX)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
+            conn.executescript(_SCHEMA)
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+            if "expires_at" not in columns:  # a file from before expiry existed
+                conn.execute("ALTER TABLE runs ADD COLUMN expires_at REAL")
+            conn.execute(_EXPIRY_INDEX)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _refuse(self, error: StoreError) -> None:
+        """Fail every call with ``error`` until closed: a store that cannot open its file
+        (not a SQLite database, no permission) answers at once instead of never."""
+        assert self._loop is not None
+        while True:
+            op = self._ops.get()
+            if op is None:
+                return
+            outcome: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+            outcome = [(op[1], None, error)]
+            self._loop.call_soon_threadsafe(self._resolve, outcome)
+
+    def _serve(self) -> None:
+        try:
+            conn = self._open()
+        except (sqlite3.Error, OSError) as exc:
+            self._refuse(StoreError(f"{self.path}: cannot open as a SQLite database: {exc}"))
+            return
         try:
             while True:
                 op = self._ops.get()
