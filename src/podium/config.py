@@ -6,7 +6,8 @@ for example ``PODIUM_SERVER__PORT=9000``, ``PODIUM_LIMITS__TENANT_RATE=50``,
 ``PODIUM_POOLS__DEFAULT__WORKERS=2`` (pool names are read in lower case).
 Two lists have a compact form:
 ``PODIUM_AGENTS="react=pkg.mod:agent,other=pkg.other:make"`` and
-``PODIUM_KEYS="sha256:<hex>=tenant-a,pk_plain_key=tenant-b"``.
+``PODIUM_KEYS="sha256:<hex>=tenant-a,pk_plain_key=tenant-b"`` (``=ops:admin`` marks an
+operator's key, which may read ``/metrics``).
 
 Example::
 
@@ -255,6 +256,17 @@ def _parse_pairs(text: str, what: str) -> list[tuple[str, str]]:
     return pairs
 
 
+def _key_from_env(key: str, tenant: str) -> dict[str, Any]:
+    """One ``KEY=TENANT`` item of ``PODIUM_KEYS``; ``TENANT:admin`` marks an operator's key."""
+    name, _, role = tenant.partition(":")
+    if role not in ("", "admin"):
+        raise ConfigError(f"PODIUM_KEYS: unknown role {role!r} for tenant {name!r} (only 'admin')")
+    entry: dict[str, Any] = {"hash" if key.startswith("sha256:") else "key": key, "tenant": name}
+    if role:
+        entry["admin"] = True
+    return entry
+
+
 def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """Merge ``PODIUM_*`` variables into the raw settings (they win over the file)."""
     for name, value in environ.items():
@@ -265,10 +277,7 @@ def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any
         if path == ["agents"]:
             data["agents"] = [{"name": n, "path": p} for n, p in _parse_pairs(value, name)]
         elif path == ["keys"]:
-            data["keys"] = [
-                {"hash": k, "tenant": t} if k.startswith("sha256:") else {"key": k, "tenant": t}
-                for k, t in _parse_pairs(value, name)
-            ]
+            data["keys"] = [_key_from_env(k, t) for k, t in _parse_pairs(value, name)]
         elif path[0] in {"server", "limits", "pools"} and len(path) >= 2:
             node = data
             for key in path[:-1]:

@@ -82,7 +82,7 @@ async def cancel_in_phase(
     await gw.start()
     try:
         if phase == "finished":
-            record = await gw.submit(TENANT, "held", "go", {})
+            record, _ = await gw.submit(TENANT, "held", "go", {})
             assert (await gw.wait(record.run_id, 60)).status == "completed"
             with pytest.raises(ApiError) as refused:
                 await gw.cancel(TENANT, record.run_id)
@@ -91,7 +91,7 @@ async def cancel_in_phase(
         else:
             where = {"claimed": "get", "loading": "update", "checkpoint": "append"}
             hold.where, hold.nth, hold.after = where.get(phase, phase), nth, after
-            record = await gw.submit(TENANT, "held", "go", {})
+            record, _ = await gw.submit(TENANT, "held", "go", {})
             if phase != "queued":
                 await hold.entered.wait()
             # Too late only when the run was already writing its answer, or when it was let go

@@ -72,7 +72,7 @@ async def test_cancel_in_worker_mode(
         )
         where = {"claimed": "get", "loading": "update", "checkpoint": "append"}
         hold.where, hold.nth, hold.after = where.get(phase, phase), nth, after
-        record = await gw.submit(TENANT, "held", "go", {})
+        record, _ = await gw.submit(TENANT, "held", "go", {})
         if phase == "queued":
             cancelled = await gw.cancel(TENANT, record.run_id)
         working = asyncio.create_task(worker.run())

@@ -98,3 +98,12 @@ async def test_loop_lag_monitor_sees_a_blocked_loop() -> None:
     await monitor.stop()
     stats = monitor.statistics()
     assert stats.samples >= 3 and stats.max_ms >= 80 and monitor.p99_ms() >= 80
+
+
+def test_podium_keys_marks_operator_keys_with_admin() -> None:
+    config = load_config(None, {"PODIUM_KEYS": "pk_a=acme,pk_ops=ops:admin"})
+    assert [(k.key, k.tenant, k.admin) for k in config.keys] == [
+        ("pk_a", "acme", False), ("pk_ops", "ops", True)
+    ]
+    with pytest.raises(ConfigError, match="unknown role 'root'"):
+        load_config(None, {"PODIUM_KEYS": "pk_x=acme:root"})

@@ -153,7 +153,7 @@ async def test_the_gateway_exports_its_embedded_engines_steps() -> None:
     from podium.gateway.service import ServedAgent
     from podium.store.memory import MemoryRunStore
 
-    config = load_config(None, {"PODIUM_KEYS": "pk_metrics_test=tenant-a"})
+    config = load_config(None, {"PODIUM_KEYS": "pk_metrics_test=tenant-a:admin"})
     gw = build_gateway(config, [ServedAgent(support())], store=MemoryRunStore())
     await gw.start()
     try:

@@ -81,12 +81,12 @@ async def test_the_gateway_puts_the_tenants_list_on_its_runs(tmp_path: Path) -> 
         acme = keys.authenticate({"authorization": "Bearer pk_acme"})
         opened = keys.authenticate({"authorization": "Bearer pk_open"})
         # A client cannot widen its list through the metadata it sends.
-        limited = await gw.submit(acme, "shop", "go", {TOOLS_KEY: "lookup,refund"})
+        limited, _ = await gw.submit(acme, "shop", "go", {TOOLS_KEY: "lookup,refund"})
         done = await gw.wait(limited.run_id, 30)
         assert done.metadata[TOOLS_KEY] == "lookup" and done.status == "completed"
         assert "not allowed for tenant 'acme'" in seen[1].content
         seen.clear()
-        free = await gw.wait((await gw.submit(opened, "shop", "go", {})).run_id, 30)
+        free = await gw.wait((await gw.submit(opened, "shop", "go", {}))[0].run_id, 30)
         assert TOOLS_KEY not in free.metadata
         assert [m.content for m in seen] == ["found A-1", "refunded A-1"]
     finally:

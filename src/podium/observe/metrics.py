@@ -227,7 +227,7 @@ class RunMetrics:
             for r in tool_results:
                 outcome = "ok" if r.ok else (r.error or "error")
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                retries += r.attempts - 1
+                retries += max(0, r.attempts - 1)  # a refused call made no attempt
             for outcome, n in outcomes.items():
                 self.tool_calls.labels(tool, outcome).inc(n)
             if retries:
