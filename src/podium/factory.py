@@ -265,6 +265,8 @@ def worker_agents(
     """What a ``podium worker`` of ``pool`` serves: the file's agents of that pool, by
     the names the gateway gives them, plus ``--agent [NAME=]MODULE:ATTR`` options."""
     extra = [msgspec.structs.replace(parse_agent_option(s), pool=pool) for s in specs]
+    # The same agent named in the file and again with --agent is one agent, not two.
+    extra = [a for a in extra if a not in config.agents]
     full = msgspec.structs.replace(config, agents=[*config.agents, *extra])
     served = [s for s in served_agents(full) if s.pool == pool]
     if not served:

@@ -107,3 +107,15 @@ def test_podium_keys_marks_operator_keys_with_admin() -> None:
     ]
     with pytest.raises(ConfigError, match="unknown role 'root'"):
         load_config(None, {"PODIUM_KEYS": "pk_x=acme:root"})
+
+
+def test_an_agent_in_the_file_and_on_the_command_line_is_served_once(tmp_path: Path) -> None:
+    from podium.factory import worker_agents
+
+    config_file = tmp_path / "podium.toml"
+    config_file.write_text('[[agents]]\npath = "podium.examples.react:agent"\n')
+    config = load_config(config_file, {})
+    agents = worker_agents(config, ["podium.examples.react:agent"], "default")
+    assert list(agents) == ["react"]
+    with pytest.raises(ConfigError, match="two agents are named"):  # a real clash still is one
+        worker_agents(config, ["react=podium.examples.research:agent"], "default")
