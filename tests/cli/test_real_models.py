@@ -182,9 +182,10 @@ def test_declared_agent_with_a_plain_function_tool_is_refused(tmp_path: Path) ->
 
 def test_serve_model_option_serves_agents_on_the_endpoint(sim_url: str, tmp_path: Path) -> None:
     import socket
-    import threading
 
     import httpx
+
+    from serve_process import start_serve
 
     (tmp_path / "podium.toml").write_text(
         '[server]\nstore = "memory"\ndrain_grace_s = 5\n\n[[keys]]\nkey = "pk_m"\ntenant = "t"\n'
@@ -193,27 +194,11 @@ def test_serve_model_option_serves_agents_on_the_endpoint(sim_url: str, tmp_path
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli.main", "serve", "--agent", "react",
-         "--model", "podium-sim", "--port", str(port)],
-        cwd=tmp_path, env={**clean, "OPENAI_BASE_URL": sim_url, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    serving = start_serve(
+        ["--agent", "react", "--model", "podium-sim", "--port", str(port)],
+        cwd=tmp_path, env={**clean, "OPENAI_BASE_URL": sim_url},
     )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "Uvicorn running on" in line:
-                started.set()
-        started.set()
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
     try:
-        assert started.wait(30) and proc.poll() is None, "".join(lines)
         r = httpx.post(
             f"http://127.0.0.1:{port}/v1/runs",
             json={"agent": "react", "input": "q", "wait": True},
@@ -222,10 +207,6 @@ def test_serve_model_option_serves_agents_on_the_endpoint(sim_url: str, tmp_path
         assert r.status_code == 200 and r.json()["status"] == "completed", r.text
         assert "42 items" not in r.json()["output"]
     finally:
-        proc.terminate()
-        proc.wait(30)
-        reader.join(10)
-        if proc.stderr is not None:
-            proc.stderr.close()
-    log = "".join(lines)
+        serving.stop(30)
+    log = serving.log
     assert "Unclosed" not in log and "Traceback" not in log, log

@@ -7,8 +7,6 @@ import contextlib
 import os
 import socket
 import subprocess
-import sys
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from podium.gateway.app import create_app
 from podium.gateway.runtime import build_gateway
 from podium.gateway.service import Gateway, ServedAgent
 from podium.store.memory import MemoryRunStore
+from serve_process import start_serve
 
 HERE = Path(__file__).parent
 KEY_A, KEY_B, KEY_LIMITED = "pk_test_tenant_a", "pk_test_tenant_b", "pk_test_limited"
@@ -133,52 +132,16 @@ def podium_server(
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         **(env or {}),
     }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "podium.cli.main",
-            "serve",
-            "--config",
-            str(path),
-            "--port",
-            str(port),
-            "--log-level",
-            "info",
-        ],
+    serving = start_serve(
+        ["--config", str(path), "--port", str(port), "--log-level", "info"],
         cwd=tmp,
         env=child_env,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
         preexec_fn=preexec_fn,
     )
-    lines: list[str] = []
-    started = threading.Event()
-
-    def drain() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "Uvicorn running on" in line:
-                started.set()
-        started.set()  # exited
-
-    threading.Thread(target=drain, daemon=True).start()
     try:
-        if not started.wait(30) or proc.poll() is not None:
-            raise RuntimeError("podium serve did not start:\n" + "".join(lines))
-        yield ServerProcess(proc, f"http://127.0.0.1:{port}", lines)
+        yield ServerProcess(serving.proc, f"http://127.0.0.1:{port}", serving.lines)
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        serving.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,79 @@
+"""``podium serve`` as a real child process, started and stopped the same way by every test.
+
+Its stderr is read by a thread into ``lines``; start-up is the line uvicorn prints once it
+listens (read, not polled), so a test never guesses how long start-up takes.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+__all__ = ("Serving", "start_serve")
+
+READY = "Uvicorn running on"
+
+
+class Serving:
+    """A started ``podium serve``: its process and every stderr line so far."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self._ready = threading.Event()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if READY in line:
+                self._ready.set()
+        self._ready.set()  # exited
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def stop(self, timeout: float = 15) -> None:
+        """Terminate it if it still runs (kill past ``timeout``); read its last lines."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(10)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def start_serve(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    preexec_fn: Callable[[], None] | None = None,
+    within: float = 30,
+) -> Serving:
+    """Run ``podium serve ARGS`` and return once it listens (RuntimeError with its log if
+    it exits or stays silent for ``within`` seconds)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podium.cli.main", "serve", *args],
+        cwd=cwd,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=preexec_fn,
+    )
+    serving = Serving(proc)
+    if not serving._ready.wait(within) or proc.poll() is not None:
+        serving.stop()
+        raise RuntimeError("podium serve did not start:\n" + serving.log)
+    return serving
