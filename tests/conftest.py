@@ -1,10 +1,15 @@
-"""Shared fixtures: every async test runs on the default loop and on uvloop."""
+"""Shared fixtures: every async test runs on the default loop and on uvloop; Redis (the
+shared server under a prefix, or a private one) comes from :mod:`redis_fixtures`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+
+from redis_fixtures import prefix, private_redis, redis_url, shared_redis_url
+
+__all__ = ("prefix", "private_redis", "redis_url", "shared_redis_url")  # fixtures
 
 
 @pytest.fixture(

@@ -8,9 +8,8 @@ has a backing service, a way to restart it.
 
 from __future__ import annotations
 
-import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,36 +21,9 @@ from podium.queue.local import LocalQueue
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.store.sqlite import SQLiteRunStore
+from redis_fixtures import REDIS_URL, delete_prefix, redis_reachable
 
-REDIS_URL = os.environ.get("PODIUM_TEST_REDIS", "redis://127.0.0.1:6379/0")
-
-
-def _redis_reachable() -> bool:
-    try:
-        import redis
-    except ImportError:
-        return False
-    try:
-        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=0.5)
-        ok = bool(client.ping())
-        client.close()
-        return ok
-    except redis.exceptions.RedisError:
-        return False
-
-
-_REDIS = _redis_reachable()
-needs_redis = pytest.mark.skipif(not _REDIS, reason=f"no Redis at {REDIS_URL}")
-
-
-def _delete_prefix(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+needs_redis = pytest.mark.skipif(not redis_reachable(), reason=f"no Redis at {REDIS_URL}")
 
 
 class StoreBackend:
@@ -105,7 +77,7 @@ class StoreBackend:
         for store in [*self._open, *self._memory.values()]:
             await store.aclose()
         if self.name == "redis" and self.server is None:
-            _delete_prefix(self.redis_url, self.prefix)
+            delete_prefix(self.redis_url, self.prefix)
 
 
 STORES = [
@@ -123,16 +95,6 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         yield b
     finally:
         await b.aclose()
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own (AOF, fsync always), stopped afterwards."""
-    server = RedisServer(tmp_path / "redis")
-    server.directory.mkdir()
-    server.start()
-    yield server
-    server.stop()
 
 
 class QueueBackend:
@@ -176,7 +138,7 @@ class QueueBackend:
         if self._local is not None:
             await self._local.aclose()
         if self.name == "redis" and self.server is None:
-            _delete_prefix(REDIS_URL, self.prefix)
+            delete_prefix(REDIS_URL, self.prefix)
 
 
 @pytest.fixture(params=QUEUES)

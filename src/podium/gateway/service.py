@@ -337,6 +337,17 @@ class Gateway:
         record = await self.get(tenant, run_id)
         if record.done:
             raise ApiError(409, "conflict", f"run {run_id!r} already {record.status}")
+        ended = await self._cancel(record)
+        if ended.done and ended.status != "cancelled":
+            # Its end was being written when the cancel came: it keeps that end, and the
+            # client hears so as it would have a moment later (not a 200 for a no-op).
+            raise ApiError(
+                409, "conflict", f"run {run_id!r} {ended.status} before the cancel took effect"
+            )
+        return ended
+
+    async def _cancel(self, record: RunRecord) -> RunRecord:
+        run_id = record.run_id
         engine = self.engine
         if engine is not None and engine.cancel(run_id):
             return await self.wait(run_id, 10.0)
