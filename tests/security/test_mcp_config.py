@@ -162,3 +162,27 @@ def test_a_server_that_fails_to_start_is_one_line_from_the_cli(tmp_path: Path) -
     assert out.returncode != 0
     assert "Traceback" not in out.stderr, out.stderr
     assert "'demo' (stdio:" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+@pytest.mark.anyio
+async def test_the_gateway_loads_the_declared_mcp_tools(
+    sim_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from podium.gateway.auth import Tenant
+    from podium.gateway.runtime import build_gateway
+    from podium.store.memory import MemoryRunStore
+
+    path = write(tmp_path, '\n[[agents]]\nname = "helper"\nmodel = "sim"\nmcp = ["demo"]\n')
+    config = load_config(path, environ={"OPENAI_BASE_URL": sim_url})
+    monkeypatch.setenv("OPENAI_BASE_URL", sim_url)  # read when the model is built
+    gw = build_gateway(config, store=MemoryRunStore())
+    assert {"add", "echo"} <= set(gw.agents["helper"].agent.tools)
+    await gw.start()
+    try:
+        record, _ = await gw.submit(Tenant("t"), "helper", "2 + 40?", {})
+        record = await gw.wait(record.run_id, 60)
+        assert record.status == "completed", record
+        items = msgspec.json.encode(await gw.store.journal(record.run_id))
+        assert b"42" in items
+    finally:
+        await gw.stop()
