@@ -43,7 +43,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -55,6 +55,7 @@ __all__ = (
     "Config",
     "KeyConfig",
     "LimitsConfig",
+    "MCPServerConfig",
     "ModelConfig",
     "PoolConfig",
     "RouteConfig",
@@ -105,7 +106,9 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     function returning one) or a built-in example name; ``model`` (a
     ``[[models]]`` name) replaces its model. Declared: no ``path``, a ``name``,
     a ``model``, ``instructions``, ``tools`` (import paths of ``@tool``
-    functions) and limits.
+    functions, or ``SERVER:*`` / ``SERVER:TOOL`` for an ``[[mcp_servers]]``
+    entry's tools), ``mcp`` (names of ``[[mcp_servers]]`` whose tools it all
+    takes) and limits.
     """
 
     path: str | None = None
@@ -115,6 +118,7 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     instructions: str = ""
     description: str = ""
     tools: list[str] = msgspec.field(default_factory=list)
+    mcp: list[str] = msgspec.field(default_factory=list)
     max_steps: Annotated[int, msgspec.Meta(ge=1)] = 12
     deadline_s: Positive | None = None
     max_context_tokens: Annotated[int, msgspec.Meta(ge=1)] = 32_000
@@ -122,6 +126,29 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
     tags: list[str] = msgspec.field(default_factory=list)
+
+
+class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """An MCP server whose tools declared agents may list (``mcp = [NAME]`` or
+    ``tools = ["NAME:*"]``, ``"NAME:TOOL"``).
+
+    ``transport = "stdio"``: started as ``command`` + ``args`` (with ``env`` added to a
+    clean environment, in ``cwd``); ``"http"``: a streamable-HTTP endpoint at ``url``,
+    sent ``headers``. ``timeout`` (seconds) and ``retries`` are each tool's policy;
+    ``prefix`` goes before each tool's name.
+    """
+
+    name: str
+    transport: Literal["stdio", "http"] = "stdio"
+    command: str | None = None
+    args: list[str] = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout: Positive = 30.0
+    retries: Annotated[int, msgspec.Meta(ge=0)] = 1
+    prefix: str = ""
 
 
 class RouteConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -225,6 +252,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     keys: list[KeyConfig] = msgspec.field(default_factory=list)
     models: list[ModelConfig] = msgspec.field(default_factory=list)
+    mcp_servers: list[MCPServerConfig] = msgspec.field(default_factory=list)
 
     def pool(self, name: str) -> PoolConfig:
         """The pool's settings (defaults for a pool the file does not name)."""
@@ -316,9 +344,43 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
                 f"agents: {agent.name or agent.path!r} uses model {agent.model!r}, "
                 f"which no [[models]] entry names (known: {known})"
             )
+    _check_mcp(config)
     for key in config.keys:
         if (key.hash is None) == (key.key is None):
             raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
         if key.hash is not None and not key.hash.startswith("sha256:"):
             raise ConfigError(f"keys: tenant {key.tenant!r}: hash must look like sha256:<hex>")
     return config
+
+
+def _check_mcp(config: Config) -> None:
+    """``[[mcp_servers]]`` entries complete, and every agent's MCP names known."""
+    names = [s.name for s in config.mcp_servers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"mcp_servers: two servers are named {', '.join(map(repr, dupes))}")
+    for server in config.mcp_servers:
+        if server.transport == "stdio" and not server.command:
+            raise ConfigError(f"mcp_servers: {server.name!r} (stdio) needs a 'command'")
+        if server.transport == "http" and not server.url:
+            raise ConfigError(f"mcp_servers: {server.name!r} (http) needs a 'url'")
+    known = ", ".join(sorted(names)) or "none"
+    for agent in config.agents:
+        label = agent.name or agent.path
+        if agent.path is not None and (agent.mcp or any(_mcp_ref(t, names) for t in agent.tools)):
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; only a declared agent "
+                "(no 'path') takes tools from the file"
+            )
+        for name in agent.mcp:
+            if name not in names:
+                raise ConfigError(
+                    f"agents: {label!r} uses MCP server {name!r}, which no [[mcp_servers]] "
+                    f"entry names (known: {known})"
+                )
+
+
+def _mcp_ref(spec: str, servers: list[str]) -> bool:
+    """``SERVER:*`` or ``SERVER:TOOL`` naming an ``[[mcp_servers]]`` entry (not an import path)."""
+    left, sep, _ = spec.partition(":")
+    return bool(sep) and left in servers

@@ -16,14 +16,24 @@ Example::
     name = "support"
     model = "qwen"
     instructions = "You answer questions about orders."
-    tools = ["myapp.tools:get_order"]
+    tools = ["myapp.tools:get_order", "docs:search"]
+
+    [[mcp_servers]]
+    name = "docs"
+    command = "python"
+    args = ["docs_server.py"]
+
+An agent's MCP tools are listed once, when the agents are built (a server that cannot be
+started or listed is a :class:`ConfigError` then, not a failure of the first run).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,18 +41,21 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from podium.agent import Agent, ContextPolicy
-from podium.config import AgentConfig, Config, ModelConfig
+from podium.config import AgentConfig, Config, MCPServerConfig, ModelConfig
 from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
 from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
     from podium.models.openai import OpenAIChatModel
+    from podium.tools.mcp import MCPServer
 
 __all__ = (
     "BUILTIN_AGENTS",
+    "MCPTools",
     "ServedSpec",
     "build_agent",
+    "build_mcp_servers",
     "build_models",
     "load_tool",
     "model_from_option",
@@ -207,7 +220,118 @@ def with_model(agent: Agent, model: Model) -> Agent:
     )
 
 
-def build_agent(cfg: AgentConfig, models: Mapping[str, Model]) -> Agent:
+def build_mcp_servers(config: Config) -> dict[str, MCPServer]:
+    """One :class:`~podium.tools.mcp.MCPServer` per ``[[mcp_servers]]`` entry (not started)."""
+    if not config.mcp_servers:
+        return {}
+    from podium.tools.mcp import MCPServer
+
+    def make(cfg: MCPServerConfig) -> MCPServer:
+        options: dict[str, Any] = {
+            "name": cfg.name, "prefix": cfg.prefix, "timeout": cfg.timeout, "retries": cfg.retries
+        }
+        if cfg.transport == "http":
+            assert cfg.url is not None  # load_config checked
+            return MCPServer.http(cfg.url, headers=cfg.headers, **options)
+        assert cfg.command is not None
+        return MCPServer.stdio(cfg.command, cfg.args, env=cfg.env or None, cwd=cfg.cwd, **options)
+
+    return {cfg.name: make(cfg) for cfg in config.mcp_servers}
+
+
+class MCPTools:
+    """The ``[[mcp_servers]]`` of a config and their tools, each server listed once (on a
+    loop of its own: the agents are built before, or inside, the caller's loop)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.servers = build_mcp_servers(config)
+        self._listed: dict[str, list[Tool[..., Any]]] = {}
+
+    def tools(self, server: str, agent: str) -> list[Tool[..., Any]]:
+        if server not in self.servers:
+            known = ", ".join(sorted(self.servers)) or "none"
+            raise ConfigError(
+                f"agents: {agent!r} uses MCP server {server!r}, which no [[mcp_servers]] "
+                f"entry names (known: {known})"
+            )
+        if server not in self._listed:
+            self._listed[server] = self._list(server)
+        return self._listed[server]
+
+    def _list(self, name: str) -> list[Tool[..., Any]]:
+        server = self.servers[name]
+        cfg = next(c for c in self.config.mcp_servers if c.name == name)
+        parts = [cfg.url or ""] if cfg.transport == "http" else [cfg.command or "", *cfg.args]
+        where = " ".join(parts)
+
+        async def listed() -> list[Tool[..., Any]]:
+            try:
+                return await asyncio.wait_for(server.list_tools(), cfg.timeout)
+            finally:
+                await server.aclose()  # calls open their own session, on the run's loop
+
+        out: list[list[Tool[..., Any]]] = []
+        errors: list[BaseException] = []
+
+        def target() -> None:
+            try:
+                out.append(asyncio.run(listed()))
+            except BaseException as exc:  # reported below, in the caller's thread
+                errors.append(exc)
+
+        thread = threading.Thread(target=target, name=f"mcp-list:{name}", daemon=True)
+        thread.start()
+        thread.join()
+        if errors:
+            exc = errors[0]
+            why = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
+            raise ConfigError(
+                f"mcp_servers: {name!r} ({cfg.transport}: {where.strip()}) could not be "
+                f"started or listed: {why}"
+            ) from exc
+        return out[0]
+
+    def select(self, spec: str, agent: str) -> list[Tool[..., Any]]:
+        """``SERVER:*`` (all its tools) or ``SERVER:TOOL`` (by the server's tool name)."""
+        server, _, wanted = spec.partition(":")
+        tools = self.tools(server, agent)
+        if wanted == "*":
+            return tools
+        prefix = self.servers[server].prefix
+        found = [t for t in tools if t.name in (wanted, prefix + wanted)]
+        if not found:
+            names = ", ".join(sorted(t.name for t in tools)) or "none"
+            raise ConfigError(
+                f"agents: {agent!r} uses tool {wanted!r} of MCP server {server!r}, "
+                f"which has no such tool (it has: {names})"
+            )
+        return found
+
+
+def _agent_tools(cfg: AgentConfig, mcp: MCPTools | None) -> list[Tool[..., Any]]:
+    label = cfg.name or cfg.path or "?"
+    servers = {c.name for c in mcp.config.mcp_servers} if mcp is not None else set()
+    tools: list[Tool[..., Any]] = []
+    for spec in cfg.tools:
+        if spec.partition(":")[0] in servers:
+            assert mcp is not None
+            tools.extend(mcp.select(spec, label))
+        else:
+            tools.append(load_tool(spec))
+    for server in cfg.mcp:
+        if mcp is None:
+            raise ConfigError(f"agents: {label!r} uses MCP server {server!r}, but none is declared")
+        tools.extend(mcp.tools(server, label))
+    unique: dict[str, Tool[..., Any]] = {}
+    for t in tools:  # "docs:*" and "docs:search" together: the tool once
+        unique.setdefault(t.name, t)
+    return list(unique.values())
+
+
+def build_agent(
+    cfg: AgentConfig, models: Mapping[str, Model], mcp: MCPTools | None = None
+) -> Agent:
     """An agent from its ``[[agents]]`` entry (imported, or declared in the file)."""
     model = models[cfg.model] if cfg.model is not None else None
     if cfg.path is not None:
@@ -218,7 +342,7 @@ def build_agent(cfg: AgentConfig, models: Mapping[str, Model]) -> Agent:
         cfg.name,
         model,
         cfg.instructions,
-        [load_tool(t) for t in cfg.tools],
+        _agent_tools(cfg, mcp),
         max_steps=cfg.max_steps,
         deadline_s=cfg.deadline_s,
         context=ContextPolicy(
@@ -234,9 +358,10 @@ def build_agent(cfg: AgentConfig, models: Mapping[str, Model]) -> Agent:
 def served_agents(config: Config, models: Mapping[str, Model] | None = None) -> list[ServedSpec]:
     """The file's agents, by the names runs use (duplicates refused)."""
     models = build_models(config) if models is None else models
+    mcp = MCPTools(config) if config.mcp_servers else None
     served: list[ServedSpec] = []
     for cfg in config.agents:
-        agent = build_agent(cfg, models)
+        agent = build_agent(cfg, models, mcp)
         served.append(ServedSpec(cfg.name or agent.name, agent, cfg.pool))
     names = [s.name for s in served]
     dupes = sorted({n for n in names if names.count(n) > 1})

@@ -397,12 +397,17 @@ class MetricsMiddleware:
 def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
     """The Starlette app; with ``manage_lifecycle`` its lifespan starts and drains ``gateway``."""
 
+    from podium.gateway.mcp_endpoint import mcp_endpoint
+
+    mcp_route, mcp_running = mcp_endpoint(gateway)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if manage_lifecycle:
             await gateway.start()
         try:
-            yield
+            async with mcp_running():  # the MCP transport's task group, for /mcp
+                yield
         finally:
             if manage_lifecycle:
                 await gateway.stop()
@@ -416,7 +421,7 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
         Exception: _internal_error,
     }
     app = Starlette(
-        routes=_routes(gateway),
+        routes=[*_routes(gateway), mcp_route],
         middleware=[Middleware(MetricsMiddleware, gateway=gateway)],
         exception_handlers=handlers,
         lifespan=lifespan,

@@ -24,7 +24,7 @@ import contextlib
 import inspect
 import keyword
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -32,6 +32,7 @@ import msgspec
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from podium.errors import PodiumError, RetryableToolError
 from podium.models.base import ToolDefinition
@@ -78,7 +79,7 @@ class _Session:
                     self.ready.set()
                     await self.stop.wait()
         except Exception as exc:  # a dead server or transport: the next call reconnects
-            self.error = exc
+            self.error = _leaf(exc)
         finally:
             self.session = None
             self.stop.set()
@@ -167,13 +168,28 @@ class MCPServer:
         url: str,
         *,
         policy: EgressPolicy | None = None,
+        headers: Mapping[str, str] | None = None,
         name: str | None = None,
         **options: Any,
     ) -> MCPServer:
-        """A server at a streamable-HTTP endpoint. With ``policy``, the URL must pass it."""
+        """A server at a streamable-HTTP endpoint (sent ``headers``, e.g. its API key).
+        With ``policy``, the URL must pass it."""
         if policy is not None:
             policy.check_url(url)
-        return cls(lambda: streamable_http_client(url), name=name or url, **options)
+        if not headers:
+            return cls(lambda: streamable_http_client(url), name=name or url, **options)
+        sent = dict(headers)
+
+        @contextlib.asynccontextmanager
+        async def connect() -> AsyncIterator[Any]:
+            # The SDK leaves a client it was given open: this one is ours to close.
+            async with (
+                create_mcp_http_client(headers=sent) as client,
+                streamable_http_client(url, http_client=client) as streams,
+            ):
+                yield streams
+
+        return cls(connect, name=name or url, **options)
 
     # -- sessions -----------------------------------------------------------------------------
 
@@ -288,6 +304,13 @@ class MCPServer:
         made.parameters = schema
         made.definition = ToolDefinition(local, description, schema)
         return made
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside the SDK's task groups (their own text says nothing)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _result(result: Any) -> Any:

@@ -1,0 +1,99 @@
+"""``/mcp``: every served agent as an MCP tool on the gateway (streamable HTTP).
+
+Any MCP client can call a durable Podium agent: the tool ``NAME`` takes ``input`` and
+returns the run's final answer. Each call goes through the gateway's own path (API key,
+tenant, admission, :meth:`Gateway.submit`, a worker, :meth:`Gateway.wait`), so the run is
+journaled, resumable and listed in ``/v1/runs`` for the caller's tenant like any other.
+The endpoint is stateless (no MCP session kept between requests) and answers in JSON, so
+any gateway replica can serve any request; the API key is checked on every request.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver import MCPServer as SDKServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from podium.gateway.errors import ApiError
+
+if TYPE_CHECKING:
+    from podium.gateway.service import Gateway
+
+__all__ = ("mcp_endpoint",)
+
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class _Authenticated:
+    """Refuses a request without a valid API key before the MCP transport reads it."""
+
+    def __init__(self, app: StreamableHTTPASGIApp, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from podium.gateway.app import json_response
+
+        try:
+            self.gateway.keys.authenticate(Request(scope).headers)
+        except ApiError as exc:
+            await json_response(exc.body(), exc.status, exc.headers)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def mcp_endpoint(gateway: Gateway) -> tuple[Route, Callable[[], AbstractAsyncContextManager[Any]]]:
+    """The ``/mcp`` route and the context manager the app's lifespan runs it in."""
+    server: SDKServer = SDKServer("podium")
+    for name, served in gateway.agents.items():
+        server.add_tool(
+            _runner(gateway, name),
+            name=_NAME.sub("_", name),
+            description=served.agent.description or f"Ask the {name} agent.",
+        )
+    # The API key on every request is what guards this endpoint (a browser page cannot
+    # send it cross-origin), so the SDK's localhost-only Host check would only refuse
+    # real clients of a gateway listening on a public address.
+    server.streamable_http_app(
+        stateless_http=True,
+        json_response=True,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    manager = server.session_manager
+    route = Route(
+        "/mcp",
+        endpoint=_Authenticated(StreamableHTTPASGIApp(manager), gateway),
+        methods=["GET", "POST", "DELETE"],
+    )
+    return route, manager.run
+
+
+def _runner(gateway: Gateway, name: str) -> Callable[..., Awaitable[str]]:
+    async def run(input: str, ctx: Context) -> str:
+        """Run the agent on ``input`` and return its answer."""
+        request = ctx.request_context.request
+        if not isinstance(request, Request):
+            raise ToolError("no HTTP request to authenticate")
+        try:
+            tenant = gateway.keys.authenticate(request.headers)
+            record, _ = await gateway.submit(tenant, name, input, {"via": "mcp"})
+            record = await gateway.wait(record.run_id, gateway.config.server.wait_timeout_s)
+        except ApiError as exc:  # refused (rate, backlog): the client reads why
+            raise ToolError(f"{exc.type}: {exc}") from exc
+        if record.status != "completed":
+            raise ToolError(
+                f"run {record.run_id} {record.status} ({record.reason}): {record.error or ''}"
+            )
+        return record.output or ""
+
+    return run

@@ -1,0 +1,60 @@
+"""``/mcp`` on a real ``podium serve``: the official MCP SDK's streamable-HTTP client
+lists the served agents as tools and calls one; the run is the tenant's, in /v1/runs."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from conftest import KEY_A, KEY_B, ServerProcess
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+async def call_agent(
+    server: ServerProcess, key: str, agent: str, text: str
+) -> types.CallToolResult:
+    headers = {"Authorization": f"Bearer {key}"}
+    async with (
+        create_mcp_http_client(headers=headers) as client,
+        streamable_http_client(f"{server.url}/mcp", http_client=client) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        listed = await session.list_tools()
+        assert {"react", "slow", "sleepy"} <= {t.name for t in listed.tools}
+        react = next(t for t in listed.tools if t.name == "react")
+        assert react.input_schema["required"] == ["input"]
+        return await session.call_tool(agent, {"input": text})
+
+
+async def test_an_mcp_client_runs_a_durable_agent(server: ServerProcess) -> None:
+    text = f"what is podium? (over mcp {uuid.uuid4().hex})"  # the server is shared
+    result = await call_agent(server, KEY_A, "react", text)
+    assert not result.is_error, result
+    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+    assert texts == ["42."]
+    # The run went through the gateway: journaled, and listed for this tenant only.
+    with server.client(KEY_A) as http:
+        runs = http.get("/v1/runs", params={"agent": "react", "limit": "100"}).json()["data"]
+    mine = [r for r in runs if r["input"] == text]
+    assert len(mine) == 1 and mine[0]["status"] == "completed", runs
+    with server.client(KEY_A) as http:
+        events = http.get(f"/v1/runs/{mine[0]['id']}/events").text
+    assert "lookup" in events
+    with server.client(KEY_B) as http:
+        theirs = http.get("/v1/runs", params={"agent": "react", "limit": "100"}).json()["data"]
+    assert all(r["input"] != text for r in theirs)
+
+
+def test_mcp_needs_the_api_key(server: ServerProcess) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Accept": "application/json, text/event-stream"}
+    assert httpx.post(f"{server.url}/mcp", json=body, headers=headers).status_code == 401
+    bad = {**headers, "Authorization": "Bearer pk_wrong"}
+    assert httpx.post(f"{server.url}/mcp", json=body, headers=bad).status_code == 401
