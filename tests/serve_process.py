@@ -1,4 +1,5 @@
-"""``podium serve`` as a real child process, started and stopped the same way by every test.
+"""``podium serve`` and ``podium sim-server`` as real child processes, started and stopped
+the same way by every test.
 
 Its stderr is read by a thread into ``lines``; start-up is the line uvicorn prints once it
 listens (read, not polled), so a test never guesses how long start-up takes.
@@ -6,13 +7,15 @@ listens (read, not polled), so a test never guesses how long start-up takes.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ("Serving", "start_serve")
+__all__ = ("Serving", "sim_server", "start_serve")
 
 READY = "Uvicorn running on"
 
@@ -77,3 +80,22 @@ def start_serve(
         serving.stop()
         raise RuntimeError("podium serve did not start:\n" + serving.log)
     return serving
+
+
+@contextlib.contextmanager
+def sim_server(*args: str) -> Iterator[str]:
+    """A ``podium sim-server ARGS`` child on a free port; yields its ``/v1`` base URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podium.cli.main", "sim-server", "--port", "0", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "listening on http://127.0.0.1:PORT"
+    try:
+        assert line.startswith("listening on "), line
+        yield line.split()[-1] + "/v1"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        proc.stdout.close()

@@ -16,6 +16,7 @@ from podium.config import load_config
 from podium.errors import ConfigError
 from podium.factory import build_models, model_from_option, served_agents
 from podium.models.pool import BackendPool
+from serve_process import sim_server
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "openai-endpoint" / "podium.toml"
@@ -26,21 +27,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli.main", "sim-server", "--port", "0",
-         "--step-ms", "1", "--output-tokens", "40", "--tool-steps", str(TOOL_STEPS)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # "listening on http://127.0.0.1:PORT"
-    assert line.startswith("listening on "), line
-    try:
-        yield line.split()[-1] + "/v1"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        proc.stdout.close()
+    args = ("--step-ms", "1", "--output-tokens", "40", "--tool-steps", str(TOOL_STEPS))
+    with sim_server(*args) as url:
+        yield url
 
 
 def podium_run(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@ from podium.config import load_config
 from podium.errors import ConfigError
 from podium.factory import served_agents
 from podium.store.sqlite import SQLiteRunStore
+from serve_process import sim_server
 
 pytestmark = pytest.mark.slow
 
@@ -49,20 +50,8 @@ def write(tmp_path: Path, agents: str, server: str = SERVER) -> Path:
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli.main", "sim-server", "--port", "0", "--step-ms", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()  # "listening on http://127.0.0.1:PORT"
-    assert line.startswith("listening on "), line
-    try:
-        yield line.split()[-1] + "/v1"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        proc.stdout.close()
+    with sim_server("--step-ms", "1") as url:
+        yield url
 
 
 def podium(
