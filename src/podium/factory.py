@@ -30,6 +30,7 @@ started or listed is a :class:`ConfigError` then, not a failure of the first run
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib
 import os
 import sys
@@ -203,21 +204,11 @@ def build_models(config: Config, environ: Mapping[str, str] | None = None) -> di
 
 
 def with_model(agent: Agent, model: Model) -> Agent:
-    """The same agent on another model."""
-    return Agent(
-        agent.name,
-        model,
-        agent.instructions,
-        list(agent.tools.values()),
-        max_steps=agent.max_steps,
-        context=agent.context,
-        settings=agent.settings,
-        deadline_s=agent.deadline_s,
-        max_invalid_tool_calls=agent.max_invalid_tool_calls,
-        model_retries=agent.model_retries,
-        tags=agent.tags,
-        description=agent.description,
-    )
+    """The same agent on another model: every other setting kept as it is (the prompt
+    prefix depends on instructions, tools and tokenizer only, so it is shared too)."""
+    clone = copy.copy(agent)
+    clone.model = model
+    return clone
 
 
 def build_mcp_servers(config: Config) -> dict[str, MCPServer]:

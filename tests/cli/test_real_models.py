@@ -199,3 +199,18 @@ def test_serve_model_option_serves_agents_on_the_endpoint(sim_url: str, tmp_path
         serving.stop(30)
     log = serving.log
     assert "Unclosed" not in log and "Traceback" not in log, log
+
+
+def test_with_model_keeps_every_other_setting() -> None:
+    # It used to rebuild the agent field by field and dropped the ones added later
+    # (max_tool_calls, screening).
+    from podium import Agent, ScreeningPolicy, SimulatedModel
+    from podium.factory import with_model
+
+    agent = Agent("a", SimulatedModel(), "Be brief.", max_tool_calls=3, deadline_s=7.0,
+                  screening=ScreeningPolicy(action="block"), tags=("x",))
+    other = SimulatedModel()
+    moved = with_model(agent, other)
+    assert moved.model is other and agent.model is not other
+    assert (moved.max_tool_calls, moved.deadline_s, moved.tags) == (3, 7.0, ("x",))
+    assert moved.screening is agent.screening and moved.prefix is agent.prefix
