@@ -5,30 +5,64 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from observe_agents import support
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 
 from podium import Agent, FunctionModel, tool, tool_call_reply
 from podium.engine.driver import Engine
-from podium.observe.tracing import RunTracer, tracing_configured
+from podium.observe.tracing import (
+    DEFAULT_TRACE_RATIO,
+    RunTracer,
+    default_sampler,
+    trace_headers,
+    tracing_configured,
+)
 
 pytestmark = pytest.mark.anyio
 
 
-def _tracer() -> tuple[RunTracer, InMemorySpanExporter]:
+class _OtherTracer(trace.Tracer):
+    """A tracer that is not the SDK's (as another OpenTelemetry implementation would be):
+    the RunTracer then goes through the plain API."""
+
+    def __init__(self, inner: trace.Tracer) -> None:
+        self.inner = inner
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        return self.inner.start_span(*args, **kwargs)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.start_as_current_span(*args, **kwargs)
+
+
+class _OtherProvider(trace.TracerProvider):
+    def __init__(self, inner: TracerProvider) -> None:
+        self.inner = inner
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return _OtherTracer(self.inner.get_tracer(*args, **kwargs))
+
+
+def _tracer(
+    api: str = "sdk", sampler: Sampler | None = None
+) -> tuple[RunTracer, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider()
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return RunTracer(provider), exporter
+    return RunTracer(provider if api == "sdk" else _OtherProvider(provider)), exporter
 
 
-async def test_a_run_is_an_invoke_agent_span_with_steps_chats_and_tools() -> None:
-    tracer, exporter = _tracer()
+@pytest.mark.parametrize("api", ["sdk", "other"])
+async def test_a_run_is_an_invoke_agent_span_with_steps_chats_and_tools(api: str) -> None:
+    tracer, exporter = _tracer(api)
     async with Engine() as engine:
         engine.hook = tracer
         record = await engine.run(support(), "where is A-1?")
@@ -82,8 +116,9 @@ async def broken(order: str) -> str:
     raise RuntimeError("backend down")
 
 
-async def test_a_failed_tool_call_and_a_failed_run_are_errors() -> None:
-    tracer, exporter = _tracer()
+@pytest.mark.parametrize("api", ["sdk", "other"])
+async def test_a_failed_tool_call_and_a_failed_run_are_errors(api: str) -> None:
+    tracer, exporter = _tracer(api)
     model = FunctionModel(lambda messages, request: tool_call_reply(("broken", '{"order": "A"}')))
     agent = Agent("flaky", model, tools=[broken], max_steps=1)
     async with Engine() as engine:
@@ -109,6 +144,59 @@ async def test_a_run_continues_the_trace_in_its_metadata() -> None:
     run = next(s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent"))
     assert f"{run.context.trace_id:032x}" == "0af7651916cd43dd8448eb211c80319c"
     assert run.parent is not None and f"{run.parent.span_id:016x}" == "b7ad6b7169203331"
+
+
+seen_headers: list[dict[str, str]] = []
+
+
+@tool
+async def headers_seen(order: str) -> str:
+    """Note the trace headers an HTTP call made now would send.
+
+    Args:
+        order: The order id.
+    """
+    seen_headers.append(trace_headers({}))
+    return "noted"
+
+
+@pytest.mark.parametrize("api", ["sdk", "other"])
+async def test_sampling_is_decided_once_per_run_and_follows_the_callers_decision(
+    api: str,
+) -> None:
+    # Podium's default shape (parent-based ratio), with a ratio of 0: only runs whose caller
+    # sampled their trace are traced; the others pass their (unsampled) decision on.
+    tracer, exporter = _tracer(api, ParentBased(TraceIdRatioBased(0.0)))
+    model = FunctionModel(lambda messages, request: "done" if request.step else
+                          tool_call_reply(("headers_seen", '{"order": "A"}')), name="m")
+    agent = Agent("sampled", model, tools=[headers_seen])
+    trace_id, caller = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    seen_headers.clear()
+    async with Engine() as engine:
+        engine.hook = tracer
+        await engine.run(agent, "go")
+        assert exporter.get_finished_spans() == ()
+        await engine.run(agent, "go", metadata={"traceparent": f"00-{trace_id}-{caller}-00"})
+        assert exporter.get_finished_spans() == ()
+        await engine.run(agent, "go", metadata={"traceparent": f"00-{trace_id}-{caller}-01"})
+    names = sorted(s.name for s in exporter.get_finished_spans())
+    assert names == ["chat m", "chat m", "execute_tool headers_seen",
+                     "invoke_agent sampled", "step 0", "step 1"]
+    assert tracer._runs == {}  # nothing kept once the runs ended
+    unsampled_root, unsampled_child, sampled = (h.get("traceparent", "") for h in seen_headers)
+    assert not int(unsampled_root[-2:], 16) & 1 and not int(unsampled_child[-2:], 16) & 1
+    assert unsampled_child.startswith(f"00-{trace_id}-")
+    run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent sampled")
+    assert sampled == f"00-{trace_id}-{run.context.span_id:016x}-{run.context.trace_flags:02x}"
+    assert int(sampled[-2:], 16) & 1
+
+
+def test_the_default_sampler_traces_one_root_run_in_a_hundred_and_sampled_callers() -> None:
+    sampler = default_sampler({})
+    assert isinstance(sampler, ParentBased)
+    assert "TraceIdRatioBased{0.01}" in sampler.get_description()
+    assert DEFAULT_TRACE_RATIO == 0.01
+    assert default_sampler({"OTEL_TRACES_SAMPLER": "always_on"}) is None  # the SDK reads it
 
 
 def test_tracing_is_off_and_never_imported_unless_configured() -> None:

@@ -1,9 +1,10 @@
 """Prometheus metrics of a process that drives runs (a worker, or the gateway's engine).
 
 The engine hands every checkpointed step to :meth:`RunMetrics.step`, which only
-appends it to a list: nothing per step but one append. A task on the loop folds
-the list into the Prometheus histograms and counters every ``interval_s``
-(adding bucket counts in bulk, not one ``observe`` per value), and samples the
+files the step's timing tuples under its agent (one lookup, two appends; no label
+lookups, no Prometheus call). A task on the loop folds them into the Prometheus
+histograms and counters every ``interval_s`` (a column per phase, transposed and
+sorted in C, added bucket by bucket rather than one ``observe`` per value), and samples the
 statistics the components keep anyway (worker, queue, loop lag, blocking
 detector, ``getrusage``). A scrape therefore sees values at most one interval old.
 
@@ -20,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
+import operator
 import resource
 import time
 from collections.abc import Sequence
@@ -53,14 +56,32 @@ _MAX_NAMES = 32
 _BOUNDS_NS = tuple(int(b * 1e9) for b in PHASE_BUCKETS)
 
 
+_second = operator.itemgetter(1)  # (index, result) -> result
+_name_of = operator.attrgetter("name")
+_wall_of = operator.attrgetter("wall_ns")
+_ok_of = operator.attrgetter("ok")
+_attempts_of = operator.attrgetter("attempts")
+
+
+class _Tally:
+    """The steps of one (agent, model) since the last fold, as the profiles hold them."""
+
+    __slots__ = ("cpus", "results", "ttfts", "walls")
+
+    def __init__(self) -> None:
+        self.walls: list[tuple[int, ...]] = []
+        self.cpus: list[tuple[int, ...]] = []
+        self.ttfts: list[int] = []
+        self.results: list[ToolResult] = []
+
+
 def _observe_many(child: Any, values_ns: list[int]) -> None:
-    """Add many nanosecond values to one histogram child at once: sort (in C), then one
-    bisect and one ``inc`` per bucket, instead of one ``observe`` per value. Uses the
-    child's per-bucket values (non-cumulative in prometheus-client), which is what
-    ``observe`` increments; the tests scrape and parse the result."""
+    """Add many nanosecond values, sorted, to one histogram child at once: one bisect and
+    one ``inc`` per bucket, instead of one ``observe`` per value. Uses the child's
+    per-bucket values (non-cumulative in prometheus-client), which is what ``observe``
+    increments; the tests scrape and parse the result."""
     if not values_ns:
         return
-    values_ns.sort()
     seen = 0
     buckets = child._buckets
     for i, bound in enumerate(_BOUNDS_NS):
@@ -91,7 +112,8 @@ class RunMetrics:
         """``own_gauges=False``: the gauges the gateway already exports (active runs, queue
         depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
-        self._pending: list[tuple[str, str, StepProfile, Sequence[tuple[int, ToolResult]]]] = []
+        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._pending = 0  # steps tallied since the last fold
         self._finished: list[RunRecord] = []
         self._task: asyncio.Task[None] | None = None
         self._sources: dict[str, Any] = {}
@@ -172,8 +194,18 @@ class RunMetrics:
         usage: Usage,
         results: Sequence[tuple[int, ToolResult]],
     ) -> None:
-        self._pending.append((agent.name, agent.model.name, profile, results))
-        if len(self._pending) >= 8192:  # nobody flushes (no loop task): keep memory bounded
+        key = (agent.name, agent.model.name)
+        tally = self._tallies.get(key)
+        if tally is None:
+            tally = self._tallies[key] = _Tally()
+        tally.walls.append(profile.wall_ns)
+        tally.cpus.append(profile.cpu_ns)
+        if profile.ttft_ns:
+            tally.ttfts.append(profile.ttft_ns)
+        if results:  # the results alone: gc=False structs, which the collector never scans
+            tally.results.extend(map(_second, results))
+        self._pending += 1
+        if self._pending >= 8192:  # nobody flushes (no loop task): keep memory bounded
             self.fold()
 
     def run_finished(self, record: RunRecord) -> None:
@@ -195,48 +227,42 @@ class RunMetrics:
 
     def fold(self) -> None:
         """Move what the hook collected into the Prometheus metrics."""
-        pending, self._pending = self._pending, []
+        tallies, self._tallies, self._pending = self._tallies, {}, 0
         finished, self._finished = self._finished, []
-        by_agent: dict[str, list[StepProfile]] = {}
-        by_model: dict[str, list[StepProfile]] = {}
+        by_model: dict[str, tuple[list[int], list[int]]] = {}
         by_tool: dict[str, list[ToolResult]] = {}
-        for agent, model, profile, results in pending:
-            steps = by_agent.get(agent)
-            if steps is None:
-                steps = by_agent[agent] = []
-            steps.append(profile)
-            by_model.setdefault(model, []).append(profile)
-            for _, result in results:
-                by_tool.setdefault(result.name, []).append(result)
-        for agent, profiles in by_agent.items():
-            name = self._name(agent)
-            self.steps.labels(name).inc(len(profiles))
-            for i, phase in enumerate(STEP_PHASES):
-                _observe_many(self.phase_wall.labels(name, phase), [p.wall_ns[i] for p in profiles])
-                self.phase_cpu.labels(name, phase).inc(sum([p.cpu_ns[i] for p in profiles]) / 1e9)
         model_i = STEP_PHASES.index("model")
-        for model, profiles in by_model.items():
+        for (agent, model), tally in tallies.items():
+            if not tally.walls:
+                continue
+            name = self._name(agent)
+            self.steps.labels(name).inc(len(tally.walls))
+            walls = [sorted(column) for column in zip(*tally.walls, strict=True)]
+            cpus = [sum(column) for column in zip(*tally.cpus, strict=True)]
+            for phase, wall, cpu in zip(STEP_PHASES, walls, cpus, strict=True):
+                _observe_many(self.phase_wall.labels(name, phase), wall)
+                self.phase_cpu.labels(name, phase).inc(cpu / 1e9)
+            model_walls, ttfts = by_model.setdefault(model, ([], []))
+            model_walls.extend(walls[model_i])
+            ttfts.extend(tally.ttfts)
+            if tally.results:
+                results = sorted(tally.results, key=_name_of)  # in C: no Python loop
+                for tool_name, group in itertools.groupby(results, _name_of):
+                    by_tool.setdefault(tool_name, []).extend(group)
+        for model, (model_walls, ttfts) in by_model.items():
             name = self._name(model)
-            _observe_many(self.model.labels(name), [p.wall_ns[model_i] for p in profiles])
-            _observe_many(self.ttft.labels(name), [p.ttft_ns for p in profiles if p.ttft_ns])
+            model_walls.sort()  # already sorted when one agent uses the model: linear
+            ttfts.sort()
+            _observe_many(self.model.labels(name), model_walls)
+            _observe_many(self.ttft.labels(name), ttfts)
         for tool_name, tool_results in by_tool.items():
-            tool = self._tool(tool_name)
-            _observe_many(self.tool.labels(tool), [r.wall_ns for r in tool_results])
-            outcomes: dict[str, int] = {}
-            retries = 0
-            for r in tool_results:
-                outcome = "ok" if r.ok else (r.error or "error")
-                outcomes[outcome] = outcomes.get(outcome, 0) + 1
-                retries += max(0, r.attempts - 1)  # a refused call made no attempt
-            for outcome, n in outcomes.items():
-                self.tool_calls.labels(tool, outcome).inc(n)
-            if retries:
-                self.tool_retries.labels(tool).inc(retries)
+            self._fold_tool(self._tool(tool_name), tool_results)
         waits: dict[str, list[int]] = {}
         for record in finished:
             if record.profile is not None:
                 waits.setdefault(record.pool, []).append(record.profile.admit_ns)
         for pool, values in waits.items():
+            values.sort()
             _observe_many(self.queue_wait.labels(self._name(pool)), values)
         ends: dict[tuple[str, str, str], int] = {}
         tokens: dict[str, list[int]] = {}
@@ -255,6 +281,23 @@ class RunMetrics:
         for agent, (tokens_in, tokens_out) in tokens.items():
             self.tokens.labels(self._name(agent), "input").inc(tokens_in)
             self.tokens.labels(self._name(agent), "output").inc(tokens_out)
+
+    def _fold_tool(self, tool: str, results: list[ToolResult]) -> None:
+        _observe_many(self.tool.labels(tool), sorted(map(_wall_of, results)))
+        ok = sum(map(_ok_of, results))
+        if ok:
+            self.tool_calls.labels(tool, "ok").inc(ok)
+        if ok < len(results):
+            failed: dict[str, int] = {}
+            for r in results:
+                if not r.ok:
+                    failed[r.error or "error"] = failed.get(r.error or "error", 0) + 1
+            for outcome, n in failed.items():
+                self.tool_calls.labels(tool, outcome).inc(n)
+        attempts = list(map(_attempts_of, results))
+        retries = sum(attempts) - (len(attempts) - attempts.count(0))  # refused: no attempt
+        if retries > 0:
+            self.tool_retries.labels(tool).inc(retries)
 
     # -- sampling the components ------------------------------------------------------------
 

@@ -7,10 +7,19 @@ the model call (``gen_ai.request.model``, token usage, time to first token)
 and an ``execute_tool {tool}`` span per tool call (``gen_ai.tool.call.id``,
 outcome, attempts). Message content is never recorded.
 
-The spans are built from the step's profile when the step is checkpointed
-(their start and end times are the measured ones), so tracing adds nothing
-inside a step, and nothing at all when it is off: this module imports
-OpenTelemetry only when :func:`tracer_from_env` finds it configured.
+Whether a run is traced is decided once, when it starts (head-based sampling by the
+provider's sampler). The spans of a traced run are built from the step's profile when the
+step is checkpointed (their start and end times are the measured ones), so tracing adds
+nothing inside a step; an untraced run costs one lookup per step; and with tracing off
+nothing at all: this module imports OpenTelemetry only when :func:`tracer_from_env` finds
+it configured.
+
+When Podium installs the SDK itself (``OTEL_*`` configured, no provider installed by the
+application) and ``OTEL_TRACES_SAMPLER`` is unset, it samples
+``parentbased_traceidratio`` at :data:`DEFAULT_TRACE_RATIO`: one run in a hundred, and
+every run whose caller's ``traceparent`` is sampled. A traced step costs tens of
+microseconds of CPU (mostly the OTLP exporter's encoding), an untraced one almost nothing;
+see docs/operations.md for the measured costs.
 
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
 stores the request's) continues that trace, in whichever worker drives it; the
@@ -33,10 +42,13 @@ if TYPE_CHECKING:
     from podium.engine.profile import StepProfile
     from podium.engine.records import RunRecord
     from podium.messages import Usage
+    from podium.observe.spans import RunSpan
     from podium.tools.executor import ToolResult
 
 __all__ = (
+    "DEFAULT_TRACE_RATIO",
     "RunTracer",
+    "default_sampler",
     "inject_traceparent",
     "submit_context",
     "trace_headers",
@@ -45,6 +57,8 @@ __all__ = (
 )
 
 _MODEL, _TOOLS = STEP_PHASES.index("model"), STEP_PHASES.index("tools")
+#: The share of root runs traced by default (``OTEL_TRACES_SAMPLER`` unset); see the module doc.
+DEFAULT_TRACE_RATIO = 0.01
 #: Metadata keys that carry the W3C trace context of a run.
 TRACE_KEYS = ("traceparent", "tracestate")
 
@@ -68,7 +82,8 @@ def tracer_from_env() -> RunTracer | None:
 
     Uses the global tracer provider if the application installed one; otherwise installs
     an SDK provider exporting OTLP over HTTP, configured by the standard ``OTEL_*``
-    variables (endpoint, headers, service name, sampler)."""
+    variables (endpoint, headers, service name, sampler; the sampler defaults to
+    ``parentbased_traceidratio`` at :data:`DEFAULT_TRACE_RATIO`)."""
     if not tracing_configured():
         return None
     from opentelemetry import trace
@@ -80,12 +95,23 @@ def tracer_from_env() -> RunTracer | None:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        sdk = TracerProvider(resource=Resource.create(
+        sdk = TracerProvider(sampler=default_sampler(), resource=Resource.create(
             {"service.name": os.environ.get("OTEL_SERVICE_NAME", "podium")}))
         sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         trace.set_tracer_provider(sdk)
         provider = sdk
     return RunTracer(provider)
+
+
+def default_sampler(env: Mapping[str, str] | None = None) -> Any:
+    """Podium's default sampler when ``OTEL_TRACES_SAMPLER`` is unset; None (the SDK reads
+    the variables itself) when it is set."""
+    e = os.environ if env is None else env
+    if e.get("OTEL_TRACES_SAMPLER"):
+        return None
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(DEFAULT_TRACE_RATIO))
 
 
 def inject_traceparent(metadata: dict[str, str]) -> None:
@@ -96,7 +122,8 @@ def inject_traceparent(metadata: dict[str, str]) -> None:
 
 
 #: The W3C ``traceparent`` of the run this task drives (set by :meth:`RunTracer.run_started`).
-_TRACEPARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+#: Its span context (trace id, span id, flags), formatted only when a call sends it.
+_TRACEPARENT: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "podium_traceparent", default=None
 )
 
@@ -107,7 +134,8 @@ def trace_headers(headers: dict[str, str]) -> dict[str, str]:
     parent = _TRACEPARENT.get()
     if parent is None:
         return headers
-    return {**headers, "traceparent": parent}
+    return {**headers, "traceparent": f"00-{parent.trace_id:032x}-{parent.span_id:016x}-"
+                                      f"{parent.trace_flags:02x}"}
 
 
 def _ns(ts: float | None) -> int:
@@ -115,48 +143,51 @@ def _ns(ts: float | None) -> int:
 
 
 class RunTracer:
-    """The engine hook that turns runs and steps into spans (``engine.hook = tracer``)."""
+    """The engine hook that turns runs and steps into spans (``engine.hook = tracer``).
+
+    Sampling is decided once per run, when it starts, by the provider's sampler (head-based;
+    with ``parentbased_*`` samplers a run whose stored ``traceparent`` is sampled is always
+    traced): an unsampled run then costs one dictionary lookup per step. A sampled run's
+    spans are built from each step's measured profile when the step is checkpointed."""
 
     def __init__(self, provider: Any = None) -> None:
         from opentelemetry import trace
         from opentelemetry.propagate import extract
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
+        from podium.observe.spans import spans_for
+
         self._trace = trace
         self._extract = extract
         self._kind = SpanKind
         self._status = (Status, StatusCode)
         self.tracer = (provider or trace.get_tracer_provider()).get_tracer("podium")
-        self._runs: dict[str, tuple[Any, Any, Usage | None]] = {}
+        self._spans = spans_for(self.tracer)
+        #: The sampled runs being driven by this process (unsampled ones are not kept).
+        self._runs: dict[str, RunSpan] = {}
 
-    def _run_span(self, record: RunRecord, agent_name: str) -> tuple[Any, Any, Usage | None]:
-        found = self._runs.get(record.run_id)
-        if found is not None:
-            return found
-        carrier = {k: record.metadata[k] for k in TRACE_KEYS if k in record.metadata}
-        parent = self._extract(carrier) if carrier else None
-        span = self.tracer.start_span(
-            f"invoke_agent {agent_name}", context=parent, kind=self._kind.INTERNAL,
-            start_time=_ns(record.started_at),
-            attributes={
+    def run_started(self, agent: Agent, record: RunRecord) -> None:
+        """Decide the run's sampling, and let its model and tool calls carry its context."""
+        meta = record.metadata
+        parent = None
+        if "traceparent" in meta:  # the configured propagators read it (W3C by default)
+            parent = self._extract({k: meta[k] for k in TRACE_KEYS if k in meta})
+        context, run = self._spans.open_run(
+            f"invoke_agent {agent.name}", parent, _ns(record.started_at),
+            {
                 "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": agent_name,
+                "gen_ai.agent.name": agent.name,
                 "gen_ai.conversation.id": record.run_id,
                 "podium.run.id": record.run_id,
                 "podium.tenant": record.tenant,
                 "podium.pool": record.pool,
             },
         )
-        entry = (span, self._trace.set_span_in_context(span), None)
-        self._runs[record.run_id] = entry
-        return entry
-
-    def run_started(self, agent: Agent, record: RunRecord) -> None:
-        """Open the run's span now, and let its model and tool calls carry its context."""
-        span = self._run_span(record, agent.name)[0]
-        sc = span.get_span_context()
-        if sc.is_valid:
-            _TRACEPARENT.set(f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}")
+        if context.is_valid:  # unsampled runs pass their decision on too (flags 00)
+            _TRACEPARENT.set(context)
+        if run is not None:
+            run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
+            self._runs[record.run_id] = run
 
     def step(
         self,
@@ -166,73 +197,68 @@ class RunTracer:
         usage: Usage,
         results: Sequence[tuple[int, ToolResult]],
     ) -> None:
-        run_span, ctx, prev = self._run_span(record, agent.name)
-        self._runs[record.run_id] = (run_span, ctx, usage)
-        if not run_span.is_recording():  # sampled out (OTEL_TRACES_SAMPLER): no child spans
+        run = self._runs.get(record.run_id)
+        if run is None:  # not sampled
             return
         end = time.time_ns()
         wall = profile.wall_ns
         start = end - sum(wall)
-        # One string, not twelve numbers: the SDK validates every attribute value (and every
-        # element of an array), which costs more than the rest of the span.
-        attrs: dict[str, Any] = {
+        spans, kind = self._spans, self._kind
+        # One string, not twelve numbers: every attribute costs its export's encoding.
+        step_ctx = spans.child(f"step {profile.step}", run.context, kind.INTERNAL, start, end, {
             "podium.step": profile.step,
             "podium.tool_calls": len(results),
             "podium.phases": " ".join(
                 f"{n}={w / 1e6:.3f}/{min(c, w) / 1e6:.3f}"
                 for n, w, c in zip(STEP_PHASES, wall, profile.cpu_ns, strict=False)
             ),
-        }
-        step_span = self.tracer.start_span(f"step {profile.step}", context=ctx, start_time=start,
-                                           attributes=attrs)
-        step_ctx = self._trace.set_span_in_context(step_span)
+        })
         model_start = start + wall[0]
         model = agent.model.name
         chat: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": model,
-            "gen_ai.usage.input_tokens": usage.input_tokens - (prev.input_tokens if prev else 0),
-            "gen_ai.usage.output_tokens": usage.output_tokens - (prev.output_tokens if prev else 0),
+            "gen_ai.usage.input_tokens": usage.input_tokens - run.tokens_in,
+            "gen_ai.usage.output_tokens": usage.output_tokens - run.tokens_out,
         }
+        run.tokens_in, run.tokens_out = usage.input_tokens, usage.output_tokens
         if profile.ttft_ns:
             chat["gen_ai.server.time_to_first_token"] = profile.ttft_ns / 1e9
-        self.tracer.start_span(
-            f"chat {model}", context=step_ctx, kind=self._kind.CLIENT, start_time=model_start,
-            attributes=chat,
-        ).end(end_time=model_start + wall[_MODEL])
+        spans.child(f"chat {model}", step_ctx, kind.CLIENT, model_start,
+                    model_start + wall[_MODEL], chat)
         tools_start = start + sum(wall[:_TOOLS])
-        status_cls, code = self._status
         for _, result in results:
-            span = self.tracer.start_span(
-                f"execute_tool {result.name}", context=step_ctx, start_time=tools_start,
-                attributes={
-                    "gen_ai.operation.name": "execute_tool",
-                    "gen_ai.tool.name": result.name,
-                    "gen_ai.tool.call.id": result.call_id,
-                    "gen_ai.tool.type": "function",
-                    "podium.tool.outcome": "ok" if result.ok else (result.error or "error"),
-                    "podium.tool.attempts": result.attempts,
-                },
-            )
+            outcome = "ok" if result.ok else (result.error or "error")
+            attrs: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": result.name,
+                "gen_ai.tool.call.id": result.call_id,
+                "gen_ai.tool.type": "function",
+                "podium.tool.outcome": outcome,
+                "podium.tool.attempts": result.attempts,
+            }
             if not result.ok:
-                span.set_status(status_cls(code.ERROR, result.error or "error"))
-                span.set_attribute("error.type", result.error or "error")
-            span.end(end_time=tools_start + (result.wall_ns or wall[_TOOLS]))
-        step_span.end(end_time=end)
+                attrs["error.type"] = outcome
+            spans.child(f"execute_tool {result.name}", step_ctx, kind.INTERNAL, tools_start,
+                        tools_start + (result.wall_ns or wall[_TOOLS]), attrs,
+                        None if result.ok else outcome)
 
     def run_finished(self, record: RunRecord) -> None:
-        entry = self._runs.pop(record.run_id, None)
-        span = (entry or self._run_span(record, record.agent))[0]
-        self._runs.pop(record.run_id, None)
-        span.set_attribute("podium.run.status", record.status)
-        span.set_attribute("podium.run.steps", record.steps)
-        span.set_attribute("gen_ai.usage.input_tokens", record.usage.input_tokens)
-        span.set_attribute("gen_ai.usage.output_tokens", record.usage.output_tokens)
+        run = self._runs.pop(record.run_id, None)
+        if run is None:  # not sampled
+            return
+        attrs: dict[str, Any] = {
+            "podium.run.status": record.status,
+            "podium.run.steps": record.steps,
+            "gen_ai.usage.input_tokens": record.usage.input_tokens,
+            "gen_ai.usage.output_tokens": record.usage.output_tokens,
+        }
+        error = None
         if record.status != "completed":
-            status_cls, code = self._status
-            span.set_status(status_cls(code.ERROR, record.reason or record.status))
-            span.set_attribute("error.type", record.reason or record.status)
-        span.end(end_time=_ns(record.finished_at))
+            error = record.reason or record.status
+            attrs["error.type"] = error
+        self._spans.close_run(run, f"invoke_agent {record.agent}", _ns(record.finished_at),
+                              attrs, error)
 
 
 @contextlib.contextmanager
