@@ -184,7 +184,8 @@ async def test_sampling_is_decided_once_per_run_and_follows_the_callers_decision
                      "invoke_agent sampled", "step 0", "step 1"]
     assert tracer._runs == {}  # nothing kept once the runs ended
     unsampled_root, unsampled_child, sampled = (h.get("traceparent", "") for h in seen_headers)
-    assert not int(unsampled_root[-2:], 16) & 1 and not int(unsampled_child[-2:], 16) & 1
+    assert not unsampled_root or not int(unsampled_root[-2:], 16) & 1  # nothing, or "don't"
+    assert not int(unsampled_child[-2:], 16) & 1
     assert unsampled_child.startswith(f"00-{trace_id}-")
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent sampled")
     assert sampled == f"00-{trace_id}-{run.context.span_id:016x}-{run.context.trace_flags:02x}"
@@ -197,6 +198,26 @@ def test_the_default_sampler_traces_one_root_run_in_a_hundred_and_sampled_caller
     assert "TraceIdRatioBased{0.01}" in sampler.get_description()
     assert DEFAULT_TRACE_RATIO == 0.01
     assert default_sampler({"OTEL_TRACES_SAMPLER": "always_on"}) is None  # the SDK reads it
+
+
+def test_the_standard_samplers_decision_is_computed_as_the_sampler_makes_it() -> None:
+    import random
+
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision
+
+    from podium.observe.spans import _parent_based_root_bound
+
+    assert _parent_based_root_bound(ParentBased(ALWAYS_ON)) == 1 << 64
+    assert _parent_based_root_bound(ALWAYS_ON) is None  # not parent-based: it is called
+    assert _parent_based_root_bound(ParentBased(TraceIdRatioBased(0.5), ALWAYS_ON)) == (
+        1 << 63)  # the same description as the standard one: its non-root parts are standard
+    for ratio in (0.0, 0.01, 0.3):
+        sampler = ParentBased(TraceIdRatioBased(ratio))
+        bound = _parent_based_root_bound(sampler)
+        assert bound is not None
+        for trace_id in (random.getrandbits(128) for _ in range(2000)):
+            decision = sampler.should_sample(None, trace_id, "run").decision
+            assert (decision == Decision.RECORD_AND_SAMPLE) == (trace_id & ((1 << 64) - 1) < bound)
 
 
 def test_tracing_is_off_and_never_imported_unless_configured() -> None:

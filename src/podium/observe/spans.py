@@ -17,12 +17,14 @@ Either way an unsampled run costs one sampling decision and nothing per step.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace import Tracer as SdkTracer
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -30,6 +32,26 @@ __all__ = ("ApiSpans", "RunSpan", "SdkSpans", "spans_for")
 
 _UNSET = Status(StatusCode.UNSET)
 _RANDOM_TRACE_ID = 0x02
+_LOW_64 = (1 << 64) - 1  # the bits of a trace id that TraceIdRatioBased compares
+
+
+def _parent_based_root_bound(sampler: Sampler) -> int | None:
+    """For the standard ``parentbased_traceidratio`` and ``parentbased_always_on`` samplers
+    (recognized by their description), the trace-id bound under which a root run is kept, so
+    that their decision costs one comparison instead of two context look-ups and a result
+    object per run; None for any other sampler (then it is called)."""
+    description = sampler.get_description()
+    if description == ParentBased(ALWAYS_ON).get_description():  # type: ignore[no-untyped-call]
+        return _LOW_64 + 1
+    found = re.match(r"ParentBased\{root:TraceIdRatioBased\{([^}]*)\}", description)
+    if found is None:
+        return None
+    try:
+        root = TraceIdRatioBased(float(found[1]))
+    except ValueError:
+        return None
+    standard = ParentBased(root).get_description()  # type: ignore[no-untyped-call]
+    return root.bound if standard == description else None
 
 
 class RunSpan:
@@ -62,33 +84,44 @@ class SdkSpans:
         self._processor = tracer.span_processor
         self._resource = tracer.resource
         self._scope = InstrumentationScope("podium")
+        self._root_bound = _parent_based_root_bound(tracer.sampler)
         is_random = getattr(self._ids, "is_trace_id_random", None)  # SDK 1.39+
         self._random_ids = bool(is_random()) if callable(is_random) else False
 
     def open_run(
         self, name: str, parent: Context | None, start_ns: int, attributes: dict[str, Any]
-    ) -> tuple[SpanContext, RunSpan | None]:
-        """Decide the run's sampling (once, with the provider's sampler, as ``start_span``
-        would): its span context, and a :class:`RunSpan` when it is recorded."""
+    ) -> tuple[SpanContext | None, RunSpan | None]:
+        """Decide the run's sampling (once, as ``start_span`` would with the provider's
+        sampler): the span context its calls should propagate, and a :class:`RunSpan` when
+        it is recorded. An unsampled run passes on its caller's context (or none)."""
         parent_sc = trace.get_current_span(parent).get_span_context() if parent else None
         if parent_sc is not None and not parent_sc.is_valid:
             parent_sc = None
         trace_id = parent_sc.trace_id if parent_sc else self._ids.generate_trace_id()
-        result = self._sampler.should_sample(parent, trace_id, name, SpanKind.INTERNAL,
-                                             attributes)
-        decision = result.decision
-        flags = TraceFlags.SAMPLED if decision.is_sampled() else TraceFlags.DEFAULT  # type: ignore[no-untyped-call]
+        trace_state = parent_sc.trace_state if parent_sc else None
+        bound = self._root_bound
+        if bound is not None:  # the standard parent-based sampler, decided without calling it
+            sampled = parent_sc.trace_flags.sampled if parent_sc else trace_id & _LOW_64 < bound
+            if not sampled:
+                return parent_sc, None
+        else:
+            result = self._sampler.should_sample(parent, trace_id, name, SpanKind.INTERNAL,
+                                                 attributes)
+            decision = result.decision
+            if not decision.is_recording():  # type: ignore[no-untyped-call]
+                return parent_sc, None
+            sampled = decision.is_sampled()  # type: ignore[no-untyped-call]
+            trace_state = result.trace_state
+            if result.attributes:
+                attributes.update(result.attributes)
+        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
         # W3C trace-context level 2 "random trace id" flag, kept as the SDK keeps it.
         if parent_sc is not None:
             flags |= parent_sc.trace_flags & _RANDOM_TRACE_ID
         elif self._random_ids:
             flags |= _RANDOM_TRACE_ID
         context = SpanContext(trace_id, self._ids.generate_span_id(), False, TraceFlags(flags),
-                              result.trace_state)
-        if not decision.is_recording():  # type: ignore[no-untyped-call]
-            return context, None
-        if result.attributes:
-            attributes.update(result.attributes)
+                              trace_state)
         return context, RunSpan(context, parent_sc, start_ns, attributes)
 
     def child(
@@ -125,12 +158,12 @@ class ApiSpans:
 
     def open_run(
         self, name: str, parent: Context | None, start_ns: int, attributes: dict[str, Any]
-    ) -> tuple[SpanContext, RunSpan | None]:
+    ) -> tuple[SpanContext | None, RunSpan | None]:
         span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL,
                                        start_time=start_ns, attributes=attributes)
         context = span.get_span_context()
         if not span.is_recording():
-            return context, None
+            return (context if context.is_valid else None), None
         return context, RunSpan(context, None, start_ns, attributes, span)
 
     def child(

@@ -183,7 +183,7 @@ class RunTracer:
                 "podium.pool": record.pool,
             },
         )
-        if context.is_valid:  # unsampled runs pass their decision on too (flags 00)
+        if context is not None:  # unsampled runs pass their caller's decision on
             _TRACEPARENT.set(context)
         if run is not None:
             run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
