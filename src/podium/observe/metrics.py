@@ -4,9 +4,9 @@ The engine hands every checkpointed step to :meth:`RunMetrics.step`, which only
 files the step's timing tuples under its agent (one lookup, two appends; no label
 lookups, no Prometheus call). A task on the loop folds them into the Prometheus
 histograms and counters every ``interval_s`` (a column per phase, transposed and
-sorted in C, added bucket by bucket rather than one ``observe`` per value), and samples the
-statistics the components keep anyway (worker, queue, loop lag, blocking
-detector, ``getrusage``). A scrape therefore sees values at most one interval old.
+counted into buckets in C, added bucket by bucket rather than one ``observe`` per value),
+and samples the statistics the components keep anyway (worker, queue, loop lag,
+blocking detector, ``getrusage``). A scrape therefore sees values at most one interval old.
 
 Under ``podium worker --procs N`` each child writes its values to
 prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) and the
@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
+import functools
 import itertools
 import operator
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -75,23 +77,46 @@ class _Tally:
         self.results: list[ToolResult] = []
 
 
-def _observe_many(child: Any, values_ns: list[int]) -> None:
-    """Add many nanosecond values, sorted, to one histogram child at once: one bisect and
-    one ``inc`` per bucket, instead of one ``observe`` per value. Uses the child's
-    per-bucket values (non-cumulative in prometheus-client), which is what ``observe``
-    increments; the tests scrape and parse the result."""
-    if not values_ns:
-        return
-    seen = 0
-    buckets = child._buckets
-    for i, bound in enumerate(_BOUNDS_NS):
-        upto = bisect.bisect_right(values_ns, bound)
-        if upto > seen:
-            buckets[i].inc(upto - seen)
-            seen = upto
-    if len(values_ns) > seen:
-        buckets[-1].inc(len(values_ns) - seen)
-    child._sum.inc(sum(values_ns) / 1e9)
+#: The bucket of a nanosecond value (``le`` semantics: the first bound >= it; past the last
+#: one, the +Inf bucket): a C call, mapped over a whole column at once.
+_bucket_of = functools.partial(bisect.bisect_left, _BOUNDS_NS)
+
+
+class _Buckets:
+    """Bucket counts and the sum of many nanosecond values, counted in C (``map`` of a
+    bisect into a ``Counter``: no sort, no Python loop per value)."""
+
+    __slots__ = ("counts", "total_ns")
+
+    def __init__(self) -> None:
+        self.counts: collections.Counter[int] = collections.Counter()
+        self.total_ns = 0
+
+    def add(self, values_ns: Iterable[int]) -> None:
+        values = values_ns if isinstance(values_ns, (list, tuple)) else list(values_ns)
+        self.counts.update(map(_bucket_of, values))
+        self.total_ns += sum(values)
+
+    def merge(self, other: _Buckets) -> None:
+        self.counts.update(other.counts)
+        self.total_ns += other.total_ns
+
+    def observe_into(self, child: Any) -> None:
+        """Add the counts to one histogram child at once, instead of one ``observe`` per value.
+        Uses the child's per-bucket values (non-cumulative in prometheus-client), which is
+        what ``observe`` increments; the tests scrape and parse the result."""
+        if not self.counts:
+            return
+        buckets = child._buckets
+        for i, n in self.counts.items():
+            buckets[i].inc(n)
+        child._sum.inc(self.total_ns / 1e9)
+
+
+def _observe_many(child: Any, values_ns: Iterable[int]) -> None:
+    buckets = _Buckets()
+    buckets.add(values_ns)
+    buckets.observe_into(child)
 
 
 class RunMetrics:
@@ -229,7 +254,7 @@ class RunMetrics:
         """Move what the hook collected into the Prometheus metrics."""
         tallies, self._tallies, self._pending = self._tallies, {}, 0
         finished, self._finished = self._finished, []
-        by_model: dict[str, tuple[list[int], list[int]]] = {}
+        by_model: dict[str, tuple[_Buckets, _Buckets]] = {}
         by_tool: dict[str, list[ToolResult]] = {}
         model_i = STEP_PHASES.index("model")
         for (agent, model), tally in tallies.items():
@@ -237,24 +262,25 @@ class RunMetrics:
                 continue
             name = self._name(agent)
             self.steps.labels(name).inc(len(tally.walls))
-            walls = [sorted(column) for column in zip(*tally.walls, strict=True)]
+            walls = list(zip(*tally.walls, strict=True))  # a column per phase (in C)
             cpus = [sum(column) for column in zip(*tally.cpus, strict=True)]
-            for phase, wall, cpu in zip(STEP_PHASES, walls, cpus, strict=True):
-                _observe_many(self.phase_wall.labels(name, phase), wall)
+            model_walls, ttfts = by_model.setdefault(model, (_Buckets(), _Buckets()))
+            for i, (phase, wall, cpu) in enumerate(zip(STEP_PHASES, walls, cpus, strict=True)):
+                buckets = _Buckets()
+                buckets.add(wall)
+                buckets.observe_into(self.phase_wall.labels(name, phase))
                 self.phase_cpu.labels(name, phase).inc(cpu / 1e9)
-            model_walls, ttfts = by_model.setdefault(model, ([], []))
-            model_walls.extend(walls[model_i])
-            ttfts.extend(tally.ttfts)
+                if i == model_i:  # the model call histogram counts the same values
+                    model_walls.merge(buckets)
+            ttfts.add(tally.ttfts)
             if tally.results:
                 results = sorted(tally.results, key=_name_of)  # in C: no Python loop
                 for tool_name, group in itertools.groupby(results, _name_of):
                     by_tool.setdefault(tool_name, []).extend(group)
         for model, (model_walls, ttfts) in by_model.items():
             name = self._name(model)
-            model_walls.sort()  # already sorted when one agent uses the model: linear
-            ttfts.sort()
-            _observe_many(self.model.labels(name), model_walls)
-            _observe_many(self.ttft.labels(name), ttfts)
+            model_walls.observe_into(self.model.labels(name))
+            ttfts.observe_into(self.ttft.labels(name))
         for tool_name, tool_results in by_tool.items():
             self._fold_tool(self._tool(tool_name), tool_results)
         waits: dict[str, list[int]] = {}
@@ -262,7 +288,6 @@ class RunMetrics:
             if record.profile is not None:
                 waits.setdefault(record.pool, []).append(record.profile.admit_ns)
         for pool, values in waits.items():
-            values.sort()
             _observe_many(self.queue_wait.labels(self._name(pool)), values)
         ends: dict[tuple[str, str, str], int] = {}
         tokens: dict[str, list[int]] = {}
@@ -283,7 +308,7 @@ class RunMetrics:
             self.tokens.labels(self._name(agent), "output").inc(tokens_out)
 
     def _fold_tool(self, tool: str, results: list[ToolResult]) -> None:
-        _observe_many(self.tool.labels(tool), sorted(map(_wall_of, results)))
+        _observe_many(self.tool.labels(tool), map(_wall_of, results))
         ok = sum(map(_ok_of, results))
         if ok:
             self.tool_calls.labels(tool, "ok").inc(ok)
