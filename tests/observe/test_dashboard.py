@@ -19,6 +19,7 @@ from .conftest import subprocess_env
 pytestmark = pytest.mark.anyio
 
 KEY = "pk_dashboard_test"
+TENANT_KEY = "pk_dashboard_tenant"
 CONFIG = f"""
 [server]
 store = "memory"
@@ -30,6 +31,11 @@ path = "observe_agents:support"
 [[keys]]
 key = "{KEY}"
 tenant = "ops"
+admin = true
+
+[[keys]]
+key = "{TENANT_KEY}"
+tenant = "acme"
 """
 
 
@@ -95,6 +101,8 @@ async def test_the_dashboard_draws_and_updates_as_runs_are_submitted(server: str
         svgs = await page.evaluate(SVG_STATS.replace("rect.bar", "rect.mark, polyline.mark"))
         visible = [s for s in svgs if s["width"] > 0]  # the run view's timeline is hidden
         assert len(visible) == 2 and all(s["marks"] > 0 for s in visible), svgs
+        backends = await page.evaluate("document.getElementById('backends').innerText")
+        assert "no backend pool" in backends  # the simulated model has none
         await page.screenshot("dashboard")
         await page.evaluate(f"location.hash = 'run={ids[0]}'")
         text = await page.evaluate(
@@ -111,11 +119,62 @@ async def test_the_dashboard_draws_and_updates_as_runs_are_submitted(server: str
 
 
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
-async def test_dashboard_data_needs_a_key(server: str) -> None:
+async def test_dashboard_data_needs_an_operator_key(server: str) -> None:
     async with httpx.AsyncClient(base_url=server) as client:
         assert (await client.get("/dashboard/data")).status_code == 401
+        tenant = await client.get("/dashboard/data",
+                                  headers={"Authorization": f"Bearer {TENANT_KEY}"})
+        assert tenant.status_code == 403 and "operator key" in tenant.text
         page = await client.get("/dashboard")
         assert page.status_code == 200 and "<svg" in page.text
         assert "http://" not in page.text.replace("http://www.w3.org/2000/svg", "")
         ok = await client.get("/dashboard/data", headers={"Authorization": f"Bearer {KEY}"})
-        assert ok.status_code == 200 and json.loads(ok.text)["tenant"] == "ops"
+        assert ok.status_code == 200, ok.text
+        overview = json.loads(ok.text)
+        assert overview["tenant"] is None and overview["backends"] == []  # all tenants
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_dashboard_data_in_redis_worker_mode(redis_url: str, prefix: str) -> None:
+    """A gateway that drives nothing (workers do, around Redis) shows the same runs, phases
+    and queues, read from the shared store and queue; backend occupancy is the workers'."""
+    from podium.config import load_config
+    from podium.engine.driver import Engine
+    from podium.gateway.app import create_app
+    from podium.gateway.auth import KeyRing
+    from podium.gateway.service import Gateway, ServedAgent
+    from podium.queue.redis import RedisQueue
+    from podium.store.redis import RedisRunStore
+    from podium.worker.worker import Worker
+
+    from .observe_agents import support
+
+    config = load_config(None, {"PODIUM_KEYS": f"{KEY}=ops:admin,{TENANT_KEY}=acme"})
+    gw = Gateway(config, [ServedAgent(support())], RedisRunStore(redis_url, prefix=prefix),
+                 RedisQueue(redis_url, prefix=prefix), KeyRing(config.keys))
+    await gw.start()
+    try:
+        transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://podium.test") as http:
+            for key in (TENANT_KEY, KEY):  # runs of two tenants
+                resp = await http.post("/v1/runs", json={"agent": "support", "input": "A-1?"},
+                                       headers={"Authorization": f"Bearer {key}"})
+                assert resp.status_code == 202, resp.text
+            admin = {"Authorization": f"Bearer {KEY}"}
+            before = (await http.get("/dashboard/data", headers=admin)).json()
+            assert before["statuses"] == {"queued": 2} and before["queues"]["default"] == 2
+            store, queue = RedisRunStore(redis_url, prefix=prefix), RedisQueue(redis_url,
+                                                                              prefix=prefix)
+            async with store, queue, Engine(store) as engine:
+                await Worker(queue, engine, {"support": support()}, consumer="w1").run(burst=True)
+            after = (await http.get("/dashboard/data", headers=admin)).json()
+            acme = (await http.get("/dashboard/data?tenant=acme", headers=admin)).json()
+            run = (await http.get(f"/dashboard/data?run={resp.json()['id']}",
+                                  headers=admin)).json()
+    finally:
+        await gw.stop()
+    assert after["statuses"] == {"completed": 2} and after["queues"]["default"] == 0
+    assert after["steps"] == 4 and sum(p["cpu_ms"] for p in after["phases"]) > 0
+    assert after["backends"] is None  # the workers make the model calls
+    assert acme["runs"] == 1 and acme["tenant"] == "acme"
+    assert len(run["timeline"]) == 2 and "It shipped." in str(run["messages"])

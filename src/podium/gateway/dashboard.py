@@ -1,11 +1,17 @@
 """``/dashboard``: a live page of the gateway's runs, for operators.
 
-The page itself is static (no data in it, so it needs no key); it reads the key
-from its URL fragment (``/dashboard#key=pk_…``, never sent to the server in a
-URL) or asks for it, then polls ``/dashboard/data`` with it every second and
-draws what it gets with inline SVG: runs per status, throughput, where a
-step's time goes, the longest-running runs, queue depths. ``#run=ID`` shows one
+The page itself is static (no data in it, so it needs no key); it reads an
+operator's key (``admin = true``) from its URL fragment (``/dashboard#key=pk_…``,
+never sent to the server in a URL) or asks for it, then polls ``/dashboard/data``
+with it every second and draws what it gets with inline SVG: runs per status (of
+every tenant, or ``#tenant=NAME``'s), throughput, where a step's time goes, the
+longest-running runs, model backend occupancy, queue depths. ``#run=ID`` shows one
 run's step timeline and messages. No script or style is fetched from anywhere.
+
+The runs and queues are read from the store and the queue, so the page is the same
+whether the gateway drives runs itself or ``podium worker`` processes do (Redis);
+backend occupancy is known only where the calls are made: the gateway's own engine
+(embedded), each worker's ``/metrics`` (``podium_backend_outstanding``) otherwise.
 """
 
 from __future__ import annotations
@@ -36,7 +42,26 @@ def _json(value: Any, status: int = 200) -> Response:
                     headers={"Cache-Control": "no-store"})
 
 
-async def _overview(gw: Gateway, tenant: str) -> dict[str, Any]:
+def _backends(gw: Gateway) -> list[dict[str, Any]] | None:
+    """Calls in flight per model backend of the agents this process drives (pools report
+    them); None when workers drive the runs (and so hold the backends)."""
+    if gw.engine is None:
+        return None
+    seen: set[int] = set()
+    rows: list[dict[str, Any]] = []
+    for served in gw.agents.values():
+        model = served.agent.model
+        stats = getattr(model, "statistics", None)
+        if id(model) in seen or not callable(stats):
+            continue
+        seen.add(id(model))
+        for b in getattr(stats(), "backends", ()):
+            rows.append({"backend": f"{b.group}/{b.name}", "state": str(b.state),
+                         "outstanding": b.outstanding, "capacity": b.capacity})
+    return rows
+
+
+async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
     runs = await gw.store.list(tenant=tenant, limit=_RECENT)
     now = time.time()
     statuses: dict[str, int] = {}
@@ -72,12 +97,13 @@ async def _overview(gw: Gateway, tenant: str) -> dict[str, Any]:
                      "elapsed_s": now - (r.started_at or now)} for r in running],
         "queues": queues,
         "active": gw.engine.active_runs if gw.engine is not None else None,
+        "backends": _backends(gw),
     }
 
 
-async def _run(gw: Gateway, tenant: str, run_id: str) -> dict[str, Any] | None:
+async def _run(gw: Gateway, run_id: str) -> dict[str, Any] | None:
     record = await gw.store.get(run_id)
-    if record is None or record.tenant != tenant:
+    if record is None:
         return None
     journal = await gw.store.journal(run_id)
     messages: list[dict[str, str]] = [{"role": "user", "text": record.input}]
@@ -93,7 +119,8 @@ async def _run(gw: Gateway, tenant: str, run_id: str) -> dict[str, Any] | None:
             messages.append({"role": f"tool {entry.result.name}",
                              "text": entry.result.content[:500]})
     return {
-        "run_id": record.run_id, "agent": record.agent, "status": record.status,
+        "run_id": record.run_id, "agent": record.agent, "tenant": record.tenant,
+        "status": record.status,
         "reason": record.reason, "steps": record.steps,
         "timeline": step_timeline(record, journal), "phases": STEP_PHASES,
         "messages": messages,
@@ -105,14 +132,15 @@ def dashboard_routes(gw: Gateway) -> list[Route]:
         return HTMLResponse(_PAGE, headers={"Cache-Control": "no-store"})
 
     async def data(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
+        # Every tenant's runs and the process-wide numbers: operators only (401 / 403).
+        gw.keys.authenticate_admin(request.headers)
         run_id = request.query_params.get("run")
         if run_id:
-            found = await _run(gw, tenant.name, run_id)
+            found = await _run(gw, run_id)
             if found is None:
                 return _json({"error": f"no run {run_id!r}"}, 404)
             return _json(found)
-        return _json(await _overview(gw, tenant.name))
+        return _json(await _overview(gw, request.query_params.get("tenant") or None))
 
     return [
         Route("/dashboard", page, methods=["GET"]),
@@ -143,6 +171,7 @@ a{color:#2a62c9} #err{color:#b00}
 <h2>Where a step's time goes (ms per step of completed runs: blue CPU, orange waiting)</h2>
 <svg id="phases" width="600" height="170" viewBox="0 0 600 170"></svg>
 <h2>Longest-running runs</h2><table id="running"></table>
+<h2>Model backends: calls in flight / capacity</h2><table id="backends"></table>
 <h2>Queues</h2><table id="queues"></table>
 </div>
 <div id="run" hidden><p><a href="#" id="back">← all runs</a></p><h2 id="run-title"></h2>
@@ -209,12 +238,16 @@ function line(svg, values) {
 async function get(query) {
   const resp = await fetch("/dashboard/data" + query,
     {headers: {Authorization: "Bearer " + key()}, cache: "no-store"});
-  if (!resp.ok) throw new Error("HTTP " + resp.status);
+  if (!resp.ok) {
+    const body = await resp.json().catch(() => ({}));
+    const why = (body.error && (body.error.message || body.error)) || "";
+    throw new Error("HTTP " + resp.status + (why ? ": " + why : ""));
+  }
   return resp.json();
 }
 function overview(d) {
   document.getElementById("meta").textContent =
-    "tenant " + d.tenant + " · " + new Date(d.now * 1000).toLocaleTimeString() +
+    (d.tenant ? "tenant " + d.tenant : "all tenants") + " · " + new Date(d.now * 1000).toLocaleTimeString() +
     " · " + d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
   document.getElementById("n").textContent = d.runs;
   const st = document.getElementById("statuses");
@@ -240,6 +273,21 @@ function overview(d) {
     const a = document.createElement("a");
     a.href = "#run=" + r.run_id; a.textContent = r.run_id;
     row(rt, [a, r.agent, String(r.steps), r.elapsed_s.toFixed(1) + " s"]);
+  }
+  const bt = document.getElementById("backends");
+  bt.replaceChildren();
+  if (d.backends === null) {
+    row(bt, ["driven by podium worker processes: see their /metrics (podium_backend_outstanding)"]);
+  } else if (!d.backends.length) {
+    row(bt, ["the agents' models report no backend pool"]);
+  } else {
+    row(bt, ["backend", "state", "in flight", "capacity", ""], true);
+    for (const b of d.backends) {
+      const svg = el("svg", {width: 200, height: 14, class: "occupancy"});
+      svg.appendChild(el("rect", {x: 0, y: 1, width: 200 * Math.min(1, b.outstanding /
+        Math.max(1, b.capacity)) + 0.5, height: 12, fill: COLORS[2], class: "mark"}));
+      row(bt, [b.backend, b.state, String(b.outstanding), String(b.capacity), svg]);
+    }
   }
   const qt = document.getElementById("queues");
   qt.replaceChildren();
@@ -275,7 +323,7 @@ async function tick() {
   document.getElementById("run").hidden = !p.run;
   try {
     if (p.run) showRun(await get("?run=" + encodeURIComponent(p.run)));
-    else overview(await get(""));
+    else overview(await get(p.tenant ? "?tenant=" + encodeURIComponent(p.tenant) : ""));
     document.getElementById("err").textContent = "";
   } catch (e) {
     document.getElementById("err").textContent = "cannot load: " + e.message;
