@@ -55,9 +55,9 @@ def _backends(gw: Gateway) -> list[dict[str, Any]] | None:
         if id(model) in seen or not callable(stats):
             continue
         seen.add(id(model))
-        for b in getattr(stats(), "backends", ()):
-            rows.append({"backend": f"{b.group}/{b.name}", "state": str(b.state),
-                         "outstanding": b.outstanding, "capacity": b.capacity})
+        rows.extend({"backend": f"{b.group}/{b.name}", "state": str(b.state),
+                     "outstanding": b.outstanding, "capacity": b.capacity}
+                    for b in getattr(stats(), "backends", ()))
     return rows
 
 
@@ -247,8 +247,8 @@ async function get(query) {
 }
 function overview(d) {
   document.getElementById("meta").textContent =
-    (d.tenant ? "tenant " + d.tenant : "all tenants") + " · " + new Date(d.now * 1000).toLocaleTimeString() +
-    " · " + d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
+    (d.tenant ? "tenant " + d.tenant : "all tenants") + " · " +
+    new Date(d.now * 1000).toLocaleTimeString() + " · " + d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
   document.getElementById("n").textContent = d.runs;
   const st = document.getElementById("statuses");
   st.replaceChildren();
