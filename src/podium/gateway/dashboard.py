@@ -248,7 +248,8 @@ async function get(query) {
 function overview(d) {
   document.getElementById("meta").textContent =
     (d.tenant ? "tenant " + d.tenant : "all tenants") + " · " +
-    new Date(d.now * 1000).toLocaleTimeString() + " · " + d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
+    new Date(d.now * 1000).toLocaleTimeString() + " · " +
+    d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
   document.getElementById("n").textContent = d.runs;
   const st = document.getElementById("statuses");
   st.replaceChildren();
