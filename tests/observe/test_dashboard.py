@@ -178,3 +178,20 @@ async def test_dashboard_data_in_redis_worker_mode(redis_url: str, prefix: str) 
     assert after["backends"] is None  # the workers make the model calls
     assert acme["runs"] == 1 and acme["tenant"] == "acme"
     assert len(run["timeline"]) == 2 and "It shipped." in str(run["messages"])
+
+
+def test_the_throughput_series_counts_recent_runs_per_second() -> None:
+    from podium.engine.records import RunRecord
+    from podium.gateway.dashboard import _throughput
+
+    def done(ago: float) -> RunRecord:
+        record = RunRecord(f"run_{ago}", "support", "x")
+        record.finished_at = 1_000.0 - ago
+        return record
+
+    runs = [done(1), done(2), done(7), done(500)]
+    series = _throughput(runs, 1_000.0, full=False)
+    assert len(series) == 24 and series[-1] == 2 / 5 and series[-2] == 1 / 5
+    assert sum(series) == 3 / 5  # the run of 500 s ago is outside the two minutes
+    # The newest 500 runs reach back only 8 s: the series starts there, not at zero.
+    assert len(_throughput(runs[:3], 1_000.0, full=True)) == 2

@@ -16,6 +16,7 @@ backend occupancy is known only where the calls are made: the gateway's own engi
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,17 +30,35 @@ from podium.engine.records import ModelTurn, StepRecord, ToolOutcome
 from podium.observe.inspect import aggregate, step_timeline
 
 if TYPE_CHECKING:
+    from podium.engine.records import RunRecord
     from podium.gateway.service import Gateway
 
 __all__ = ("dashboard_routes",)
 
 _RECENT = 500  # the newest runs the page summarizes
 _LONGEST = 10
+_WINDOW_S, _BUCKET_S = 120, 5  # the throughput plot: two minutes in 5-second steps
 
 
 def _json(value: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(value), status, media_type="application/json",
                     headers={"Cache-Control": "no-store"})
+
+
+def _throughput(finished: list[RunRecord], now: float, *, full: bool) -> list[float]:
+    """Runs finished per second in each ``_BUCKET_S`` of the last ``_WINDOW_S``, oldest first.
+    When the newest ``_RECENT`` runs do not reach that far back (``full``), the series
+    starts at the oldest of them rather than show the missing ones as zero."""
+    horizon = now - _WINDOW_S
+    if full and finished:
+        horizon = max(horizon, min(r.finished_at or now for r in finished))
+    n = max(1, math.ceil((now - horizon) / _BUCKET_S))
+    counts = [0] * n
+    for r in finished:
+        age = now - (r.finished_at or now)
+        if 0 <= age < n * _BUCKET_S:
+            counts[n - 1 - int(age // _BUCKET_S)] += 1
+    return [c / _BUCKET_S for c in counts]
 
 
 def _backends(gw: Gateway) -> list[dict[str, Any]] | None:
@@ -69,6 +88,7 @@ async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
         statuses[r.status] = statuses.get(r.status, 0) + 1
     finished = [r for r in runs if r.finished_at is not None]
     last_minute = sum(1 for r in finished if r.finished_at and r.finished_at >= now - 60)
+    throughput = _throughput(finished, now, full=len(runs) >= _RECENT)
     summary = aggregate([r for r in runs if r.status == "completed"]).summary()
     steps = max(1, summary.steps)
     phases = [
@@ -90,6 +110,8 @@ async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
         "runs": len(runs),
         "statuses": statuses,
         "finished_last_minute": last_minute,
+        "throughput": throughput,
+        "throughput_bucket_s": _BUCKET_S,
         "steps": summary.steps,
         "cpu_us_per_step": summary.cpu_us_per_step,
         "phases": phases,
@@ -166,7 +188,7 @@ a{color:#2a62c9} #err{color:#b00}
 <div id="overview">
 <h2>Runs (newest <span id="n">0</span>)</h2>
 <div class="cards" id="statuses"></div>
-<h2>Throughput: runs finished per second</h2>
+<h2>Throughput: runs finished per second, last two minutes</h2>
 <svg id="throughput" width="600" height="120" viewBox="0 0 600 120"></svg>
 <h2>Where a step's time goes (ms per step of completed runs: blue CPU, orange waiting)</h2>
 <svg id="phases" width="600" height="170" viewBox="0 0 600 170"></svg>
@@ -181,7 +203,6 @@ a{color:#2a62c9} #err{color:#b00}
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
 const COLORS = ["#4e79a7","#f28e2b","#59a14f","#e15759","#b07aa1","#76b7b2"];
-const history = [];
 function params() {
   const out = {};
   for (const part of location.hash.slice(1).split("&")) {
@@ -259,13 +280,7 @@ function overview(d) {
     c.innerHTML = "<b>" + (d.statuses[s] || 0) + "</b>" + s;
     st.appendChild(c);
   }
-  const prev = history.length ? history[history.length - 1] : null;
-  history.push({t: d.now, done: (d.statuses.completed || 0) + (d.statuses.failed || 0)
-    + (d.statuses.cancelled || 0)});
-  if (history.length > 120) history.shift();
-  const rates = history.slice(1).map((h, i) =>
-    Math.max(0, (h.done - history[i].done) / Math.max(1e-3, h.t - history[i].t)));
-  line(document.getElementById("throughput"), rates.length ? rates : [0]);
+  line(document.getElementById("throughput"), d.throughput);
   bars(document.getElementById("phases"), d.phases);
   const rt = document.getElementById("running");
   rt.replaceChildren();
