@@ -68,9 +68,11 @@ _attempts_of = operator.attrgetter("attempts")
 class _Tally:
     """The steps of one (agent, model) since the last fold, as the profiles hold them."""
 
-    __slots__ = ("cpus", "results", "ttfts", "walls")
+    __slots__ = ("agent", "cpus", "model", "results", "ttfts", "walls")
 
-    def __init__(self) -> None:
+    def __init__(self, agent: str, model: str) -> None:
+        self.agent = agent
+        self.model = model
         self.walls: list[tuple[int, ...]] = []
         self.cpus: list[tuple[int, ...]] = []
         self.ttfts: list[int] = []
@@ -137,7 +139,7 @@ class RunMetrics:
         """``own_gauges=False``: the gauges the gateway already exports (active runs, queue
         depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
-        self._tallies: dict[tuple[str, str], _Tally] = {}
+        self._tallies: dict[str, _Tally] = {}
         self._pending = 0  # steps tallied since the last fold
         self._finished: list[RunRecord] = []
         self._task: asyncio.Task[None] | None = None
@@ -219,10 +221,11 @@ class RunMetrics:
         usage: Usage,
         results: Sequence[tuple[int, ToolResult]],
     ) -> None:
-        key = (agent.name, agent.model.name)
-        tally = self._tallies.get(key)
-        if tally is None:
-            tally = self._tallies[key] = _Tally()
+        # Keyed by the agent's name (no tuple to allocate per step); the same name on another
+        # model (``with_model``) gets a key of its own.
+        tally = self._tallies.get(agent.name)
+        if tally is None or tally.model != agent.model.name:
+            tally = self._other_tally(agent.name, agent.model.name)
         tally.walls.append(profile.wall_ns)
         tally.cpus.append(profile.cpu_ns)
         if profile.ttft_ns:
@@ -232,6 +235,15 @@ class RunMetrics:
         self._pending += 1
         if self._pending >= 8192:  # nobody flushes (no loop task): keep memory bounded
             self.fold()
+
+    def _other_tally(self, agent: str, model: str) -> _Tally:
+        for key in (agent, f"{agent}\x00{model}"):
+            tally = self._tallies.get(key)
+            if tally is None:
+                tally = self._tallies[key] = _Tally(agent, model)
+            if tally.model == model:
+                return tally
+        raise AssertionError("unreachable")
 
     def run_finished(self, record: RunRecord) -> None:
         self._finished.append(record)
@@ -257,10 +269,11 @@ class RunMetrics:
         by_model: dict[str, tuple[_Buckets, _Buckets]] = {}
         by_tool: dict[str, list[ToolResult]] = {}
         model_i = STEP_PHASES.index("model")
-        for (agent, model), tally in tallies.items():
+        for tally in tallies.values():
             if not tally.walls:
                 continue
-            name = self._name(agent)
+            model = tally.model
+            name = self._name(tally.agent)
             self.steps.labels(name).inc(len(tally.walls))
             walls = list(zip(*tally.walls, strict=True))  # a column per phase (in C)
             cpus = [sum(column) for column in zip(*tally.cpus, strict=True)]

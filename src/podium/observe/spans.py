@@ -18,7 +18,8 @@ Either way an unsampled run costs one sampling decision and nothing per step.
 from __future__ import annotations
 
 import re
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -28,7 +29,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, Tr
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-__all__ = ("ApiSpans", "RunSpan", "SdkSpans", "spans_for")
+if TYPE_CHECKING:
+    from podium.engine.records import RunRecord
+
+__all__ = ("ApiSpans", "RunSpan", "SdkSpans", "run_attributes", "spans_for")
 
 _UNSET = Status(StatusCode.UNSET)
 _RANDOM_TRACE_ID = 0x02
@@ -52,6 +56,22 @@ def _parent_based_root_bound(sampler: Sampler) -> int | None:
         return None
     standard = ParentBased(root).get_description()  # type: ignore[no-untyped-call]
     return root.bound if standard == description else None
+
+
+def run_attributes(agent: str, record: RunRecord) -> dict[str, Any]:
+    """The attributes a run span starts with (GenAI conventions; never message content)."""
+    return {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+        "gen_ai.conversation.id": record.run_id,
+        "podium.run.id": record.run_id,
+        "podium.tenant": record.tenant,
+        "podium.pool": record.pool,
+    }
+
+
+def _ns(ts: float | None) -> int:
+    return int(ts * 1e9) if ts else time.time_ns()
 
 
 class RunSpan:
@@ -89,11 +109,12 @@ class SdkSpans:
         self._random_ids = bool(is_random()) if callable(is_random) else False
 
     def open_run(
-        self, name: str, parent: Context | None, start_ns: int, attributes: dict[str, Any]
+        self, agent: str, record: RunRecord, parent: Context | None
     ) -> tuple[SpanContext | None, RunSpan | None]:
         """Decide the run's sampling (once, as ``start_span`` would with the provider's
         sampler): the span context its calls should propagate, and a :class:`RunSpan` when
-        it is recorded. An unsampled run passes on its caller's context (or none)."""
+        it is recorded. An unsampled run passes on its caller's context (or none), and
+        allocates nothing else."""
         parent_sc = trace.get_current_span(parent).get_span_context() if parent else None
         if parent_sc is not None and not parent_sc.is_valid:
             parent_sc = None
@@ -104,9 +125,11 @@ class SdkSpans:
             sampled = parent_sc.trace_flags.sampled if parent_sc else trace_id & _LOW_64 < bound
             if not sampled:
                 return parent_sc, None
+            attributes = run_attributes(agent, record)
         else:
-            result = self._sampler.should_sample(parent, trace_id, name, SpanKind.INTERNAL,
-                                                 attributes)
+            attributes = run_attributes(agent, record)
+            result = self._sampler.should_sample(parent, trace_id, f"invoke_agent {agent}",
+                                                 SpanKind.INTERNAL, attributes)
             decision = result.decision
             if not decision.is_recording():  # type: ignore[no-untyped-call]
                 return parent_sc, None
@@ -122,7 +145,7 @@ class SdkSpans:
             flags |= _RANDOM_TRACE_ID
         context = SpanContext(trace_id, self._ids.generate_span_id(), False, TraceFlags(flags),
                               trace_state)
-        return context, RunSpan(context, parent_sc, start_ns, attributes)
+        return context, RunSpan(context, parent_sc, _ns(record.started_at), attributes)
 
     def child(
         self, name: str, parent: SpanContext, kind: SpanKind, start_ns: int, end_ns: int,
@@ -157,10 +180,13 @@ class ApiSpans:
         self._tracer = tracer
 
     def open_run(
-        self, name: str, parent: Context | None, start_ns: int, attributes: dict[str, Any]
+        self, agent: str, record: RunRecord, parent: Context | None
     ) -> tuple[SpanContext | None, RunSpan | None]:
-        span = self._tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL,
-                                       start_time=start_ns, attributes=attributes)
+        attributes = run_attributes(agent, record)
+        start_ns = _ns(record.started_at)
+        span = self._tracer.start_span(f"invoke_agent {agent}", context=parent,
+                                       kind=SpanKind.INTERNAL, start_time=start_ns,
+                                       attributes=attributes)
         context = span.get_span_context()
         if not span.is_recording():
             return (context if context.is_valid else None), None

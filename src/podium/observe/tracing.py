@@ -172,17 +172,7 @@ class RunTracer:
         parent = None
         if "traceparent" in meta:  # the configured propagators read it (W3C by default)
             parent = self._extract({k: meta[k] for k in TRACE_KEYS if k in meta})
-        context, run = self._spans.open_run(
-            f"invoke_agent {agent.name}", parent, _ns(record.started_at),
-            {
-                "gen_ai.operation.name": "invoke_agent",
-                "gen_ai.agent.name": agent.name,
-                "gen_ai.conversation.id": record.run_id,
-                "podium.run.id": record.run_id,
-                "podium.tenant": record.tenant,
-                "podium.pool": record.pool,
-            },
-        )
+        context, run = self._spans.open_run(agent.name, record, parent)
         if context is not None:  # unsampled runs pass their caller's decision on
             _TRACEPARENT.set(context)
         if run is not None:
