@@ -12,8 +12,9 @@ report gives the median CPU µs per step of each and their ratio.
 ``--observe`` also measures the engine with Prometheus metrics and OpenTelemetry
 tracing on (spans batched and exported over OTLP/HTTP to a sink in this process,
 so the export's CPU is counted too) and reports its overhead over both off. Tracing
-samples as ``podium serve`` and ``podium worker`` do by default (parent-based, a
-``DEFAULT_TRACE_RATIO`` share of root runs); ``--sample 1`` traces every run.
+samples as ``podium serve`` and ``podium worker`` do by default (parent-based, up to one
+root run a second, a burst of ten: see podium.observe.sampling); ``--sample R`` traces a
+share R of the runs instead (``parentbased_traceidratio``; 1 traces every run).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from podium import (
     SimulatedModel,
     tool,
 )
-from podium.observe.tracing import DEFAULT_TRACE_RATIO
 from podium.store.memory import MemoryRunStore
 
 TOOL_STEPS = 6
@@ -134,7 +134,7 @@ async def measure_podium(
 class Observability:
     """Metrics and tracing as a serving process runs them, with a real OTLP exporter."""
 
-    def __init__(self, parts: str = "both", sample: float = DEFAULT_TRACE_RATIO) -> None:
+    def __init__(self, parts: str = "both", sample: float | None = None) -> None:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -159,7 +159,10 @@ class Observability:
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         self.parts = parts
-        self.provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
+        from podium.observe.tracing import default_sampler
+
+        sampler = default_sampler({}) if sample is None else ParentBased(TraceIdRatioBased(sample))
+        self.provider = TracerProvider(sampler=sampler)
         # A queue that holds every span of a round: the default (2,048) drops spans when every
         # run is traced, and a dropped span is never encoded, so its cost would go uncounted.
         self.provider.add_span_processor(BatchSpanProcessor(
@@ -189,7 +192,7 @@ class Observability:
 
 
 async def main_async(
-    runs: int, rounds: int, observe: str | None = None, sample: float = DEFAULT_TRACE_RATIO,
+    runs: int, rounds: int, observe: str | None = None, sample: float | None = None,
     screening: bool = False,
 ) -> dict[str, Any]:
     agent = podium_agent(screening)
@@ -234,7 +237,7 @@ async def main_async(
             "round_observe_overheads": [round(x, 3) for x in over],
             "target_observe_overhead": 0.15,
             "observe": observe,
-            "trace_sample": sample,
+            "trace_sample": "default" if sample is None else sample,
         }
     return {
         **extra,
@@ -263,9 +266,9 @@ def main() -> int:
     parser.add_argument("--observe", nargs="?", const="both", choices=("both", "metrics",
                         "tracing", "off"), help="also measure with metrics and/or tracing on "
                         "(OTLP); off: the same engine again, the measurement's noise floor")
-    parser.add_argument("--sample", type=float, default=DEFAULT_TRACE_RATIO,
-                        help="with --observe: the share of runs traced (default "
-                             f"{DEFAULT_TRACE_RATIO}, as podium serve/worker sample)")
+    parser.add_argument("--sample", type=float, default=None,
+                        help="with --observe: trace this share of the runs (default: as "
+                             "podium serve/worker sample, up to one run a second)")
     args = parser.parse_args()
     run_args = (args.runs, args.rounds, args.observe, args.sample, args.screening)
     if args.uvloop:
@@ -289,7 +292,7 @@ def main() -> int:
         )
         if "observe_overhead" in result:
             print(
-                f"{result['observe']} (traced {result['trace_sample']:.0%} of runs): "
+                f"{result['observe']} (traces sampled: {result['trace_sample']}): "
                 f"{result['observed_cpu_us_per_step']:8.2f} CPU µs/step, "
                 f"{result['observe_overhead']:+.1%} over both off (median of rounds; "
                 f"target ≤ +{result['target_observe_overhead']:.0%})"

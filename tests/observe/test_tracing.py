@@ -18,8 +18,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from podium import Agent, FunctionModel, tool, tool_call_reply
 from podium.engine.driver import Engine
+from podium.errors import ConfigError
+from podium.observe.sampling import RateLimitedSampler
 from podium.observe.tracing import (
-    DEFAULT_TRACE_RATIO,
     RunTracer,
     default_sampler,
     trace_headers,
@@ -192,12 +193,29 @@ async def test_sampling_is_decided_once_per_run_and_follows_the_callers_decision
     assert int(sampled[-2:], 16) & 1
 
 
-def test_the_default_sampler_traces_one_root_run_in_a_hundred_and_sampled_callers() -> None:
-    sampler = default_sampler({})
-    assert isinstance(sampler, ParentBased)
-    assert "TraceIdRatioBased{0.01}" in sampler.get_description()
-    assert DEFAULT_TRACE_RATIO == 0.01
+@pytest.mark.parametrize("api", ["sdk", "other"])
+async def test_the_default_sampler_traces_a_burst_then_a_few_runs_a_second(api: str) -> None:
+    sampler = default_sampler({"PODIUM_TRACES_PER_SECOND": "0.001"})  # ~no refill in the test
+    assert isinstance(sampler, RateLimitedSampler) and sampler.burst == 10
+    tracer, exporter = _tracer(api, sampler)
+    async with Engine() as engine:
+        engine.hook = tracer
+        for _ in range(15):
+            await engine.run(support(), "go")
+        caller = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        await engine.run(support(), "go", metadata={"traceparent": caller})  # always traced
+    runs = [s for s in exporter.get_finished_spans() if s.name.startswith("invoke_agent")]
+    assert len(runs) == 10 + 1
+    assert sum(1 for r in runs if r.parent is not None) == 1
+
+
+def test_the_default_sampler_is_configurable_and_yields_to_otel_traces_sampler() -> None:
+    assert isinstance(default_sampler({}), RateLimitedSampler)
+    assert default_sampler({}).per_second == 1.0
     assert default_sampler({"OTEL_TRACES_SAMPLER": "always_on"}) is None  # the SDK reads it
+    for bad in ("fast", "-1"):
+        with pytest.raises(ConfigError, match="PODIUM_TRACES_PER_SECOND"):
+            default_sampler({"PODIUM_TRACES_PER_SECOND": bad})
 
 
 def test_the_standard_samplers_decision_is_computed_as_the_sampler_makes_it() -> None:

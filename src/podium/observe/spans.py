@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -29,6 +30,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, Tr
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
+from podium.observe.sampling import RateLimitedSampler
+
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
 
@@ -37,6 +40,19 @@ __all__ = ("ApiSpans", "RunSpan", "SdkSpans", "run_attributes", "spans_for")
 _UNSET = Status(StatusCode.UNSET)
 _RANDOM_TRACE_ID = 0x02
 _LOW_64 = (1 << 64) - 1  # the bits of a trace id that TraceIdRatioBased compares
+
+
+def _root_decider(sampler: Sampler) -> Callable[[int], bool] | None:
+    """How a parent-based sampler decides a root span, called directly (no context look-ups,
+    no result object per run): Podium's rate-limited default, or the standard ratio ones;
+    None for any other sampler (then it is called)."""
+    if isinstance(sampler, RateLimitedSampler):
+        take = sampler.take
+        return lambda trace_id: take()
+    bound = _parent_based_root_bound(sampler)
+    if bound is None:
+        return None
+    return lambda trace_id: trace_id & _LOW_64 < bound
 
 
 def _parent_based_root_bound(sampler: Sampler) -> int | None:
@@ -104,7 +120,7 @@ class SdkSpans:
         self._processor = tracer.span_processor
         self._resource = tracer.resource
         self._scope = InstrumentationScope("podium")
-        self._root_bound = _parent_based_root_bound(tracer.sampler)
+        self._root_decides = _root_decider(tracer.sampler)
         is_random = getattr(self._ids, "is_trace_id_random", None)  # SDK 1.39+
         self._random_ids = bool(is_random()) if callable(is_random) else False
 
@@ -120,9 +136,9 @@ class SdkSpans:
             parent_sc = None
         trace_id = parent_sc.trace_id if parent_sc else self._ids.generate_trace_id()
         trace_state = parent_sc.trace_state if parent_sc else None
-        bound = self._root_bound
-        if bound is not None:  # the standard parent-based sampler, decided without calling it
-            sampled = parent_sc.trace_flags.sampled if parent_sc else trace_id & _LOW_64 < bound
+        decides = self._root_decides
+        if decides is not None:  # a parent-based sampler we know, decided without calling it
+            sampled = parent_sc.trace_flags.sampled if parent_sc else decides(trace_id)
             if not sampled:
                 return parent_sc, None
             attributes = run_attributes(agent, record)

@@ -15,11 +15,12 @@ nothing at all: this module imports OpenTelemetry only when :func:`tracer_from_e
 it configured.
 
 When Podium installs the SDK itself (``OTEL_*`` configured, no provider installed by the
-application) and ``OTEL_TRACES_SAMPLER`` is unset, it samples
-``parentbased_traceidratio`` at :data:`DEFAULT_TRACE_RATIO`: one run in a hundred, and
-every run whose caller's ``traceparent`` is sampled. A traced step costs tens of
-microseconds of CPU (mostly the OTLP exporter's encoding), an untraced one almost nothing;
-see docs/operations.md for the measured costs.
+application) and ``OTEL_TRACES_SAMPLER`` is unset, it samples with
+:class:`~podium.observe.sampling.RateLimitedSampler`: every run whose caller's
+``traceparent`` is sampled, and up to ``PODIUM_TRACES_PER_SECOND`` (default 1, a burst
+of 10) other runs a second per process. A traced step costs tens of microseconds of CPU
+(mostly the OTLP exporter's encoding), an untraced one almost nothing, so the price is
+bounded per second, not per step; see docs/operations.md for the measured costs.
 
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
 stores the request's) continues that trace, in whichever worker drives it; the
@@ -36,6 +37,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podium.engine.profile import STEP_PHASES
+from podium.errors import ConfigError
 
 if TYPE_CHECKING:
     from podium.agent import Agent
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
     from podium.tools.executor import ToolResult
 
 __all__ = (
-    "DEFAULT_TRACE_RATIO",
     "RunTracer",
     "default_sampler",
     "inject_traceparent",
@@ -57,8 +58,6 @@ __all__ = (
 )
 
 _MODEL, _TOOLS = STEP_PHASES.index("model"), STEP_PHASES.index("tools")
-#: The share of root runs traced by default (``OTEL_TRACES_SAMPLER`` unset); see the module doc.
-DEFAULT_TRACE_RATIO = 0.01
 #: Metadata keys that carry the W3C trace context of a run.
 TRACE_KEYS = ("traceparent", "tracestate")
 
@@ -82,8 +81,8 @@ def tracer_from_env() -> RunTracer | None:
 
     Uses the global tracer provider if the application installed one; otherwise installs
     an SDK provider exporting OTLP over HTTP, configured by the standard ``OTEL_*``
-    variables (endpoint, headers, service name, sampler; the sampler defaults to
-    ``parentbased_traceidratio`` at :data:`DEFAULT_TRACE_RATIO`)."""
+    variables (endpoint, headers, service name, sampler; without ``OTEL_TRACES_SAMPLER``
+    Podium's rate-limited, parent-based sampler: see :func:`default_sampler`)."""
     if not tracing_configured():
         return None
     from opentelemetry import trace
@@ -104,14 +103,20 @@ def tracer_from_env() -> RunTracer | None:
 
 
 def default_sampler(env: Mapping[str, str] | None = None) -> Any:
-    """Podium's default sampler when ``OTEL_TRACES_SAMPLER`` is unset; None (the SDK reads
-    the variables itself) when it is set."""
+    """Podium's default sampler when ``OTEL_TRACES_SAMPLER`` is unset: parent-based, root
+    runs up to ``PODIUM_TRACES_PER_SECOND`` a second (default 1); None (the SDK reads the
+    variables itself) when it is set. A bad rate is a :class:`~podium.errors.ConfigError`."""
     e = os.environ if env is None else env
     if e.get("OTEL_TRACES_SAMPLER"):
         return None
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from podium.observe.sampling import DEFAULT_TRACES_PER_SECOND, RateLimitedSampler
 
-    return ParentBased(TraceIdRatioBased(DEFAULT_TRACE_RATIO))
+    raw = e.get("PODIUM_TRACES_PER_SECOND", "")
+    try:
+        rate = float(raw) if raw else DEFAULT_TRACES_PER_SECOND
+        return RateLimitedSampler(rate)
+    except ValueError:
+        raise ConfigError(f"PODIUM_TRACES_PER_SECOND must be a number >= 0, not {raw!r}") from None
 
 
 def inject_traceparent(metadata: dict[str, str]) -> None:
