@@ -6,7 +6,8 @@ no label lookup, no Prometheus call, nothing the garbage collector scans. A task
 the loop folds them into the Prometheus histograms and counters every ``interval_s``
 (a column per phase, transposed and sorted in C, added bucket by bucket rather than one
 ``observe`` per value: about 2 µs per step in all), and samples the statistics the
-components keep anyway (worker, queue, loop lag, blocking detector, ``getrusage``). A scrape therefore sees values at most one interval old.
+components keep anyway (worker, queue, loop lag, blocking detector, ``getrusage``). A
+scrape therefore sees values at most one interval old.
 
 Under ``podium worker --procs N`` each child writes its values to
 prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) and the
