@@ -6,10 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from podium.context.buffer import Prefix
 from podium.context.tokenizers import EstimateTokenizer, Tokenizer
 from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
+from podium.output import FINAL_TOOL, OutputModeSetting, OutputSpec
 from podium.security.screen import ScreeningPolicy
 from podium.tools.tool import Tool
 
@@ -72,6 +75,22 @@ class Agent:
     :data:`DEFAULT_MAX_TOOL_CALLS`; the rest get an error observation);
     ``max_invalid_tool_calls`` unknown or malformed calls per run.
 
+    Structured output: with ``output_type`` (a msgspec ``Struct``, a dataclass, a
+    ``TypedDict``, or a type such as ``list[Item]``) the model is asked for that type
+    and its answer is validated; ``record.output_as(output_type)`` is the typed value.
+    ``output_mode`` says how it is asked: ``"native"`` sends the JSON Schema as
+    OpenAI's ``response_format``, ``"tool"`` offers a ``final_result`` tool whose
+    arguments are the answer, ``"auto"`` (the default) does what the model supports
+    (:attr:`Model.structured_output`). An invalid answer goes back to the model with
+    the error, ``output_retries`` times; then the run fails with ``invalid_output``::
+
+        class Verdict(msgspec.Struct):
+            order_id: str
+            refund: bool
+
+        agent = Agent("triage", model, output_type=Verdict)
+        verdict = (await agent.run("Refund A-1?")).output_as(Verdict)
+
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
     """
@@ -93,6 +112,9 @@ class Agent:
         tags: Sequence[str] = (),
         description: str = "",
         screening: ScreeningPolicy | None = None,
+        output_type: Any = None,
+        output_mode: OutputModeSetting = "auto",
+        output_retries: int = 2,
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
@@ -109,6 +131,15 @@ class Agent:
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
+        if output_mode not in ("auto", "native", "tool"):
+            raise ConfigError(f"agent {name!r}: output_mode must be 'auto', 'native' or 'tool'")
+        if output_retries < 0:
+            raise ConfigError(f"agent {name!r}: output_retries must be 0 or more")
+        if output_type is not None and FINAL_TOOL in names:
+            raise ConfigError(
+                f"agent {name!r}: a tool named {FINAL_TOOL!r} clashes with the final-answer "
+                "tool of structured output; rename it"
+            )
         self.name = name
         self.model = model
         self.instructions = instructions
@@ -124,9 +155,29 @@ class Agent:
         self.description = description or instructions.split("\n", 1)[0][:200]
         #: Prompt-injection screening of the input and tool results (None: off, free).
         self.screening = screening
-        self.prefix = Prefix(
-            instructions, tuple(t.definition for t in tools), self.context.tokenizer
-        )
+        #: The structured answer's type (None: a text answer) and how it is asked for.
+        self.output_type = output_type
+        self.output_mode: OutputModeSetting = output_mode
+        self.output_retries = output_retries
+        self.output: OutputSpec | None = None
+        self._tool_definitions = tuple(t.definition for t in tools)
+        self.prefix = Prefix(instructions, self._tool_definitions, self.context.tokenizer)
+        if output_type is not None:
+            self._bind_output()
+
+    def _bind_output(self) -> None:
+        """Decide how the model is asked for the output type (its capability or the agent's
+        ``output_mode``); the request settings and the prompt prefix follow. Called again
+        when the agent is moved to another model (:func:`podium.factory.with_model`)."""
+        mode = self.model.structured_output if self.output_mode == "auto" else self.output_mode
+        if self.output is None or self.output.mode != mode:
+            self.output = OutputSpec(self.output_type, mode)
+        self.settings = msgspec.structs.replace(self.settings, output=self.output.request)
+        tools = self._tool_definitions
+        if mode == "tool":
+            tools = (*tools, self.output.tool)
+        if tools is not self.prefix.tools:
+            self.prefix = Prefix(self.instructions, tools, self.context.tokenizer)
 
     async def run(self, user_input: str, **kwargs: Any) -> RunRecord:
         """Run once on a throw-away in-memory engine and return the finished record."""

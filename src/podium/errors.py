@@ -16,7 +16,8 @@
     │   ├── StaleRunError           another writer advanced the run (optimistic concurrency)
     │   └── StoreUnavailableError   the store's service cannot be reached (also a ConnectionError)
     ├── QueueUnavailableError       the queue's service cannot be reached (also a ConnectionError)
-    └── RunError                    a run ended without an answer (``reason`` says why)
+    ├── RunError                    a run ended without an answer (``reason`` says why)
+    └── OutputValidationError       a run's output does not match the type asked for
 
 Control flow inside a tool is kept apart from failures: a tool raises
 :class:`RetryableToolError` to ask for a retry with backoff; any other exception
@@ -33,6 +34,7 @@ __all__ = (
     "ModelReplyError",
     "ModelTimeoutError",
     "ModelUnavailableError",
+    "OutputValidationError",
     "PodiumError",
     "QueueUnavailableError",
     "RetryableToolError",
@@ -143,6 +145,10 @@ class RunError(PodiumError):
         self.status = status
         self.reason = reason
         self.error = error
+
+
+class OutputValidationError(PodiumError, ValueError):
+    """A run's output does not decode as the type asked for (``RunRecord.output_as``)."""
 
 
 class RetryableToolError(Exception):

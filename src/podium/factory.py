@@ -208,6 +208,8 @@ def with_model(agent: Agent, model: Model) -> Agent:
     prefix depends on instructions, tools and tokenizer only, so it is shared too)."""
     clone = copy.copy(agent)
     clone.model = model
+    if clone.output_type is not None:  # the new model may be asked for it another way
+        clone._bind_output()
     return clone
 
 

@@ -18,11 +18,13 @@ from typing import Any, TypeVar
 
 from podium.agent import Agent
 from podium.engine.hook import EngineHook
+from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     RunStatus,
@@ -376,6 +378,8 @@ class Engine(AsyncCloseable):
         sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
         if state.pending is not None:
             await self._resume_pending(agent, state, sw)
+        if state.output_failures and state.output_failures > agent.output_retries:
+            raise _Finish("failed", "invalid_output", "output_retries spent before a restart")
         pausing = self._pausing
         while True:
             if pausing and state.record.run_id in pausing:
@@ -416,6 +420,8 @@ class Engine(AsyncCloseable):
         )
         state.add_usage(response.usage)
         ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
+        if agent.output is not None:
+            return await self._output_step(agent, state, sw, message, response, ttft)
         calls = response.tool_calls
         if not calls:
             ctx.append(message)
@@ -444,15 +450,25 @@ class Engine(AsyncCloseable):
         return False
 
     async def _final_step(
-        self, state: RunState, sw: Stopwatch, message: Message, response: ModelResponse, ttft: int
+        self,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        ttft: int,
+        output: str | None = None,
     ) -> None:
-        """The reply has no tool calls: journal the step and the run's end in one write."""
+        """The reply is the answer: journal the step and the run's end in one write.
+        ``output`` is a structured answer's JSON (else the answer is the reply's text)."""
         step = state.step
         state.step = step + 1
         sw.flush()  # the record stored with the run's end carries this step's profile
         profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
         state.profile.steps.append(profile)
-        final = RunFinished(time.time(), "completed", output=response.content)
+        if output is None:
+            final = RunFinished(time.time(), "completed", output=response.content)
+        else:
+            final = RunFinished(time.time(), "completed", output=output, structured=True)
         self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
@@ -460,6 +476,82 @@ class Engine(AsyncCloseable):
             state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
         self._close_step(sw, profile)
+
+    async def _output_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        ttft: int,
+    ) -> bool:
+        """A reply to an agent with an ``output_type``: its answer is decoded and validated
+        in one pass (in the parse phase); a failed one goes back to the model as an
+        observation until the agent's ``output_retries`` are spent."""
+        assert agent.output is not None
+        verdict = judge_reply(agent.output, message)
+        ctx = state.ctx
+        if verdict.output is not None:
+            ctx.append(message)
+            sw.lap(_PARSE)
+            await self._final_step(state, sw, message, response, ttft, verdict.output)
+            if self.hook is not None:
+                self.hook.step(agent, state.record, state.profile.steps[-1], state.usage, ())
+            return True
+        feedback = verdict.feedback
+        if feedback is not None:  # no tool calls, no valid answer: the model reads why
+            ctx.append(message)
+            ctx.append(feedback)
+            sw.lap(_PARSE)
+            step = state.step
+            sw.flush()
+            profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
+            entry = OutputRejected(
+                step, time.time(), message, feedback, verdict.error, response.usage, profile
+            )
+            state.step = step + 1
+            await self._append(state, (entry,), sw)
+            self._close_step(sw, profile)
+            state.profile.steps.append(profile)
+            if self.hook is not None:
+                self.hook.step(agent, state.record, profile, state.usage, ())
+            self._output_failed(agent, state, verdict)
+            return False
+        record = state.record
+        calls = message.tool_calls
+        planned, rejected, cut, invalid = plan_output_calls(
+            agent, record.run_id, state.step, calls, verdict
+        )
+        state.invalid_calls += invalid
+        if cut is not None:
+            message.tool_calls = cut
+        ctx.append(message)
+        sw.lap(_PARSE)
+        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
+            turn = ModelTurn(state.step, time.time(), message, response.usage)
+            await self._append(state, (turn,), sw)
+            sw.lap(_CHECKPOINT)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
+        else:
+            deferred = (message, response)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, deferred, ttft)
+        if verdict.rejected is not None:
+            self._output_failed(agent, state, verdict)
+        return False
+
+    @staticmethod
+    def _output_failed(agent: Agent, state: RunState, verdict: OutputVerdict) -> None:
+        """Count a failed answer (journaled already); past the budget the run fails."""
+        state.output_failures += 1
+        if state.output_failures > agent.output_retries:
+            assert agent.output is not None
+            raise _Finish(
+                "failed",
+                "invalid_output",
+                f"no valid {agent.output.name} after {state.output_failures} attempts "
+                f"(output_retries={agent.output_retries}); last error: {verdict.error}",
+            )
 
     async def _finish_step(
         self,
@@ -544,10 +636,21 @@ class Engine(AsyncCloseable):
         pending = state.pending
         assert pending is not None
         calls = pending.message.tool_calls
-        planned, rejected, _ = plan_tool_calls(agent, state.record.run_id, pending.step, calls)
-        state.invalid_calls += len(rejected) - over_cap(agent, calls)
+        run_id = state.record.run_id
+        verdict = None
+        if agent.output is None:
+            planned, rejected, _ = plan_tool_calls(agent, run_id, pending.step, calls)
+            state.invalid_calls += len(rejected) - over_cap(agent, calls)
+        else:  # an invalid final_result call among the step's calls gets its observation
+            verdict = judge_reply(agent.output, pending.message)
+            planned, rejected, _, invalid = plan_output_calls(
+                agent, run_id, pending.step, calls, verdict
+            )
+            state.invalid_calls += invalid
         state.pending = None
         await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
+        if verdict is not None and verdict.rejected is not None:
+            self._output_failed(agent, state, verdict)
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -718,6 +821,7 @@ class Engine(AsyncCloseable):
         record.error = final.error
         record.reason = final.reason
         record.finished_at = final.ts
+        record.structured = final.structured
         record.steps = state.step
         record.usage = state.usage
         record.profile = state.profile

@@ -10,7 +10,7 @@ calls that have no outcome yet.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -25,6 +25,7 @@ __all__ = (
     "Compacted",
     "JournalEntry",
     "ModelTurn",
+    "OutputRejected",
     "RunFinished",
     "RunRecord",
     "RunStatus",
@@ -33,6 +34,8 @@ __all__ = (
     "StepRecord",
     "ToolOutcome",
 )
+
+T = TypeVar("T")
 
 RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -43,8 +46,15 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
 
     ``reason`` is a stable code when the run did not complete: ``max_steps``,
     ``deadline``, ``model_error``, ``invalid_reply``, ``invalid_tool_calls``,
-    ``cancelled``, ``worker_lost``. ``version`` grows with every update, for
-    optimistic concurrency in distributed stores.
+    ``invalid_output``, ``cancelled``, ``worker_lost``. ``version`` grows with every
+    update, for optimistic concurrency in distributed stores.
+
+    ``output`` is the final answer as text. For an agent with an ``output_type`` it is
+    the answer's canonical JSON and ``structured`` is true; :meth:`output_as` gives the
+    typed value::
+
+        record = await agent.run("Where is order A-1?")
+        order = record.output_as(OrderStatus)
     """
 
     run_id: str
@@ -66,10 +76,26 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     pool: str = "default"
     metadata: dict[str, str] = {}
     deadline_s: float | None = None  # this run's own limit (None: its agent's)
+    structured: bool = False  # output is the JSON of the agent's output_type
 
     @property
     def done(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    def output_as(self, output_type: type[T]) -> T:
+        """The output as ``output_type`` (usually the agent's ``output_type``), validated.
+
+        Raises :class:`RunError` if the run did not complete and
+        :class:`~podium.errors.OutputValidationError` if the output does not match.
+        ``str`` gives a text answer as it is.
+        """
+        self.raise_for_status()
+        output = self.output or ""
+        if output_type is str and not self.structured:
+            return output  # type: ignore[return-value]  # T is str here
+        from podium.output import decode_output
+
+        return decode_output(output, output_type)
 
     def raise_for_status(self) -> RunRecord:
         """Return the record if the run completed, else raise :class:`RunError`."""
@@ -131,14 +157,35 @@ class StepRecord(msgspec.Struct, tag="steprec", gc=False, omit_defaults=True):
     profile: StepProfile | None = None
 
 
+class OutputRejected(msgspec.Struct, tag="output_rejected", gc=False, omit_defaults=True):
+    """A whole step whose reply was not a valid answer of the agent's ``output_type``: the
+    model's turn, and the feedback it reads next (the error and the expected schema)."""
+
+    step: int
+    ts: float
+    message: Message
+    feedback: Message
+    error: str = ""
+    usage: Usage = Usage()
+    profile: StepProfile | None = None
+
+
 class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):
     ts: float
     status: RunStatus
     output: str | None = None
     error: str | None = None
     reason: str | None = None
+    structured: bool = False  # output is the JSON of the agent's output_type
 
 
 JournalEntry = (
-    StepRecord | ModelTurn | ToolOutcome | Compacted | StepCommitted | RunFinished | Screened
+    StepRecord
+    | ModelTurn
+    | ToolOutcome
+    | Compacted
+    | StepCommitted
+    | RunFinished
+    | Screened
+    | OutputRejected
 )

@@ -14,6 +14,7 @@ from podium.engine.records import (
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -54,6 +55,7 @@ class RunState:
         "finished",
         "input_tokens",
         "invalid_calls",
+        "output_failures",
         "output_tokens",
         "pending",
         "profile",
@@ -75,6 +77,8 @@ class RunState:
         self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
         self.step = 0
         self.invalid_calls = 0
+        #: Replies that failed the agent's output type (its ``output_retries`` budget).
+        self.output_failures = 0
         self.attained_s = 0.0
         self.input_tokens = self.output_tokens = self.cached_tokens = self.requests = 0
         self.profile = RunProfile()
@@ -107,6 +111,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
                 state.ctx.append(tool_message(outcomes[index]))
                 if outcomes[index].error in ("unknown_tool", "invalid_arguments"):
                     state.invalid_calls += 1
+                elif outcomes[index].error == "invalid_output":
+                    state.output_failures += 1
             flushed = True
 
     for entry in entries:
@@ -117,6 +123,16 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
                 state.ctx.append(tool_message(result))
                 if result.error in ("unknown_tool", "invalid_arguments"):
                     state.invalid_calls += 1
+                elif result.error == "invalid_output":
+                    state.output_failures += 1
+            state.step = entry.step + 1
+            if entry.profile is not None:
+                state.profile.steps.append(entry.profile)
+        elif isinstance(entry, OutputRejected):
+            state.add_usage(entry.usage)
+            state.ctx.append(entry.message)
+            state.ctx.append(entry.feedback)
+            state.output_failures += 1
             state.step = entry.step + 1
             if entry.profile is not None:
                 state.profile.steps.append(entry.profile)
