@@ -108,7 +108,8 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     a ``model``, ``instructions``, ``tools`` (import paths of ``@tool``
     functions, or ``SERVER:*`` / ``SERVER:TOOL`` for an ``[[mcp_servers]]``
     entry's tools), ``mcp`` (names of ``[[mcp_servers]]`` whose tools it all
-    takes) and limits.
+    takes), ``output_type`` (the import path of the answer's type: a msgspec Struct, a
+    dataclass or a TypedDict) and limits.
     """
 
     path: str | None = None
@@ -126,6 +127,9 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
     tags: list[str] = msgspec.field(default_factory=list)
+    output_type: str | None = None
+    output_mode: Literal["auto", "native", "tool"] = "auto"
+    output_retries: Annotated[int, msgspec.Meta(ge=0)] = 2
 
 
 class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -169,7 +173,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     sequences the server decodes at once; ``group`` and ``routing`` place the
     endpoint in hybrid routing (``tags``: agents with any of these tags are
     routed to this group); ``health_path`` is probed for readiness
-    (default ``/health``, then ``/v1/models``).
+    (default ``/health``, then ``/v1/models``). ``structured_output`` is how agents
+    with an ``output_type`` ask this server: ``"native"`` (``response_format``) or
+    ``"tool"`` (a final-answer tool, for servers without ``response_format``).
     """
 
     name: str
@@ -184,6 +190,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: bool = False
     timeout_s: Positive | None = None
     extra_body: dict[str, Any] = msgspec.field(default_factory=dict)
+    structured_output: Literal["native", "tool"] = "native"
 
 
 class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -371,6 +378,11 @@ def _check_mcp(config: Config) -> None:
             raise ConfigError(
                 f"agents: {label!r} is imported from {agent.path!r}; only a declared agent "
                 "(no 'path') takes tools from the file"
+            )
+        if agent.path is not None and agent.output_type is not None:
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; set its output_type in "
+                "Python (only a declared agent takes output_type from the file)"
             )
         for name in agent.mcp:
             if name not in names:

@@ -150,6 +150,7 @@ def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
         stream=cfg.stream,
         extra_body=cfg.extra_body,
         timeouts=timeouts,
+        structured_output=cfg.structured_output,
     )
     if cfg.health_path is not None:
         import yarl
@@ -345,7 +346,23 @@ def build_agent(
         settings=ModelSettings(max_tokens=cfg.max_tokens, temperature=cfg.temperature),
         tags=cfg.tags,
         description=cfg.description,
+        output_type=_output_type(cfg),
+        output_mode=cfg.output_mode,
+        output_retries=cfg.output_retries,
     )
+
+
+def _output_type(cfg: AgentConfig) -> Any:
+    """The declared agent's ``output_type`` by import path (a class, not an instance)."""
+    if cfg.output_type is None:
+        return None
+    target = _import(cfg.output_type, "output_type")
+    if not isinstance(target, type) and not hasattr(target, "__origin__"):
+        raise ConfigError(
+            f"output_type {cfg.output_type!r} is a {type(target).__name__}, not a type: name a "
+            "msgspec Struct, a dataclass or a TypedDict"
+        )
+    return target
 
 
 def served_agents(config: Config, models: Mapping[str, Model] | None = None) -> list[ServedSpec]:

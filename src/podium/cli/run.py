@@ -22,6 +22,7 @@ from podium.engine.records import (
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -76,12 +77,12 @@ def register(sub: Any) -> None:
 
 
 class RunOutput(msgspec.Struct):
-    """``podium run --json``: the finished run."""
+    """``podium run --json``: the finished run (a structured answer's ``output`` is JSON)."""
 
     run_id: str
     agent: str
     status: str
-    output: str | None
+    output: Any
     error: str | None
     reason: str | None
     steps: int
@@ -106,6 +107,10 @@ class _Printer:
             self._timings(entry.profile)
         elif isinstance(entry, ModelTurn):
             self._turn(entry.step, entry.message)
+        elif isinstance(entry, OutputRejected):
+            self._turn(entry.step, entry.message)
+            c.print(f"  [yellow]output rejected[/yellow]: {escape(entry.error)}")
+            self._timings(entry.profile)
         elif isinstance(entry, ToolOutcome):
             self._result(entry.result)
         elif isinstance(entry, StepCommitted):
@@ -260,8 +265,11 @@ def _output(record: RunRecord) -> RunOutput:
             name: {"wall_ms": w / 1e6, "cpu_ms": c / 1e6}
             for name, (w, c) in record.profile.phase_totals().items()
         }
+    output: Any = record.output
+    if record.structured and output is not None:
+        output = msgspec.Raw(output.encode())  # the answer as JSON, not a string holding it
     return RunOutput(
-        record.run_id, record.agent, record.status, record.output, record.error,
+        record.run_id, record.agent, record.status, output, record.error,
         record.reason, record.steps, record.usage, wall / 1e6, cpu / 1e6, phases,
     )
 

@@ -28,6 +28,7 @@ from podium.engine.records import (
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -228,6 +229,9 @@ def _print_entry(console: Console, item: JournalItem) -> None:
             _result(console, result)
     elif isinstance(entry, ModelTurn):
         _turn(console, entry.step, entry.message)
+    elif isinstance(entry, OutputRejected):
+        _turn(console, entry.step, entry.message)
+        console.print(f"  [yellow]output rejected[/yellow]: {escape(entry.error)}")
     elif isinstance(entry, ToolOutcome):
         _result(console, entry.result)
     elif isinstance(entry, Compacted):
@@ -316,7 +320,8 @@ async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> 
 
 
 def _print_step_timing(console: Console, entry: JournalEntry) -> None:
-    profile = entry.profile if isinstance(entry, StepRecord | StepCommitted) else None
+    kinds = StepRecord | StepCommitted | OutputRejected
+    profile = entry.profile if isinstance(entry, kinds) else None
     if profile is None:
         return
     parts = ", ".join(f"{name} {w / 1e6:.2f}" for name, w in zip(STEP_PHASES, profile.wall_ns,

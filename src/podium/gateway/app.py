@@ -246,6 +246,7 @@ def _routes(gw: Gateway) -> list[Route]:
                 s.pool,
                 s.agent.max_steps,
                 [ToolOut(t.name, t.description, t.parameters) for t in s.agent.tools.values()],
+                None if s.agent.output is None else s.agent.output.schema,
             )
             for s in gw.agents.values()
         ]

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from podium.engine.profile import STEP_PHASES, RunProfile
-from podium.engine.records import RunRecord
+from podium.engine.records import RunFinished, RunRecord
 
 __all__ = (
     "AgentList",
@@ -26,6 +26,7 @@ __all__ = (
     "RunList",
     "RunOut",
     "ToolOut",
+    "output_out",
     "run_out",
 )
 
@@ -81,12 +82,15 @@ class ProfileOut(msgspec.Struct):
 
 
 class RunOut(msgspec.Struct):
+    """A run. ``output`` is the answer: text, or for an agent with an ``output_type``
+    (``structured: true``) the typed answer as a JSON value (an object, not a string)."""
+
     id: str
     object: Literal["run"]
     agent: str
     status: RunStatusName
     input: str
-    output: str | None
+    output: Any
     error: str | None
     reason: str | None
     steps: int
@@ -97,6 +101,7 @@ class RunOut(msgspec.Struct):
     started_at: float | None
     finished_at: float | None
     profile: ProfileOut | None
+    structured: bool = False
 
 
 class RunList(msgspec.Struct):
@@ -111,12 +116,15 @@ class ToolOut(msgspec.Struct):
 
 
 class AgentOut(msgspec.Struct):
+    """A served agent; ``output_schema`` is the JSON Schema of its answer (None: text)."""
+
     name: str
     description: str
     model: str
     pool: str
     max_steps: int
     tools: list[ToolOut]
+    output_schema: dict[str, Any] | None = None
 
 
 class AgentList(msgspec.Struct):
@@ -167,9 +175,18 @@ class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     include_usage: bool = False
 
 
+class ResponseFormat(msgspec.Struct, kw_only=True):
+    """OpenAI's ``response_format``: ``text``, ``json_object`` or ``json_schema`` (whose
+    ``json_schema`` the agent's own ``output_type`` stands for)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
 class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /v1/chat/completions``: ``model`` names the agent; sampling options are accepted
-    for compatibility and ignored (the agent's own settings apply)."""
+    for compatibility and ignored (the agent's own settings apply). ``response_format``
+    asking for JSON needs an agent with an ``output_type``: its answer is the JSON."""
 
     model: Name
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
@@ -186,6 +203,7 @@ class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     metadata: dict[str, str] | None = None
+    response_format: ResponseFormat | None = None
 
 
 class ChatUsage(msgspec.Struct):
@@ -263,6 +281,14 @@ def _phase_totals_safe(profile: RunProfile) -> ProfileOut | None:
     return profile_out(profile)
 
 
+def output_out(record: RunRecord | RunFinished) -> Any:
+    """The run's output as the API shows it: a structured answer's JSON is embedded as
+    JSON (it is canonical JSON already: no decoding), text stays a string."""
+    if record.structured and record.output is not None:
+        return msgspec.Raw(record.output.encode())
+    return record.output
+
+
 def run_out(record: RunRecord) -> RunOut:
     u = record.usage
     return RunOut(
@@ -271,7 +297,7 @@ def run_out(record: RunRecord) -> RunOut:
         agent=record.agent,
         status=record.status,
         input=record.input,
-        output=record.output,
+        output=output_out(record),
         error=record.error,
         reason=record.reason,
         steps=record.steps,
@@ -284,4 +310,5 @@ def run_out(record: RunRecord) -> RunOut:
         started_at=record.started_at,
         finished_at=record.finished_at,
         profile=None if record.profile is None else _phase_totals_safe(record.profile),
+        structured=record.structured,
     )

@@ -24,6 +24,7 @@ from podium.engine.driver import Engine, new_run_id
 from podium.engine.hook import combine
 from podium.engine.records import (
     JournalEntry,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -380,7 +381,7 @@ class Gateway:
     # -- engine observer (embedded mode) ----------------------------------------------------
 
     def _observe(self, run_id: str, entry: JournalEntry) -> None:
-        if isinstance(entry, StepCommitted | StepRecord):
+        if isinstance(entry, StepCommitted | StepRecord | OutputRejected):
             if entry.profile is not None:
                 self._service_ns[run_id] = self._service_ns.get(run_id, 0) + sum(
                     entry.profile.wall_ns
