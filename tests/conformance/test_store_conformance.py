@@ -10,14 +10,25 @@ import asyncio
 import uuid
 from collections import Counter
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podium import Agent, Engine, Scenario, SimulatedModel, ToolContext, tool
+from podium import (
+    Agent,
+    Engine,
+    FunctionModel,
+    ModelRequest,
+    Scenario,
+    SimulatedModel,
+    ToolContext,
+    tool,
+)
 from podium.engine.records import (
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -210,6 +221,44 @@ async def test_resume_from_the_journal(backend: StoreBackend) -> None:
         (e.step, e.index) for e in entries if isinstance(e, ToolOutcome)
     ) == {(s, c): 1 for s in range(3) for c in range(2)}
     assert sum(isinstance(e, RunFinished) for e in entries) == 1
+
+
+class _Answer(msgspec.Struct):
+    order_id: str
+    refund: bool
+
+
+async def test_a_structured_run_resumes_after_its_rejected_answer(backend: StoreBackend) -> None:
+    """A rejected answer (journaled as its own step) survives the store round trip: the run
+    paused after it resumes through another handle without asking for it again, and the
+    record and final entry keep the output structured."""
+    asked: list[int] = []
+
+    def reply(messages: object, request: ModelRequest) -> str:
+        asked.append(request.step)
+        return "prose" if request.step == 0 else '{"order_id": "A-1", "refund": true}'
+
+    agent = Agent("judge", FunctionModel(reply), output_type=_Answer)
+    async with Engine(backend.store()) as first:
+        record = await first.create(agent, "go")
+        first.observers.append(
+            lambda run_id, entry: isinstance(entry, OutputRejected) and first.pause(run_id)
+        )
+        paused = await first.execute(agent, record)
+    assert paused.status == "running" and asked == [0]
+    second = backend.store()
+    again = await second.get(record.run_id)
+    assert again is not None
+    async with Engine(second) as engine:
+        done = await engine.execute(agent, again)
+    assert asked == [0, 1] and done.output_as(_Answer) == _Answer("A-1", True)
+    stored = await second.get(record.run_id)
+    assert stored is not None and stored.structured and stored.output == done.output
+    entries = [e for _, e in await second.journal(record.run_id)]
+    rejected = [e for e in entries if isinstance(e, OutputRejected)]
+    assert len(rejected) == 1 and rejected[0].feedback.role == "user" and rejected[0].profile
+    final = entries[-1]
+    assert isinstance(final, RunFinished) and final.structured
 
 
 async def test_follow_a_run_with_wait_journal(backend: StoreBackend) -> None:
