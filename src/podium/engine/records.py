@@ -45,6 +45,11 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     ``deadline``, ``model_error``, ``invalid_reply``, ``invalid_tool_calls``,
     ``cancelled``, ``worker_lost``. ``version`` grows with every update, for
     optimistic concurrency in distributed stores.
+
+    A sub-agent's run (see :meth:`Agent.as_tool <podium.agent.Agent.as_tool>`) names the
+    run that called it in ``parent_run_id`` and the call in ``parent_call``
+    (``"STEP:INDEX"``); ``active_agent`` names the agent driving the run after a
+    hand-off (None: ``agent``, the one it started with).
     """
 
     run_id: str
@@ -66,6 +71,9 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     pool: str = "default"
     metadata: dict[str, str] = {}
     deadline_s: float | None = None  # this run's own limit (None: its agent's)
+    parent_run_id: str | None = None
+    parent_call: str | None = None
+    active_agent: str | None = None
 
     @property
     def done(self) -> bool:
