@@ -97,6 +97,11 @@ class RunOut(msgspec.Struct):
     started_at: float | None
     finished_at: float | None
     profile: ProfileOut | None
+    #: A sub-agent's run: the run whose call (``"STEP:INDEX"``) started it.
+    parent_run_id: str | None = None
+    parent_call: str | None = None
+    #: The agent driving the run after a hand-off (None: ``agent``).
+    active_agent: str | None = None
 
 
 class RunList(msgspec.Struct):
@@ -284,4 +289,7 @@ def run_out(record: RunRecord) -> RunOut:
         started_at=record.started_at,
         finished_at=record.finished_at,
         profile=None if record.profile is None else _phase_totals_safe(record.profile),
+        parent_run_id=record.parent_run_id,
+        parent_call=record.parent_call,
+        active_agent=record.active_agent,
     )
