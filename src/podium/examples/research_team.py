@@ -69,7 +69,8 @@ def lead_policy(request: ModelRequest) -> SimStep | str:
     messages = request.messages
     answers = [m for m in messages if m.role == "tool"]
     if not answers:
-        calls = tuple(SimToolCall("researcher", {"input": a}) for a in _aspects(messages[1].content))
+        aspects = _aspects(messages[1].content)
+        calls = tuple(SimToolCall("researcher", {"input": a}) for a in aspects)
         return SimStep(content=f"Asking {len(calls)} researchers.", tool_calls=calls)
     lines = [f"Summary of {len(answers)} researchers' findings:"]
     lines.extend(f"- {m.content}" for m in answers)
