@@ -21,7 +21,7 @@ from podium import (
 )
 from podium.engine.children import child_run_id, child_runs
 from podium.engine.profile import STEP_PHASES
-from podium.engine.records import RunRecord
+from podium.engine.records import RunFinished, RunRecord
 from podium.examples import research_team
 from podium.store.memory import MemoryRunStore
 
@@ -172,13 +172,18 @@ async def test_a_parent_resumed_reuses_finished_children_and_resumes_the_others(
 
     worker = lead.tools["worker"].agent  # type: ignore[attr-defined]
     worker.tools["work"] = work
-    engine = Engine(store)
+    ended_first = asyncio.Event()
+
+    def observe(run_id: str, entry: object) -> None:
+        if run_id.endswith(".0.0") and isinstance(entry, RunFinished):
+            ended_first.set()
+
+    engine = Engine(store, observers=[observe])
     record = await engine.create(lead, "go")
     task = engine.start(lead, record)
     await done_first.wait()
+    await ended_first.wait()
     first_child = child_run_id(record.run_id, 0, 0)
-    while not ((r := await store.get(first_child)) is not None and r.done):
-        await asyncio.sleep(0.005)
     task.cancel()  # a shutdown, not a cancel: the runs stay `running`
     with pytest.raises(asyncio.CancelledError):
         await task
