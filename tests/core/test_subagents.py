@@ -4,8 +4,15 @@ and a parent resumed after its driver stopped mid-child."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 
+import msgspec
 import pytest
 
 from podium import (
@@ -226,3 +233,48 @@ async def test_the_research_team_example_fans_out_then_summarizes() -> None:
     assert all(c.status == "completed" for c in children)
     assert record.output is not None and record.output.startswith("Summary of 3 researchers")
     assert all(isinstance(c, RunRecord) for c in children)
+
+
+@pytest.mark.slow
+def test_sigkilled_process_resumes_parent_and_children_on_sqlite(tmp_path: Path) -> None:
+    """Embedded: the process dies while child 1 runs and child 0 has finished; the
+    restarted process resumes the parent, reuses child 0 and resumes child 1 from its own
+    journal: no finished call runs twice."""
+    db, log, run_id = tmp_path / "runs.sqlite", tmp_path / "calls.log", "run_team_1"
+    script = Path(__file__).with_name("_subagent_crash.py")
+
+    def start(mode: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(script), str(db), str(log), run_id, mode],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    proc = start("first")
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # a subprocess can only be polled
+            lines = log.read_text().splitlines() if log.exists() else []
+            if "block first" in lines and f"ended {run_id}.0.0" in lines:
+                break
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, lines
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    again = start("resume")
+    out, err = again.communicate(timeout=60)
+    assert again.returncode == 0, err
+    final = msgspec.json.decode(out.strip().splitlines()[-1], type=RunRecord)
+    assert (final.status, final.output) == ("completed", "all done")
+    work = Counter(line.split()[1] for line in log.read_text().splitlines()
+                   if line.startswith("work "))
+    assert work == Counter({
+        f"{run_id}.0.0:0:0": 1, f"{run_id}.0.0:1:0": 1,  # child 0: finished, reused
+        f"{run_id}.0.1:0:0": 1,  # child 1: its finished step not redone
+        f"{run_id}:1:0": 1,
+    })
+    lines = log.read_text().splitlines()
+    assert lines.count(f"ended {run_id}.0.0") == 1  # never started again
+    assert "block resume" in lines
