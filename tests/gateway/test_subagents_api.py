@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import KEY_B, gateway_client
 
+from conftest import KEY_B, gateway_client
 from podium.config import load_config
 from podium.errors import ConfigError
 from podium.examples import research_team
