@@ -14,6 +14,7 @@ from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
 from podium.output import FINAL_TOOL, OutputModeSetting, OutputSpec
 from podium.security.screen import ScreeningPolicy
+from podium.tools.agent_tool import AgentTool, HandoffTool, agent_tools
 from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
@@ -90,6 +91,10 @@ class Agent:
 
         agent = Agent("triage", model, output_type=Verdict)
         verdict = (await agent.run("Refund A-1?")).output_as(Verdict)
+    Several agents: ``other.as_tool()`` is a tool whose call runs ``other`` as a child
+    run (at most ``max_parallel_children`` of one run's children at once);
+    ``handoffs=[other]`` gives the model a ``transfer_to_<other>`` tool that hands the
+    conversation over (see :meth:`as_tool`, :meth:`add_handoffs`).
 
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
@@ -115,6 +120,8 @@ class Agent:
         output_type: Any = None,
         output_mode: OutputModeSetting = "auto",
         output_retries: int = 2,
+        handoffs: Sequence[Agent] = (),
+        max_parallel_children: int = 4,
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
@@ -122,6 +129,8 @@ class Agent:
             raise ConfigError("max_tool_calls must be at least 1")
         if deadline_s is not None and not deadline_s > 0:
             raise ConfigError("deadline_s must be positive (or None for no deadline)")
+        if max_parallel_children < 1:
+            raise ConfigError("max_parallel_children must be at least 1")
         for t in tools:
             if not isinstance(t, Tool):  # the types say it is one; a plain function is common
                 what = getattr(t, "__name__", type(t).__name__)  # type: ignore[unreachable]
@@ -160,8 +169,15 @@ class Agent:
         self.output_mode: OutputModeSetting = output_mode
         self.output_retries = output_retries
         self.output: OutputSpec | None = None
+        self.max_parallel_children = max_parallel_children
+        #: ``transfer_to_<name>`` tools by name (empty: no hand-offs; tested once per step).
+        self.handoffs: dict[str, HandoffTool] = {}
         self._tool_definitions = tuple(t.definition for t in tools)
         self.prefix = Prefix(instructions, self._tool_definitions, self.context.tokenizer)
+        #: Whether runs set up child runs or hand-offs at load (decided here, once).
+        self.multi_agent = agent_tools(self.tools)
+        if handoffs:
+            self.add_handoffs(*handoffs)
         if output_type is not None:
             self._bind_output()
 
@@ -173,11 +189,51 @@ class Agent:
         if self.output is None or self.output.mode != mode:
             self.output = OutputSpec(self.output_type, mode)
         self.settings = msgspec.structs.replace(self.settings, output=self.output.request)
+        self._render_prefix()
+
+    def _render_prefix(self) -> None:
+        """The prompt prefix from the instructions, the tools and (in tool mode) the
+        structured answer's ``final_result`` tool."""
         tools = self._tool_definitions
-        if mode == "tool":
+        if self.output is not None and self.output.mode == "tool":
             tools = (*tools, self.output.tool)
         if tools is not self.prefix.tools:
             self.prefix = Prefix(self.instructions, tools, self.context.tokenizer)
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> AgentTool:
+        """This agent as a tool of another: each call runs it as a child run.
+
+        Example::
+
+            researcher = Agent("researcher", model, "You research one topic.", [search])
+            lead = Agent("lead", model, "Split the question, then summarize.",
+                         [researcher.as_tool(description="Research one topic")])
+
+        The call's one argument, ``input``, is the child's input; its answer is the
+        result. The child run has its own record (``parent_run_id``, ``parent_call``),
+        journal and profile; a resumed parent reuses a finished child's answer and
+        resumes an unfinished one, never starting it twice.
+        """
+        return AgentTool(self, name, description)
+
+    def add_handoffs(self, *agents: Agent) -> None:
+        """Let this agent hand the conversation to ``agents`` (``transfer_to_<name>`` tools).
+
+        For agents that hand back and forth (``a`` to ``b`` and ``b`` to ``a``), create
+        both, then add the hand-offs. Call it before the agent serves runs.
+        """
+        for target in agents:
+            if target is self:
+                raise ConfigError(f"agent {self.name!r} cannot hand off to itself")
+            tool = HandoffTool(target)
+            if tool.name in self.tools:
+                raise ConfigError(f"agent {self.name!r}: duplicate tool name {tool.name!r}")
+            # New dicts: a copy of this agent (factory.with_model) keeps its own.
+            self.tools = {**self.tools, tool.name: tool}
+            self.handoffs = {**self.handoffs, tool.name: tool}
+        self._tool_definitions = tuple(t.definition for t in self.tools.values())
+        self._render_prefix()
+        self.multi_agent = True
 
     async def run(self, user_input: str, **kwargs: Any) -> RunRecord:
         """Run once on a throw-away in-memory engine and return the finished record."""

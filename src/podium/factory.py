@@ -35,7 +35,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "react": "podium.examples.react:agent",
     "order-support": "podium.examples.order_support:agent",
     "research": "podium.examples.research:agent",
+    "research-team": "podium.examples.research_team:agent",
 }
 
 #: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.
@@ -324,9 +325,13 @@ def _agent_tools(cfg: AgentConfig, mcp: MCPTools | None) -> list[Tool[..., Any]]
 
 
 def build_agent(
-    cfg: AgentConfig, models: Mapping[str, Model], mcp: MCPTools | None = None
+    cfg: AgentConfig,
+    models: Mapping[str, Model],
+    mcp: MCPTools | None = None,
+    subagents: Sequence[Agent] = (),
 ) -> Agent:
-    """An agent from its ``[[agents]]`` entry (imported, or declared in the file)."""
+    """An agent from its ``[[agents]]`` entry (imported, or declared in the file);
+    ``subagents`` are the built agents its ``subagents`` names (called as tools)."""
     model = models[cfg.model] if cfg.model is not None else None
     if cfg.path is not None:
         agent = resolve_agent(cfg.path)
@@ -336,8 +341,9 @@ def build_agent(
         cfg.name,
         model,
         cfg.instructions,
-        _agent_tools(cfg, mcp),
+        [*_agent_tools(cfg, mcp), *(sub.as_tool() for sub in subagents)],
         max_steps=cfg.max_steps,
+        max_parallel_children=cfg.max_parallel_children,
         deadline_s=cfg.deadline_s,
         context=ContextPolicy(
             max_context_tokens=cfg.max_context_tokens,
@@ -369,10 +375,23 @@ def served_agents(config: Config, models: Mapping[str, Model] | None = None) -> 
     """The file's agents, by the names runs use (duplicates refused)."""
     models = build_models(config) if models is None else models
     mcp = MCPTools(config) if config.mcp_servers else None
+    declared = {cfg.name: cfg for cfg in config.agents if cfg.name is not None}
+    built: dict[int, Agent] = {}
+
+    def build(cfg: AgentConfig) -> Agent:  # sub-agents first (load_config refused cycles)
+        agent = built.get(id(cfg))
+        if agent is None:
+            subs = [build(declared[name]) for name in cfg.subagents]
+            agent = built[id(cfg)] = build_agent(cfg, models, mcp, subs)
+        return agent
+
     served: list[ServedSpec] = []
     for cfg in config.agents:
-        agent = build_agent(cfg, models, mcp)
+        agent = build(cfg)
         served.append(ServedSpec(cfg.name or agent.name, agent, cfg.pool))
+    for cfg in config.agents:  # after all are built: hand-offs may go both ways
+        if cfg.handoffs:
+            build(cfg).add_handoffs(*(build(declared[name]) for name in cfg.handoffs))
     names = [s.name for s in served]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

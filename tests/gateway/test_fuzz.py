@@ -26,6 +26,7 @@ OPERATIONS = [
     ("GET", "/v1/runs"),
     ("GET", "/v1/runs/{run_id}"),
     ("GET", "/v1/runs/{run_id}/events"),
+    ("GET", "/v1/runs/{run_id}/children"),
     ("POST", "/v1/runs/{run_id}/cancel"),
     ("GET", "/v1/agents"),
     ("GET", "/v1/models"),

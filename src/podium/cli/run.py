@@ -97,9 +97,15 @@ class _Printer:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.root: str | None = None  # the run asked for; the others are its child runs
+        self.label = ""
 
     def __call__(self, run_id: str, entry: JournalEntry) -> None:
         c = self.console
+        if self.root is None:
+            self.root = run_id
+        # A child run's steps say whose they are: "child 0.1" is call 1 of the run's step 0.
+        self.label = "" if run_id == self.root else f"child {run_id[len(self.root) + 1:]} "
         if isinstance(entry, StepRecord):
             self._turn(entry.step, entry.message)
             for result in entry.results:
@@ -124,7 +130,7 @@ class _Printer:
             c.print(f"[red]run {entry.status}[/red]: {escape(entry.error or entry.reason or '')}")
 
     def _turn(self, step: int, message: Message) -> None:
-        self.console.rule(f"step {step}", align="left", style="dim")
+        self.console.rule(f"{self.label}step {step}", align="left", style="dim")
         if message.content and message.tool_calls:
             self.console.print(f"  [italic]{escape(message.content)}[/italic]")
         for call in message.tool_calls:

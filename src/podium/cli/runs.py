@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
     Compacted,
@@ -188,14 +189,25 @@ async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> 
     record = await _get(store, args.run_id)
     journal = await store.journal(args.run_id)
     timeline = step_timeline(record, journal)
+    children = await _tree(store, record)
     if args.json:
         _json({
             "record": record,
             "journal": [{"seq": seq, "entry": entry} for seq, entry in journal],
             "timeline": timeline,
+            "children": [{"depth": depth, "record": child} for depth, child in children],
         })
         return 0
     _header(console, record)
+    if children:
+        console.rule("child runs", align="left", style="dim")
+        for depth, child in children:
+            wall = _wall_ms(child)
+            console.print(
+                f"{'  ' * depth}└ [bold]{child.run_id}[/bold] agent={escape(child.agent)} "
+                f"call={child.parent_call} status=[bold]{child.status}[/bold] steps {child.steps}"
+                + (f" wall {wall:,.1f} ms" if wall is not None else "")
+            )
     console.rule("messages", align="left", style="dim")
     console.print(f"[bold]user[/bold]: {escape(record.input)}")
     for item in journal:
@@ -204,12 +216,23 @@ async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> 
     return 0
 
 
+async def _tree(store: RunStore, record: RunRecord, depth: int = 1) -> list[tuple[int, RunRecord]]:
+    """The run's child runs and theirs, depth first, with their depth (1: a child)."""
+    out: list[tuple[int, RunRecord]] = []
+    for child in await child_runs(store, record):
+        out.append((depth, child))
+        out.extend(await _tree(store, child, depth + 1))
+    return out
+
+
 def _header(console: Console, r: RunRecord) -> None:
     wall = _wall_ms(r)
     console.print(
         f"[bold]{r.run_id}[/bold] agent={escape(r.agent)} tenant={escape(r.tenant)} "
         f"pool={escape(r.pool)} status=[bold]{r.status}[/bold]"
         + (f" reason={r.reason}" if r.reason else "")
+        + (f" parent={r.parent_run_id} call={r.parent_call}" if r.parent_run_id else "")
+        + (f" now={escape(r.active_agent)}" if r.active_agent else "")
     )
     console.print(
         f"  created {_when(r.created_at)}  started {_when(r.started_at)}  "

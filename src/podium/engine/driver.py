@@ -17,6 +17,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from podium.agent import Agent
+from podium.engine.children import attach
+from podium.engine.handoff import handed_off
 from podium.engine.hook import EngineHook
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
@@ -243,6 +245,10 @@ class Engine(AsyncCloseable):
         self._pausing.add(run_id)
         return True
 
+    def cancelling(self, run_id: str) -> bool:
+        """Whether :meth:`cancel` is ending the run (its child runs end with it)."""
+        return run_id in self._cancelling
+
     @property
     def active_runs(self) -> int:
         return len(self._tasks)
@@ -311,6 +317,8 @@ class Engine(AsyncCloseable):
         state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
+        if agent.multi_agent:  # agent tools or hand-offs: set up once, here
+            attach(self, agent, state, entries)
         if (
             screened is not None
             and screened.verdict.action == "block"
@@ -376,12 +384,16 @@ class Engine(AsyncCloseable):
 
     async def _steps(self, agent: Agent, state: RunState) -> None:
         sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
+        if state.agent is not None:  # resumed after a hand-off
+            agent = state.agent
         if state.pending is not None:
             await self._resume_pending(agent, state, sw)
         if state.output_failures and state.output_failures > agent.output_retries:
             raise _Finish("failed", "invalid_output", "output_retries spent before a restart")
         pausing = self._pausing
         while True:
+            if agent.handoffs:  # the step just committed may have handed the run over
+                agent = handed_off(agent, state)
             if pausing and state.record.run_id in pausing:
                 raise _Paused
             if state.step >= agent.max_steps:

@@ -55,6 +55,11 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
 
         record = await agent.run("Where is order A-1?")
         order = record.output_as(OrderStatus)
+
+    A sub-agent's run (see :meth:`Agent.as_tool <podium.agent.Agent.as_tool>`) names the
+    run that called it in ``parent_run_id`` and the call in ``parent_call``
+    (``"STEP:INDEX"``); ``active_agent`` names the agent driving the run after a
+    hand-off (None: ``agent``, the one it started with).
     """
 
     run_id: str
@@ -77,6 +82,9 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     metadata: dict[str, str] = {}
     deadline_s: float | None = None  # this run's own limit (None: its agent's)
     structured: bool = False  # output is the JSON of the agent's output_type
+    parent_run_id: str | None = None
+    parent_call: str | None = None
+    active_agent: str | None = None
 
     @property
     def done(self) -> bool:

@@ -46,6 +46,7 @@ class RunState:
     """What the driver holds for one run between steps."""
 
     __slots__ = (
+        "agent",
         "alarm",
         "allowed_tools",
         "attained_s",
@@ -69,6 +70,8 @@ class RunState:
         self.record = record
         self.ctx = ctx
         self.alarm: Disarmable | None = None  # the run's deadline, while armed
+        #: The agent a hand-off passed the run to (None: the one it started with).
+        self.agent: Agent | None = None
         #: Why the run must fail before its first step (its input was blocked), or None.
         self.blocked: str | None = None
         #: The tools this run's tenant may call (None: every tool of the agent).

@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from podium.engine.children import child_runs
 from podium.errors import StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.dashboard import dashboard_routes
@@ -200,6 +201,13 @@ def _routes(gw: Gateway) -> list[Route]:
         _query(request, frozenset())
         return json_response(run_out(await gw.get(tenant, request.path_params["run_id"])))
 
+    async def run_children(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        record = await gw.get(tenant, request.path_params["run_id"])
+        children = await child_runs(gw.store, record)
+        return json_response(RunList("list", [run_out(r) for r in children]))
+
     async def run_events(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         query = _query(request, frozenset({"after"}))
@@ -301,6 +309,7 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/v1/runs", runs, methods=["GET", "POST"]),
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/v1/runs/{run_id}/children", run_children, methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
         Route("/v1/agents", list_agents, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),

@@ -159,6 +159,18 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/runs/{run_id}/children": {
+            "get": {
+                "operationId": "runChildren",
+                "summary": "The child runs a run's sub-agent calls started, in call order",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "Child runs.", "content": _json("RunList")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            }
+        },
         "/v1/runs/{run_id}/events": {
             "get": {
                 "operationId": "runEvents",

@@ -102,6 +102,11 @@ class RunOut(msgspec.Struct):
     finished_at: float | None
     profile: ProfileOut | None
     structured: bool = False
+    #: A sub-agent's run: the run whose call (``"STEP:INDEX"``) started it.
+    parent_run_id: str | None = None
+    parent_call: str | None = None
+    #: The agent driving the run after a hand-off (None: ``agent``).
+    active_agent: str | None = None
 
 
 class RunList(msgspec.Struct):
@@ -311,4 +316,7 @@ def run_out(record: RunRecord) -> RunOut:
         finished_at=record.finished_at,
         profile=None if record.profile is None else _phase_totals_safe(record.profile),
         structured=record.structured,
+        parent_run_id=record.parent_run_id,
+        parent_call=record.parent_call,
+        active_agent=record.active_agent,
     )
