@@ -14,8 +14,11 @@ from podium.engine import (
     RunRecord,
     StepProfile,
 )
+from podium.engine.approvals import PendingApproval
 from podium.errors import (
     ConfigError,
+    DecisionError,
+    Interrupt,
     ModelError,
     ModelReplyError,
     PodiumError,
@@ -46,11 +49,13 @@ __all__ = (
     "BreakerPolicy",
     "ConfigError",
     "ContextPolicy",
+    "DecisionError",
     "EgressPolicy",
     "Engine",
     "EstimateTokenizer",
     "FunctionModel",
     "HuggingFaceTokenizer",
+    "Interrupt",
     "LatencyModel",
     "MemoryRunStore",
     "Message",
@@ -60,6 +65,7 @@ __all__ = (
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
+    "PendingApproval",
     "PodiumError",
     "ProfileAggregator",
     "ProfileSummary",

@@ -72,6 +72,13 @@ class Agent:
     :data:`DEFAULT_MAX_TOOL_CALLS`; the rest get an error observation);
     ``max_invalid_tool_calls`` unknown or malformed calls per run.
 
+    Human approval (tools with ``requires_approval``, or a tool raising
+    :class:`~podium.errors.Interrupt`) parks the run ``waiting``: with
+    ``deadline_while_waiting="count"`` (the default) its deadline keeps running and
+    a run still waiting past it fails with reason ``deadline``; with ``"pause"``
+    the time spent waiting is not counted. ``approval_timeout_s`` bounds each wait
+    on its own (reason ``approval_timeout``). See ``docs/approvals.md``.
+
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
     """
@@ -93,6 +100,8 @@ class Agent:
         tags: Sequence[str] = (),
         description: str = "",
         screening: ScreeningPolicy | None = None,
+        approval_timeout_s: float | None = None,
+        deadline_while_waiting: Literal["pause", "count"] = "count",
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
@@ -106,6 +115,12 @@ class Agent:
                 raise ConfigError(
                     f"agent {name!r}: tool {what!r} is not a tool: decorate the function with @tool"
                 )
+        if approval_timeout_s is not None and not approval_timeout_s > 0:
+            raise ConfigError("approval_timeout_s must be positive (or None for none)")
+        if deadline_while_waiting not in ("pause", "count"):
+            raise ConfigError(
+                f"deadline_while_waiting must be 'pause' or 'count', not {deadline_while_waiting!r}"
+            )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
@@ -124,6 +139,10 @@ class Agent:
         self.description = description or instructions.split("\n", 1)[0][:200]
         #: Prompt-injection screening of the input and tool results (None: off, free).
         self.screening = screening
+        self.approval_timeout_s = approval_timeout_s
+        self.deadline_while_waiting = deadline_while_waiting
+        #: Some tool needs approval for some calls: decided once here, tested once per step.
+        self.gated = any(t.approval is not None for t in tools)
         self.prefix = Prefix(
             instructions, tuple(t.definition for t in tools), self.context.tokenizer
         )

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 __all__ = (
     "ConfigError",
+    "DecisionError",
+    "Interrupt",
     "ModelContextLengthError",
     "ModelError",
     "ModelHTTPError",
@@ -143,6 +145,29 @@ class RunError(PodiumError):
         self.status = status
         self.reason = reason
         self.error = error
+
+
+class DecisionError(PodiumError):
+    """A decision on a waiting run was refused: ``status`` is the HTTP status it maps to
+    (404 nothing to decide, 409 decided already or the run has moved on, 422 invalid)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+class Interrupt(Exception):
+    """Raised by a tool to ask a human ``question``: the run waits (no worker held).
+
+    The human's answer becomes the tool call's result, read by the model; the tool
+    is not called again (so nothing it did before asking is repeated). Not a
+    :class:`PodiumError`: it is control flow that never escapes the executor.
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
 
 
 class RetryableToolError(Exception):

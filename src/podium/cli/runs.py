@@ -25,6 +25,7 @@ from rich.table import Table
 
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
+    RUN_STATUSES,
     Compacted,
     JournalEntry,
     ModelTurn,
@@ -50,7 +51,7 @@ from podium.tools.executor import ToolResult
 
 __all__ = ("register",)
 
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = RUN_STATUSES
 #: One colour per step phase on the timeline bars.
 _PHASE_STYLE = dict(zip(STEP_PHASES, ("blue", "magenta", "cyan", "yellow", "green", "red"),
                         strict=True))
@@ -159,7 +160,10 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
                 "tokens"):
         table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left",
                          no_wrap=col in ("run", "created"))
-    style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+    style = {
+        "completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+        "waiting": "magenta",
+    }
     for r in runs:
         wall = _wall_ms(r)
         table.add_row(

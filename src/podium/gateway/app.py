@@ -27,6 +27,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from podium.engine.records import RUN_STATUSES
 from podium.errors import StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.dashboard import dashboard_routes
@@ -57,7 +58,7 @@ log = logging.getLogger("podium.gateway")
 T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = RUN_STATUSES
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _MAX_IDEMPOTENCY_KEY = 255
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from podium.engine.records import RUN_STATUSES
 from podium.gateway.errors import ErrorBody
 from podium.gateway.schemas import (
     AgentList,
@@ -28,7 +29,7 @@ from podium.gateway.sse import MAX_EVENT_ID
 __all__ = ("openapi_document",)
 
 _REF = "#/components/schemas/{name}"
-_STATUSES = ["queued", "running", "completed", "failed", "cancelled"]
+_STATUSES = list(RUN_STATUSES)
 _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",

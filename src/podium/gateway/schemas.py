@@ -31,7 +31,7 @@ __all__ = (
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
-RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
