@@ -71,6 +71,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "react": "podium.examples.react:agent",
     "order-support": "podium.examples.order_support:agent",
     "research": "podium.examples.research:agent",
+    "refunds": "podium.examples.refunds:agent",
 }
 
 #: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.

@@ -721,11 +721,9 @@ class Engine(AsyncCloseable):
             entries = [ToolOutcome(pending.step, time.time(), i, r) for i, r in rejected]
             state.step = pending.step
             await self._wait_for_humans(agent, state, [*entries, *undecided])
-        approved: set[int] = set()
+        approved: set[int] = set(pending.outcomes)  # ran, rejected or answered: not gated
         kept: list[PlannedCall] = []
         for call in planned:
-            if call.index in pending.outcomes:  # ran, rejected or answered: nothing to gate
-                continue
             decision = decided.get(call.index)
             if decision is not None and decision.decision == "approve":
                 approved.add(call.index)

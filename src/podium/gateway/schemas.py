@@ -11,21 +11,26 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from podium.engine.approvals import PendingApproval
 from podium.engine.profile import STEP_PHASES, RunProfile
 from podium.engine.records import RunRecord
 
 __all__ = (
     "AgentList",
     "AgentOut",
+    "ApprovalList",
+    "ApprovalOut",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatRequest",
+    "DecisionIn",
     "Health",
     "Readiness",
     "RunCreate",
     "RunList",
     "RunOut",
     "ToolOut",
+    "approval_out",
     "run_out",
 )
 
@@ -102,6 +107,43 @@ class RunOut(msgspec.Struct):
 class RunList(msgspec.Struct):
     object: Literal["list"]
     data: list[RunOut]
+
+
+class DecisionIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/runs/{run_id}/approvals/{call_id}``: a human's decision on one call.
+
+    ``approve`` (with edited ``arguments``, checked against the tool's schema),
+    ``reject`` (``message`` is what the model reads as the call's result) or
+    ``answer`` (``message`` answers the tool's question). ``by`` names who decided
+    (journaled with the decision; the API key's tenant otherwise).
+    """
+
+    decision: Literal["approve", "reject", "answer"]
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    arguments: dict[str, Any] | None = None
+    by: Name | None = None
+
+
+class ApprovalOut(msgspec.Struct):
+    """A tool call waiting for a human: ``kind`` ``approval`` (the call has not run) or
+    ``interrupt`` (the tool asked ``question``). ``until``: when the run fails undecided."""
+
+    object: Literal["approval"]
+    run_id: str
+    agent: str
+    call_id: str
+    tool: str
+    arguments: Any
+    kind: Literal["approval", "interrupt"]
+    step: int
+    requested_at: float
+    question: str | None
+    until: float | None
+
+
+class ApprovalList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[ApprovalOut]
 
 
 class ToolOut(msgspec.Struct):
@@ -261,6 +303,18 @@ def _phase_totals_safe(profile: RunProfile) -> ProfileOut | None:
     if any(len(s.wall_ns) < len(STEP_PHASES) for s in profile.steps):
         return None
     return profile_out(profile)
+
+
+def approval_out(pending: PendingApproval) -> ApprovalOut:
+    try:
+        arguments: Any = msgspec.json.decode(pending.arguments)
+    except msgspec.DecodeError:  # shown as given
+        arguments = pending.arguments
+    return ApprovalOut(
+        "approval", pending.run_id, pending.agent, pending.call_id, pending.tool, arguments,
+        "interrupt" if pending.kind == "interrupt" else "approval", pending.step,
+        pending.requested_at, pending.question, pending.until,
+    )
 
 
 def run_out(record: RunRecord) -> RunOut:

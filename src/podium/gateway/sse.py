@@ -8,6 +8,9 @@ never a duplicate. Event names::
     tool_result    one tool call's outcome
     compacted      older turns were summarized
     step_finished  a step was checkpointed (with its phase timings)
+    approval_requested  a tool call waits for a human (the run is ``waiting``; the stream
+                   stays open, with keep-alives, until the run resumes and ends)
+    approval_decided    a human decided on one (who, when, what)
     final          the run ended (status, output, error, reason) — the last event
     error          the store stayed unreachable past the follower's grace (the stream ends)
 
@@ -57,6 +60,8 @@ EVENT_NAMES: dict[str, str] = {
     "tool": "tool_result",
     "compact": "compacted",
     "step": "step_finished",
+    "approval": "approval_requested",
+    "decision": "approval_decided",
     "final": "final",
 }
 KEEPALIVE = b": keep-alive\n\n"
