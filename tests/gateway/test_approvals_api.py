@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import KEY_B, gateway_client
 
+from conftest import KEY_B, gateway_client
 from podium.examples import refunds
 from podium.gateway.service import ServedAgent
 

@@ -74,7 +74,8 @@ _SSE = {
             "description": "Server-Sent Events: frames of `id: <seq>` (on the last event of "
             "each journal entry), `event: <name>` and `data: <one line of JSON>`, "
             "separated by blank lines, and `: keep-alive` comments. Names: model_reply, "
-            "tool_result, compacted, step_finished, final (always the last), error (the "
+            "tool_result, compacted, step_finished, approval_requested, approval_decided, final "
+            "(always the last), error (the "
             "store stayed unreachable). Chat completions send OpenAI's `data: {chunk}` "
             "frames and `data: [DONE]`.",
         }
