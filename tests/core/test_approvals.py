@@ -309,3 +309,78 @@ async def test_agents_without_approval_never_reach_the_gate(
     assert agent.gated is False and plain.approval is None
     record = await agent.run("go")
     assert record.status == "completed"
+
+
+async def test_interrupt_among_several_calls(stores: StoreFactory) -> None:
+    """The other call of the reply runs once (journaled as it finishes); the question waits."""
+    ran: Counter[str] = Counter()
+
+    @tool
+    async def note(x: int) -> str:
+        """Note.
+
+        Args:
+            x: A number.
+        """
+        ran["note"] += 1
+        return f"noted {x}"
+
+    @tool
+    async def confirm(x: int) -> str:
+        """Confirm with the user.
+
+        Args:
+            x: A number.
+        """
+        ran["confirm"] += 1
+        raise Interrupt(f"Really {x}?")
+
+    def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+        if request.step == 0:
+            return tool_call_reply(("note", '{"x": 1}'), ("confirm", '{"x": 2}'))
+        return " | ".join(m.content for m in messages if m.role == "tool")
+
+    agent = Agent("both", FunctionModel(reply), tools=[note, confirm])
+    async with Engine(stores()) as engine:
+        record = await engine.run(agent, "go")
+        assert record.status == "waiting"
+        (pending,) = await engine.pending_approvals(record.run_id)
+        assert (pending.tool, pending.question) == ("confirm", "Really 2?")
+        await engine.decide(record.run_id, pending.call_id, answer="yes")
+    async with Engine(stores()) as other:
+        done = await other.resume(agent, record.run_id)
+    assert done.output == "noted 1 | yes"
+    assert ran == {"note": 1, "confirm": 1}
+
+
+async def test_a_question_journaled_before_a_crash_parks_the_run_on_resume(
+    stores: StoreFactory,
+) -> None:
+    """The worker died after the asking call's outcome was journaled but before the run was
+    parked: the resume parks it (asking again) without running anything."""
+    from podium.engine.records import ModelTurn, RunRecord, ToolOutcome
+    from podium.messages import ToolCall
+    from podium.tools.executor import ToolResult
+
+    asker = Asker()
+    store = stores()
+    record = RunRecord("run_crashed", "asker", "Move 5", status="running", started_at=time.time())
+    await store.create(record)
+    call = ToolCall("call_0", "transfer", '{"amount": 5}')
+    interrupted = ToolResult("call_0", "transfer", "Which account?", ok=False, error="interrupted")
+    await store.append(
+        record.run_id,
+        [
+            ModelTurn(0, time.time(), Message("assistant", "", (call,))),
+            ToolOutcome(0, time.time(), 0, interrupted),
+        ],
+    )
+    async with Engine(store) as engine:
+        parked = await engine.resume(asker.agent, record.run_id)
+        assert parked.status == "waiting"
+        (pending,) = await engine.pending_approvals(record.run_id)
+        assert (pending.kind, pending.question) == ("interrupt", "Which account?")
+        await engine.decide(record.run_id, "call_0", answer="checking")
+        done = await engine.resume(asker.agent, record.run_id)
+    assert done.output == "the human said: checking"
+    assert asker.calls == 0

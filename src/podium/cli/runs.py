@@ -26,6 +26,8 @@ from rich.table import Table
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
     RUN_STATUSES,
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
@@ -237,6 +239,16 @@ def _print_entry(console: Console, item: JournalItem) -> None:
     elif isinstance(entry, Compacted):
         console.print(f"  [magenta]context compacted[/magenta] ({entry.method}): "
                       f"messages {entry.start}–{entry.end} → 1 summary")
+    elif isinstance(entry, ApprovalRequested):
+        what = f"asks: {entry.question}" if entry.kind == "interrupt" else "waits for approval"
+        console.print(f"  [magenta]⏸ {escape(entry.tool)}[/magenta] {escape(what)} "
+                      f"[dim](call {escape(entry.call_id)}, {_when(entry.ts)})[/dim]")
+    elif isinstance(entry, ApprovalDecided):
+        edited = f" with {entry.arguments}" if entry.arguments else ""
+        said = f": {entry.message}" if entry.message else ""
+        console.print(f"  [magenta]✓ {entry.decision}{escape(edited + said)}[/magenta] "
+                      f"[dim](call {escape(entry.call_id)}, by {escape(entry.by or '?')}, "
+                      f"{_when(entry.ts)})[/dim]")
     elif isinstance(entry, RunFinished):
         style = "green" if entry.status == "completed" else "red"
         console.print(f"[{style}]run {entry.status}[/{style}]"

@@ -317,6 +317,8 @@ class Engine(AsyncCloseable):
         for record, final in ended:
             for observer in self.observers:
                 observer(record.run_id, final)
+            if self.hook is not None:  # counted with the other ends (reason deadline, …)
+                self.hook.run_finished(record)
         return [record for record, _ in ended]
 
     async def _still_waiting(self, record: RunRecord) -> RunRecord:
@@ -331,6 +333,8 @@ class Engine(AsyncCloseable):
             return stored if stored is not None else record
         for observer in self.observers:
             observer(record.run_id, final)
+        if self.hook is not None:
+            self.hook.run_finished(record)
         return record
 
     # -- the run ----------------------------------------------------------------------------

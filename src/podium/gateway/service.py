@@ -412,6 +412,7 @@ class Gateway:
         except DecisionError as exc:
             kind = {404: "not_found", 409: "conflict"}.get(exc.status, "invalid_request")
             raise ApiError(exc.status, kind, str(exc), field=exc.field) from None
+        self.metrics.decisions.labels(record.agent, decision).inc()
         if ready:
             try:
                 await self._enqueue(record)
