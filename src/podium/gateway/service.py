@@ -344,6 +344,8 @@ class Gateway:
         if record.done:
             raise ApiError(409, "conflict", f"run {run_id!r} already {record.status}")
         ended = await self._cancel(record)
+        if ended.status == "waiting":  # it parked on a human as the cancel came: end it there
+            ended = await self._cancel(ended)
         if ended.done and ended.status != "cancelled":
             # Its end was being written when the cancel came: it keeps that end, and the
             # client hears so as it would have a moment later (not a 200 for a no-op).
