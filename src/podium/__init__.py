@@ -14,8 +14,11 @@ from podium.engine import (
     RunRecord,
     StepProfile,
 )
+from podium.engine.approvals import PendingApproval
 from podium.errors import (
     ConfigError,
+    DecisionError,
+    Interrupt,
     ModelError,
     ModelReplyError,
     OutputValidationError,
@@ -47,11 +50,13 @@ __all__ = (
     "BreakerPolicy",
     "ConfigError",
     "ContextPolicy",
+    "DecisionError",
     "EgressPolicy",
     "Engine",
     "EstimateTokenizer",
     "FunctionModel",
     "HuggingFaceTokenizer",
+    "Interrupt",
     "LatencyModel",
     "MemoryRunStore",
     "Message",
@@ -62,6 +67,7 @@ __all__ = (
     "ModelResponse",
     "ModelSettings",
     "OutputValidationError",
+    "PendingApproval",
     "PodiumError",
     "ProfileAggregator",
     "ProfileSummary",

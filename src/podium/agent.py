@@ -91,10 +91,18 @@ class Agent:
 
         agent = Agent("triage", model, output_type=Verdict)
         verdict = (await agent.run("Refund A-1?")).output_as(Verdict)
+
     Several agents: ``other.as_tool()`` is a tool whose call runs ``other`` as a child
     run (at most ``max_parallel_children`` of one run's children at once);
     ``handoffs=[other]`` gives the model a ``transfer_to_<other>`` tool that hands the
     conversation over (see :meth:`as_tool`, :meth:`add_handoffs`).
+
+    Human approval (tools with ``requires_approval``, or a tool raising
+    :class:`~podium.errors.Interrupt`) parks the run ``waiting``: with
+    ``deadline_while_waiting="count"`` (the default) its deadline keeps running and
+    a run still waiting past it fails with reason ``deadline``; with ``"pause"``
+    the time spent waiting is not counted. ``approval_timeout_s`` bounds each wait
+    on its own (reason ``approval_timeout``). See ``docs/approvals.md``.
 
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
@@ -122,6 +130,8 @@ class Agent:
         output_retries: int = 2,
         handoffs: Sequence[Agent] = (),
         max_parallel_children: int = 4,
+        approval_timeout_s: float | None = None,
+        deadline_while_waiting: Literal["pause", "count"] = "count",
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
@@ -137,6 +147,12 @@ class Agent:
                 raise ConfigError(
                     f"agent {name!r}: tool {what!r} is not a tool: decorate the function with @tool"
                 )
+        if approval_timeout_s is not None and not approval_timeout_s > 0:
+            raise ConfigError("approval_timeout_s must be positive (or None for none)")
+        if deadline_while_waiting not in ("pause", "count"):
+            raise ConfigError(
+                f"deadline_while_waiting must be 'pause' or 'count', not {deadline_while_waiting!r}"
+            )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
@@ -169,6 +185,10 @@ class Agent:
         self.output_mode: OutputModeSetting = output_mode
         self.output_retries = output_retries
         self.output: OutputSpec | None = None
+        self.approval_timeout_s = approval_timeout_s
+        self.deadline_while_waiting = deadline_while_waiting
+        #: Some tool needs approval for some calls: decided once here, tested once per step.
+        self.gated = any(t.approval is not None for t in tools)
         self.max_parallel_children = max_parallel_children
         #: ``transfer_to_<name>`` tools by name (empty: no hand-offs; tested once per step).
         self.handoffs: dict[str, HandoffTool] = {}

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 __all__ = (
     "ConfigError",
+    "DecisionError",
+    "Interrupt",
     "ModelContextLengthError",
     "ModelError",
     "ModelHTTPError",
@@ -149,6 +151,27 @@ class RunError(PodiumError):
 
 class OutputValidationError(PodiumError, ValueError):
     """A run's output does not decode as the type asked for (``RunRecord.output_as``)."""
+class DecisionError(PodiumError):
+    """A decision on a waiting run was refused: ``status`` is the HTTP status it maps to
+    (404 nothing to decide, 409 decided already or the run has moved on, 422 invalid)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+class Interrupt(Exception):
+    """Raised by a tool to ask a human ``question``: the run waits (no worker held).
+
+    The human's answer becomes the tool call's result, read by the model; the tool
+    is not called again (so nothing it did before asking is repeated). Not a
+    :class:`PodiumError`: it is control flow that never escapes the executor.
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
 
 
 class RetryableToolError(Exception):

@@ -72,6 +72,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "order-support": "podium.examples.order_support:agent",
     "research": "podium.examples.research:agent",
     "research-team": "podium.examples.research_team:agent",
+    "refunds": "podium.examples.refunds:agent",
 }
 
 #: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.

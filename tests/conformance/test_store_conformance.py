@@ -398,3 +398,65 @@ async def test_cancelled_appends_never_fence_their_own_holder(
     assert [e for _, e in items][-2:] == [turn(100), turn(101)]
     stored = await store.get(run_id)
     assert stored is not None and stored.version == record.version and stored.steps == 99
+
+
+async def test_a_waiting_run_is_listed_decided_once_and_resumed(backend: StoreBackend) -> None:
+    """A run parked on a human: listed by status ``waiting`` (the deadline sweep's read),
+    two holders racing to decide write one decision (the record fences them), and a third
+    resumes it from the journal with no completed call repeated."""
+    from podium.engine import decisions
+    from podium.engine.records import ApprovalDecided
+    from podium.errors import DecisionError
+
+    ran: Counter[str] = Counter()
+
+    @tool
+    async def look(q: str) -> str:
+        """Look.
+
+        Args:
+            q: What.
+        """
+        ran["look"] += 1
+        return "seen"
+
+    @tool(requires_approval=True)
+    async def act(q: str) -> str:
+        """Act.
+
+        Args:
+            q: What.
+        """
+        ran["act"] += 1
+        return "acted"
+
+    from podium import SimStep, SimToolCall
+
+    both = (SimToolCall("look", {"q": "x"}), SimToolCall("act", {"q": "y"}))
+    agent = Agent(
+        "gate", SimulatedModel(Scenario(steps=(SimStep(tool_calls=both),))), tools=[look, act]
+    )
+    async with Engine(backend.store()) as first:
+        record = await first.run(agent, "go", tenant=f"t-{new_id()}")
+    assert record.status == "waiting"
+    one, two = backend.store(), backend.store()
+    listed = await one.list(tenant=record.tenant, status="waiting")
+    assert [r.run_id for r in listed] == [record.run_id]
+    assert await one.list(tenant=record.tenant, status="running") == []
+    outcomes = await asyncio.gather(
+        decisions.decide(one, record.run_id, "call_0_1", "approve", by="a"),
+        decisions.decide(two, record.run_id, "call_0_1", "reject", by="b"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(o, tuple) for o in outcomes) == 1, outcomes
+    assert all(isinstance(o, tuple | DecisionError) for o in outcomes), outcomes
+    entries = [e for _, e in await one.journal(record.run_id)]
+    assert sum(isinstance(e, ApprovalDecided) for e in entries) == 1
+    third = backend.store()
+    stored = await third.get(record.run_id)
+    assert stored is not None and stored.status == "queued"
+    async with Engine(third) as engine:
+        done = await engine.execute(agent, stored)
+    assert done.status == "completed"
+    assert ran["look"] == 1 and ran["act"] <= 1
+    assert await third.list(tenant=record.tenant, status="waiting") == []

@@ -101,3 +101,35 @@ team = Agent(
     [one_step.as_tool(), effects.as_tool(), effect],
     max_steps=4,
 )
+
+
+@tool(side_effects=True, requires_approval=True)
+async def payout(item: str, ctx: ToolContext) -> str:
+    """Pay out (needs a human's approval).
+
+    Args:
+        item: What to pay.
+    """
+    _log(f"{ctx.idempotency_key} {os.getpid()}")
+    return f"paid {item}"
+
+
+def _approval_scenario() -> Scenario:
+    both = (SimToolCall("effect", {"item": "a"}), SimToolCall("payout", {"item": "b"}))
+    return Scenario(steps=(SimStep(tool_calls=both),), final="paid")
+
+
+#: One reply calls ``effect`` (runs at once) and ``payout`` (waits for a human).
+approvals = Agent(
+    "approvals", SimulatedModel(_approval_scenario()), "Pay.", [effect, payout], max_steps=3
+)
+
+#: The same, with a deadline that keeps counting while it waits (2 s).
+approvals_short = Agent(
+    "approvals_short",
+    SimulatedModel(_approval_scenario()),
+    "Pay.",
+    [effect, payout],
+    max_steps=3,
+    deadline_s=2.0,
+)

@@ -26,6 +26,9 @@ from rich.table import Table
 from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
+    RUN_STATUSES,
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
@@ -52,7 +55,7 @@ from podium.tools.executor import ToolResult
 
 __all__ = ("register",)
 
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = RUN_STATUSES
 #: One colour per step phase on the timeline bars.
 _PHASE_STYLE = dict(zip(STEP_PHASES, ("blue", "magenta", "cyan", "yellow", "green", "red"),
                         strict=True))
@@ -161,7 +164,10 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
                 "tokens"):
         table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left",
                          no_wrap=col in ("run", "created"))
-    style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+    style = {
+        "completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+        "waiting": "magenta",
+    }
     for r in runs:
         wall = _wall_ms(r)
         table.add_row(
@@ -260,6 +266,16 @@ def _print_entry(console: Console, item: JournalItem) -> None:
     elif isinstance(entry, Compacted):
         console.print(f"  [magenta]context compacted[/magenta] ({entry.method}): "
                       f"messages {entry.start}–{entry.end} → 1 summary")
+    elif isinstance(entry, ApprovalRequested):
+        what = f"asks: {entry.question}" if entry.kind == "interrupt" else "waits for approval"
+        console.print(f"  [magenta]⏸ {escape(entry.tool)}[/magenta] {escape(what)} "
+                      f"[dim](call {escape(entry.call_id)}, {_when(entry.ts)})[/dim]")
+    elif isinstance(entry, ApprovalDecided):
+        edited = f" with {entry.arguments}" if entry.arguments else ""
+        said = f": {entry.message}" if entry.message else ""
+        console.print(f"  [magenta]✓ {entry.decision}{escape(edited + said)}[/magenta] "
+                      f"[dim](call {escape(entry.call_id)}, by {escape(entry.by or '?')}, "
+                      f"{_when(entry.ts)})[/dim]")
     elif isinstance(entry, RunFinished):
         style = "green" if entry.status == "completed" else "red"
         console.print(f"[{style}]run {entry.status}[/{style}]"

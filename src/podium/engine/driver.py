@@ -13,16 +13,20 @@ import asyncio
 import math
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+import msgspec
+
 from podium.agent import Agent
+from podium.engine import approvals, decisions
 from podium.engine.children import attach
 from podium.engine.handoff import handed_off
 from podium.engine.hook import EngineHook
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
@@ -34,7 +38,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.engine.replay import RunState, replay
+from podium.engine.replay import PendingStep, RunState, replay
 from podium.engine.step import (
     PlannedCall,
     over_cap,
@@ -43,7 +47,13 @@ from podium.engine.step import (
     truncate_result,
 )
 from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
-from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
+from podium.errors import (
+    DecisionError,
+    ModelError,
+    ModelReplyError,
+    RunNotFoundError,
+    StaleRunError,
+)
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
@@ -57,6 +67,8 @@ from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
 __all__ = ("Engine", "Observer", "new_run_id")
+
+_NO_CALLS: list[Any] = []  # no call held for approval (shared, never mutated)
 
 T = TypeVar("T")
 
@@ -94,6 +106,10 @@ _ENDED_OUTSIDE_KEPT = 4096
 
 class _Paused(Exception):
     """The run stopped at a step boundary on request (a drain); it stays ``running``."""
+
+
+class _Waiting(Exception):
+    """The run is parked ``waiting`` on a human (journaled); its drive ends here."""
 
 
 class _Finish(Exception):
@@ -253,12 +269,90 @@ class Engine(AsyncCloseable):
     def active_runs(self) -> int:
         return len(self._tasks)
 
+    # -- human approval (see podium.engine.approvals) ------------------------------------------
+
+    async def pending_approvals(
+        self, run_id: str | None = None, *, tenant: str | None = None, limit: int = 100
+    ) -> list[approvals.PendingApproval]:
+        """The tool calls waiting for a human: of one run, or of every waiting run."""
+        if run_id is None:
+            return await decisions.list_pending(self.store, tenant=tenant, limit=limit)
+        record = await self.store.get(run_id)
+        if record is None or (tenant is not None and record.tenant != tenant):
+            raise RunNotFoundError(run_id)
+        return await decisions.run_pending(self.store, record)
+
+    async def decide(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        approve: bool | None = None,
+        answer: str | None = None,
+        message: str | None = None,
+        arguments: Mapping[str, Any] | str | None = None,
+        by: str | None = None,
+        agent: Agent | None = None,
+    ) -> RunRecord:
+        """Decide on a waiting call: ``approve=True`` (with edited ``arguments``, checked
+        against the tool's schema: pass ``agent``), ``approve=False`` with a ``message``
+        the model reads, or ``answer=`` a tool's question. Journaled before it returns.
+
+        When the returned record is ``queued`` every call of the step is decided: drive
+        it on with :meth:`resume` (the gateway enqueues it for a worker). Raises
+        :class:`~podium.errors.DecisionError` (404, 409, 422 as its ``status`` says).
+        """
+        if (approve is None) == (answer is None):
+            raise DecisionError(422, "give approve=True/False or answer=..., one of them")
+        kind = "answer" if answer is not None else "approve" if approve else "reject"
+        raw = arguments if arguments is None or isinstance(arguments, str) else (
+            msgspec.json.encode(arguments).decode()
+        )
+        if raw is not None and agent is None:
+            raise DecisionError(422, "pass agent= to check edited arguments against its tool")
+        tools = None if agent is None else (lambda _a, name: agent.tools.get(name))
+        record, _ = await decisions.decide(
+            self.store, run_id, call_id, kind,
+            message=answer if answer is not None else message,
+            arguments=raw, by=by, tools=tools,
+        )
+        return record
+
+    async def sweep_waiting(self, *, now: float | None = None) -> list[RunRecord]:
+        """End ``failed`` the waiting runs past their deadline or approval timeout (workers
+        call this periodically; embedded users without one may too)."""
+        ended = await decisions.sweep_waiting(self.store, now=now)
+        for record, final in ended:
+            for observer in self.observers:
+                observer(record.run_id, final)
+            if self.hook is not None:  # counted with the other ends (reason deadline, …)
+                self.hook.run_finished(record)
+        return [record for record, _ in ended]
+
+    async def _still_waiting(self, record: RunRecord) -> RunRecord:
+        """A waiting run asked to be driven: ended if its wait is over, else as it is."""
+        waiting = record.waiting
+        if waiting is None or waiting.until is None or waiting.until > time.time():
+            return record
+        try:
+            final = await decisions.expire(self.store, record)
+        except StaleRunError:  # decided or cancelled meanwhile: as it stands now
+            stored = await self.store.get(record.run_id)
+            return stored if stored is not None else record
+        for observer in self.observers:
+            observer(record.run_id, final)
+        if self.hook is not None:
+            self.hook.run_finished(record)
+        return record
+
     # -- the run ----------------------------------------------------------------------------
 
     async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
         """Drive ``record`` from wherever its journal stands to a terminal status."""
         if record.done:
             return record
+        if record.status == "waiting":  # parked on a human: nothing to drive until decided
+            return await self._still_waiting(record)
         self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
         task = asyncio.current_task()
@@ -303,13 +397,11 @@ class Engine(AsyncCloseable):
     async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it)."""
-        entries = (
-            []
-            if record.status == "queued"
-            else [e for _, e in await self.store.journal(record.run_id)]
-        )
+        # A run back in the queue after a human's decision has started before: read its journal.
+        fresh = record.status == "queued" and record.started_at is None
+        entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
         screened = None
-        if record.status == "queued" and agent.screening is not None:
+        if fresh and agent.screening is not None:
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
@@ -334,6 +426,8 @@ class Engine(AsyncCloseable):
         record.status = "running"
         if record.started_at is None:
             record.started_at = now
+        if record.waiting is not None:  # resumed after a wait (its pause was counted then)
+            record.waiting = None
         await self.store.update(record)
         if self.hook is not None:
             self.hook.run_started(agent, record)
@@ -347,7 +441,7 @@ class Engine(AsyncCloseable):
         alarm = None
         if deadline is not None and deadline != math.inf and task is not None:
             assert record.started_at is not None
-            left = record.started_at + deadline - time.time()
+            left = record.started_at + record.paused_s + deadline - time.time()
             # A fresh run arms its deadline as the same float as every other (one wheel queue).
             fresh = 0.0 <= deadline - left < min(1.0, deadline / 10)
             alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
@@ -359,7 +453,7 @@ class Engine(AsyncCloseable):
             end = ("completed", None, None)  # recorded with the last step
         except _Finish as exc:
             end = (exc.status, exc.reason, exc.error)
-        except _Paused:
+        except (_Paused, _Waiting):
             return record
         except ModelReplyError as exc:
             end = ("failed", "invalid_reply", str(exc))
@@ -449,7 +543,9 @@ class Engine(AsyncCloseable):
                 message.tool_calls = cut
         ctx.append(message)
         sw.lap(_PARSE)
-        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
+        if len(planned) > 1 or (
+            planned and (planned[0].tool.policy.side_effects or planned[0].tool.approval)
+        ):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
             # the same idempotency keys. A lone side-effect-free call rides with the commit.
             await self._append(state, (ModelTurn(step, time.time(), message, response.usage),), sw)
@@ -583,9 +679,15 @@ class Engine(AsyncCloseable):
             planned, rejected = restrict_calls(
                 planned, rejected, state.allowed_tools, state.record.tenant
             )
+        held = _NO_CALLS
+        if agent.gated:  # some calls may need a human's approval first
+            planned, held = approvals.gate(planned, state.approved)
         # tools
+        interrupts = self.executor.interrupts
         results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
+        if held or self.executor.interrupts != interrupts:
+            await self._park(agent, state, planned, held, rejected, results, done, deferred)
         # merge
         if rejected:
             outcomes = [*rejected, *results]
@@ -660,9 +762,104 @@ class Engine(AsyncCloseable):
             )
             state.invalid_calls += invalid
         state.pending = None
+        if pending.requests is not None or pending.interrupted is not None:
+            planned = await self._after_humans(agent, state, pending, planned, rejected)
         await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
         if verdict is not None and verdict.rejected is not None:
             self._output_failed(agent, state, verdict)
+        state.approved = frozenset()
+
+    # -- waiting on humans (see podium.engine.approvals) ------------------------------------
+
+    async def _park(
+        self,
+        agent: Agent,
+        state: RunState,
+        planned: list[PlannedCall],
+        held: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        results: list[tuple[int, ToolResult]],
+        done: dict[int, ToolResult],
+        deferred: tuple[Message, ModelResponse] | None,
+    ) -> None:
+        """Journal the step so far and the calls that wait for a human, with the record
+        ``waiting``, in one write; then end the drive (:class:`_Waiting`). Returns if no
+        call waits after all (another run's tool raised Interrupt meanwhile)."""
+        step = state.step
+        ts = time.time()
+        message = deferred[0] if deferred is not None else state.ctx.messages[-1]
+        asks = approvals.requests_for(step, ts, message.tool_calls, held, results)
+        if not asks:
+            return
+        entries: list[JournalEntry] = []
+        if deferred is not None:  # the lone call's turn rode with the commit: write it now
+            entries.append(ModelTurn(step, ts, message, deferred[1].usage))
+        entries.extend(ToolOutcome(step, ts, i, r) for i, r in rejected)
+        if deferred is not None or (len(planned) == 1 and not done):  # not journaled by _run_tools
+            entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+        entries.extend(asks)
+        await self._wait_for_humans(agent, state, entries)
+
+    async def _wait_for_humans(
+        self, agent: Agent, state: RunState, entries: Sequence[JournalEntry]
+    ) -> None:
+        record = state.record
+        now = time.time()
+        record.status = "waiting"
+        record.waiting = approvals.waiting_for(agent, record, now)
+        record.steps = state.step
+        record.usage = state.usage
+        if state.alarm is not None:
+            state.alarm.disarm()
+        await self._append(state, entries, record=record)
+        raise _Waiting
+
+    async def _after_humans(
+        self,
+        agent: Agent,
+        state: RunState,
+        pending: PendingStep,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+    ) -> list[PlannedCall]:
+        """The calls to run in a step resumed after humans decided: approved ones with
+        their (edited) arguments; rejected and answered ones have their outcome already.
+        A call still undecided (its request was never journaled: the worker died right
+        after the tool asked) parks the run again."""
+        decided = pending.decisions or {}
+        requests = pending.requests or {}
+        undecided = [
+            ApprovalRequested(
+                pending.step, time.time(), i, r.call_id, r.name,
+                pending.message.tool_calls[i].arguments, "interrupt", r.content,
+            )
+            for i, r in sorted((pending.interrupted or {}).items())
+            if i not in decided and i not in requests
+        ]
+        if undecided or any(i not in decided for i in requests):
+            entries = [ToolOutcome(pending.step, time.time(), i, r) for i, r in rejected]
+            state.step = pending.step
+            await self._wait_for_humans(agent, state, [*entries, *undecided])
+        approved: set[int] = set(pending.outcomes)  # ran, rejected or answered: not gated
+        kept: list[PlannedCall] = []
+        for call in planned:
+            decision = decided.get(call.index)
+            if decision is not None and decision.decision == "approve":
+                approved.add(call.index)
+                if decision.arguments is not None:
+                    try:
+                        call.args = call.tool.decode_arguments(decision.arguments)
+                    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                        # Checked when decided; the tool changed since: the model hears why.
+                        why = f"error: approved arguments no longer fit {call.tool.name!r}: {exc}"
+                        rejected.append((call.index, ToolResult(
+                            call.ctx.call_id, call.tool.name, why, ok=False,
+                            error="invalid_arguments", attempts=0,
+                        )))
+                        continue
+            kept.append(call)
+        state.approved = frozenset(approved)
+        return kept
 
     # -- pieces -----------------------------------------------------------------------------
 

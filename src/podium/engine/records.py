@@ -21,7 +21,10 @@ from podium.security.screen import Screened
 from podium.tools.executor import ToolResult
 
 __all__ = (
+    "RUN_STATUSES",
     "TERMINAL_STATUSES",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "Compacted",
     "JournalEntry",
     "ModelTurn",
@@ -33,12 +36,30 @@ __all__ = (
     "StepCommitted",
     "StepRecord",
     "ToolOutcome",
+    "Waiting",
 )
 
 T = TypeVar("T")
 
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+#: Every status, in a run's order: ``waiting`` is a run parked on a human (no worker holds it).
+RUN_STATUSES: tuple[str, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+class Waiting(msgspec.Struct, gc=False, omit_defaults=True):
+    """Why and until when a ``waiting`` run waits (see :mod:`podium.engine.approvals`).
+
+    ``until`` is the wall-clock time past which it fails without a decision (None:
+    never), with ``reason`` ``deadline`` (its run deadline keeps counting) or
+    ``approval_timeout``.
+    """
+
+    since: float
+    until: float | None = None
+    reason: str = "deadline"
+    #: The run's deadline does not count this wait (``deadline_while_waiting="pause"``).
+    pause: bool = False
 
 
 class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
@@ -85,6 +106,10 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     parent_run_id: str | None = None
     parent_call: str | None = None
     active_agent: str | None = None
+    #: Set while the run is ``waiting`` on a human; None otherwise.
+    waiting: Waiting | None = None
+    #: Seconds spent waiting that its deadline does not count (``deadline_while_waiting="pause"``).
+    paused_s: float = 0.0
 
     @property
     def done(self) -> bool:
@@ -176,6 +201,41 @@ class OutputRejected(msgspec.Struct, tag="output_rejected", gc=False, omit_defau
     error: str = ""
     usage: Usage = Usage()
     profile: StepProfile | None = None
+class ApprovalRequested(msgspec.Struct, tag="approval", gc=False, omit_defaults=True):
+    """A tool call of ``step`` that waits for a human: an approval, or a tool's question.
+
+    ``kind`` is ``approval`` (the tool requires approval; it has not run) or
+    ``interrupt`` (the tool ran and asked ``question``; the human's answer becomes
+    its result). ``arguments`` is the call's JSON arguments as the model gave them.
+    """
+
+    step: int
+    ts: float
+    index: int
+    call_id: str
+    tool: str
+    arguments: str
+    kind: Literal["approval", "interrupt"] = "approval"
+    question: str | None = None
+
+
+class ApprovalDecided(msgspec.Struct, tag="decision", gc=False, omit_defaults=True):
+    """A human's decision on one :class:`ApprovalRequested` (journaled before the run resumes).
+
+    ``decision``: ``approve`` (run the call, with ``arguments`` if edited), ``reject``
+    (the model reads ``message`` as the call's result) or ``answer`` (an interrupt's
+    reply, which becomes the call's result). ``by`` says who decided.
+    """
+
+    step: int
+    ts: float
+    index: int
+    call_id: str
+    tool: str
+    decision: Literal["approve", "reject", "answer"]
+    message: str | None = None
+    arguments: str | None = None
+    by: str | None = None
 
 
 class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):
@@ -196,4 +256,6 @@ JournalEntry = (
     | RunFinished
     | Screened
     | OutputRejected
+    | ApprovalRequested
+    | ApprovalDecided
 )

@@ -9,8 +9,11 @@ import msgspec
 
 from podium.agent import Agent
 from podium.context.buffer import CompactionPlan, ContextBuffer
+from podium.engine.approvals import INTERRUPTED, decided_result
 from podium.engine.profile import RunProfile
 from podium.engine.records import (
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
@@ -28,6 +31,9 @@ from podium.tools.executor import ToolResult
 __all__ = ("PendingStep", "RunState", "replay")
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 class Disarmable(Protocol):
     fired: bool
 
@@ -35,11 +41,19 @@ class Disarmable(Protocol):
 
 
 class PendingStep(msgspec.Struct, gc=False):
-    """A step whose model turn is journaled but which was never committed."""
+    """A step whose model turn is journaled but which was never committed.
+
+    ``requests``/``decisions``/``interrupted`` are by call index, for a step that
+    waited on a human (see :mod:`podium.engine.approvals`): the calls asked about, the
+    decisions taken, and the calls whose tool raised Interrupt.
+    """
 
     step: int
     message: Message
     outcomes: dict[int, ToolResult]
+    requests: dict[int, ApprovalRequested] | None = None
+    decisions: dict[int, ApprovalDecided] | None = None
+    interrupted: dict[int, ToolResult] | None = None
 
 
 class RunState:
@@ -49,6 +63,7 @@ class RunState:
         "agent",
         "alarm",
         "allowed_tools",
+        "approved",
         "attained_s",
         "blocked",
         "cached_tokens",
@@ -78,6 +93,8 @@ class RunState:
         self.allowed_tools: frozenset[str] | None = None
         #: Replaces secrets in journal entries before they are written (None: no secrets).
         self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
+        #: Calls of the step being resumed that a human approved (the gate lets them run).
+        self.approved: frozenset[int] = _NONE
         self.step = 0
         self.invalid_calls = 0
         #: Replies that failed the agent's output type (its ``output_retries`` budget).
@@ -105,6 +122,10 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
     state = RunState(record, ContextBuffer(agent.prefix, agent.context.tokenizer, record.input))
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}
+    # Calls of the open step that waited on a human (rare: created on first use).
+    requests: dict[int, ApprovalRequested] | None = None
+    decisions: dict[int, ApprovalDecided] | None = None
+    interrupted: dict[int, ToolResult] | None = None
     flushed = True
 
     def flush() -> None:
@@ -141,10 +162,24 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
                 state.profile.steps.append(entry.profile)
         elif isinstance(entry, ModelTurn):
             turn, outcomes, flushed = entry, {}, False
+            requests = decisions = interrupted = None
             state.add_usage(entry.usage)
             state.ctx.append(entry.message)
         elif isinstance(entry, ToolOutcome):
-            outcomes[entry.index] = entry.result
+            if entry.result.error == INTERRUPTED:  # a question, not an outcome: it waits
+                interrupted = interrupted or {}
+                interrupted[entry.index] = entry.result
+            else:
+                outcomes[entry.index] = entry.result
+        elif isinstance(entry, ApprovalRequested):
+            requests = requests or {}
+            requests[entry.index] = entry
+        elif isinstance(entry, ApprovalDecided):
+            decisions = decisions or {}
+            decisions[entry.index] = entry
+            fixed = decided_result(entry)
+            if fixed is not None:  # rejected or answered: that is the call's outcome
+                outcomes[entry.index] = fixed
         elif isinstance(entry, Compacted):
             flush()
             state.ctx.replace(CompactionPlan(entry.start, entry.end), entry.summary)
@@ -157,6 +192,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
         elif isinstance(entry, RunFinished):
             state.finished = entry
     if turn is not None:
-        state.pending = PendingStep(turn.step, turn.message, outcomes)
+        state.pending = PendingStep(
+            turn.step, turn.message, outcomes, requests, decisions, interrupted
+        )
         state.step = turn.step
     return state

@@ -11,28 +11,33 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from podium.engine.approvals import PendingApproval
 from podium.engine.profile import STEP_PHASES, RunProfile
 from podium.engine.records import RunFinished, RunRecord
 
 __all__ = (
     "AgentList",
     "AgentOut",
+    "ApprovalList",
+    "ApprovalOut",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatRequest",
+    "DecisionIn",
     "Health",
     "Readiness",
     "RunCreate",
     "RunList",
     "RunOut",
     "ToolOut",
+    "approval_out",
     "output_out",
     "run_out",
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
-RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -112,6 +117,43 @@ class RunOut(msgspec.Struct):
 class RunList(msgspec.Struct):
     object: Literal["list"]
     data: list[RunOut]
+
+
+class DecisionIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/runs/{run_id}/approvals/{call_id}``: a human's decision on one call.
+
+    ``approve`` (with edited ``arguments``, checked against the tool's schema),
+    ``reject`` (``message`` is what the model reads as the call's result) or
+    ``answer`` (``message`` answers the tool's question). ``by`` names who decided
+    (journaled with the decision; the API key's tenant otherwise).
+    """
+
+    decision: Literal["approve", "reject", "answer"]
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    arguments: dict[str, Any] | None = None
+    by: Name | None = None
+
+
+class ApprovalOut(msgspec.Struct):
+    """A tool call waiting for a human: ``kind`` ``approval`` (the call has not run) or
+    ``interrupt`` (the tool asked ``question``). ``until``: when the run fails undecided."""
+
+    object: Literal["approval"]
+    run_id: str
+    agent: str
+    call_id: str
+    tool: str
+    arguments: Any
+    kind: Literal["approval", "interrupt"]
+    step: int
+    requested_at: float
+    question: str | None
+    until: float | None
+
+
+class ApprovalList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[ApprovalOut]
 
 
 class ToolOut(msgspec.Struct):
@@ -292,6 +334,16 @@ def output_out(record: RunRecord | RunFinished) -> Any:
     if record.structured and record.output is not None:
         return msgspec.Raw(record.output.encode())
     return record.output
+def approval_out(pending: PendingApproval) -> ApprovalOut:
+    try:
+        arguments: Any = msgspec.json.decode(pending.arguments)
+    except msgspec.DecodeError:  # shown as given
+        arguments = pending.arguments
+    return ApprovalOut(
+        "approval", pending.run_id, pending.agent, pending.call_id, pending.tool, arguments,
+        "interrupt" if pending.kind == "interrupt" else "approval", pending.step,
+        pending.requested_at, pending.question, pending.until,
+    )
 
 
 def run_out(record: RunRecord) -> RunOut:

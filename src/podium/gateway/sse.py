@@ -11,6 +11,10 @@ never a duplicate. Event names::
     step_finished  a step was checkpointed (with its phase timings)
     final          the run ended (status, output, error, reason) — the last event; a
                    structured answer's ``output`` is a JSON value, with ``structured: true``
+    approval_requested  a tool call waits for a human (the run is ``waiting``; the stream
+                   stays open, with keep-alives, until the run resumes and ends)
+    approval_decided    a human decided on one (who, when, what)
+    final          the run ended (status, output, error, reason) — the last event
     error          the store stayed unreachable past the follower's grace (the stream ends)
 
 A step journaled whole (one ``StepRecord`` entry, the common case) is sent as
@@ -61,6 +65,8 @@ EVENT_NAMES: dict[str, str] = {
     "tool": "tool_result",
     "compact": "compacted",
     "step": "step_finished",
+    "approval": "approval_requested",
+    "decision": "approval_decided",
     "final": "final",
 }
 KEEPALIVE = b": keep-alive\n\n"
