@@ -48,6 +48,7 @@ from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
@@ -150,10 +151,13 @@ class Engine(AsyncCloseable):
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
+        thread_id: str | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        ``thread_id``: the run continues that conversation (created for ``tenant`` if
+        new); it starts when the thread's earlier runs have ended, from their history.
         """
         record = RunRecord(
             run_id or new_run_id(),
@@ -162,7 +166,10 @@ class Engine(AsyncCloseable):
             tenant=tenant,
             metadata=metadata or {},
             deadline_s=deadline_s,
+            thread_id=thread_id,
         )
+        if thread_id is not None:  # joined first: a run missing from its thread cannot be
+            await self.threads.join(thread_id, tenant, record.run_id, create=True)
         await self.store.create(record)
         return record
 
@@ -245,6 +252,11 @@ class Engine(AsyncCloseable):
     def active_runs(self) -> int:
         return len(self._tasks)
 
+    @property
+    def threads(self) -> ThreadKeeper:
+        """The threads (conversations) of this engine's store."""
+        return keeper_for(self.store)
+
     # -- the run ----------------------------------------------------------------------------
 
     async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
@@ -264,8 +276,13 @@ class Engine(AsyncCloseable):
                         return stored
                 state = await self._load(agent, record, admit_ns)
                 if state is None:
+                    if record.thread_id is not None:
+                        await self.threads.settle_quietly(record)
                     return record
-                return await self._drive(agent, state)
+                ended = await self._drive(agent, state)
+                if ended.thread_id is not None and ended.done:
+                    await self.threads.settle_quietly(ended, state.ctx.messages)
+                return ended
             except asyncio.CancelledError:
                 if run_id not in self._cancelling:
                     raise  # shutdown: the run stays `running` and resumes elsewhere
@@ -277,7 +294,10 @@ class Engine(AsyncCloseable):
             stored = await self.store.get(run_id)
             if stored is not None and stored.done:
                 return stored
-            return await self._finish_record(record)
+            ended = await self._finish_record(record)
+            if ended.thread_id is not None:
+                await self.threads.settle_quietly(ended)
+            return ended
         finally:
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
@@ -295,6 +315,9 @@ class Engine(AsyncCloseable):
     async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it)."""
+        history = None
+        if record.thread_id is not None:  # waits while runs ahead of it on the thread go
+            history = await self.threads.turn(record)
         entries = (
             []
             if record.status == "queued"
@@ -305,7 +328,7 @@ class Engine(AsyncCloseable):
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
-        state = replay(agent, record, entries)
+        state = replay(agent, record, entries, history)
         state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
@@ -325,9 +348,19 @@ class Engine(AsyncCloseable):
         if record.started_at is None:
             record.started_at = now
         await self.store.update(record)
+        if history and state.step == 0 and state.pending is None:
+            await self._fit_history(agent, state)
         if self.hook is not None:
             self.hook.run_started(agent, record)
         return state
+
+    async def _fit_history(self, agent: Agent, state: RunState) -> None:
+        """A thread's history with the new input over budget: compact before the first call
+        (journaled, so a resume replays the same context)."""
+        if state.ctx.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, Stopwatch(self._cpu))
+            if compaction is not None:
+                await self._append(state, (compaction,))
 
     async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
         record = state.record

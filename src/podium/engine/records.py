@@ -66,6 +66,8 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     pool: str = "default"
     metadata: dict[str, str] = {}
     deadline_s: float | None = None  # this run's own limit (None: its agent's)
+    #: The conversation the run belongs to: it starts from the thread's history.
+    thread_id: str | None = None
 
     @property
     def done(self) -> bool:
