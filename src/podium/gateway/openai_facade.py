@@ -4,7 +4,9 @@
 last message, if no user wrote one); earlier
 messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
-not apply). The reply is the run's final answer: one ``chat.completion``, or
+not apply). With ``thread_id`` (Podium's extension field) the run continues
+that thread instead: the input is the last message alone, the history the
+thread's. The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, the answer when the run ends, a chunk with
 ``finish_reason: "stop"``, an optional usage chunk, then ``data: [DONE]``.
@@ -93,7 +95,10 @@ async def complete(
 
     With ``idempotency_key`` a retried request answers from the run the first made.
     """
-    user_input = input_from_messages(body.messages)
+    if body.thread_id is None:
+        user_input = input_from_messages(body.messages)
+    else:  # the thread holds the conversation: only the new message is the input
+        user_input = input_from_messages(body.messages[-1:])
     record, _ = await gw.submit(
         tenant,
         body.model,
@@ -101,6 +106,7 @@ async def complete(
         body.metadata or {},
         field="model",
         idempotency_key=idempotency_key,
+        thread_id=body.thread_id,
     )
     completion_id = "chatcmpl-" + record.run_id
     created = int(time.time())

@@ -22,6 +22,11 @@ from podium.gateway.schemas import (
     RunCreate,
     RunList,
     RunOut,
+    ThreadCreate,
+    ThreadDeleted,
+    ThreadDetail,
+    ThreadList,
+    ThreadOut,
 )
 from podium.gateway.sse import MAX_EVENT_ID
 
@@ -33,7 +38,7 @@ _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",
     "403": "The key is a tenant's; this endpoint needs an operator key (admin = true).",
-    "404": "No such run (for this tenant) or agent.",
+    "404": "No such run, thread (for this tenant) or agent.",
     "408": "The body did not arrive within server.body_timeout_s.",
     "409": "The run cannot be cancelled (it already ended, or runs elsewhere).",
     "413": "The body is over the size limit.",
@@ -87,6 +92,19 @@ _IDEMPOTENCY_KEY = {
 }
 _AUTH: list[dict[str, list[str]]] = [{"apiKey": []}]
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_THREAD_ID = {
+    "name": "thread_id",
+    "in": "path",
+    "required": True,
+    "description": "A thread id (a malformed one is a 422).",
+    "schema": {"type": "string"},
+}
+_LIMIT = {
+    "name": "limit",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+}
 
 
 def _paths() -> dict[str, Any]:
@@ -129,17 +147,7 @@ def _paths() -> dict[str, Any]:
                         "required": False,
                         "schema": {"type": "string"},
                     },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 1000,
-                            "default": 100,
-                        },
-                    },
+                    _LIMIT,
                 ],
                 "responses": {
                     "200": {"description": "Runs.", "content": _json("RunList")},
@@ -198,6 +206,51 @@ def _paths() -> dict[str, Any]:
                     **_errors("401", "404", "409", "422", "503"),
                 },
             }
+        },
+        "/v1/threads": {
+            "post": {
+                "operationId": "createThread",
+                "summary": "Start a thread (a conversation): runs created with its id continue it",
+                "security": _AUTH,
+                "requestBody": {"required": True, "content": _json("ThreadCreate")},
+                "responses": {
+                    "201": {"description": "The new thread.", "content": _json("ThreadOut")},
+                    **_errors(*body_errors, "408", "503"),
+                },
+            },
+            "get": {
+                "operationId": "listThreads",
+                "summary": "The tenant's threads, most recently used first",
+                "security": _AUTH,
+                "parameters": [_LIMIT],
+                "responses": {
+                    "200": {"description": "Threads.", "content": _json("ThreadList")},
+                    **_errors("401", "422", "503"),
+                },
+            },
+        },
+        "/v1/threads/{thread_id}": {
+            "get": {
+                "operationId": "getThread",
+                "summary": "A thread: its conversation (compacted, as the next run starts "
+                "from it) and its run ids",
+                "security": _AUTH,
+                "parameters": [_THREAD_ID],
+                "responses": {
+                    "200": {"description": "The thread.", "content": _json("ThreadDetail")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            },
+            "delete": {
+                "operationId": "deleteThread",
+                "summary": "Forget a thread (its runs stay)",
+                "security": _AUTH,
+                "parameters": [_THREAD_ID],
+                "responses": {
+                    "200": {"description": "Deleted.", "content": _json("ThreadDeleted")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            },
         },
         "/v1/agents": {
             "get": {
@@ -300,6 +353,11 @@ def openapi_document() -> dict[str, Any]:
         ModelOut,
         ChatRequest,
         ChatCompletion,
+        ThreadCreate,
+        ThreadOut,
+        ThreadDetail,
+        ThreadList,
+        ThreadDeleted,
         ErrorBody,
         Health,
         Readiness,
