@@ -250,3 +250,36 @@ async def test_fifty_turns_stay_within_the_context_budget(backend: StoreBackend)
     assert not any(m.content.startswith("Question 0:") for m in last)
     assert thread_now.turns == TURNS and len(thread_now.runs) == TURNS
     assert sum(m.tokens for m in thread_now.history) <= BUDGET
+
+
+async def test_a_run_that_ended_unsettled_is_settled_from_its_journal_once(
+    backend: StoreBackend,
+) -> None:
+    """A worker killed between a run's end and the thread's write: the next run (or a read)
+    folds the ended run in from its journal — once, however many settle it."""
+    seen: list[list[Message]] = []
+    agent = echo_agent(seen)
+    tid = new_id()
+    store = backend.store()
+    async with Engine(store) as engine:
+        first = await engine.run(agent, "one", thread_id=tid)
+        before = await store.get_thread(tid)
+        assert before is not None
+        second = await engine.run(agent, "two", thread_id=tid)
+        # Put the thread back as it was before `second` settled: as if its worker died there.
+        after = await store.get_thread(tid)
+        assert after is not None and after.settled == 2
+        after.settled, after.turns, after.history = 1, 1, before.history
+        await store.update_thread(after)
+        other = ThreadKeeper(backend.store())  # another process's view
+        read, again = await asyncio.gather(
+            other.read(tid, "default"), engine.threads.read(tid, "default")
+        )
+        third = await engine.run(agent, "three", thread_id=tid)
+        final = await engine.threads.read(tid, "default")
+    assert [m.content for m in read.history] == [m.content for m in again.history] == [
+        "one", "answer 1: one", "two", "answer 2: two"
+    ]
+    assert final.runs == [first.run_id, second.run_id, third.run_id]
+    assert [m.content for m in final.history if m.role == "user"] == ["one", "two", "three"]
+    assert (final.settled, final.turns) == (3, 3)

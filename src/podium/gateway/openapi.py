@@ -12,6 +12,7 @@ import msgspec
 
 from podium.gateway.errors import ErrorBody
 from podium.gateway.schemas import (
+    THREAD_ID_PATTERN,
     AgentList,
     ChatCompletion,
     ChatRequest,
@@ -29,6 +30,7 @@ from podium.gateway.schemas import (
     ThreadOut,
 )
 from podium.gateway.sse import MAX_EVENT_ID
+from podium.threads.record import MAX_THREAD_ID
 
 __all__ = ("openapi_document",)
 
@@ -97,7 +99,12 @@ _THREAD_ID = {
     "in": "path",
     "required": True,
     "description": "A thread id (a malformed one is a 422).",
-    "schema": {"type": "string"},
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_THREAD_ID,
+        "pattern": THREAD_ID_PATTERN,
+    },
 }
 _LIMIT = {
     "name": "limit",
