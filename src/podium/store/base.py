@@ -17,6 +17,7 @@ import msgspec
 
 from podium.engine.records import JournalEntry, RunRecord
 from podium.lifecycle import AsyncCloseable
+from podium.memory.item import MemoryItem
 from podium.store.notify import JournalNotifier
 from podium.threads.record import ThreadRecord
 
@@ -137,6 +138,20 @@ class RunStore(AsyncCloseable, abc.ABC):
     async def delete_thread(self, thread_id: str) -> bool:
         """Forget the thread (its runs stay); False if there was none."""
         raise NotImplementedError(f"{type(self).__name__} does not store threads")
+
+    # -- long-term memory (podium.memory.StoreMemory): items by namespace and key ----------
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        """Keep ``item`` in ``namespace``, replacing the item with the same key."""
+        raise NotImplementedError(f"{type(self).__name__} does not store memories")
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        """The namespace's items, newest first."""
+        raise NotImplementedError(f"{type(self).__name__} does not store memories")
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        """Forget one item; False if there was none."""
+        raise NotImplementedError(f"{type(self).__name__} does not store memories")
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(0, 0, 0, 0)

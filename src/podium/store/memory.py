@@ -16,11 +16,16 @@ import msgspec
 
 from podium.engine.records import JournalEntry, RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError, ThreadNotFoundError
+from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
 from podium.threads.record import ThreadRecord
 
 __all__ = ("MemoryRunStore",)
+
+def _newest(item: MemoryItem) -> float:
+    return item.created_at
+
 
 _copy = msgspec.structs.replace  # a shallow copy: the store keeps its own snapshot
 
@@ -49,6 +54,7 @@ class MemoryRunStore(RunStore):
         self._appends = 0
         self._entries = 0
         self._threads: dict[str, ThreadRecord] = {}
+        self._memories: dict[str, dict[str, MemoryItem]] = {}
 
     async def create(self, record: RunRecord) -> None:
         self._expire()
@@ -173,6 +179,25 @@ class MemoryRunStore(RunStore):
 
     async def delete_thread(self, thread_id: str) -> bool:
         return self._threads.pop(thread_id, None) is not None
+
+    # -- long-term memory -------------------------------------------------------------------
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        items = self._memories.setdefault(namespace, {})
+        items.pop(item.key, None)  # a replaced item counts as new: it goes last
+        items[item.key] = item
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        items = sorted(self._memories.get(namespace, {}).values(), key=_newest, reverse=True)
+        return items[: max(limit, 0)]
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        items = self._memories.get(namespace)
+        if items is None or items.pop(key, None) is None:
+            return False
+        if not items:
+            del self._memories[namespace]
+        return True
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(len(self._runs), self._appends, self._entries, 0)

@@ -58,6 +58,7 @@ from podium.errors import (
     ThreadNotFoundError,
 )
 from podium.lifecycle import stop_task
+from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
 from podium.store.redis_tail import PendingWrite, RunTail
@@ -257,6 +258,7 @@ class RedisRunStore(RunStore):
         self._write = self._pipe.register(_WRITE)
         self._thread_write = self._pipe.register(_THREAD_WRITE)
         self._thread_dec = msgspec.msgpack.Decoder(ThreadRecord)
+        self._memory_dec = msgspec.msgpack.Decoder(MemoryItem)
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
         self._entries_dec = msgspec.msgpack.Decoder(list[JournalEntry])
@@ -716,6 +718,28 @@ class RedisRunStore(RunStore):
                 ("ZREM", f"{self._idx}thall", thread_id),
             )
         return bool(deleted)
+
+    # -- long-term memory: one hash per namespace (key -> item) ----------------------------
+
+    def _memory_key(self, namespace: str) -> str:
+        return f"{self.prefix}:mem:{namespace}"
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        async with translate_errors():
+            await self._pipe.execute(
+                "HSET", self._memory_key(namespace), item.key, self._enc.encode(item)
+            )
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        async with translate_errors():
+            raws = await self._pipe.execute("HVALS", self._memory_key(namespace))
+        items = [self._memory_dec.decode(raw) for raw in raws]
+        items.sort(key=lambda i: i.created_at, reverse=True)
+        return items[: max(limit, 0)]
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        async with translate_errors():
+            return bool(await self._pipe.execute("HDEL", self._memory_key(namespace), key))
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)

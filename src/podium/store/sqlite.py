@@ -33,6 +33,7 @@ import msgspec
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError, ThreadNotFoundError
+from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
 from podium.threads.record import ThreadRecord
@@ -70,6 +71,14 @@ CREATE TABLE IF NOT EXISTS threads (
     expires_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS threads_by_tenant ON threads (tenant, updated_at);
+CREATE TABLE IF NOT EXISTS memories (
+    namespace  TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    item       BLOB NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memories_by_age ON memories (namespace, created_at);
 CREATE TABLE IF NOT EXISTS cancels (
     run_id TEXT PRIMARY KEY,
     at     REAL NOT NULL
@@ -113,6 +122,7 @@ class SQLiteRunStore(RunStore):
         self._record_decoder = msgspec.msgpack.Decoder(RunRecord)
         self._entry_decoder = msgspec.msgpack.Decoder(JournalEntry)
         self._thread_decoder = msgspec.msgpack.Decoder(ThreadRecord)
+        self._memory_decoder = msgspec.msgpack.Decoder(MemoryItem)
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -557,6 +567,36 @@ class SQLiteRunStore(RunStore):
         def op(conn: sqlite3.Connection) -> bool:
             cur = conn.execute(
                 f"DELETE FROM threads WHERE thread_id = ? AND {_LIVE}", (thread_id, time.time())
+            )
+            return cur.rowcount > 0
+
+        return await self._submit(op)
+
+    # -- long-term memory -------------------------------------------------------------------
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        row = (namespace, item.key, item.created_at, self._encoder.encode(item))
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO memories VALUES (?, ?, ?, ?)", row)
+
+        await self._submit(op)
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        def op(conn: sqlite3.Connection) -> builtins.list[bytes]:
+            rows = conn.execute(
+                "SELECT item FROM memories WHERE namespace = ? ORDER BY created_at DESC LIMIT ?",
+                (namespace, max(limit, 0)),
+            ).fetchall()
+            return [bytes(r[0]) for r in rows]
+
+        decode = self._memory_decoder.decode
+        return [decode(blob) for blob in await self._submit(op)]
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "DELETE FROM memories WHERE namespace = ? AND key = ?", (namespace, key)
             )
             return cur.rowcount > 0
 
