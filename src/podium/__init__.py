@@ -21,7 +21,9 @@ from podium.errors import (
     PodiumError,
     RetryableToolError,
     RunError,
+    ThreadNotFoundError,
 )
+from podium.memory import Memory, MemoryItem, StoreMemory, memory_tools
 from podium.messages import Message, ToolCall, Usage
 from podium.models import (
     FunctionModel,
@@ -39,6 +41,7 @@ from podium.models import (
 from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.threads import ThreadRecord
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
 
 __all__ = (
@@ -52,6 +55,8 @@ __all__ = (
     "FunctionModel",
     "HuggingFaceTokenizer",
     "LatencyModel",
+    "Memory",
+    "MemoryItem",
     "MemoryRunStore",
     "Message",
     "Model",
@@ -75,12 +80,16 @@ __all__ = (
     "SimToolCall",
     "SimulatedModel",
     "StepProfile",
+    "StoreMemory",
+    "ThreadNotFoundError",
+    "ThreadRecord",
     "Tokenizer",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolPolicy",
     "Usage",
+    "memory_tools",
     "tool",
     "tool_call_reply",
 )
