@@ -317,7 +317,9 @@ class Engine(AsyncCloseable):
         journal says it ended already (the record is then brought level with it)."""
         history = None
         if record.thread_id is not None:  # waits while runs ahead of it on the thread go
+            since = time.perf_counter_ns()
             history = await self.threads.turn(record)
+            admit_ns += time.perf_counter_ns() - since  # waiting for the turn is admission
         entries = (
             []
             if record.status == "queued"
