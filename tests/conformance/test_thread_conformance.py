@@ -283,3 +283,46 @@ async def test_a_run_that_ended_unsettled_is_settled_from_its_journal_once(
     assert final.runs == [first.run_id, second.run_id, third.run_id]
     assert [m.content for m in final.history if m.role == "user"] == ["one", "two", "three"]
     assert (final.settled, final.turns) == (3, 3)
+
+
+async def test_a_run_stored_but_never_joined_joins_when_it_is_loaded(
+    backend: StoreBackend,
+) -> None:
+    """Its creator died between storing the run and joining it to the thread: the run
+    joins when a worker loads it, after the runs already there."""
+    from podium.engine.records import RunRecord
+
+    seen: list[list[Message]] = []
+    agent = echo_agent(seen)
+    tid = new_id()
+    store = backend.store()
+    async with Engine(store) as engine:
+        first = await engine.run(agent, "one", thread_id=tid)
+        orphan = RunRecord(f"run-{uuid.uuid4().hex[:8]}", agent.name, "two", thread_id=tid)
+        await store.create(orphan)  # no join
+        ended = await engine.execute(agent, orphan)
+        thread_now = await engine.threads.read(tid, "default")
+    assert ended.output == "answer 2: two"
+    assert thread_now.runs == [first.run_id, orphan.run_id] and thread_now.turns == 2
+
+
+async def test_a_crowd_joining_one_thread_at_once(backend: StoreBackend) -> None:
+    """Twenty runs created at once on one thread through two store handles (two
+    processes): every one joins exactly once, and each turn enters the history once."""
+    seen: list[list[Message]] = []
+    agent = echo_agent(seen)
+    tid = new_id()
+    one, two = Engine(backend.store()), Engine(backend.store())
+    async with one, two:
+        records = await asyncio.gather(
+            *((one if i % 2 else two).create(agent, f"q{i}", thread_id=tid) for i in range(20))
+        )
+        done = await asyncio.gather(
+            *((one if i % 2 else two).execute(agent, r) for i, r in enumerate(records))
+        )
+        thread_now = await one.threads.read(tid, "default")
+    assert all(r.status == "completed" for r in done)
+    assert sorted(thread_now.runs) == sorted(r.run_id for r in records)
+    assert thread_now.turns == 20
+    users = [m.content for m in thread_now.history if m.role == "user"]
+    assert sorted(users) == sorted(f"q{i}" for i in range(20))

@@ -168,9 +168,10 @@ class Engine(AsyncCloseable):
             deadline_s=deadline_s,
             thread_id=thread_id,
         )
-        if thread_id is not None:  # joined first: a run missing from its thread cannot be
-            await self.threads.join(thread_id, tenant, record.run_id, create=True)
-        await self.store.create(record)
+        if thread_id is None:
+            await self.store.create(record)
+        else:
+            await self.threads.create_run(record, create_thread=True)
         return record
 
     async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:

@@ -204,15 +204,15 @@ class Gateway:
             metadata=dict(metadata),
             thread_id=thread_id,
         )
-        if thread_id is not None:  # joined before it exists: a thread never misses a run
-            try:
-                await self.threads.join(thread_id, tenant.name, run_id)
-            except ThreadNotFoundError:
-                raise _no_thread(thread_id) from None
         if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
             record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
         try:
-            await self.store.create(record)
+            if thread_id is None:
+                await self.store.create(record)
+            else:  # stored, then joined to the thread (404 if the tenant has no such thread)
+                await self.threads.create_run(record)
+        except ThreadNotFoundError:
+            raise _no_thread(str(thread_id)) from None
         except UNAVAILABLE:
             # The write may have landed before its reply was lost: settle it once the
             # store is back, so no run is left that no client knows about.

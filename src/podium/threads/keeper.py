@@ -2,8 +2,8 @@
 
 The protocol, on any store (one process or many workers around Redis):
 
-1. **join** (when the run is created): the run's id is appended to the thread's
-   ``runs``. That order is the order the thread's runs execute in.
+1. **join** (right after the run is stored): the run's id is appended to the
+   thread's ``runs``. That order is the order the thread's runs execute in.
 2. **turn** (when a worker loads the run): the run waits until every run that
    joined before it is *settled*, then starts from the thread's ``history``. A
    run ahead of it that has ended but was not settled (its worker died between
@@ -21,7 +21,9 @@ a compare-and-set on the thread's version, so two settlers cannot both apply.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import weakref
 from collections.abc import Sequence
 from typing import Protocol
@@ -108,7 +110,7 @@ class ThreadKeeper:
         not exist, or is another tenant's, is :class:`~podium.errors.ThreadNotFoundError`
         unless ``create`` (then a missing one is created for ``tenant``)."""
         check_thread_id(thread_id)
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             thread = await self.store.get_thread(thread_id)
             if thread is None:
                 if not create:
@@ -131,9 +133,37 @@ class ThreadKeeper:
             try:
                 await self.store.update_thread(thread)
             except StaleRunError:
+                await _back_off(attempt)
                 continue
             return thread
         raise StaleRunError(f"thread {thread_id}: too much contention to join it")
+
+    async def create_run(self, record: RunRecord, *, create_thread: bool = False) -> None:
+        """Store the new run ``record`` and join it to its thread.
+
+        Stored first, joined second: a run the thread lists always exists (a crash in
+        between leaves a run its thread does not list yet; it joins when it is loaded).
+        A thread that is missing (unless ``create_thread``) or another tenant's is checked
+        before the run is stored, and if it goes meanwhile the run is failed, so no run is
+        left queued that nothing will start: :class:`~podium.errors.ThreadNotFoundError`.
+        """
+        thread_id = record.thread_id
+        assert thread_id is not None
+        thread = await self.store.get_thread(check_thread_id(thread_id))
+        if (thread is None and not create_thread) or (
+            thread is not None and thread.tenant != record.tenant
+        ):
+            raise ThreadNotFoundError(thread_id)
+        await self.store.create(record)
+        try:
+            await self.join(thread_id, record.tenant, record.run_id, create=create_thread)
+        except ThreadNotFoundError:
+            record.status, record.reason = "failed", "thread_not_found"
+            record.error = f"thread {thread_id} was deleted before the run joined it"
+            await self.store.update(record)
+            raise
+        except StaleRunError as exc:  # a crowd joining at once: it joins when it is loaded
+            log.warning("run %s: joins thread %s when loaded (%s)", record.run_id, thread_id, exc)
 
     # -- a run's turn ---------------------------------------------------------------------------
 
@@ -150,13 +180,22 @@ class ThreadKeeper:
             if thread is None:
                 return []
             pending = thread.pending
-            if not pending or pending[0] == record.run_id or record.run_id not in pending:
+            if record.run_id not in pending:
+                if record.run_id in thread.runs:  # settled already: nothing to wait for
+                    return thread.history
+                try:  # stored but never joined (its creator died in between): join now
+                    await self.join(thread_id, record.tenant, record.run_id)
+                except ThreadNotFoundError:  # gone meanwhile, or another tenant's now
+                    return []
+                continue
+            if pending[0] == record.run_id:
                 return thread.history
             if not await self._settle_head(thread):
                 await self._turns.wait(thread_id, self.poll_s)
 
     async def _settle_head(self, thread: ThreadRecord) -> bool:
-        """Settle the thread's head run if it has ended; False if it is still going."""
+        """Settle the thread's head run if it has ended (or is gone: expired, deleted);
+        False if it is still going."""
         head = thread.pending[0]
         record = await self.store.get(head)
         if record is not None and not record.done:
@@ -209,7 +248,7 @@ class ThreadKeeper:
         self, thread: ThreadRecord | None, run_id: str, messages: list[Message] | None
     ) -> None:
         """Move ``settled`` past ``run_id`` (the head), with its history if it completed."""
-        for _ in range(_ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             if thread is None or not thread.pending or thread.pending[0] != run_id:
                 return  # settled by someone else meanwhile
             thread.settled += 1
@@ -220,6 +259,7 @@ class ThreadKeeper:
             try:
                 await self.store.update_thread(thread)
             except StaleRunError:
+                await _back_off(attempt)
                 thread = await self.store.get_thread(thread.thread_id)
                 continue
             except ThreadNotFoundError:
@@ -239,6 +279,11 @@ class ThreadKeeper:
                 return thread
             thread = await self.store.get_thread(thread_id)
         raise ThreadNotFoundError(thread_id)
+
+
+async def _back_off(attempt: int) -> None:
+    """After a lost compare-and-set: a short random pause, so a crowd spreads out."""
+    await asyncio.sleep(random.uniform(0, 0.001 * min(attempt + 1, 20)))
 
 
 _keepers: weakref.WeakKeyDictionary[RunStore, ThreadKeeper] = weakref.WeakKeyDictionary()
