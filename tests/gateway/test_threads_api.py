@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import KEY_B, gateway_client
+from conftest import KEY_B, default_agents, gateway_client
 from podium import Agent, FunctionModel, ModelRequest
 from podium.gateway.app import create_app
 from podium.gateway.service import ServedAgent
@@ -92,9 +92,7 @@ async def test_concurrent_runs_on_one_thread_are_serialized() -> None:
 
 
 async def test_another_tenants_thread_is_not_found() -> None:
-    async with (
-        gateway_client(agents=agents()) as (gw, client),
-    ):
+    async with gateway_client(agents=agents()) as (gw, client):
         thread_id = await new_thread(client)
         await run(client, thread_id, "secret")
         transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
@@ -173,3 +171,25 @@ async def test_the_chat_facade_continues_a_thread_for_the_openai_sdk() -> None:
                 )
         thread = (await client.get(f"/v1/threads/{thread_id}")).json()
         assert thread["turns"] == 2
+
+
+async def test_cancelling_runs_on_a_thread_frees_it() -> None:
+    """A run waiting for its turn behind a long one can be cancelled; cancelling the long
+    one lets the next run start at once; neither adds a turn."""
+    async with gateway_client(agents=[*agents(), *default_agents()]) as (_, client):
+        thread_id = await new_thread(client)
+        long = (await client.post("/v1/runs", json={
+            "agent": "sleepy", "input": "take your time", "thread_id": thread_id})).json()
+        waiting = (await client.post("/v1/runs", json={
+            "agent": "counter", "input": "behind", "thread_id": thread_id})).json()
+        await asyncio.sleep(0.2)
+        assert (await client.get(f"/v1/runs/{waiting['id']}")).json()["status"] == "queued"
+        r = await client.post(f"/v1/runs/{waiting['id']}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        r = await client.post(f"/v1/runs/{long['id']}/cancel")
+        assert r.status_code == 200 and r.json()["status"] == "cancelled"
+        after = await run(client, thread_id, "after")
+        assert after["output"] == "1 said, last: after"  # the cancelled runs left no turn
+        thread = (await client.get(f"/v1/threads/{thread_id}")).json()
+        assert thread["run_ids"] == [long["id"], waiting["id"], after["id"]]
+        assert (thread["turns"], thread["pending"]) == (1, 0)
