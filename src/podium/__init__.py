@@ -25,7 +25,9 @@ from podium.errors import (
     PodiumError,
     RetryableToolError,
     RunError,
+    ThreadNotFoundError,
 )
+from podium.memory import Memory, MemoryItem, StoreMemory, memory_tools
 from podium.messages import Message, ToolCall, Usage
 from podium.models import (
     FunctionModel,
@@ -43,6 +45,7 @@ from podium.models import (
 from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.threads import ThreadRecord
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
 
 __all__ = (
@@ -58,6 +61,8 @@ __all__ = (
     "HuggingFaceTokenizer",
     "Interrupt",
     "LatencyModel",
+    "Memory",
+    "MemoryItem",
     "MemoryRunStore",
     "Message",
     "Model",
@@ -83,12 +88,16 @@ __all__ = (
     "SimToolCall",
     "SimulatedModel",
     "StepProfile",
+    "StoreMemory",
+    "ThreadNotFoundError",
+    "ThreadRecord",
     "Tokenizer",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolPolicy",
     "Usage",
+    "memory_tools",
     "tool",
     "tool_call_reply",
 )

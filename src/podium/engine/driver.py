@@ -62,6 +62,7 @@ from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
@@ -170,10 +171,13 @@ class Engine(AsyncCloseable):
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
+        thread_id: str | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        ``thread_id``: the run continues that conversation (created for ``tenant`` if
+        new); it starts when the thread's earlier runs have ended, from their history.
         """
         record = RunRecord(
             run_id or new_run_id(),
@@ -182,8 +186,12 @@ class Engine(AsyncCloseable):
             tenant=tenant,
             metadata=metadata or {},
             deadline_s=deadline_s,
+            thread_id=thread_id,
         )
-        await self.store.create(record)
+        if thread_id is None:
+            await self.store.create(record)
+        else:
+            await self.threads.create_run(record, create_thread=True)
         return record
 
     async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:
@@ -344,6 +352,10 @@ class Engine(AsyncCloseable):
         if self.hook is not None:
             self.hook.run_finished(record)
         return record
+    @property
+    def threads(self) -> ThreadKeeper:
+        """The threads (conversations) of this engine's store."""
+        return keeper_for(self.store)
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -366,8 +378,13 @@ class Engine(AsyncCloseable):
                         return stored
                 state = await self._load(agent, record, admit_ns)
                 if state is None:
+                    if record.thread_id is not None:
+                        await self.threads.settle_quietly(record)
                     return record
-                return await self._drive(agent, state)
+                ended = await self._drive(agent, state)
+                if ended.thread_id is not None and ended.done:
+                    await self.threads.settle_quietly(ended, state.ctx.messages)
+                return ended
             except asyncio.CancelledError:
                 if run_id not in self._cancelling:
                     raise  # shutdown: the run stays `running` and resumes elsewhere
@@ -379,7 +396,10 @@ class Engine(AsyncCloseable):
             stored = await self.store.get(run_id)
             if stored is not None and stored.done:
                 return stored
-            return await self._finish_record(record)
+            ended = await self._finish_record(record)
+            if ended.thread_id is not None:
+                await self.threads.settle_quietly(ended)
+            return ended
         finally:
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
@@ -397,6 +417,11 @@ class Engine(AsyncCloseable):
     async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it)."""
+        history = None
+        if record.thread_id is not None:  # waits while runs ahead of it on the thread go
+            since = time.perf_counter_ns()
+            history = await self.threads.turn(record)
+            admit_ns += time.perf_counter_ns() - since  # waiting for the turn is admission
         # A run back in the queue after a human's decision has started before: read its journal.
         fresh = record.status == "queued" and record.started_at is None
         entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
@@ -405,7 +430,7 @@ class Engine(AsyncCloseable):
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
-        state = replay(agent, record, entries)
+        state = replay(agent, record, entries, history)
         state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
@@ -429,9 +454,19 @@ class Engine(AsyncCloseable):
         if record.waiting is not None:  # resumed after a wait (its pause was counted then)
             record.waiting = None
         await self.store.update(record)
+        if history and state.step == 0 and state.pending is None:
+            await self._fit_history(agent, state)
         if self.hook is not None:
             self.hook.run_started(agent, record)
         return state
+
+    async def _fit_history(self, agent: Agent, state: RunState) -> None:
+        """A thread's history with the new input over budget: compact before the first call
+        (journaled, so a resume replays the same context)."""
+        if state.ctx.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, Stopwatch(self._cpu))
+            if compaction is not None:
+                await self._append(state, (compaction,))
 
     async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
         record = state.record

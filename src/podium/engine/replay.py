@@ -117,9 +117,18 @@ class RunState:
         return Usage(self.input_tokens, self.output_tokens, self.cached_tokens, self.requests)
 
 
-def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunState:
-    """The state after the journal's last entry: context, step counter, pending step."""
-    state = RunState(record, ContextBuffer(agent.prefix, agent.context.tokenizer, record.input))
+def replay(
+    agent: Agent,
+    record: RunRecord,
+    entries: list[JournalEntry],
+    history: Sequence[Message] | None = None,
+) -> RunState:
+    """The state after the journal's last entry: context, step counter, pending step.
+
+    ``history``: the thread's turns the run started from (None: not on a thread).
+    """
+    ctx = ContextBuffer(agent.prefix, agent.context.tokenizer, record.input, history)
+    state = RunState(record, ctx)
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}
     # Calls of the open step that waited on a human (rare: created on first use).

@@ -8,7 +8,9 @@ not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI'
 ``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
 ``response_format`` asking for JSON is accepted for such an agent (its own schema
 applies, the request's is not used) and refused with a 400 for an agent that answers in
-text. The reply is the run's final answer: one ``chat.completion``, or
+text. With ``thread_id`` (Podium's extension field) the run continues that
+thread instead: the input is the last message alone, the history the thread's.
+The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, the answer when the run ends, a chunk with
 ``finish_reason: "stop"``, an optional usage chunk, then ``data: [DONE]``.
@@ -107,7 +109,10 @@ async def complete(
             "agent declared with an output_type (whose schema is used)",
             field="response_format",
         )
-    user_input = input_from_messages(body.messages)
+    if body.thread_id is None:
+        user_input = input_from_messages(body.messages)
+    else:  # the thread holds the conversation: only the new message is the input
+        user_input = input_from_messages(body.messages[-1:])
     record, _ = await gw.submit(
         tenant,
         body.model,
@@ -115,6 +120,7 @@ async def complete(
         body.metadata or {},
         field="model",
         idempotency_key=idempotency_key,
+        thread_id=body.thread_id,
     )
     completion_id = "chatcmpl-" + record.run_id
     created = int(time.time())
