@@ -163,12 +163,20 @@ class SdkSpans:
                               trace_state)
         return context, RunSpan(context, parent_sc, _ns(record.started_at), attributes)
 
+    def reserve(self, name: str, parent: SpanContext, start_ns: int) -> SpanContext:
+        """The context of a span to be finished later by :meth:`child` (``context=``): a
+        child run started inside a step needs its parent span's context while it runs."""
+        return SpanContext(parent.trace_id, self._ids.generate_span_id(), False,
+                           parent.trace_flags, parent.trace_state)
+
     def child(
         self, name: str, parent: SpanContext, kind: SpanKind, start_ns: int, end_ns: int,
         attributes: dict[str, Any], error: str | None = None,
+        context: SpanContext | None = None,
     ) -> SpanContext:
-        context = SpanContext(parent.trace_id, self._ids.generate_span_id(), False,
-                              parent.trace_flags, parent.trace_state)
+        if context is None:
+            context = SpanContext(parent.trace_id, self._ids.generate_span_id(), False,
+                                  parent.trace_flags, parent.trace_state)
         self._end(name, context, parent, kind, start_ns, end_ns, attributes, error)
         return context
 
@@ -194,6 +202,7 @@ class ApiSpans:
 
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
+        self._reserved: dict[int, trace.Span] = {}  # live spans by span id, see reserve()
 
     def open_run(
         self, agent: str, record: RunRecord, parent: Context | None
@@ -208,13 +217,26 @@ class ApiSpans:
             return (context if context.is_valid else None), None
         return context, RunSpan(context, None, start_ns, attributes, span)
 
+    def reserve(self, name: str, parent: SpanContext, start_ns: int) -> SpanContext:
+        """Start a span now, to be finished by :meth:`child` (``context=`` its context)."""
+        ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+        span = self._tracer.start_span(name, context=ctx, start_time=start_ns)
+        context = span.get_span_context()
+        self._reserved[context.span_id] = span
+        return context
+
     def child(
         self, name: str, parent: SpanContext, kind: SpanKind, start_ns: int, end_ns: int,
         attributes: dict[str, Any], error: str | None = None,
+        context: SpanContext | None = None,
     ) -> SpanContext:
-        ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
-        span = self._tracer.start_span(name, context=ctx, kind=kind, start_time=start_ns,
-                                       attributes=attributes)
+        span = self._reserved.pop(context.span_id, None) if context is not None else None
+        if span is None:
+            ctx = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+            span = self._tracer.start_span(name, context=ctx, kind=kind, start_time=start_ns,
+                                           attributes=attributes)
+        else:
+            span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=end_ns)

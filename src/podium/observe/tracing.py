@@ -22,6 +22,11 @@ of 10) other runs a second per process. A traced step costs tens of microseconds
 (mostly the OTLP exporter's encoding), an untraced one almost nothing, so the price is
 bounded per second, not per step; see docs/operations.md for the measured costs.
 
+A sub-agent's run (a child run) is an ``invoke_agent`` span under the
+``execute_tool`` span of the parent's call that started it: that call's span (and its
+step's) gets its context when the child starts (:func:`child_trace_context`), and is
+finished with the step, so the child's trace context exists while it runs.
+
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
 stores the request's) continues that trace, in whichever worker drives it; the
 run's model calls send its own ``traceparent`` to the backend.
@@ -46,9 +51,11 @@ if TYPE_CHECKING:
     from podium.messages import Usage
     from podium.observe.spans import RunSpan
     from podium.tools.executor import ToolResult
+    from podium.tools.tool import ToolContext
 
 __all__ = (
     "RunTracer",
+    "child_trace_context",
     "default_sampler",
     "inject_traceparent",
     "submit_context",
@@ -170,6 +177,27 @@ class RunTracer:
         self._spans = spans_for(self.tracer)
         #: The sampled runs being driven by this process (unsampled ones are not kept).
         self._runs: dict[str, RunSpan] = {}
+        #: Spans opened early for child runs: (run, step) -> (step span, its start, {call
+        #: index: (execute_tool span, its start)}), finished with the step.
+        self._open: dict[tuple[str, int], tuple[Any, int, dict[int, tuple[Any, int]]]] = {}
+
+    def open_tool_span(self, record: RunRecord, ctx: ToolContext, tool: str) -> dict[str, str]:
+        """Give call ``ctx`` of ``record``'s run its span now (a child run starts under it);
+        returns the trace context to store in the child's metadata (none when the run is
+        not sampled: the child then decides for itself)."""
+        run = self._runs.get(record.run_id)
+        if run is None:
+            return {}
+        now = time.time_ns()
+        key = (record.run_id, ctx.step)
+        opened = self._open.get(key)
+        if opened is None:
+            step = self._spans.reserve(f"step {ctx.step}", run.context, now)
+            opened = self._open[key] = (step, now, {})
+        span = self._spans.reserve(f"execute_tool {tool}", opened[0], now)
+        opened[2][ctx.call_index] = (span, now)
+        return {"traceparent": f"00-{span.trace_id:032x}-{span.span_id:016x}-"
+                               f"{span.trace_flags:02x}"}
 
     def run_started(self, agent: Agent, record: RunRecord) -> None:
         """Decide the run's sampling, and let its model and tool calls carry its context."""
@@ -199,15 +227,18 @@ class RunTracer:
         wall = profile.wall_ns
         start = end - sum(wall)
         spans, kind = self._spans, self._kind
+        opened = self._open.pop((record.run_id, profile.step), None) if self._open else None
+        early: dict[int, tuple[Any, int]] = opened[2] if opened else {}
         # One string, not twelve numbers: every attribute costs its export's encoding.
-        step_ctx = spans.child(f"step {profile.step}", run.context, kind.INTERNAL, start, end, {
+        step_ctx = spans.child(f"step {profile.step}", run.context, kind.INTERNAL,
+                               min(start, opened[1]) if opened else start, end, {
             "podium.step": profile.step,
             "podium.tool_calls": len(results),
             "podium.phases": " ".join(
                 f"{n}={w / 1e6:.3f}/{min(c, w) / 1e6:.3f}"
                 for n, w, c in zip(STEP_PHASES, wall, profile.cpu_ns, strict=False)
             ),
-        })
+        }, context=opened[0] if opened else None)
         model_start = start + wall[0]
         model = agent.model.name
         chat: dict[str, Any] = {
@@ -222,26 +253,43 @@ class RunTracer:
         spans.child(f"chat {model}", step_ctx, kind.CLIENT, model_start,
                     model_start + wall[_MODEL], chat)
         tools_start = start + sum(wall[:_TOOLS])
-        for _, result in results:
+        for index, result in results:
             outcome = "ok" if result.ok else (result.error or "error")
+            reserved = early.pop(index, None)  # a call that started a child run
             attrs: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": result.name,
                 "gen_ai.tool.call.id": result.call_id,
-                "gen_ai.tool.type": "function",
+                "gen_ai.tool.type": "function" if reserved is None else "agent",
                 "podium.tool.outcome": outcome,
                 "podium.tool.attempts": result.attempts,
             }
             if not result.ok:
                 attrs["error.type"] = outcome
-            spans.child(f"execute_tool {result.name}", step_ctx, kind.INTERNAL, tools_start,
-                        tools_start + (result.wall_ns or wall[_TOOLS]), attrs,
-                        None if result.ok else outcome)
+            if reserved is None:
+                span_start, span_end = tools_start, tools_start + (result.wall_ns or wall[_TOOLS])
+            else:  # it spans its child run, measured on the same clock
+                span_start, span_end = reserved[1], end
+            spans.child(f"execute_tool {result.name}", step_ctx, kind.INTERNAL, span_start,
+                        span_end, attrs, None if result.ok else outcome,
+                        context=None if reserved is None else reserved[0])
+        for span, span_start in early.values():  # a call with no outcome (cannot happen)
+            spans.child("execute_tool", step_ctx, kind.INTERNAL, span_start, end, {},
+                        context=span)
 
     def run_finished(self, record: RunRecord) -> None:
         run = self._runs.pop(record.run_id, None)
         if run is None:  # not sampled
             return
+        if self._open:  # a step cut short (cancelled while its children ran): end its spans
+            now = time.time_ns()
+            for key in [k for k in self._open if k[0] == record.run_id]:
+                step, step_start, early = self._open.pop(key)
+                for span, span_start in early.values():
+                    self._spans.child("execute_tool", step, self._kind.INTERNAL, span_start,
+                                      now, {}, "cancelled", context=span)
+                self._spans.child(f"step {key[1]}", run.context, self._kind.INTERNAL,
+                                  step_start, now, {}, context=step)
         attrs: dict[str, Any] = {
             "podium.run.status": record.status,
             "podium.run.steps": record.steps,
@@ -254,6 +302,17 @@ class RunTracer:
             attrs["error.type"] = error
         self._spans.close_run(run, f"invoke_agent {record.agent}", _ns(record.finished_at),
                               attrs, error)
+
+
+def child_trace_context(
+    hook: object, parent: RunRecord, ctx: ToolContext, tool: str
+) -> dict[str, str]:
+    """The trace context a child run started by call ``ctx`` of ``parent`` carries in its
+    metadata: its ``execute_tool`` span's, when one of ``hook``'s hooks traces; else none."""
+    for one in getattr(hook, "hooks", (hook,)):
+        if isinstance(one, RunTracer):
+            return one.open_tool_span(parent, ctx, tool)
+    return {}
 
 
 @contextlib.contextmanager
