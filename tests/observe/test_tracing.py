@@ -375,3 +375,42 @@ async def test_a_child_runs_span_nests_under_its_parents_execute_tool_span() -> 
         assert step.parent.span_id == lead.context.span_id
     assert len({s.context.trace_id for s in finished}) == 1
     assert len([s for s in finished if s.name == "execute_tool researcher"]) == 2
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_http_tools_carry_the_runs_traceparent() -> None:
+    from aiohttp import web
+
+    from podium.security.egress import EgressPolicy
+    from podium.tools.http import http_tool
+
+    seen: list[str | None] = []
+
+    async def order(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("traceparent"))
+        return web.json_response({"status": "shipped"})
+
+    app = web.Application()
+    app.router.add_get("/orders/{id}", order)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    lookup_order = http_tool("lookup_order", f"http://127.0.0.1:{port}/orders/{{id}}",
+                             params={"id": "The order id."},
+                             policy=EgressPolicy(allow_private=True, allow_ports=None))
+    model = FunctionModel(lambda messages, request: "done" if request.step else
+                          tool_call_reply(("lookup_order", '{"id": "A-1"}')), name="m")
+    agent = Agent("http-user", model, tools=[lookup_order])
+    tracer, exporter = _tracer()
+    try:
+        async with Engine() as engine:
+            await engine.run(agent, "where is A-1?")  # tracing off: no header
+            engine.hook = tracer
+            await engine.run(agent, "where is A-1?")
+    finally:
+        await runner.cleanup()
+    run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent http-user")
+    c = run.context
+    assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]

@@ -185,7 +185,11 @@ class HttpClient:
             if params:
                 target = target.update_query(params)
             session = await self._session()
-            hdrs = dict(headers or {})
+            # The traced run's W3C traceparent goes on (one context-variable read when not;
+            # imported here: podium.observe.tracing imports the engine, which imports tools).
+            from podium.observe.tracing import trace_headers
+
+            hdrs = trace_headers(dict(headers or {}))
             async with asyncio.timeout(policy.timeout_s):
                 for hop in range(policy.max_redirects + 1):
                     async with session.request(
