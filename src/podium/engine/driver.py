@@ -581,8 +581,9 @@ class Engine(AsyncCloseable):
             response = await self._call_model(agent, request, sw, 1)
         else:
             response = await self._wait_model(agent, request, sw, coro, pending)
+        del coro  # a finished coroutine is one more object for the collector to scan
         sw.lap(_MODEL)
-        state.attained_s += sw.wall[_MODEL] / 1e9
+        state.attained_s += sw.t[_MODEL] / 1e9
         # parse
         message = Message(
             "assistant", response.content, response.tool_calls, reasoning=response.reasoning
@@ -611,6 +612,7 @@ class Engine(AsyncCloseable):
         if call.tool.policy.side_effects or call.tool.approval is not None:
             await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
             return False
+        del planned, rejected  # a run waiting in its tool holds neither list
         # tools: the one call, side-effect free, so it is journaled with the step's end
         started = self.executor.start(call.tool, call.args, call.ctx, state.task)
         if isinstance(started, ToolResult):
@@ -626,7 +628,7 @@ class Engine(AsyncCloseable):
         sw.lap(_TOOLS)
         if not result.ok and result.error == "interrupted":  # the tool asked a human
             outcome = [(call.index, result)]
-            await self._park(agent, state, planned, [], [], outcome, {}, (message, response))
+            await self._park(agent, state, [call], [], [], outcome, {}, (message, response))
         # merge
         ctx.append(tool_message(result))
         compaction = None
