@@ -39,6 +39,7 @@ from podium.engine.step import (
     truncate_result,
 )
 from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
+from podium.engine.token_stream import stream_model
 from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
@@ -48,6 +49,7 @@ from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.streaming.base import TokenChannel
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
@@ -138,6 +140,9 @@ class Engine(AsyncCloseable):
         self._models: dict[int, Model] = {}
         #: Metrics and tracing (see podium.engine.hook); None costs one test per step.
         self.hook: EngineHook | None = None
+        #: Where model tokens go while a client listens to a run (see podium.streaming);
+        #: None costs one test per step, and so does a channel nobody listens to.
+        self.tokens: TokenChannel | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -407,7 +412,11 @@ class Engine(AsyncCloseable):
         )
         sw.lap(_ASSEMBLE)
         # model
-        response = await self._call_model(agent, request, sw)
+        tokens = self.tokens
+        if tokens is not None and tokens.listening(record.run_id):
+            response = await stream_model(agent, request, sw, tokens, _MODEL)
+        else:
+            response = await self._call_model(agent, request, sw)
         sw.lap(_MODEL)
         state.attained_s += sw.wall[_MODEL] / 1e9
         # parse

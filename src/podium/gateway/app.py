@@ -31,6 +31,7 @@ from podium.errors import StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
+from podium.gateway.live import LiveFrames, follow_live
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import openapi_document
 from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
@@ -47,7 +48,7 @@ from podium.gateway.schemas import (
     run_out,
 )
 from podium.gateway.service import Gateway
-from podium.gateway.sse import MAX_EVENT_ID, follow_journal, parse_last_event_id
+from podium.gateway.sse import MAX_EVENT_ID, parse_last_event_id
 from podium.observe.tracing import submit_context
 
 __all__ = ("create_app", "json_response", "read_json")
@@ -71,7 +72,7 @@ def json_response(
 
 
 def sse_response(
-    frames: AsyncIterator[bytes], headers: Mapping[str, str] | None = None
+    frames: AsyncIterator[bytes] | LiveFrames, headers: Mapping[str, str] | None = None
 ) -> Response:
     return StreamingResponse(
         frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **(headers or {})}
@@ -179,15 +180,24 @@ def _routes(gw: Gateway) -> list[Route]:
         _query(request, frozenset())
         key = idempotency_key(request)
         body = await read_json(request, RunCreate, max_body, body_timeout)
-        with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
-            record, replayed = await gw.submit(
-                tenant, body.agent, body.input, metadata, idempotency_key=key
-            )
+        run_id = gw.new_run_id(tenant, key)
+        # Listening before the run exists: its worker streams it from the first token.
+        tokens = await gw.listen(run_id) if body.stream else None
+        try:
+            with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
+                record, replayed = await gw.submit(
+                    tenant, body.agent, body.input, metadata, idempotency_key=key, run_id=run_id
+                )
+        except BaseException:
+            if tokens is not None:
+                tokens.close()
+            raise
         headers = {"Location": f"/v1/runs/{record.run_id}"}
         if replayed:
             headers["Idempotent-Replayed"] = "true"
         if body.stream:
-            return sse_response(follow_journal(gw.store, record.run_id), headers)
+            frames = follow_live(gw.store, record.run_id, -1, tokens)
+            return sse_response(LiveFrames(frames, tokens), headers)
         if body.wait:
             record = await gw.wait(
                 record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
@@ -205,7 +215,9 @@ def _routes(gw: Gateway) -> list[Route]:
         query = _query(request, frozenset({"after"}))
         after = _after(request.headers.get("last-event-id"), query.get("after"))
         record = await gw.get(tenant, request.path_params["run_id"])
-        return sse_response(follow_journal(gw.store, record.run_id, after))
+        tokens = None if record.done else await gw.listen(record.run_id)
+        frames = follow_live(gw.store, record.run_id, after, tokens)
+        return sse_response(LiveFrames(frames, tokens))
 
     async def cancel_run(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
