@@ -95,6 +95,11 @@ async def _stream_once(
             await close()
     if response is None:
         raise ModelReplyError(f"{model.name}: the stream ended without a reply")
+    sw.suspend(phase)
+    try:
+        await channel.flush()  # the step's journal entry must not overtake its last tokens
+    finally:
+        sw.resume()
     if response.ttft_s is None and first is not None:
         response.ttft_s = first - t0
     return response

@@ -82,13 +82,17 @@ class TokenSubscription:
         if buffer:
             self._wake.set()
 
+    def get_nowait(self) -> list[TokenDelta]:
+        """The deltas that arrived since the last call (none: an empty list)."""
+        out, self._buffer = self._buffer, []
+        return out
+
     async def get(self) -> list[TokenDelta]:
         """The deltas that arrived since the last call, waiting for at least one."""
         while not self._buffer:
             self._wake.clear()
             await self._wake.wait()
-        out, self._buffer = self._buffer, []
-        return out
+        return self.get_nowait()
 
     def close(self) -> None:
         if not self._closed:
@@ -114,6 +118,10 @@ class TokenChannel(AsyncCloseable, abc.ABC):
     @abc.abstractmethod
     async def subscribe(self, run_id: str) -> TokenSubscription:
         """Start listening to ``run_id``: deltas published from now on reach the result."""
+
+    async def flush(self) -> None:
+        """Wait until what was published so far has left (the engine calls it at the end
+        of a streamed model call, so that no delta trails the step's journal entry)."""
 
     async def start(self) -> None:
         """Connect and start background tasks (a channel also starts on first use)."""

@@ -42,6 +42,8 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[TokenDelta]).decode
 #: How long a subscribe waits for Redis to confirm it before going on regardless.
 _CONFIRM_S = 2.0
+#: How long the end of a streamed model call waits for its last deltas to leave, at most.
+_FLUSH_S = 1.0
 _ERRORS = (RedisError, OSError)
 
 
@@ -83,6 +85,8 @@ class RedisTokenChannel(TokenChannel):
         self._heard: dict[str, float] = {}
         self._outbox: dict[str, list[TokenDelta]] = {}
         self._outbox_ready = asyncio.Event()
+        self._sent = asyncio.Event()  # set while nothing published waits to be sent
+        self._sent.set()
         self._lock = asyncio.Lock()
         self._pubsub: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -99,29 +103,41 @@ class RedisTokenChannel(TokenChannel):
         box = self._outbox.get(run_id)
         if box is None:
             self._outbox[run_id] = [delta]
+            self._sent.clear()
             self._outbox_ready.set()
-        else:
+        elif len(box) < self._buffer:  # Redis slow or away: drop, never grow without bound
             box.append(delta)
+
+    async def flush(self) -> None:
+        """Wait (up to ``_FLUSH_S``) until the deltas published so far have been sent:
+        the step's journal entry, written next, then never overtakes its last tokens."""
+        if not self._sent.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sent.wait(), _FLUSH_S)
 
     async def _flush_loop(self) -> None:
         while True:
             await self._outbox_ready.wait()
             self._outbox_ready.clear()
             box, self._outbox = self._outbox, {}
-            if not box:
-                continue
-            runs = list(box)
-            try:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for run_id in runs:
-                        pipe.publish(self._data + run_id, _encode(box[run_id]))
-                    received = await pipe.execute()
-            except _ERRORS as exc:
-                self._warn(f"token deltas of {len(runs)} run(s) dropped: {exc}")
-                continue
-            for run_id, count in zip(runs, received, strict=True):
-                if count == 0:  # nobody listens any more: stop streaming it next step
-                    self._heard.pop(run_id, None)
+            if box:
+                await self._send(box)
+            if not self._outbox:
+                self._sent.set()
+
+    async def _send(self, box: dict[str, list[TokenDelta]]) -> None:
+        runs = list(box)
+        try:
+            async with self.client.pipeline(transaction=False) as pipe:
+                for run_id in runs:
+                    pipe.publish(self._data + run_id, _encode(box[run_id]))
+                received = await pipe.execute()
+        except _ERRORS as exc:
+            self._warn(f"token deltas of {len(runs)} run(s) dropped: {exc}")
+            return
+        for run_id, count in zip(runs, received, strict=True):
+            if count == 0:  # nobody listens any more: stop streaming it next step
+                self._heard.pop(run_id, None)
 
     # -- the gateway's side ------------------------------------------------------------------
 
