@@ -174,10 +174,23 @@ class SimulatedModel(Model):
             step = await step
         if isinstance(step, ModelResponse):
             return step
-        reply, out_tokens, uncached = self._reply(request, step)
+        # Inline rather than through _reply: this is every instant step's path in benchmarks.
+        if isinstance(step, str):
+            step = SimStep(content=step)
+        calls, out_tokens = self._render(request.step, step)
+        cached = self._remember_prompt(request)
+        usage = Usage(request.prompt_tokens, out_tokens, cached, 1)
+        reply = ModelResponse(
+            content=step.content,
+            tool_calls=calls,
+            usage=usage,
+            finish_reason="tool_calls" if calls else "stop",
+            model=self.name,
+            backend=self.name,
+        )
         if self._instant:
             return reply
-        await self._serve(out_tokens, uncached)
+        await self._serve(out_tokens, request.prompt_tokens - cached)
         return reply
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
@@ -243,12 +256,19 @@ class SimulatedModel(Model):
         if self.capacity is None:
             await asyncio.sleep(delay)
             return
-        async with self._slot():
-            await asyncio.sleep(delay)
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        async with self._slots:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+            try:
+                await asyncio.sleep(delay)
+            finally:
+                self.running -= 1
 
     @contextlib.asynccontextmanager
     async def _slot(self) -> AsyncIterator[None]:
-        """One of ``capacity`` sequences (queueing past it); no limit without a capacity."""
+        """One of ``capacity`` sequences (queueing past it), held for a whole stream."""
         if self.capacity is None:
             yield
             return
