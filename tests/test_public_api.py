@@ -13,6 +13,7 @@ PACKAGES = (
     "podium.models",
     "podium.queue",
     "podium.security",
+    "podium.streaming",
     "podium.tools",
     "podium.worker",
 )

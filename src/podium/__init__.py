@@ -39,6 +39,7 @@ from podium.models import (
 from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.streaming import LocalTokenChannel, TokenChannel, TokenDelta, TokenSubscription
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
 
 __all__ = (
@@ -52,6 +53,7 @@ __all__ = (
     "FunctionModel",
     "HuggingFaceTokenizer",
     "LatencyModel",
+    "LocalTokenChannel",
     "MemoryRunStore",
     "Message",
     "Model",
@@ -75,6 +77,9 @@ __all__ = (
     "SimToolCall",
     "SimulatedModel",
     "StepProfile",
+    "TokenChannel",
+    "TokenDelta",
+    "TokenSubscription",
     "Tokenizer",
     "Tool",
     "ToolCall",
