@@ -4,6 +4,7 @@ official openai SDK; a run nobody listens to is not streamed by the worker."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -97,3 +98,31 @@ async def test_tokens_travel_from_the_worker_process_to_the_clients(
         assert arrived[-1] - arrived[0] > 0.1  # live, over the time the model took
     finally:
         worker.stop()
+
+
+async def test_a_channel_that_found_redis_away_works_once_it_is_back(
+    private_redis: RedisServer,
+) -> None:
+    from redis.exceptions import RedisError
+
+    from podium.streaming import TokenDelta
+    from podium.streaming.redis import RedisTokenChannel
+
+    private_redis.kill()
+    gateway = RedisTokenChannel(private_redis.url, prefix="podium")
+    worker = RedisTokenChannel(private_redis.url, prefix="podium")
+    try:
+        with pytest.raises((RedisError, OSError)):
+            await gateway.subscribe("run_a")
+        private_redis.start()
+        await worker.start()
+        sub = await gateway.subscribe("run_a")
+        async with asyncio.timeout(5):
+            while not worker.listening("run_a"):  # noqa: ASYNC110 (an announcement in flight)
+                await asyncio.sleep(0.001)
+        worker.publish("run_a", TokenDelta(0, "back"))
+        assert await asyncio.wait_for(sub.get(), 5) == [TokenDelta(0, "back")]
+        sub.close()
+    finally:
+        await gateway.aclose()
+        await worker.aclose()

@@ -200,13 +200,19 @@ class RedisTokenChannel(TokenChannel):
     # -- background --------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self._starting is None:
-            self._starting = asyncio.get_running_loop().create_task(self._start())
-        await asyncio.shield(self._starting)
+        starting = self._starting
+        if starting is None or (starting.done() and not self._tasks):  # never, or it failed
+            starting = self._starting = asyncio.get_running_loop().create_task(self._start())
+        await asyncio.shield(starting)
 
     async def _start(self) -> None:
-        self._pubsub = self.client.pubsub()
-        await self._pubsub.subscribe(self._listen)
+        pubsub: Any = self.client.pubsub()
+        try:
+            await pubsub.subscribe(self._listen)
+        except BaseException:
+            await pubsub.aclose()  # Redis away: the next start() tries again
+            raise
+        self._pubsub = pubsub
         self._tasks = [
             asyncio.create_task(self._read_loop(), name="podium-tokens-read"),
             asyncio.create_task(self._announce_loop(), name="podium-tokens-announce"),
