@@ -279,8 +279,8 @@ class RedisTokenChannel(TokenChannel):
     async def aclose(self) -> None:
         for task in [*self._tasks, *self._syncs]:
             await stop_task(task)
-        if self._starting is not None:
-            await stop_task(self._starting)
+        if self._starting is not None and not self._starting.done():
+            await stop_task(self._starting)  # (a start that failed has said so already)
         if self._pubsub is not None:
             with contextlib.suppress(*_ERRORS):
                 await self._pubsub.aclose()
