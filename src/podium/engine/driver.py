@@ -13,16 +13,24 @@ import asyncio
 import math
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
+import msgspec
+
 from podium.agent import Agent
+from podium.engine import approvals, decisions
+from podium.engine.children import attach
+from podium.engine.handoff import handed_off
 from podium.engine.hook import EngineHook
+from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     RunStatus,
@@ -30,7 +38,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.engine.replay import RunState, replay
+from podium.engine.replay import PendingStep, RunState, replay
 from podium.engine.step import (
     PlannedCall,
     over_cap,
@@ -40,7 +48,13 @@ from podium.engine.step import (
 )
 from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
 from podium.engine.token_stream import stream_model
-from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
+from podium.errors import (
+    DecisionError,
+    ModelError,
+    ModelReplyError,
+    RunNotFoundError,
+    StaleRunError,
+)
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
@@ -55,6 +69,8 @@ from podium.tools.eager import Continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
 __all__ = ("Engine", "Observer", "new_run_id")
+
+_NO_CALLS: list[Any] = []  # no call held for approval (shared, never mutated)
 
 T = TypeVar("T")
 
@@ -92,6 +108,10 @@ _ENDED_OUTSIDE_KEPT = 4096
 
 class _Paused(Exception):
     """The run stopped at a step boundary on request (a drain); it stays ``running``."""
+
+
+class _Waiting(Exception):
+    """The run is parked ``waiting`` on a human (journaled); its drive ends here."""
 
 
 class _Finish(Exception):
@@ -246,9 +266,89 @@ class Engine(AsyncCloseable):
         self._pausing.add(run_id)
         return True
 
+    def cancelling(self, run_id: str) -> bool:
+        """Whether :meth:`cancel` is ending the run (its child runs end with it)."""
+        return run_id in self._cancelling
+
     @property
     def active_runs(self) -> int:
         return len(self._tasks)
+
+    # -- human approval (see podium.engine.approvals) ------------------------------------------
+
+    async def pending_approvals(
+        self, run_id: str | None = None, *, tenant: str | None = None, limit: int = 100
+    ) -> list[approvals.PendingApproval]:
+        """The tool calls waiting for a human: of one run, or of every waiting run."""
+        if run_id is None:
+            return await decisions.list_pending(self.store, tenant=tenant, limit=limit)
+        record = await self.store.get(run_id)
+        if record is None or (tenant is not None and record.tenant != tenant):
+            raise RunNotFoundError(run_id)
+        return await decisions.run_pending(self.store, record)
+
+    async def decide(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        approve: bool | None = None,
+        answer: str | None = None,
+        message: str | None = None,
+        arguments: Mapping[str, Any] | str | None = None,
+        by: str | None = None,
+        agent: Agent | None = None,
+    ) -> RunRecord:
+        """Decide on a waiting call: ``approve=True`` (with edited ``arguments``, checked
+        against the tool's schema: pass ``agent``), ``approve=False`` with a ``message``
+        the model reads, or ``answer=`` a tool's question. Journaled before it returns.
+
+        When the returned record is ``queued`` every call of the step is decided: drive
+        it on with :meth:`resume` (the gateway enqueues it for a worker). Raises
+        :class:`~podium.errors.DecisionError` (404, 409, 422 as its ``status`` says).
+        """
+        if (approve is None) == (answer is None):
+            raise DecisionError(422, "give approve=True/False or answer=..., one of them")
+        kind = "answer" if answer is not None else "approve" if approve else "reject"
+        raw = arguments if arguments is None or isinstance(arguments, str) else (
+            msgspec.json.encode(arguments).decode()
+        )
+        if raw is not None and agent is None:
+            raise DecisionError(422, "pass agent= to check edited arguments against its tool")
+        tools = None if agent is None else (lambda _a, name: agent.tools.get(name))
+        record, _ = await decisions.decide(
+            self.store, run_id, call_id, kind,
+            message=answer if answer is not None else message,
+            arguments=raw, by=by, tools=tools,
+        )
+        return record
+
+    async def sweep_waiting(self, *, now: float | None = None) -> list[RunRecord]:
+        """End ``failed`` the waiting runs past their deadline or approval timeout (workers
+        call this periodically; embedded users without one may too)."""
+        ended = await decisions.sweep_waiting(self.store, now=now)
+        for record, final in ended:
+            for observer in self.observers:
+                observer(record.run_id, final)
+            if self.hook is not None:  # counted with the other ends (reason deadline, …)
+                self.hook.run_finished(record)
+        return [record for record, _ in ended]
+
+    async def _still_waiting(self, record: RunRecord) -> RunRecord:
+        """A waiting run asked to be driven: ended if its wait is over, else as it is."""
+        waiting = record.waiting
+        if waiting is None or waiting.until is None or waiting.until > time.time():
+            return record
+        try:
+            final = await decisions.expire(self.store, record)
+        except StaleRunError:  # decided or cancelled meanwhile: as it stands now
+            stored = await self.store.get(record.run_id)
+            return stored if stored is not None else record
+        for observer in self.observers:
+            observer(record.run_id, final)
+        if self.hook is not None:
+            self.hook.run_finished(record)
+        return record
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -256,6 +356,8 @@ class Engine(AsyncCloseable):
         """Drive ``record`` from wherever its journal stands to a terminal status."""
         if record.done:
             return record
+        if record.status == "waiting":  # parked on a human: nothing to drive until decided
+            return await self._still_waiting(record)
         self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
         task = asyncio.current_task()
@@ -300,13 +402,11 @@ class Engine(AsyncCloseable):
     async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it)."""
-        entries = (
-            []
-            if record.status == "queued"
-            else [e for _, e in await self.store.journal(record.run_id)]
-        )
+        # A run back in the queue after a human's decision has started before: read its journal.
+        fresh = record.status == "queued" and record.started_at is None
+        entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
         screened = None
-        if record.status == "queued" and agent.screening is not None:
+        if fresh and agent.screening is not None:
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
@@ -314,6 +414,8 @@ class Engine(AsyncCloseable):
         state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
+        if agent.multi_agent:  # agent tools or hand-offs: set up once, here
+            attach(self, agent, state, entries)
         if (
             screened is not None
             and screened.verdict.action == "block"
@@ -329,6 +431,8 @@ class Engine(AsyncCloseable):
         record.status = "running"
         if record.started_at is None:
             record.started_at = now
+        if record.waiting is not None:  # resumed after a wait (its pause was counted then)
+            record.waiting = None
         await self.store.update(record)
         if self.hook is not None:
             self.hook.run_started(agent, record)
@@ -342,7 +446,7 @@ class Engine(AsyncCloseable):
         alarm = None
         if deadline is not None and deadline != math.inf and task is not None:
             assert record.started_at is not None
-            left = record.started_at + deadline - time.time()
+            left = record.started_at + record.paused_s + deadline - time.time()
             # A fresh run arms its deadline as the same float as every other (one wheel queue).
             fresh = 0.0 <= deadline - left < min(1.0, deadline / 10)
             alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
@@ -354,7 +458,7 @@ class Engine(AsyncCloseable):
             end = ("completed", None, None)  # recorded with the last step
         except _Finish as exc:
             end = (exc.status, exc.reason, exc.error)
-        except _Paused:
+        except (_Paused, _Waiting):
             return record
         except ModelReplyError as exc:
             end = ("failed", "invalid_reply", str(exc))
@@ -379,10 +483,16 @@ class Engine(AsyncCloseable):
 
     async def _steps(self, agent: Agent, state: RunState) -> None:
         sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
+        if state.agent is not None:  # resumed after a hand-off
+            agent = state.agent
         if state.pending is not None:
             await self._resume_pending(agent, state, sw)
+        if state.output_failures and state.output_failures > agent.output_retries:
+            raise _Finish("failed", "invalid_output", "output_retries spent before a restart")
         pausing = self._pausing
         while True:
+            if agent.handoffs:  # the step just committed may have handed the run over
+                agent = handed_off(agent, state)
             if pausing and state.record.run_id in pausing:
                 raise _Paused
             if state.step >= agent.max_steps:
@@ -425,6 +535,8 @@ class Engine(AsyncCloseable):
         )
         state.add_usage(response.usage)
         ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
+        if agent.output is not None:
+            return await self._output_step(agent, state, sw, message, response, ttft)
         calls = response.tool_calls
         if not calls:
             ctx.append(message)
@@ -440,7 +552,9 @@ class Engine(AsyncCloseable):
                 message.tool_calls = cut
         ctx.append(message)
         sw.lap(_PARSE)
-        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
+        if len(planned) > 1 or (
+            planned and (planned[0].tool.policy.side_effects or planned[0].tool.approval)
+        ):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
             # the same idempotency keys. A lone side-effect-free call rides with the commit.
             await self._append(state, (ModelTurn(step, time.time(), message, response.usage),), sw)
@@ -453,15 +567,25 @@ class Engine(AsyncCloseable):
         return False
 
     async def _final_step(
-        self, state: RunState, sw: Stopwatch, message: Message, response: ModelResponse, ttft: int
+        self,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        ttft: int,
+        output: str | None = None,
     ) -> None:
-        """The reply has no tool calls: journal the step and the run's end in one write."""
+        """The reply is the answer: journal the step and the run's end in one write.
+        ``output`` is a structured answer's JSON (else the answer is the reply's text)."""
         step = state.step
         state.step = step + 1
         sw.flush()  # the record stored with the run's end carries this step's profile
         profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
         state.profile.steps.append(profile)
-        final = RunFinished(time.time(), "completed", output=response.content)
+        if output is None:
+            final = RunFinished(time.time(), "completed", output=response.content)
+        else:
+            final = RunFinished(time.time(), "completed", output=output, structured=True)
         self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
@@ -469,6 +593,82 @@ class Engine(AsyncCloseable):
             state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
         self._close_step(sw, profile)
+
+    async def _output_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        ttft: int,
+    ) -> bool:
+        """A reply to an agent with an ``output_type``: its answer is decoded and validated
+        in one pass (in the parse phase); a failed one goes back to the model as an
+        observation until the agent's ``output_retries`` are spent."""
+        assert agent.output is not None
+        verdict = judge_reply(agent.output, message)
+        ctx = state.ctx
+        if verdict.output is not None:
+            ctx.append(message)
+            sw.lap(_PARSE)
+            await self._final_step(state, sw, message, response, ttft, verdict.output)
+            if self.hook is not None:
+                self.hook.step(agent, state.record, state.profile.steps[-1], state.usage, ())
+            return True
+        feedback = verdict.feedback
+        if feedback is not None:  # no tool calls, no valid answer: the model reads why
+            ctx.append(message)
+            ctx.append(feedback)
+            sw.lap(_PARSE)
+            step = state.step
+            sw.flush()
+            profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
+            entry = OutputRejected(
+                step, time.time(), message, feedback, verdict.error, response.usage, profile
+            )
+            state.step = step + 1
+            await self._append(state, (entry,), sw)
+            self._close_step(sw, profile)
+            state.profile.steps.append(profile)
+            if self.hook is not None:
+                self.hook.step(agent, state.record, profile, state.usage, ())
+            self._output_failed(agent, state, verdict)
+            return False
+        record = state.record
+        calls = message.tool_calls
+        planned, rejected, cut, invalid = plan_output_calls(
+            agent, record.run_id, state.step, calls, verdict
+        )
+        state.invalid_calls += invalid
+        if cut is not None:
+            message.tool_calls = cut
+        ctx.append(message)
+        sw.lap(_PARSE)
+        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
+            turn = ModelTurn(state.step, time.time(), message, response.usage)
+            await self._append(state, (turn,), sw)
+            sw.lap(_CHECKPOINT)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
+        else:
+            deferred = (message, response)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, deferred, ttft)
+        if verdict.rejected is not None:
+            self._output_failed(agent, state, verdict)
+        return False
+
+    @staticmethod
+    def _output_failed(agent: Agent, state: RunState, verdict: OutputVerdict) -> None:
+        """Count a failed answer (journaled already); past the budget the run fails."""
+        state.output_failures += 1
+        if state.output_failures > agent.output_retries:
+            assert agent.output is not None
+            raise _Finish(
+                "failed",
+                "invalid_output",
+                f"no valid {agent.output.name} after {state.output_failures} attempts "
+                f"(output_retries={agent.output_retries}); last error: {verdict.error}",
+            )
 
     async def _finish_step(
         self,
@@ -488,9 +688,15 @@ class Engine(AsyncCloseable):
             planned, rejected = restrict_calls(
                 planned, rejected, state.allowed_tools, state.record.tenant
             )
+        held = _NO_CALLS
+        if agent.gated:  # some calls may need a human's approval first
+            planned, held = approvals.gate(planned, state.approved)
         # tools
+        interrupts = self.executor.interrupts
         results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
+        if held or self.executor.interrupts != interrupts:
+            await self._park(agent, state, planned, held, rejected, results, done, deferred)
         # merge
         if rejected:
             outcomes = [*rejected, *results]
@@ -553,10 +759,116 @@ class Engine(AsyncCloseable):
         pending = state.pending
         assert pending is not None
         calls = pending.message.tool_calls
-        planned, rejected, _ = plan_tool_calls(agent, state.record.run_id, pending.step, calls)
-        state.invalid_calls += len(rejected) - over_cap(agent, calls)
+        run_id = state.record.run_id
+        verdict = None
+        if agent.output is None:
+            planned, rejected, _ = plan_tool_calls(agent, run_id, pending.step, calls)
+            state.invalid_calls += len(rejected) - over_cap(agent, calls)
+        else:  # an invalid final_result call among the step's calls gets its observation
+            verdict = judge_reply(agent.output, pending.message)
+            planned, rejected, _, invalid = plan_output_calls(
+                agent, run_id, pending.step, calls, verdict
+            )
+            state.invalid_calls += invalid
         state.pending = None
+        if pending.requests is not None or pending.interrupted is not None:
+            planned = await self._after_humans(agent, state, pending, planned, rejected)
         await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
+        if verdict is not None and verdict.rejected is not None:
+            self._output_failed(agent, state, verdict)
+        state.approved = frozenset()
+
+    # -- waiting on humans (see podium.engine.approvals) ------------------------------------
+
+    async def _park(
+        self,
+        agent: Agent,
+        state: RunState,
+        planned: list[PlannedCall],
+        held: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        results: list[tuple[int, ToolResult]],
+        done: dict[int, ToolResult],
+        deferred: tuple[Message, ModelResponse] | None,
+    ) -> None:
+        """Journal the step so far and the calls that wait for a human, with the record
+        ``waiting``, in one write; then end the drive (:class:`_Waiting`). Returns if no
+        call waits after all (another run's tool raised Interrupt meanwhile)."""
+        step = state.step
+        ts = time.time()
+        message = deferred[0] if deferred is not None else state.ctx.messages[-1]
+        asks = approvals.requests_for(step, ts, message.tool_calls, held, results)
+        if not asks:
+            return
+        entries: list[JournalEntry] = []
+        if deferred is not None:  # the lone call's turn rode with the commit: write it now
+            entries.append(ModelTurn(step, ts, message, deferred[1].usage))
+        entries.extend(ToolOutcome(step, ts, i, r) for i, r in rejected)
+        if deferred is not None or (len(planned) == 1 and not done):  # not journaled by _run_tools
+            entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+        entries.extend(asks)
+        await self._wait_for_humans(agent, state, entries)
+
+    async def _wait_for_humans(
+        self, agent: Agent, state: RunState, entries: Sequence[JournalEntry]
+    ) -> None:
+        record = state.record
+        now = time.time()
+        record.status = "waiting"
+        record.waiting = approvals.waiting_for(agent, record, now)
+        record.steps = state.step
+        record.usage = state.usage
+        if state.alarm is not None:
+            state.alarm.disarm()
+        await self._append(state, entries, record=record)
+        raise _Waiting
+
+    async def _after_humans(
+        self,
+        agent: Agent,
+        state: RunState,
+        pending: PendingStep,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+    ) -> list[PlannedCall]:
+        """The calls to run in a step resumed after humans decided: approved ones with
+        their (edited) arguments; rejected and answered ones have their outcome already.
+        A call still undecided (its request was never journaled: the worker died right
+        after the tool asked) parks the run again."""
+        decided = pending.decisions or {}
+        requests = pending.requests or {}
+        undecided = [
+            ApprovalRequested(
+                pending.step, time.time(), i, r.call_id, r.name,
+                pending.message.tool_calls[i].arguments, "interrupt", r.content,
+            )
+            for i, r in sorted((pending.interrupted or {}).items())
+            if i not in decided and i not in requests
+        ]
+        if undecided or any(i not in decided for i in requests):
+            entries = [ToolOutcome(pending.step, time.time(), i, r) for i, r in rejected]
+            state.step = pending.step
+            await self._wait_for_humans(agent, state, [*entries, *undecided])
+        approved: set[int] = set(pending.outcomes)  # ran, rejected or answered: not gated
+        kept: list[PlannedCall] = []
+        for call in planned:
+            decision = decided.get(call.index)
+            if decision is not None and decision.decision == "approve":
+                approved.add(call.index)
+                if decision.arguments is not None:
+                    try:
+                        call.args = call.tool.decode_arguments(decision.arguments)
+                    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                        # Checked when decided; the tool changed since: the model hears why.
+                        why = f"error: approved arguments no longer fit {call.tool.name!r}: {exc}"
+                        rejected.append((call.index, ToolResult(
+                            call.ctx.call_id, call.tool.name, why, ok=False,
+                            error="invalid_arguments", attempts=0,
+                        )))
+                        continue
+            kept.append(call)
+        state.approved = frozenset(approved)
+        return kept
 
     # -- pieces -----------------------------------------------------------------------------
 
@@ -727,6 +1039,7 @@ class Engine(AsyncCloseable):
         record.error = final.error
         record.reason = final.reason
         record.finished_at = final.ts
+        record.structured = final.structured
         record.steps = state.step
         record.usage = state.usage
         record.profile = state.profile

@@ -27,6 +27,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from podium.engine.children import child_runs
+from podium.engine.records import RUN_STATUSES
 from podium.errors import StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.dashboard import dashboard_routes
@@ -38,6 +40,8 @@ from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
 from podium.gateway.schemas import (
     AgentList,
     AgentOut,
+    ApprovalList,
+    DecisionIn,
     Health,
     ModelList,
     ModelOut,
@@ -45,6 +49,7 @@ from podium.gateway.schemas import (
     RunCreate,
     RunList,
     ToolOut,
+    approval_out,
     run_out,
 )
 from podium.gateway.service import Gateway
@@ -58,7 +63,7 @@ log = logging.getLogger("podium.gateway")
 T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = RUN_STATUSES
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _MAX_IDEMPOTENCY_KEY = 255
 
@@ -210,6 +215,13 @@ def _routes(gw: Gateway) -> list[Route]:
         _query(request, frozenset())
         return json_response(run_out(await gw.get(tenant, request.path_params["run_id"])))
 
+    async def run_children(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        record = await gw.get(tenant, request.path_params["run_id"])
+        children = await child_runs(gw.store, record)
+        return json_response(RunList("list", [run_out(r) for r in children]))
+
     async def run_events(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         query = _query(request, frozenset({"after"}))
@@ -247,6 +259,28 @@ def _routes(gw: Gateway) -> list[Route]:
         )
         return json_response(RunList("list", [run_out(r) for r in records]))
 
+    async def list_approvals(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        pending = await gw.approvals(tenant, request.path_params.get("run_id"))
+        return json_response(ApprovalList("list", [approval_out(p) for p in pending]))
+
+    async def decide(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        body = await read_json(request, DecisionIn, max_body, body_timeout)
+        arguments = None if body.arguments is None else _encode(body.arguments).decode()
+        record = await gw.decide(
+            tenant,
+            request.path_params["run_id"],
+            request.path_params["call_id"],
+            body.decision,
+            message=body.message,
+            arguments=arguments,
+            by=body.by,
+        )
+        return json_response(run_out(record))
+
     async def list_agents(request: Request) -> Response:
         gw.keys.authenticate(request.headers)
         _query(request, frozenset())
@@ -258,6 +292,7 @@ def _routes(gw: Gateway) -> list[Route]:
                 s.pool,
                 s.agent.max_steps,
                 [ToolOut(t.name, t.description, t.parameters) for t in s.agent.tools.values()],
+                None if s.agent.output is None else s.agent.output.schema,
             )
             for s in gw.agents.values()
         ]
@@ -312,7 +347,11 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/v1/runs", runs, methods=["GET", "POST"]),
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/v1/runs/{run_id}/children", run_children, methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
+        Route("/v1/runs/{run_id}/approvals", list_approvals, methods=["GET"]),
+        Route("/v1/runs/{run_id}/approvals/{call_id}", decide, methods=["POST"]),
+        Route("/v1/approvals", list_approvals, methods=["GET"]),
         Route("/v1/agents", list_agents, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),

@@ -4,7 +4,11 @@
 last message, if no user wrote one); earlier
 messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
-not apply). The reply is the run's final answer: one ``chat.completion``, or
+not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI's
+``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
+``response_format`` asking for JSON is accepted for such an agent (its own schema
+applies, the request's is not used) and refused with a 400 for an agent that answers in
+text. The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, then one content chunk per model token as the backend produces
 it, a chunk with ``finish_reason: "stop"``, a usage chunk if
@@ -14,7 +18,8 @@ The streamed text is what the model says at each step, in order, a blank line
 between two steps that both say something. Agents whose tool-calling steps say
 nothing (the usual case) stream exactly the final answer. A step whose tokens
 were not streamed (a model that cannot stream, tokens lost in transit) arrives
-as one chunk when it is journaled, so the text is always whole.
+as one chunk when it is journaled, so the text is always whole. A structured
+agent's JSON is sent in one chunk once validated.
 
 Example::
 
@@ -105,10 +110,22 @@ async def complete(
 
     With ``idempotency_key`` a retried request answers from the run the first made.
     """
+    fmt = body.response_format
+    wants_json = fmt is not None and fmt.type != "text"
+    structured = gw.served(body.model, "model").agent.output is not None
+    if fmt is not None and wants_json and not structured:
+        raise ApiError(
+            400,
+            "unsupported_response_format",
+            f"agent {body.model!r} answers in text: response_format {fmt.type!r} needs an "
+            "agent declared with an output_type (whose schema is used)",
+            field="response_format",
+        )
     user_input = input_from_messages(body.messages)
     run_id = gw.new_run_id(tenant, idempotency_key)
-    # Listening before the run exists: its worker streams it from the first token.
-    tokens = await gw.listen(run_id) if body.stream else None
+    # Listening before the run exists: its worker streams it from the first token. A
+    # structured answer is sent whole, once validated (a client parses the JSON at once).
+    tokens = await gw.listen(run_id) if body.stream and not structured else None
     try:
         record, _ = await gw.submit(
             tenant,
@@ -144,7 +161,15 @@ async def complete(
         )
     include_usage = body.stream_options is not None and body.stream_options.include_usage
     chunks = _chunks(
-        gw, record.run_id, tokens, completion_id, created, body.model, timeout, include_usage
+        gw,
+        record.run_id,
+        tokens,
+        completion_id,
+        created,
+        body.model,
+        timeout,
+        include_usage,
+        structured,
     )
     return StreamingResponse(
         LiveFrames(chunks, tokens),
@@ -189,6 +214,7 @@ async def _chunks(
     model: str,
     wait_s: float,
     include_usage: bool,
+    structured: bool = False,
 ) -> AsyncIterator[bytes]:
     def chunk(delta: ChunkDelta, finish: str | None = None) -> bytes:
         c = ChatCompletionChunk(
@@ -219,7 +245,7 @@ async def _chunks(
                 )
             elif isinstance(item, tuple):
                 entry = item[1]
-                if isinstance(entry, ModelTurn | StepRecord):  # the step's text, whole
+                if isinstance(entry, ModelTurn | StepRecord) and not structured:
                     rest = said.rest(entry.step, entry.message.content)
                     if rest:
                         yield chunk(ChunkDelta(content=said.piece(entry.step, rest)))
@@ -241,6 +267,8 @@ async def _chunks(
     finally:
         await events.aclose()
     if record.status == "completed":
+        if structured and record.output:
+            yield chunk(ChunkDelta(content=record.output))
         yield chunk(ChunkDelta(), "stop")
     else:
         # Headers are sent: the failure travels in-band, as OpenAI's own streams do.

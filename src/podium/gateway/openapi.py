@@ -10,11 +10,14 @@ from typing import Any
 
 import msgspec
 
+from podium.engine.records import RUN_STATUSES
 from podium.gateway.errors import ErrorBody
 from podium.gateway.schemas import (
     AgentList,
+    ApprovalList,
     ChatCompletion,
     ChatRequest,
+    DecisionIn,
     Health,
     ModelList,
     ModelOut,
@@ -28,14 +31,15 @@ from podium.gateway.sse import MAX_EVENT_ID
 __all__ = ("openapi_document",)
 
 _REF = "#/components/schemas/{name}"
-_STATUSES = ["queued", "running", "completed", "failed", "cancelled"]
+_STATUSES = list(RUN_STATUSES)
 _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",
     "403": "The key is a tenant's; this endpoint needs an operator key (admin = true).",
     "404": "No such run (for this tenant) or agent.",
     "408": "The body did not arrive within server.body_timeout_s.",
-    "409": "The run cannot be cancelled (it already ended, or runs elsewhere).",
+    "409": "The run cannot be cancelled (it already ended), or the call was decided "
+    "already (or the run no longer waits).",
     "413": "The body is over the size limit.",
     "415": "The body is not application/json.",
     "422": "A field is missing, unknown, of the wrong type or out of range.",
@@ -70,11 +74,11 @@ _SSE = {
             "description": "Server-Sent Events: frames of `id: <seq>` (on the last event of "
             "each journal entry), `event: <name>` and `data: <one line of JSON>`, "
             "separated by blank lines, and `: keep-alive` comments. Names: model_reply, "
-            "tool_result, compacted, step_finished, final (always the last), error (the "
-            "store stayed unreachable), and delta (model tokens as they arrive, without "
-            "an id: {step, content?, reasoning?, tool_call_index?, tool_name?, "
-            "arguments?}). Chat completions send OpenAI's `data: {chunk}` frames, one per "
-            "token, and `data: [DONE]`.",
+            "tool_result, compacted, step_finished, approval_requested, approval_decided, final "
+            "(always the last), error (the store stayed unreachable), and delta (model tokens "
+            "as they arrive, without an id: {step, content?, reasoning?, tool_call_index?, "
+            "tool_name?, arguments?}). Chat completions send OpenAI's `data: {chunk}` frames, "
+            "one per token, and `data: [DONE]`.",
         }
     }
 }
@@ -161,6 +165,18 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/runs/{run_id}/children": {
+            "get": {
+                "operationId": "runChildren",
+                "summary": "The child runs a run's sub-agent calls started, in call order",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "Child runs.", "content": _json("RunList")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            }
+        },
         "/v1/runs/{run_id}/events": {
             "get": {
                 "operationId": "runEvents",
@@ -198,6 +214,48 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "The cancelled run.", "content": _json("RunOut")},
                     **_errors("401", "404", "409", "422", "503"),
+                },
+            }
+        },
+        "/v1/approvals": {
+            "get": {
+                "operationId": "listApprovals",
+                "summary": "The tenant's tool calls waiting for a human (approval or a question)",
+                "security": _AUTH,
+                "responses": {
+                    "200": {"description": "Pending calls.", "content": _json("ApprovalList")},
+                    **_errors("401", "422", "503"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/approvals": {
+            "get": {
+                "operationId": "listRunApprovals",
+                "summary": "The run's tool calls waiting for a human",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "Pending calls.", "content": _json("ApprovalList")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/approvals/{call_id}": {
+            "post": {
+                "operationId": "decideApproval",
+                "summary": "Approve (optionally with edited arguments), reject or answer a "
+                "waiting call; the step's last decision resumes the run on a worker",
+                "security": _AUTH,
+                "parameters": [
+                    _RUN_ID,
+                    {"name": "call_id", "in": "path", "required": True,
+                     "schema": {"type": "string"}},
+                ],
+                "requestBody": {"required": True, "content": _json("DecisionIn")},
+                "responses": {
+                    "200": {"description": "The run, waiting or queued again.",
+                            "content": _json("RunOut")},
+                    **_errors(*body_errors, "404", "409", "503"),
                 },
             }
         },
@@ -297,6 +355,8 @@ def openapi_document() -> dict[str, Any]:
         RunCreate,
         RunOut,
         RunList,
+        ApprovalList,
+        DecisionIn,
         AgentList,
         ModelList,
         ModelOut,

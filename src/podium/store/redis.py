@@ -10,7 +10,8 @@ run's two keys live in one slot)::
     podium:idx:all            sorted sets of run ids scored by created_at, for
     podium:idx:t:<tenant>     listing by tenant and status; the bucket is the
     podium:idx:s:<bucket>     status, except that queued and running share the
-    podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing)
+    podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing);
+                              waiting runs have their own (their deadlines' sweep reads it)
 
 Fencing, so two workers can never both advance a run:
 

@@ -51,6 +51,8 @@ CREATE TABLE IF NOT EXISTS runs (
     expires_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
+-- Waiting runs (parked on a human) are found by status: the sweep of their deadlines.
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
 CREATE TABLE IF NOT EXISTS journal (
     run_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,

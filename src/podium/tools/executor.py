@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from podium.errors import Interrupt
 from podium.security.screen import ScreenVerdict
 from podium.tools.deadlines import with_deadline
 from podium.tools.eager import Continuation, start_eagerly
@@ -35,7 +36,9 @@ _encode = msgspec.json.encode
 class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
     """The outcome of one tool call. ``error`` names the failure kind when ``ok`` is false:
     ``timeout``, ``exception``, ``invalid_arguments``, ``unknown_tool``, ``circuit_open``,
-    ``unserializable``, ``cancelled``, ``blocked`` (withheld by the injection screen)."""
+    ``unserializable``, ``cancelled``, ``blocked`` (withheld by the injection screen),
+    ``interrupted`` (the tool raised :class:`~podium.errors.Interrupt`: ``content`` is its
+    question, and the run waits for a human's answer)."""
 
     call_id: str
     name: str
@@ -110,6 +113,9 @@ class ToolExecutor:
         self._limits: dict[str, asyncio.Semaphore] = {}
         self.calls = 0
         self.failures = 0
+        #: Calls that raised :class:`~podium.errors.Interrupt` (the engine compares this
+        #: count around a step's tools instead of looking at every result).
+        self.interrupts = 0
 
     async def execute(
         self, tool: Tool[Any, Any], args: msgspec.Struct, ctx: ToolContext
@@ -183,6 +189,18 @@ class ToolExecutor:
                     async with limit:
                         value, cpu = await self._attempt(tool, kwargs)
                 cpu_ns += cpu
+            except Interrupt as asked:  # a question for a human: the run waits for the answer
+                self.interrupts += 1
+                return ToolResult(
+                    ctx.call_id,
+                    tool.name,
+                    asked.question,
+                    ok=False,
+                    error="interrupted",
+                    attempts=attempt + 1,
+                    wall_ns=time.perf_counter_ns() - t0,
+                    cpu_ns=cpu_ns,
+                )
             except TimeoutError:
                 failure = (
                     "timeout",
