@@ -10,10 +10,12 @@ PACKAGES = (
     "podium",
     "podium.context",
     "podium.engine",
+    "podium.memory",
     "podium.models",
     "podium.queue",
     "podium.security",
     "podium.streaming",
+    "podium.threads",
     "podium.tools",
     "podium.worker",
 )

@@ -25,7 +25,9 @@ from podium.errors import (
     PodiumError,
     RetryableToolError,
     RunError,
+    ThreadNotFoundError,
 )
+from podium.memory import Memory, MemoryItem, StoreMemory, memory_tools
 from podium.messages import Message, ToolCall, Usage
 from podium.models import (
     FunctionModel,
@@ -44,6 +46,7 @@ from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming import LocalTokenChannel, TokenChannel, TokenDelta, TokenSubscription
+from podium.threads import ThreadRecord
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
 
 __all__ = (
@@ -60,6 +63,8 @@ __all__ = (
     "Interrupt",
     "LatencyModel",
     "LocalTokenChannel",
+    "Memory",
+    "MemoryItem",
     "MemoryRunStore",
     "Message",
     "Model",
@@ -85,6 +90,9 @@ __all__ = (
     "SimToolCall",
     "SimulatedModel",
     "StepProfile",
+    "StoreMemory",
+    "ThreadNotFoundError",
+    "ThreadRecord",
     "TokenChannel",
     "TokenDelta",
     "TokenSubscription",
@@ -94,6 +102,7 @@ __all__ = (
     "ToolContext",
     "ToolPolicy",
     "Usage",
+    "memory_tools",
     "tool",
     "tool_call_reply",
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,6 +20,7 @@ from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
+    from podium.store.base import RunStore
 
 __all__ = ("DEFAULT_DEADLINE_S", "DEFAULT_MAX_TOOL_CALLS", "Agent", "ContextPolicy")
 
@@ -256,11 +258,25 @@ class Agent:
         self.multi_agent = True
 
     async def run(self, user_input: str, **kwargs: Any) -> RunRecord:
-        """Run once on a throw-away in-memory engine and return the finished record."""
+        """Run once on a throw-away in-memory engine and return the finished record.
+
+        With ``thread_id=...`` the run continues that conversation: such runs share one
+        in-memory store per process, so the thread lives as long as the process (give an
+        :class:`~podium.Engine` a SQLite or Redis store to keep it longer).
+        """
         from podium.engine.driver import Engine
 
-        async with Engine() as engine:
+        store = _threads_store() if kwargs.get("thread_id") is not None else None
+        async with Engine(store) as engine:
             return await engine.run(self, user_input, **kwargs)
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
+
+
+@functools.cache
+def _threads_store() -> RunStore:
+    """The in-memory store of this process's ``Agent.run(..., thread_id=...)`` threads."""
+    from podium.store.memory import MemoryRunStore
+
+    return MemoryRunStore()

@@ -14,6 +14,7 @@
     ├── StoreError                  the run store failed
     │   ├── RunNotFoundError        no run with that id
     │   ├── StaleRunError           another writer advanced the run (optimistic concurrency)
+    │   ├── ThreadNotFoundError     no thread with that id (or not the tenant's)
     │   └── StoreUnavailableError   the store's service cannot be reached (also a ConnectionError)
     ├── QueueUnavailableError       the queue's service cannot be reached (also a ConnectionError)
     ├── RunError                    a run ended without an answer (``reason`` says why)
@@ -45,6 +46,7 @@ __all__ = (
     "StaleRunError",
     "StoreError",
     "StoreUnavailableError",
+    "ThreadNotFoundError",
     "ToolDefinitionError",
 )
 
@@ -126,6 +128,10 @@ class RunNotFoundError(StoreError):
 
 class StaleRunError(StoreError):
     """Another writer advanced the run first; this writer's checkpoint is refused."""
+
+
+class ThreadNotFoundError(StoreError):
+    """No thread with that id: never created, deleted, expired, or another tenant's."""
 
 
 class StoreUnavailableError(StoreError, ConnectionError):

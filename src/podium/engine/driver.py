@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -39,6 +38,7 @@ from podium.engine.records import (
     ToolOutcome,
 )
 from podium.engine.replay import PendingStep, RunState, replay
+from podium.engine.runids import new_run_id
 from podium.engine.step import (
     PlannedCall,
     over_cap,
@@ -46,7 +46,7 @@ from podium.engine.step import (
     tool_message,
     truncate_result,
 )
-from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
+from podium.engine.stopwatch import CpuClock, NoStopwatch, Stopwatch, cpu_clock
 from podium.engine.token_stream import stream_model
 from podium.errors import (
     DecisionError,
@@ -64,8 +64,9 @@ from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
+from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
-from podium.tools.eager import Continuation, start_eagerly
+from podium.tools.eager import continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
 __all__ = ("Engine", "Observer", "new_run_id")
@@ -91,15 +92,6 @@ def _by_index(item: tuple[int, ToolResult]) -> int:
 def _blocked(verdict: ScreenVerdict) -> str:
     what = f"rule {verdict.rule!r} (score {verdict.score})"
     return f"injection screen blocked the {verdict.source}: {what}"
-
-
-def new_run_id() -> str:
-    """An unguessable run id: ``run_`` and 128 random bits in hex.
-
-    Random rather than counted, so the ids one tenant sees say nothing about how
-    many runs other tenants start (nor let anyone guess another run's id).
-    """
-    return "run_" + secrets.token_hex(16)
 
 
 #: How many runs ended by :meth:`Engine.cancel_stored` are remembered for their drivers.
@@ -141,6 +133,7 @@ class Engine(AsyncCloseable):
         aggregator: ProfileAggregator | None = None,
         clock: CpuClock = "thread",
         observers: Sequence[Observer] = (),
+        profile: bool = True,
     ) -> None:
         self.store = store or MemoryRunStore()
         self._own_store = store is None
@@ -148,8 +141,12 @@ class Engine(AsyncCloseable):
         self._own_executor = executor is None
         self.aggregator = aggregator
         self._cpu = cpu_clock(clock)
+        #: ``profile=False``: no clock is read and runs keep no workload profile (the floor).
+        self.profile = profile
+        self._stopwatch: type[Stopwatch] = Stopwatch if profile else NoStopwatch
         self.observers: list[Observer] = list(observers)
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._cancelling: set[str] = set()
         self._pausing: set[str] = set()
         # Runs cancelled in the store by :meth:`cancel_stored` (recent ones, bounded): a
@@ -175,10 +172,13 @@ class Engine(AsyncCloseable):
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
+        thread_id: str | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        ``thread_id``: the run continues that conversation (created for ``tenant`` if
+        new); it starts when the thread's earlier runs have ended, from their history.
         """
         record = RunRecord(
             run_id or new_run_id(),
@@ -187,8 +187,12 @@ class Engine(AsyncCloseable):
             tenant=tenant,
             metadata=metadata or {},
             deadline_s=deadline_s,
+            thread_id=thread_id,
         )
-        await self.store.create(record)
+        if thread_id is None:
+            await self.store.create(record)
+        else:
+            await self.threads.create_run(record, create_thread=True)
         return record
 
     async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:
@@ -266,13 +270,13 @@ class Engine(AsyncCloseable):
         self._pausing.add(run_id)
         return True
 
-    def cancelling(self, run_id: str) -> bool:
-        """Whether :meth:`cancel` is ending the run (its child runs end with it)."""
-        return run_id in self._cancelling
-
     @property
     def active_runs(self) -> int:
         return len(self._tasks)
+
+    def cancelling(self, run_id: str) -> bool:
+        """Whether :meth:`cancel` is ending the run (its child runs end with it)."""
+        return run_id in self._cancelling
 
     # -- human approval (see podium.engine.approvals) ------------------------------------------
 
@@ -350,6 +354,11 @@ class Engine(AsyncCloseable):
             self.hook.run_finished(record)
         return record
 
+    @property
+    def threads(self) -> ThreadKeeper:
+        """The threads (conversations) of this engine's store."""
+        return keeper_for(self.store)
+
     # -- the run ----------------------------------------------------------------------------
 
     async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
@@ -360,7 +369,7 @@ class Engine(AsyncCloseable):
             return await self._still_waiting(record)
         self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
         try:
@@ -371,24 +380,77 @@ class Engine(AsyncCloseable):
                         return stored
                 state = await self._load(agent, record, admit_ns)
                 if state is None:
+                    if record.thread_id is not None:
+                        await self.threads.settle_quietly(record)
                     return record
-                return await self._drive(agent, state)
             except asyncio.CancelledError:
                 if run_id not in self._cancelling:
                     raise  # shutdown: the run stays `running` and resumes elsewhere
                 if task is not None:
                     task.uncancel()
-            # Cancelled before its state was loaded (reading the journal, first update):
-            # end it with the record as stored, unless it has ended there meanwhile.
-            self._tasks.pop(run_id, None)
-            stored = await self.store.get(run_id)
-            if stored is not None and stored.done:
-                return stored
-            return await self._finish_record(record)
+                # Cancelled before its state was loaded (reading the journal, first update):
+                # end it with the record as stored, unless it has ended there meanwhile.
+                self._tasks.pop(run_id, None)
+                stored = await self.store.get(run_id)
+                if stored is not None and stored.done:
+                    return stored
+                ended = await self._finish_record(record)
+                if ended.thread_id is not None:
+                    await self.threads.settle_quietly(ended)
+                return ended
+            # The step loop runs in this frame, not a nested one: a run waiting in a tool
+            # holds as few coroutines as possible (each is an object the collector scans).
+            state.task = task
+            deadline = self._arm_deadline(agent, state)
+            sink = None if self.aggregator is None else self.aggregator.add_step
+            sw = self._stopwatch.start(self._cpu, sink)
+            end: tuple[RunStatus, str | None, str | None]
+            try:
+                if state.blocked is not None:
+                    raise _Finish("failed", "injection_blocked", state.blocked)
+                if state.agent is not None:  # resumed after a hand-off
+                    agent = state.agent
+                if state.pending is not None:
+                    await self._resume_pending(agent, state, sw)
+                if state.output_failures and state.output_failures > agent.output_retries:
+                    raise _Finish(
+                        "failed", "invalid_output", "output_retries spent before a restart"
+                    )
+                while True:
+                    if agent.handoffs:  # the step just committed may have handed the run over
+                        agent = handed_off(agent, state)
+                    if await self._step(agent, state, sw):
+                        break
+                end = ("completed", None, None)  # recorded with the last step
+            except _Finish as exc:
+                end = (exc.status, exc.reason, exc.error)
+            except (_Paused, _Waiting):
+                return record
+            except ModelReplyError as exc:
+                end = ("failed", "invalid_reply", str(exc))
+            except ModelError as exc:
+                end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
+            except asyncio.CancelledError:
+                end = self._cancelled(state, deadline)  # re-raises on shutdown
+            finally:
+                if state.alarm is not None:
+                    state.alarm.disarm()
+                sw.finish()  # the last steps' CPU figures, exact
+            ended = await self._finish(state, end[0], end[1], error=end[2])
+            if ended.thread_id is not None:
+                await self.threads.settle_quietly(ended, state.ctx.messages)
+            return ended
         finally:
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
             self._cancelling.discard(run_id)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, remembered: on 3.11 asking for it is a getpid() system call."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def _ended_meanwhile(self, run_id: str) -> RunRecord | None:
         """The stored record if :meth:`cancel_stored` ended the run after its driver read it."""
@@ -402,6 +464,11 @@ class Engine(AsyncCloseable):
     async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it)."""
+        history = None
+        if record.thread_id is not None:  # waits while runs ahead of it on the thread go
+            since = time.perf_counter_ns()
+            history = await self.threads.turn(record)
+            admit_ns += time.perf_counter_ns() - since  # waiting for the turn is admission
         # A run back in the queue after a human's decision has started before: read its journal.
         fresh = record.status == "queued" and record.started_at is None
         entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
@@ -410,12 +477,15 @@ class Engine(AsyncCloseable):
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
-        state = replay(agent, record, entries)
+        state = replay(agent, record, entries, history)
         state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
         if agent.multi_agent:  # agent tools or hand-offs: set up once, here
             attach(self, agent, state, entries)
+        # A run on the plain path (one side-effect-free call a step, nothing to screen or
+        # narrow) takes the step's fast lane; any of these sends it down the general one.
+        state.general = state.allowed_tools is not None or agent.screening is not None
         if (
             screened is not None
             and screened.verdict.action == "block"
@@ -434,99 +504,93 @@ class Engine(AsyncCloseable):
         if record.waiting is not None:  # resumed after a wait (its pause was counted then)
             record.waiting = None
         await self.store.update(record)
+        if history and state.step == 0 and state.pending is None:
+            await self._fit_history(agent, state)
         if self.hook is not None:
             self.hook.run_started(agent, record)
         return state
 
-    async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
+    async def _fit_history(self, agent: Agent, state: RunState) -> None:
+        """A thread's history with the new input over budget: compact before the first call
+        (journaled, so a resume replays the same context)."""
+        if state.ctx.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, NoStopwatch.start(self._cpu))
+            if compaction is not None:
+                await self._append(state, (compaction,))
+
+    def _arm_deadline(self, agent: Agent, state: RunState) -> float | None:
+        """Arm the run's wall-clock limit on its task (``state.alarm``); returns the limit."""
         record = state.record
-        run_id = record.run_id
         deadline = agent.deadline_s if record.deadline_s is None else record.deadline_s
-        task = asyncio.current_task()
-        alarm = None
-        if deadline is not None and deadline != math.inf and task is not None:
+        if deadline is not None and deadline != math.inf and state.task is not None:
             assert record.started_at is not None
             left = record.started_at + record.paused_s + deadline - time.time()
             # A fresh run arms its deadline as the same float as every other (one wheel queue).
             fresh = 0.0 <= deadline - left < min(1.0, deadline / 10)
-            alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
-        end: tuple[RunStatus, str | None, str | None]
-        try:
-            if state.blocked is not None:
-                raise _Finish("failed", "injection_blocked", state.blocked)
-            await self._steps(agent, state)
-            end = ("completed", None, None)  # recorded with the last step
-        except _Finish as exc:
-            end = (exc.status, exc.reason, exc.error)
-        except (_Paused, _Waiting):
-            return record
-        except ModelReplyError as exc:
-            end = ("failed", "invalid_reply", str(exc))
-        except ModelError as exc:
-            end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
-        except asyncio.CancelledError:
-            cancelled = run_id in self._cancelling
-            expired = alarm is not None and alarm.fired
-            if not (cancelled or expired):
-                raise  # shutdown: the run stays `running` and resumes elsewhere
-            assert task is not None
-            for _ in range(cancelled + expired):
-                task.uncancel()
-            if cancelled:
-                end = ("cancelled", "cancelled", "cancelled")
-            else:
-                end = ("failed", "deadline", f"deadline of {deadline}s passed")
-        finally:
-            if alarm is not None:
-                alarm.disarm()
-        return await self._finish(state, end[0], end[1], error=end[2])
+            state.alarm = arm_deadline(state.task, deadline if fresh else max(0.0, left))
+        return deadline
 
-    async def _steps(self, agent: Agent, state: RunState) -> None:
-        sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
-        if state.agent is not None:  # resumed after a hand-off
-            agent = state.agent
-        if state.pending is not None:
-            await self._resume_pending(agent, state, sw)
-        if state.output_failures and state.output_failures > agent.output_retries:
-            raise _Finish("failed", "invalid_output", "output_retries spent before a restart")
-        pausing = self._pausing
-        while True:
-            if agent.handoffs:  # the step just committed may have handed the run over
-                agent = handed_off(agent, state)
-            if pausing and state.record.run_id in pausing:
-                raise _Paused
-            if state.step >= agent.max_steps:
-                raise _Finish(
-                    "failed", "max_steps", f"no final answer after {agent.max_steps} steps"
-                )
-            if await self._step(agent, state, sw):
-                return
+    def _cancelled(
+        self, state: RunState, deadline: float | None
+    ) -> tuple[RunStatus, str | None, str | None]:
+        """How a cancelled step loop ends: cancelled, or failed at its deadline. Re-raises
+        the cancellation when it is neither (a shutdown: the run resumes elsewhere)."""
+        cancelled = state.record.run_id in self._cancelling
+        expired = state.alarm is not None and state.alarm.fired
+        task = state.task
+        if not (cancelled or expired) or task is None:
+            raise asyncio.CancelledError
+        for _ in range(cancelled + expired):
+            task.uncancel()
+        if cancelled:
+            return ("cancelled", "cancelled", "cancelled")
+        return ("failed", "deadline", f"deadline of {deadline}s passed")
 
     async def _step(self, agent: Agent, state: RunState, sw: Stopwatch) -> bool:
-        """One step, inline and timed: the hot path of the whole runtime."""
+        """One step, inline and timed: the hot path of the whole runtime. True at the end.
+
+        Awaited work starts eagerly: a call that does not wait (an instant model or
+        tool, an in-memory store) costs no loop iteration. A step with one
+        side-effect-free call is checkpointed by one :class:`StepRecord` right here;
+        any other goes through :meth:`_finish_step`.
+        """
+        if self._pausing and state.record.run_id in self._pausing:
+            raise _Paused
+        step = state.step
+        if step >= agent.max_steps:
+            raise _Finish("failed", "max_steps", f"no final answer after {agent.max_steps} steps")
         record = state.record
         ctx = state.ctx
-        step = state.step
         # assemble
+        prefix = agent.prefix
         request = ModelRequest(
             ctx.messages,
-            agent.prefix.tools,
+            prefix.tools,
             agent.settings,
             record.run_id,
             agent.name,
             step,
-            ctx.tokens,
-            agent.prefix.tokens,
+            prefix.tokens + ctx.history_tokens,
+            prefix.tokens,
             agent.tags,
             state.attained_s,
         )
         sw.lap(_ASSEMBLE)
         # model
+        response: ModelResponse
         tokens = self.tokens
-        if tokens is not None and tokens.listening(record.run_id):
+        if tokens is not None and tokens.listening(record.run_id):  # a client listens
             response = await stream_model(agent, request, sw, tokens, _MODEL)
         else:
-            response = await self._call_model(agent, request, sw)
+            coro = agent.model.request(request)
+            try:
+                pending = coro.send(None)
+            except StopIteration as answered:  # no wait (simulated, cached)
+                response = answered.value
+            except ModelReplyError:
+                response = await self._call_model(agent, request, sw, 1)
+            else:
+                response = await self._wait_model(agent, request, sw, coro, pending)
         sw.lap(_MODEL)
         state.attained_s += sw.wall[_MODEL] / 1e9
         # parse
@@ -534,16 +598,14 @@ class Engine(AsyncCloseable):
             "assistant", response.content, response.tool_calls, reasoning=response.reasoning
         )
         state.add_usage(response.usage)
-        ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
+        ttft = 0 if response.ttft_s is None else int(response.ttft_s * 1e9)
         if agent.output is not None:
             return await self._output_step(agent, state, sw, message, response, ttft)
         calls = response.tool_calls
         if not calls:
             ctx.append(message)
             sw.lap(_PARSE)
-            await self._final_step(state, sw, message, response, ttft)
-            if self.hook is not None:
-                self.hook.step(agent, record, state.profile.steps[-1], state.usage, ())
+            await self._final_step(agent, state, sw, message, response, ttft)
             return True
         planned, rejected, cut = plan_tool_calls(agent, record.run_id, step, calls)
         if rejected:
@@ -552,22 +614,69 @@ class Engine(AsyncCloseable):
                 message.tool_calls = cut
         ctx.append(message)
         sw.lap(_PARSE)
-        if len(planned) > 1 or (
-            planned and (planned[0].tool.policy.side_effects or planned[0].tool.approval)
-        ):
-            # Durable before any tool runs: a resume then re-runs only unfinished calls, under
-            # the same idempotency keys. A lone side-effect-free call rides with the commit.
-            await self._append(state, (ModelTurn(step, time.time(), message, response.usage),), sw)
-            sw.lap(_CHECKPOINT)
-            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
+        if rejected or len(planned) != 1 or state.general:
+            await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
+            return False
+        call = planned[0]
+        if call.tool.policy.side_effects or call.tool.approval is not None:
+            await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
+            return False
+        # tools: the one call, side-effect free, so it is journaled with the step's end
+        started = self.executor.start(call.tool, call.args, call.ctx, state.task)
+        if isinstance(started, ToolResult):
+            result = started
         else:
-            await self._finish_step(
-                agent, state, sw, planned, rejected, {}, (message, response), ttft
-            )
+            sw.suspend(_TOOLS)
+            try:
+                result = await started
+            finally:
+                sw.resume(_TOOLS)
+            sw.add_cpu(_TOOLS, result.cpu_ns)
+        result = truncate_result(agent, call.tool, result)
+        sw.lap(_TOOLS)
+        if not result.ok and result.error == "interrupted":  # the tool asked a human
+            outcome = [(call.index, result)]
+            await self._park(agent, state, planned, [], [], outcome, {}, (message, response))
+        # merge
+        ctx.append(tool_message(result))
+        compaction = None
+        if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, sw)
+        sw.lap(_MERGE)
+        # checkpoint
+        profile = sw.snapshot(step, 1, ttft)
+        entry = StepRecord(step, time.time(), message, (result,), response.usage, profile)
+        state.step = step + 1
+        entries = (entry,) if compaction is None else (entry, compaction)
+        waiting = self._checkpoint(state, entries, sw)
+        if waiting is not None:
+            await waiting
+        sw.close_step(profile)
+        self._file_step(agent, state, profile, step, ttft, ((call.index, result),))
         return False
+
+    async def _wait_model(
+        self,
+        agent: Agent,
+        request: ModelRequest,
+        sw: Stopwatch,
+        coro: Coroutine[Any, Any, ModelResponse],
+        pending: Any,
+    ) -> ModelResponse:
+        """The model call started by :meth:`_step` waits: time the wait, retry a bad reply."""
+        sw.suspend(_MODEL)
+        try:
+            return await continuation(coro, pending)
+        except ModelReplyError:
+            if agent.model_retries < 1:
+                raise
+        finally:
+            sw.resume(_MODEL)
+        return await self._call_model(agent, request, sw, 1)
 
     async def _final_step(
         self,
+        agent: Agent,
         state: RunState,
         sw: Stopwatch,
         message: Message,
@@ -579,9 +688,10 @@ class Engine(AsyncCloseable):
         ``output`` is a structured answer's JSON (else the answer is the reply's text)."""
         step = state.step
         state.step = step + 1
-        sw.flush()  # the record stored with the run's end carries this step's profile
-        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
-        state.profile.steps.append(profile)
+        sw.settle()  # the record stored with the run's end carries exact figures
+        profile = sw.snapshot(step, 0, ttft)
+        if profile is not None:
+            state.profile.steps.append(profile)
         if output is None:
             final = RunFinished(time.time(), "completed", output=response.content)
         else:
@@ -592,7 +702,11 @@ class Engine(AsyncCloseable):
         if state.alarm is not None:  # and so is its deadline
             state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
-        self._close_step(sw, profile)
+        sw.close_step(profile)
+        if self.hook is not None:
+            if profile is None:  # Engine(profile=False): the hook still hears of the step
+                profile = StepProfile(step, (), (), 0, ttft)
+            self.hook.step(agent, state.record, profile, state.usage, ())
 
     async def _output_step(
         self,
@@ -612,9 +726,7 @@ class Engine(AsyncCloseable):
         if verdict.output is not None:
             ctx.append(message)
             sw.lap(_PARSE)
-            await self._final_step(state, sw, message, response, ttft, verdict.output)
-            if self.hook is not None:
-                self.hook.step(agent, state.record, state.profile.steps[-1], state.usage, ())
+            await self._final_step(agent, state, sw, message, response, ttft, verdict.output)
             return True
         feedback = verdict.feedback
         if feedback is not None:  # no tool calls, no valid answer: the model reads why
@@ -622,17 +734,14 @@ class Engine(AsyncCloseable):
             ctx.append(feedback)
             sw.lap(_PARSE)
             step = state.step
-            sw.flush()
-            profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
+            profile = sw.snapshot(step, 0, ttft)
             entry = OutputRejected(
                 step, time.time(), message, feedback, verdict.error, response.usage, profile
             )
             state.step = step + 1
             await self._append(state, (entry,), sw)
-            self._close_step(sw, profile)
-            state.profile.steps.append(profile)
-            if self.hook is not None:
-                self.hook.step(agent, state.record, profile, state.usage, ())
+            sw.close_step(profile)
+            self._file_step(agent, state, profile, step, ttft, ())
             self._output_failed(agent, state, verdict)
             return False
         record = state.record
@@ -645,14 +754,7 @@ class Engine(AsyncCloseable):
             message.tool_calls = cut
         ctx.append(message)
         sw.lap(_PARSE)
-        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
-            turn = ModelTurn(state.step, time.time(), message, response.usage)
-            await self._append(state, (turn,), sw)
-            sw.lap(_CHECKPOINT)
-            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
-        else:
-            deferred = (message, response)
-            await self._finish_step(agent, state, sw, planned, rejected, {}, deferred, ttft)
+        await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
         if verdict.rejected is not None:
             self._output_failed(agent, state, verdict)
         return False
@@ -668,6 +770,33 @@ class Engine(AsyncCloseable):
                 "invalid_output",
                 f"no valid {agent.output.name} after {state.output_failures} attempts "
                 f"(output_retries={agent.output_retries}); last error: {verdict.error}",
+            )
+
+    async def _general_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        ttft: int,
+    ) -> None:
+        """A step off the fast lane: several calls, side effects, approvals, rejected calls,
+        screening, a tenant's allow-list."""
+        if len(planned) > 1 or (
+            planned and (planned[0].tool.policy.side_effects or planned[0].tool.approval)
+        ):
+            # Durable before any tool runs: a resume then re-runs only unfinished calls, under
+            # the same idempotency keys. A lone side-effect-free call rides with the commit.
+            turn = ModelTurn(state.step, time.time(), message, response.usage)
+            await self._append(state, (turn,), sw)
+            sw.lap(_CHECKPOINT)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
+        else:
+            await self._finish_step(
+                agent, state, sw, planned, rejected, {}, (message, response), ttft
             )
 
     async def _finish_step(
@@ -693,7 +822,10 @@ class Engine(AsyncCloseable):
             planned, held = approvals.gate(planned, state.approved)
         # tools
         interrupts = self.executor.interrupts
-        results = await self._run_tools(agent, state, planned, done, sw)
+        if len(planned) == 1 and not done:
+            results = [await self._run_one(agent, state, planned[0], sw)]
+        else:
+            results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
         if held or self.executor.interrupts != interrupts:
             await self._park(agent, state, planned, held, rejected, results, done, deferred)
@@ -712,28 +844,23 @@ class Engine(AsyncCloseable):
         sw.lap(_MERGE)
         # checkpoint
         ts = time.time()
-        sw.flush()  # the journaled profile covers the phases up to here
-        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes), ttft)
+        profile = sw.snapshot(step, len(outcomes), ttft)
         entries: list[JournalEntry]
         if deferred is not None:
             message, response = deferred
-            results_in_order = (
-                (outcomes[0][1],) if len(outcomes) == 1 else tuple(r for _, r in outcomes)
-            )
-            entries = [StepRecord(step, ts, message, results_in_order, response.usage, profile)]
+            in_order = tuple([r for _, r in outcomes])
+            entries = [StepRecord(step, ts, message, in_order, response.usage, profile)]
         else:
             entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
             if len(planned) == 1:  # several calls journal their own outcomes as each finishes
-                entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+                entries.extend([ToolOutcome(step, ts, i, r) for i, r in results if i not in done])
             entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
             entries.append(compaction)
         state.step = step + 1
         await self._append(state, entries, sw)
-        self._close_step(sw, profile)
-        state.profile.steps.append(profile)
-        if self.hook is not None:
-            self.hook.step(agent, state.record, profile, state.usage, outcomes)
+        sw.close_step(profile)
+        self._file_step(agent, state, profile, step, ttft, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
             for _, result in outcomes:
                 if result.error == "blocked" and result.screen is not None:
@@ -745,14 +872,23 @@ class Engine(AsyncCloseable):
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
 
-    def _close_step(self, sw: Stopwatch, profile: StepProfile) -> None:
-        """End the checkpoint phase, file the step's timings, start the next step's clock."""
-        sw.lap(_CHECKPOINT)
-        sw.flush_phase(_CHECKPOINT)  # the step was flushed before its journal write
-        profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
-        sw.restart()
-        if self.aggregator is not None:
-            self.aggregator.add_step(profile)
+    def _file_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        profile: StepProfile | None,
+        step: int,
+        ttft: int,
+        outcomes: Sequence[tuple[int, ToolResult]],
+    ) -> None:
+        """The step is checkpointed: keep its profile (the stopwatch hands it to the
+        aggregator once exact), and tell the hook."""
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if self.hook is not None:
+            if profile is None:  # Engine(profile=False): the hook still hears of the step
+                profile = StepProfile(step, (), (), len(outcomes), ttft)
+            self.hook.step(agent, state.record, profile, state.usage, outcomes)
 
     async def _resume_pending(self, agent: Agent, state: RunState, sw: Stopwatch) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""
@@ -873,28 +1009,40 @@ class Engine(AsyncCloseable):
     # -- pieces -----------------------------------------------------------------------------
 
     async def _call_model(
-        self, agent: Agent, request: ModelRequest, sw: Stopwatch
+        self, agent: Agent, request: ModelRequest, sw: Stopwatch, attempt: int = 0
     ) -> ModelResponse:
-        attempt = 0
+        """Call the model, asking again (up to ``agent.model_retries``) on a reply it
+        could not make sense of; ``attempt`` counts the tries made already."""
         while True:
-            coro = agent.model.request(request)
+            if attempt > agent.model_retries:
+                raise ModelReplyError(f"{agent.model.name}: no valid reply in {attempt} tries")
             try:
-                try:
-                    pending = coro.send(None)
-                except StopIteration as done:  # answered without waiting (simulated, cached)
-                    response: ModelResponse = done.value
-                    return response
-                sw.suspend(_MODEL)
-                try:
-                    response = await Continuation(coro, pending)
-                finally:
-                    sw.resume()
+                response, _ = await self._eager(agent.model.request(request), sw, _MODEL)
             except ModelReplyError:
                 if attempt >= agent.model_retries:
                     raise
                 attempt += 1
                 continue
             return response
+
+    async def _run_one(
+        self, agent: Agent, state: RunState, call: PlannedCall, sw: Stopwatch
+    ) -> tuple[int, ToolResult]:
+        """One call, started eagerly, truncated and screened."""
+        started = self.executor.start(call.tool, call.args, call.ctx, state.task)
+        if isinstance(started, ToolResult):
+            result = started
+        else:
+            sw.suspend(_TOOLS)
+            try:
+                result = await started
+            finally:
+                sw.resume(_TOOLS)
+            sw.add_cpu(_TOOLS, result.cpu_ns)
+        result = truncate_result(agent, call.tool, result)
+        if agent.screening is not None:
+            result = await agent.screening.screen_result(result)
+        return call.index, result
 
     async def _run_tools(
         self,
@@ -904,43 +1052,14 @@ class Engine(AsyncCloseable):
         done: dict[int, ToolResult],
         sw: Stopwatch,
     ) -> list[tuple[int, ToolResult]]:
-        execute = self.executor.execute
-        if len(planned) == 1 and not done:
-            call = planned[0]
-            coro = execute(call.tool, call.args, call.ctx)
-            try:
-                pending = coro.send(None)
-            except StopIteration as finished:  # the tool answered without waiting
-                result: ToolResult = finished.value
-            else:
-                sw.suspend(_TOOLS)
-                try:
-                    result = await Continuation(coro, pending)
-                finally:
-                    sw.resume()
-                sw.add_cpu(_TOOLS, result.cpu_ns)
-            result = truncate_result(agent, call.tool, result)
-            if agent.screening is not None:
-                result = await agent.screening.screen_result(result)
-            return [(call.index, result)]
+        """Several calls: they overlap, and each outcome is journaled as soon as it is known,
+        so a crash mid-step re-runs only the calls still in flight."""
         results = list(done.items())
         todo = [p for p in planned if p.index not in done]
         if not todo:
             return results
-        # Several calls: they overlap, and each outcome is journaled as soon as it is known,
-        # so a crash mid-step re-runs only the calls still in flight.
         sw.suspend(_TOOLS)
-
-        async def one(call: PlannedCall) -> tuple[int, ToolResult]:
-            result = truncate_result(
-                agent, call.tool, await execute(call.tool, call.args, call.ctx)
-            )
-            if agent.screening is not None:
-                result = await agent.screening.screen_result(result)
-            await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
-            return call.index, result
-
-        tasks = [asyncio.ensure_future(one(c)) for c in todo]
+        tasks = [asyncio.ensure_future(self._run_journaled(agent, state, c)) for c in todo]
         try:
             gathered = await asyncio.gather(*tasks)
         except BaseException:
@@ -950,10 +1069,22 @@ class Engine(AsyncCloseable):
                 task.cancel()
             await asyncio.wait(tasks)
             raise
-        sw.resume()
-        sw.add_cpu(_TOOLS, sum(r.cpu_ns for _, r in gathered))
+        sw.resume(_TOOLS)
+        sw.add_cpu(_TOOLS, sum([r.cpu_ns for _, r in gathered]))
         results.extend(gathered)
         return results
+
+    async def _run_journaled(
+        self, agent: Agent, state: RunState, call: PlannedCall
+    ) -> tuple[int, ToolResult]:
+        """One of several calls of a step, in a task of its own: run, then journal its outcome."""
+        result = truncate_result(
+            agent, call.tool, await self.executor.execute(call.tool, call.args, call.ctx)
+        )
+        if agent.screening is not None:
+            result = await agent.screening.screen_result(result)
+        await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
+        return call.index, result
 
     async def _compact(self, agent: Agent, state: RunState, sw: Stopwatch) -> Compacted | None:
         policy = agent.context
@@ -996,7 +1127,7 @@ class Engine(AsyncCloseable):
         try:
             value = await rest
         finally:
-            sw.resume()
+            sw.resume(phase)
         return value, True
 
     async def _append(
@@ -1007,30 +1138,60 @@ class Engine(AsyncCloseable):
         *,
         record: RunRecord | None = None,
     ) -> None:
+        """Journal ``entries`` (with ``record``), timed as the checkpoint phase of ``sw``."""
+        if sw is None:  # a call of several, journaled from its own task: nothing to time
+            if state.redact is not None:
+                entries = state.redact(entries)
+            await self.store.append(state.record.run_id, entries, record=record)
+            if self.observers:
+                self._notify(state, entries)
+            return
+        waiting = self._checkpoint(state, entries, sw, record)
+        if waiting is not None:
+            await waiting
+
+    def _checkpoint(
+        self,
+        state: RunState,
+        entries: Sequence[JournalEntry],
+        sw: Stopwatch,
+        record: RunRecord | None = None,
+    ) -> Awaitable[None] | None:
+        """Start journaling ``entries``: None if the store took them without waiting (an
+        in-memory store: no loop iteration), else an awaitable that finishes the write."""
         if state.redact is not None:
             entries = state.redact(entries)
         coro = self.store.append(state.record.run_id, entries, record=record)
-        if sw is None:
-            await coro
-        else:
-            try:
-                pending = coro.send(None)
-            except StopIteration:  # an in-memory store: no wait, no loop iteration
-                pass
-            else:
-                sw.suspend(_CHECKPOINT)
-                try:
-                    await Continuation(coro, pending)
-                finally:
-                    sw.resume()
+        try:
+            pending = coro.send(None)
+        except StopIteration:
+            if self.observers:
+                self._notify(state, entries)
+            return None
+        return self._wait_checkpoint(state, entries, sw, coro, pending)
+
+    async def _wait_checkpoint(
+        self,
+        state: RunState,
+        entries: Sequence[JournalEntry],
+        sw: Stopwatch,
+        coro: Coroutine[Any, Any, None],
+        pending: Any,
+    ) -> None:
+        sw.suspend(_CHECKPOINT)
+        try:
+            await continuation(coro, pending)
+        finally:
+            sw.resume(_CHECKPOINT)
         if self.observers:
-            if sw is not None:
-                sw.pause(_CHECKPOINT)  # observers' time is theirs, not the checkpoint's
-            for observer in self.observers:
-                for entry in entries:
-                    observer(state.record.run_id, entry)
-            if sw is not None:
-                sw.unpause()
+            self._notify(state, entries)
+
+    def _notify(self, state: RunState, entries: Sequence[JournalEntry]) -> None:
+        """Show journaled entries to the observers (their time counts as the checkpoint's)."""
+        run_id = state.record.run_id
+        for observer in self.observers:
+            for entry in entries:
+                observer(run_id, entry)
 
     def _apply_final(self, state: RunState, final: RunFinished) -> None:
         record = state.record

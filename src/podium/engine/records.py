@@ -110,6 +110,8 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     waiting: Waiting | None = None
     #: Seconds spent waiting that its deadline does not count (``deadline_while_waiting="pause"``).
     paused_s: float = 0.0
+    #: The conversation the run belongs to: it starts from the thread's history.
+    thread_id: str | None = None
 
     @property
     def done(self) -> bool:

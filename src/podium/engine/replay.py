@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -69,6 +70,7 @@ class RunState:
         "cached_tokens",
         "ctx",
         "finished",
+        "general",
         "input_tokens",
         "invalid_calls",
         "output_failures",
@@ -79,6 +81,7 @@ class RunState:
         "redact",
         "requests",
         "step",
+        "task",
     )
 
     def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
@@ -104,6 +107,11 @@ class RunState:
         self.profile = RunProfile()
         self.pending: PendingStep | None = None
         self.finished: RunFinished | None = None
+        #: The task driving the run (passed to calls that need it: finding it costs a
+        #: system call on 3.11).
+        self.task: asyncio.Task[Any] | None = None
+        #: True when every step must take the general path (screening, a tenant allow-list).
+        self.general = False
 
     def add_usage(self, usage: Usage) -> None:
         """Count a model call's tokens (plain ints: no object per step)."""
@@ -117,9 +125,18 @@ class RunState:
         return Usage(self.input_tokens, self.output_tokens, self.cached_tokens, self.requests)
 
 
-def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunState:
-    """The state after the journal's last entry: context, step counter, pending step."""
-    state = RunState(record, ContextBuffer(agent.prefix, agent.context.tokenizer, record.input))
+def replay(
+    agent: Agent,
+    record: RunRecord,
+    entries: list[JournalEntry],
+    history: Sequence[Message] | None = None,
+) -> RunState:
+    """The state after the journal's last entry: context, step counter, pending step.
+
+    ``history``: the thread's turns the run started from (None: not on a thread).
+    """
+    ctx = ContextBuffer(agent.prefix, agent.context.tokenizer, record.input, history)
+    state = RunState(record, ctx)
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}
     # Calls of the open step that waited on a human (rare: created on first use).

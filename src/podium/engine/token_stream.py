@@ -65,7 +65,7 @@ async def _stream_once(
     sw.suspend(phase)
     try:
         async for delta in stream:
-            sw.resume()
+            sw.resume(phase)
             if delta.response is not None:
                 response = delta.response
                 break
@@ -80,14 +80,14 @@ async def _stream_once(
                 publish(run_id, _token(step, delta, arguments))
             sw.suspend(phase)
         else:
-            sw.resume()
+            sw.resume(phase)
     except NotImplementedError:  # a wrapper whose backend cannot stream, found on first read
-        sw.resume()
+        sw.resume(phase)
         if first is not None:
             raise
         return await _unstreamed(model, request, sw, phase)
     except BaseException:
-        sw.resume()
+        sw.resume(phase)
         raise
     finally:
         close = getattr(stream, "aclose", None)
@@ -99,7 +99,7 @@ async def _stream_once(
     try:
         await channel.flush()  # the step's journal entry must not overtake its last tokens
     finally:
-        sw.resume()
+        sw.resume(phase)
     if response.ttft_s is None and first is not None:
         response.ttft_s = first - t0
     return response
@@ -123,4 +123,4 @@ async def _unstreamed(
     try:
         return await model.request(request)
     finally:
-        sw.resume()
+        sw.resume(phase)

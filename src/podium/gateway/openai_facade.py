@@ -8,7 +8,9 @@ not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI'
 ``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
 ``response_format`` asking for JSON is accepted for such an agent (its own schema
 applies, the request's is not used) and refused with a 400 for an agent that answers in
-text. The reply is the run's final answer: one ``chat.completion``, or
+text. With ``thread_id`` (Podium's extension field) the run continues that
+thread instead: the input is the last message alone, the history the thread's.
+The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, then one content chunk per model token as the backend produces
 it, a chunk with ``finish_reason: "stop"``, a usage chunk if
@@ -121,7 +123,10 @@ async def complete(
             "agent declared with an output_type (whose schema is used)",
             field="response_format",
         )
-    user_input = input_from_messages(body.messages)
+    if body.thread_id is None:
+        user_input = input_from_messages(body.messages)
+    else:  # the thread holds the conversation: only the new message is the input
+        user_input = input_from_messages(body.messages[-1:])
     run_id = gw.new_run_id(tenant, idempotency_key)
     # Listening before the run exists: its worker streams it from the first token. A
     # structured answer is sent whole, once validated (a client parses the JSON at once).
@@ -135,6 +140,7 @@ async def complete(
             field="model",
             idempotency_key=idempotency_key,
             run_id=run_id,
+            thread_id=body.thread_id,
         )
     except BaseException:
         if tokens is not None:

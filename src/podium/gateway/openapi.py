@@ -13,6 +13,7 @@ import msgspec
 from podium.engine.records import RUN_STATUSES
 from podium.gateway.errors import ErrorBody
 from podium.gateway.schemas import (
+    THREAD_ID_PATTERN,
     AgentList,
     ApprovalList,
     ChatCompletion,
@@ -25,8 +26,14 @@ from podium.gateway.schemas import (
     RunCreate,
     RunList,
     RunOut,
+    ThreadCreate,
+    ThreadDeleted,
+    ThreadDetail,
+    ThreadList,
+    ThreadOut,
 )
 from podium.gateway.sse import MAX_EVENT_ID
+from podium.threads.record import MAX_THREAD_ID
 
 __all__ = ("openapi_document",)
 
@@ -36,7 +43,7 @@ _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",
     "403": "The key is a tenant's; this endpoint needs an operator key (admin = true).",
-    "404": "No such run (for this tenant) or agent.",
+    "404": "No such run, thread (for this tenant) or agent.",
     "408": "The body did not arrive within server.body_timeout_s.",
     "409": "The run cannot be cancelled (it already ended), or the call was decided "
     "already (or the run no longer waits).",
@@ -93,6 +100,24 @@ _IDEMPOTENCY_KEY = {
 }
 _AUTH: list[dict[str, list[str]]] = [{"apiKey": []}]
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_THREAD_ID = {
+    "name": "thread_id",
+    "in": "path",
+    "required": True,
+    "description": "A thread id (a malformed one is a 422).",
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_THREAD_ID,
+        "pattern": THREAD_ID_PATTERN,
+    },
+}
+_LIMIT = {
+    "name": "limit",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+}
 
 
 def _paths() -> dict[str, Any]:
@@ -135,17 +160,7 @@ def _paths() -> dict[str, Any]:
                         "required": False,
                         "schema": {"type": "string"},
                     },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 1000,
-                            "default": 100,
-                        },
-                    },
+                    _LIMIT,
                 ],
                 "responses": {
                     "200": {"description": "Runs.", "content": _json("RunList")},
@@ -259,6 +274,51 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/threads": {
+            "post": {
+                "operationId": "createThread",
+                "summary": "Start a thread (a conversation): runs created with its id continue it",
+                "security": _AUTH,
+                "requestBody": {"required": True, "content": _json("ThreadCreate")},
+                "responses": {
+                    "201": {"description": "The new thread.", "content": _json("ThreadOut")},
+                    **_errors(*body_errors, "408", "503"),
+                },
+            },
+            "get": {
+                "operationId": "listThreads",
+                "summary": "The tenant's threads, most recently used first",
+                "security": _AUTH,
+                "parameters": [_LIMIT],
+                "responses": {
+                    "200": {"description": "Threads.", "content": _json("ThreadList")},
+                    **_errors("401", "422", "503"),
+                },
+            },
+        },
+        "/v1/threads/{thread_id}": {
+            "get": {
+                "operationId": "getThread",
+                "summary": "A thread: its conversation (compacted, as the next run starts "
+                "from it) and its run ids",
+                "security": _AUTH,
+                "parameters": [_THREAD_ID],
+                "responses": {
+                    "200": {"description": "The thread.", "content": _json("ThreadDetail")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            },
+            "delete": {
+                "operationId": "deleteThread",
+                "summary": "Forget a thread (its runs stay)",
+                "security": _AUTH,
+                "parameters": [_THREAD_ID],
+                "responses": {
+                    "200": {"description": "Deleted.", "content": _json("ThreadDeleted")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            },
+        },
         "/v1/agents": {
             "get": {
                 "operationId": "listAgents",
@@ -362,6 +422,11 @@ def openapi_document() -> dict[str, Any]:
         ModelOut,
         ChatRequest,
         ChatCompletion,
+        ThreadCreate,
+        ThreadOut,
+        ThreadDetail,
+        ThreadList,
+        ThreadDeleted,
         ErrorBody,
         Health,
         Readiness,

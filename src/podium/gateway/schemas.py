@@ -14,6 +14,7 @@ import msgspec
 from podium.engine.approvals import PendingApproval
 from podium.engine.profile import STEP_PHASES, RunProfile
 from podium.engine.records import RunFinished, RunRecord
+from podium.threads.record import MAX_THREAD_ID, ThreadRecord
 
 __all__ = (
     "AgentList",
@@ -29,15 +30,27 @@ __all__ = (
     "RunCreate",
     "RunList",
     "RunOut",
+    "ThreadCreate",
+    "ThreadDeleted",
+    "ThreadDetail",
+    "ThreadList",
+    "ThreadOut",
     "ToolOut",
     "approval_out",
     "output_out",
     "run_out",
+    "thread_detail",
+    "thread_out",
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
 RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+#: A thread id as the API accepts it (what :func:`podium.threads.check_thread_id` checks).
+THREAD_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+ThreadId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_THREAD_ID, pattern=THREAD_ID_PATTERN)
+]
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -54,6 +67,9 @@ class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: bool = False
     wait_timeout_s: Timeout | None = None
     metadata: dict[str, str] = {}
+    #: Continue this thread (made by ``POST /v1/threads``): the run starts from its history,
+    #: after the thread's earlier runs have ended.
+    thread_id: ThreadId | None = None
 
 
 class UsageOut(msgspec.Struct):
@@ -112,6 +128,7 @@ class RunOut(msgspec.Struct):
     parent_call: str | None = None
     #: The agent driving the run after a hand-off (None: ``agent``).
     active_agent: str | None = None
+    thread_id: str | None = None
 
 
 class RunList(msgspec.Struct):
@@ -202,6 +219,68 @@ class Readiness(msgspec.Struct):
     checks: dict[str, str]
 
 
+# -- threads ---------------------------------------------------------------------------------
+
+
+class ThreadCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/threads``: a new conversation; it expires ``ttl_s`` after its last run
+    (default 30 days; ``null``: never)."""
+
+    ttl_s: Annotated[float, msgspec.Meta(gt=0, le=10 * 365 * 86_400)] | None = 30 * 86_400.0
+    metadata: dict[str, str] = {}
+
+
+class ThreadOut(msgspec.Struct):
+    """A thread: ``runs`` counts its runs, ``turns`` the completed ones in its history,
+    ``pending`` the runs not folded in yet (the one whose turn it is, then the waiting)."""
+
+    id: str
+    object: Literal["thread"]
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    runs: int
+    turns: int
+    pending: int
+    metadata: dict[str, str]
+
+
+class MessageOut(msgspec.Struct, omit_defaults=True):
+    role: str
+    content: str = ""
+    tool_calls: list[dict[str, str]] = []
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ThreadDetail(msgspec.Struct):
+    """A thread with its conversation (as the next run will start from it, compacted)
+    and the ids of its runs in order."""
+
+    id: str
+    object: Literal["thread"]
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    runs: int
+    turns: int
+    pending: int
+    metadata: dict[str, str]
+    run_ids: list[str]
+    messages: list[MessageOut]
+
+
+class ThreadList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[ThreadOut]
+
+
+class ThreadDeleted(msgspec.Struct):
+    id: str
+    object: Literal["thread.deleted"]
+    deleted: bool
+
+
 # -- the OpenAI-compatible facade ----------------------------------------------------------
 
 
@@ -251,6 +330,9 @@ class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     frequency_penalty: float | None = None
     metadata: dict[str, str] | None = None
     response_format: ResponseFormat | None = None
+    #: Podium's extension (``extra_body={"thread_id": ...}`` in OpenAI's SDK): continue the
+    #: thread; the input is then the last user message alone, the history the thread's.
+    thread_id: ThreadId | None = None
 
 
 class ChatUsage(msgspec.Struct):
@@ -371,4 +453,30 @@ def run_out(record: RunRecord) -> RunOut:
         parent_run_id=record.parent_run_id,
         parent_call=record.parent_call,
         active_agent=record.active_agent,
+        thread_id=record.thread_id,
+    )
+
+
+def thread_out(thread: ThreadRecord) -> ThreadOut:
+    return ThreadOut(
+        thread.thread_id, "thread", thread.created_at, thread.updated_at, thread.expires_at,
+        len(thread.runs), thread.turns, len(thread.pending), dict(thread.metadata),
+    )
+
+
+def thread_detail(thread: ThreadRecord) -> ThreadDetail:
+    messages = [
+        MessageOut(
+            m.role,
+            m.content,
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls],
+            m.tool_call_id,
+            m.name,
+        )
+        for m in thread.history
+    ]
+    return ThreadDetail(
+        thread.thread_id, "thread", thread.created_at, thread.updated_at, thread.expires_at,
+        len(thread.runs), thread.turns, len(thread.pending), dict(thread.metadata),
+        list(thread.runs), messages,
     )

@@ -34,7 +34,7 @@ from podium.engine.records import (
     StepCommitted,
     StepRecord,
 )
-from podium.errors import DecisionError, StaleRunError, StoreError
+from podium.errors import DecisionError, StaleRunError, StoreError, ThreadNotFoundError
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
@@ -50,6 +50,8 @@ from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.store.base import RunStore
 from podium.streaming.base import TokenChannel, TokenSubscription
 from podium.streaming.local import LocalTokenChannel
+from podium.threads.keeper import ThreadKeeper, keeper_for
+from podium.threads.record import ThreadRecord, new_thread_id
 from podium.worker.worker import Worker
 
 __all__ = ("Gateway", "ServedAgent", "idempotent_run_id")
@@ -192,12 +194,14 @@ class Gateway:
         field: str = "agent",
         idempotency_key: str | None = None,
         run_id: str | None = None,
+        thread_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Admit (or refuse with a 429) and enqueue a new run; ``(record, replayed)``.
 
         With an ``idempotency_key`` a retry of the same request returns the run the
         first attempt made (``replayed``) instead of starting another; the same key
-        with a different agent, input or metadata is a 422. ``run_id`` is the id
+        with a different agent, input or metadata is a 422. ``thread_id``: the run
+        continues the tenant's thread (404 if the tenant has none by that id). ``run_id`` is the id
         :meth:`new_run_id` gave (to listen to the run's tokens before it starts).
         """
         served = self.served(agent_name, field)
@@ -205,6 +209,8 @@ class Gateway:
         if idempotency_key is not None:
             existing = await self.store.get(run_id)
             if existing is not None:
+                if existing.thread_id != thread_id:
+                    raise _mismatch(existing.run_id)
                 return self._replay(existing, served, user_input, metadata), True
         waiting = await self.queue.depth(served.pool)
         self.admission.admit(tenant, served.pool, waiting)
@@ -215,11 +221,17 @@ class Gateway:
             tenant=tenant.name,
             pool=served.pool,
             metadata=dict(metadata),
+            thread_id=thread_id,
         )
         if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
             record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
         try:
-            await self.store.create(record)
+            if thread_id is None:
+                await self.store.create(record)
+            else:  # stored, then joined to the thread (404 if the tenant has no such thread)
+                await self.threads.create_run(record)
+        except ThreadNotFoundError:
+            raise _no_thread(str(thread_id)) from None
         except UNAVAILABLE:
             # The write may have landed before its reply was lost: settle it once the
             # store is back, so no run is left that no client knows about.
@@ -283,13 +295,7 @@ class Gateway:
             or existing.input != user_input
             or _client_metadata(existing.metadata) != _client_metadata(metadata)
         ):
-            raise ApiError(
-                422,
-                "idempotency_mismatch",
-                "this Idempotency-Key was used with a different request "
-                f"(run {existing.run_id}); use a new key for a new request",
-                field="idempotency-key",
-            )
+            raise _mismatch(existing.run_id)
         return existing
 
     def _settle_later(self, record: RunRecord, *, enqueue: bool) -> None:
@@ -317,6 +323,32 @@ class Gateway:
             await retry.call(self.store.update, stored)
         except _SETTLE_ERRORS as exc:
             log.warning("run %s: could not settle its failed submit: %s", record.run_id, exc)
+
+    # -- threads ----------------------------------------------------------------------------
+
+    @property
+    def threads(self) -> ThreadKeeper:
+        return keeper_for(self.store)
+
+    async def create_thread(
+        self, tenant: Tenant, ttl_s: float | None, metadata: Mapping[str, str]
+    ) -> ThreadRecord:
+        return await self.threads.create(
+            new_thread_id(), tenant.name, ttl_s=ttl_s, metadata=dict(metadata)
+        )
+
+    async def get_thread(self, tenant: Tenant, thread_id: str) -> ThreadRecord:
+        """The tenant's thread, current (ended runs folded in); another tenant's is a 404."""
+        try:
+            return await self.threads.read(thread_id, tenant.name)
+        except ThreadNotFoundError:
+            raise _no_thread(thread_id) from None
+
+    async def delete_thread(self, tenant: Tenant, thread_id: str) -> None:
+        thread = await self.store.get_thread(thread_id)
+        if thread is None or thread.tenant != tenant.name:
+            raise _no_thread(thread_id)
+        await self.store.delete_thread(thread_id)
 
     async def get(self, tenant: Tenant, run_id: str) -> RunRecord:
         """The tenant's run; another tenant's run is as absent as a run that never was."""
@@ -517,6 +549,18 @@ class Gateway:
 def _settled(record: RunRecord) -> bool:
     """Whether a wait for the run is over: it ended, or it waits for a human."""
     return record.done or record.status == "waiting"
+def _no_thread(thread_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no thread {thread_id!r}", field="thread_id")
+
+
+def _mismatch(run_id: str) -> ApiError:
+    return ApiError(
+        422,
+        "idempotency_mismatch",
+        "this Idempotency-Key was used with a different request "
+        f"(run {run_id}); use a new key for a new request",
+        field="idempotency-key",
+    )
 
 
 def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
