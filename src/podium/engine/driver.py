@@ -47,6 +47,7 @@ from podium.engine.step import (
     truncate_result,
 )
 from podium.engine.stopwatch import CpuClock, NoStopwatch, Stopwatch, cpu_clock
+from podium.engine.token_stream import stream_model
 from podium.errors import (
     DecisionError,
     ModelError,
@@ -62,6 +63,7 @@ from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, start_eagerly
@@ -155,6 +157,9 @@ class Engine(AsyncCloseable):
         self._models: dict[int, Model] = {}
         #: Metrics and tracing (see podium.engine.hook); None costs one test per step.
         self.hook: EngineHook | None = None
+        #: Where model tokens go while a client listens to a run (see podium.streaming);
+        #: None costs one test per step, and so does a channel nobody listens to.
+        self.tokens: TokenChannel | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -572,16 +577,21 @@ class Engine(AsyncCloseable):
         )
         sw.lap(_ASSEMBLE)
         # model
-        coro = agent.model.request(request)
-        try:
-            pending = coro.send(None)
-        except StopIteration as answered:  # no wait (simulated, cached)
-            response: ModelResponse = answered.value
-        except ModelReplyError:
-            response = await self._call_model(agent, request, sw, 1)
+        response: ModelResponse
+        tokens = self.tokens
+        if tokens is not None and tokens.listening(record.run_id):  # a client listens
+            response = await stream_model(agent, request, sw, tokens, _MODEL)
         else:
-            response = await self._wait_model(agent, request, sw, coro, pending)
-        del coro  # a finished coroutine is one more object for the collector to scan
+            coro = agent.model.request(request)
+            try:
+                pending = coro.send(None)
+            except StopIteration as answered:  # no wait (simulated, cached)
+                response = answered.value
+            except ModelReplyError:
+                response = await self._call_model(agent, request, sw, 1)
+            else:
+                response = await self._wait_model(agent, request, sw, coro, pending)
+            del coro  # a finished coroutine is one more object for the collector to scan
         sw.lap(_MODEL)
         state.attained_s += sw.t[_MODEL] / 1e9
         # parse
