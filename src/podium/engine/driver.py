@@ -195,10 +195,15 @@ class Engine(AsyncCloseable):
             await self.threads.create_run(record, create_thread=True)
         return record
 
-    async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:
-        """Create a run and drive it to its end; returns the finished record."""
-        record = await self.create(agent, user_input, **kwargs)
-        return await self.execute(agent, record)
+    def run(
+        self, agent: Agent, user_input: str, **kwargs: Any
+    ) -> Coroutine[Any, Any, RunRecord]:
+        """Create a run and drive it to its end; await it for the finished record.
+
+        ``kwargs`` are :meth:`create`'s. (A plain function returning the driving
+        coroutine: a run then holds one coroutine frame less while it waits.)
+        """
+        return self._execute(agent, None, 0, user_input, kwargs)
 
     def start(
         self, agent: Agent, record: RunRecord, *, admit_ns: int = 0
@@ -361,8 +366,22 @@ class Engine(AsyncCloseable):
 
     # -- the run ----------------------------------------------------------------------------
 
-    async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
-        """Drive ``record`` from wherever its journal stands to a terminal status."""
+    def execute(
+        self, agent: Agent, record: RunRecord, *, admit_ns: int = 0
+    ) -> Coroutine[Any, Any, RunRecord]:
+        """Drive ``record`` from wherever its journal stands to a terminal status (await it)."""
+        return self._execute(agent, record, admit_ns)
+
+    async def _execute(
+        self,
+        agent: Agent,
+        record: RunRecord | None,
+        admit_ns: int,
+        user_input: str = "",
+        create: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        if record is None:  # run(): create it first, in the same frame
+            record = await self.create(agent, user_input, **(create or {}))
         if record.done:
             return record
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
@@ -654,7 +673,10 @@ class Engine(AsyncCloseable):
         if waiting is not None:
             await waiting
         sw.close_step(profile)
-        self._file_step(agent, state, profile, step, ttft, ((call.index, result),))
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if self.hook is not None:
+            self._tell_hook(agent, state, profile, step, ttft, ((call.index, result),))
         return False
 
     async def _wait_model(
@@ -743,7 +765,10 @@ class Engine(AsyncCloseable):
             state.step = step + 1
             await self._append(state, (entry,), sw)
             sw.close_step(profile)
-            self._file_step(agent, state, profile, step, ttft, ())
+            if profile is not None:
+                state.profile.steps.append(profile)
+            if self.hook is not None:
+                self._tell_hook(agent, state, profile, step, ttft, ())
             self._output_failed(agent, state, verdict)
             return False
         record = state.record
@@ -862,7 +887,10 @@ class Engine(AsyncCloseable):
         state.step = step + 1
         await self._append(state, entries, sw)
         sw.close_step(profile)
-        self._file_step(agent, state, profile, step, ttft, outcomes)
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if self.hook is not None:
+            self._tell_hook(agent, state, profile, step, ttft, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
             for _, result in outcomes:
                 if result.error == "blocked" and result.screen is not None:
@@ -874,7 +902,7 @@ class Engine(AsyncCloseable):
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
 
-    def _file_step(
+    def _tell_hook(
         self,
         agent: Agent,
         state: RunState,
@@ -883,14 +911,11 @@ class Engine(AsyncCloseable):
         ttft: int,
         outcomes: Sequence[tuple[int, ToolResult]],
     ) -> None:
-        """The step is checkpointed: keep its profile (the stopwatch hands it to the
-        aggregator once exact), and tell the hook."""
-        if profile is not None:
-            state.profile.steps.append(profile)
-        if self.hook is not None:
-            if profile is None:  # Engine(profile=False): the hook still hears of the step
-                profile = StepProfile(step, (), (), len(outcomes), ttft)
-            self.hook.step(agent, state.record, profile, state.usage, outcomes)
+        """Tell the hook a step was checkpointed (with an empty profile when profiling is off)."""
+        assert self.hook is not None
+        if profile is None:
+            profile = StepProfile(step, (), (), len(outcomes), ttft)
+        self.hook.step(agent, state.record, profile, state.usage, outcomes)
 
     async def _resume_pending(self, agent: Agent, state: RunState, sw: Stopwatch) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""
