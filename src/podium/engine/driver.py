@@ -44,8 +44,10 @@ from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.security.allowlist import allowed_tools, restrict_calls
+from podium.security.egress import EgressPolicy
 from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
+from podium.security.tenant_egress import EGRESS_KEY, decode_egress, run_egress, with_egress
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.tools.deadlines import arm_deadline
@@ -150,17 +152,19 @@ class Engine(AsyncCloseable):
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
+        egress: EgressPolicy | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        ``egress`` narrows where its tools may connect (the tenant's policy).
         """
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
             user_input,
             tenant=tenant,
-            metadata=metadata or {},
+            metadata=with_egress(metadata or {}, egress),
             deadline_s=deadline_s,
         )
         await self.store.create(record)
@@ -265,6 +269,9 @@ class Engine(AsyncCloseable):
                 state = await self._load(agent, record, admit_ns)
                 if state is None:
                     return record
+                if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
+                    policy = decode_egress(record.metadata[EGRESS_KEY])
+                    return await run_egress(policy, self._drive(agent, state))
                 return await self._drive(agent, state)
             except asyncio.CancelledError:
                 if run_id not in self._cancelling:
