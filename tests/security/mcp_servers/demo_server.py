@@ -10,9 +10,9 @@ mid-call), ``pid``, ``grow`` (adds a tool and notifies the client that the list 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -51,7 +51,7 @@ def pid() -> int:
 
 
 @server.tool()
-async def hang(marker: str) -> str:
+def hang(marker: str) -> str:
     """The first call (no ``marker`` file yet) writes this process's id there and waits
     to be killed; a call that finds the file answers at once."""
     path = Path(marker)
@@ -60,7 +60,7 @@ async def hang(marker: str) -> str:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(str(os.getpid()))
     tmp.rename(path)  # whole, or not there: the test reads it while we wait
-    await asyncio.sleep(300)
+    time.sleep(300)  # a sync tool: the SDK runs it in a worker thread
     return "not killed"
 
 
