@@ -64,6 +64,10 @@ class _Family:
     # window is scanned for them (a small automaton) and the rules tried only where one
     # starts, instead of re.search trying each position of the window in turn.
     leads: ahocorasick_rs.BytesAhoCorasick | None
+    # Words one of which every match holds (the nouns an override needs): an ASCII window
+    # holding none of them is skipped, which costs one small automaton pass instead of
+    # the regexes' backtracking through every gap length.
+    holds: ahocorasick_rs.BytesAhoCorasick | None
 
 
 def _as_bytes(pattern: str) -> re.Pattern[bytes]:
@@ -91,6 +95,7 @@ def _family(
     *rules: tuple[str, float, str],
     needs: str = "",
     leads: tuple[str, ...] = (),
+    holds: tuple[str, ...] = (),
 ) -> _Family:
     assert all(c.isascii() and not c.isalnum() for c in needs)
     merged = _merged(rules) if before == 0 else rules
@@ -102,15 +107,20 @@ def _family(
         tuple((r, s, _as_bytes(p)) for r, s, p in merged),
         tuple(c.encode() for c in needs),
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
+        ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
     )
 
 
 def _starts(
-    anchors: tuple[str, ...], after: int, *rules: tuple[str, float, str], needs: str = ""
+    anchors: tuple[str, ...],
+    after: int,
+    *rules: tuple[str, float, str],
+    needs: str = "",
+    holds: tuple[str, ...] = (),
 ) -> _Family:
     """A family whose matches begin with one of its anchors (a verb): the rules are tried
     only *at* the anchor (``re.match``), the cheapest test there is."""
-    return _family(anchors, 0, after, *rules, needs=needs)
+    return _family(anchors, 0, after, *rules, needs=needs, holds=holds)
 
 
 # Patterns run on lower-cased windows of the text.
@@ -176,6 +186,13 @@ _FAMILIES: tuple[_Family, ...] = (
         ),
         ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b"),
         ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b"),
+        # The rules' nouns, or a stem of them: every match holds one.
+        holds=(
+            *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),
+            *("context", "guardrail", "programming", "command", "consigne", "indicaci"),
+            *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
+            "aanwijzing",
+        ),
     ),
     _family(
         # Bytes are lowered as ASCII only: Cyrillic anchors come in their usual cases.
@@ -392,7 +409,7 @@ def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
     best: dict[str, Finding] = {}
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
-    chars = _CharOffsets(text, data)
+    chars: _CharOffsets | None = None  # made when a character offset is first needed
     for i, start, _ in hits:
         for fi, family in _ANCHOR_WINDOWS[i]:
             if family is None:
@@ -416,18 +433,25 @@ def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
             if before == 0:  # matches start at the anchor, which must start a word
                 if start:
                     prev = low[start - 1]
-                    if _ALNUM_BYTE[prev] or (prev >= 0x80 and text[chars.at(start) - 1].isalnum()):
+                    if _ALNUM_BYTE[prev]:
                         continue
+                    if prev >= 0x80:
+                        chars = chars or _CharOffsets(text, data)
+                        if text[chars.at(start) - 1].isalnum():
+                            continue
                 a = start
             else:
                 a = start - before if start > before else 0
             window = low[a : start + family.after]
             if byte_windows and window.isascii():
+                if family.holds is not None and not family.holds.find_matches_as_indexes(window):
+                    continue
                 if family.leads is not None:
-                    _search_leads(family, window, a, start, chars, best)
+                    _search_leads(family, window, a, data, best)
                 else:
-                    _search_bytes(family, window, a, start, chars, best)
+                    _search_bytes(family, window, a, data, best)
                 continue
+            chars = chars or _CharOffsets(text, data)
             pos = chars.at(start)
             if before == 0:
                 _search(family, text[pos : pos + family.after], pos, best, anchored=True)
@@ -461,12 +485,10 @@ def _search_bytes(
     family: _Family,
     window: bytes,
     a: int,
-    anchor: int,
-    chars: _CharOffsets,
+    data: bytes,
     best: dict[str, Finding],
 ) -> None:
-    """``_search`` on an ASCII window of the lower-cased bytes from byte ``a``; the anchor
-    that opened it is at byte ``anchor``."""
+    """``_search`` on an ASCII window of the lower-cased bytes starting at byte ``a``."""
     anchored = family.before == 0
     for rule, score, pattern in family.byte_rules:
         found = best.get(rule)
@@ -474,15 +496,14 @@ def _search_bytes(
             continue
         m = pattern.match(window) if anchored else pattern.search(window)
         if m is not None:
-            best[rule] = _found(rule, score, m, a, anchor, chars)
+            best[rule] = _found(rule, score, m, a, data)
 
 
 def _search_leads(
     family: _Family,
     window: bytes,
     a: int,
-    anchor: int,
-    chars: _CharOffsets,
+    data: bytes,
     best: dict[str, Finding],
 ) -> None:
     """``_search_bytes`` trying the rules only where one of the family's leads starts (a
@@ -499,16 +520,13 @@ def _search_leads(
         for pos in starts:
             m = pattern.match(window, pos)  # a lookbehind still sees the bytes before pos
             if m is not None:
-                best[rule] = _found(rule, score, m, a, anchor, chars)
+                best[rule] = _found(rule, score, m, a, data)
                 break
 
 
-def _found(
-    rule: str, score: float, m: re.Match[bytes], a: int, anchor: int, chars: _CharOffsets
-) -> Finding:
-    # An ASCII window has as many characters as bytes: its start is ``anchor - a``
-    # characters before the anchor's.
-    at = chars.at(anchor) - (anchor - a)
+def _found(rule: str, score: float, m: re.Match[bytes], a: int, data: bytes) -> Finding:
+    # The window starts at byte ``a``; being ASCII, it has as many characters as bytes.
+    at = len(data[:a].decode("utf-8", "surrogatepass"))
     return Finding(rule, score, at + m.start(), at + m.end())
 
 
