@@ -10,9 +10,11 @@ PACKAGES = (
     "podium",
     "podium.context",
     "podium.engine",
+    "podium.memory",
     "podium.models",
     "podium.queue",
     "podium.security",
+    "podium.threads",
     "podium.tools",
     "podium.worker",
 )

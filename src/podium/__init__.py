@@ -14,14 +14,20 @@ from podium.engine import (
     RunRecord,
     StepProfile,
 )
+from podium.engine.approvals import PendingApproval
 from podium.errors import (
     ConfigError,
+    DecisionError,
+    Interrupt,
     ModelError,
     ModelReplyError,
+    OutputValidationError,
     PodiumError,
     RetryableToolError,
     RunError,
+    ThreadNotFoundError,
 )
+from podium.memory import Memory, MemoryItem, StoreMemory, memory_tools
 from podium.messages import Message, ToolCall, Usage
 from podium.models import (
     FunctionModel,
@@ -39,6 +45,7 @@ from podium.models import (
 from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.threads import ThreadRecord
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
 
 __all__ = (
@@ -46,12 +53,16 @@ __all__ = (
     "BreakerPolicy",
     "ConfigError",
     "ContextPolicy",
+    "DecisionError",
     "EgressPolicy",
     "Engine",
     "EstimateTokenizer",
     "FunctionModel",
     "HuggingFaceTokenizer",
+    "Interrupt",
     "LatencyModel",
+    "Memory",
+    "MemoryItem",
     "MemoryRunStore",
     "Message",
     "Model",
@@ -60,6 +71,8 @@ __all__ = (
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
+    "OutputValidationError",
+    "PendingApproval",
     "PodiumError",
     "ProfileAggregator",
     "ProfileSummary",
@@ -75,12 +88,16 @@ __all__ = (
     "SimToolCall",
     "SimulatedModel",
     "StepProfile",
+    "StoreMemory",
+    "ThreadNotFoundError",
+    "ThreadRecord",
     "Tokenizer",
     "Tool",
     "ToolCall",
     "ToolContext",
     "ToolPolicy",
     "Usage",
+    "memory_tools",
     "tool",
     "tool_call_reply",
 )

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from podium.context.buffer import Prefix
 from podium.context.tokenizers import EstimateTokenizer, Tokenizer
 from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
+from podium.output import FINAL_TOOL, OutputModeSetting, OutputSpec
 from podium.security.screen import ScreeningPolicy
+from podium.tools.agent_tool import AgentTool, HandoffTool, agent_tools
 from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
+    from podium.store.base import RunStore
 
 __all__ = ("DEFAULT_DEADLINE_S", "DEFAULT_MAX_TOOL_CALLS", "Agent", "ContextPolicy")
 
@@ -72,6 +78,34 @@ class Agent:
     :data:`DEFAULT_MAX_TOOL_CALLS`; the rest get an error observation);
     ``max_invalid_tool_calls`` unknown or malformed calls per run.
 
+    Structured output: with ``output_type`` (a msgspec ``Struct``, a dataclass, a
+    ``TypedDict``, or a type such as ``list[Item]``) the model is asked for that type
+    and its answer is validated; ``record.output_as(output_type)`` is the typed value.
+    ``output_mode`` says how it is asked: ``"native"`` sends the JSON Schema as
+    OpenAI's ``response_format``, ``"tool"`` offers a ``final_result`` tool whose
+    arguments are the answer, ``"auto"`` (the default) does what the model supports
+    (:attr:`Model.structured_output`). An invalid answer goes back to the model with
+    the error, ``output_retries`` times; then the run fails with ``invalid_output``::
+
+        class Verdict(msgspec.Struct):
+            order_id: str
+            refund: bool
+
+        agent = Agent("triage", model, output_type=Verdict)
+        verdict = (await agent.run("Refund A-1?")).output_as(Verdict)
+
+    Several agents: ``other.as_tool()`` is a tool whose call runs ``other`` as a child
+    run (at most ``max_parallel_children`` of one run's children at once);
+    ``handoffs=[other]`` gives the model a ``transfer_to_<other>`` tool that hands the
+    conversation over (see :meth:`as_tool`, :meth:`add_handoffs`).
+
+    Human approval (tools with ``requires_approval``, or a tool raising
+    :class:`~podium.errors.Interrupt`) parks the run ``waiting``: with
+    ``deadline_while_waiting="count"`` (the default) its deadline keeps running and
+    a run still waiting past it fails with reason ``deadline``; with ``"pause"``
+    the time spent waiting is not counted. ``approval_timeout_s`` bounds each wait
+    on its own (reason ``approval_timeout``). See ``docs/approvals.md``.
+
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
     """
@@ -93,6 +127,13 @@ class Agent:
         tags: Sequence[str] = (),
         description: str = "",
         screening: ScreeningPolicy | None = None,
+        output_type: Any = None,
+        output_mode: OutputModeSetting = "auto",
+        output_retries: int = 2,
+        handoffs: Sequence[Agent] = (),
+        max_parallel_children: int = 4,
+        approval_timeout_s: float | None = None,
+        deadline_while_waiting: Literal["pause", "count"] = "count",
     ) -> None:
         if max_steps < 1:
             raise ConfigError("max_steps must be at least 1")
@@ -100,15 +141,32 @@ class Agent:
             raise ConfigError("max_tool_calls must be at least 1")
         if deadline_s is not None and not deadline_s > 0:
             raise ConfigError("deadline_s must be positive (or None for no deadline)")
+        if max_parallel_children < 1:
+            raise ConfigError("max_parallel_children must be at least 1")
         for t in tools:
             if not isinstance(t, Tool):  # the types say it is one; a plain function is common
                 what = getattr(t, "__name__", type(t).__name__)  # type: ignore[unreachable]
                 raise ConfigError(
                     f"agent {name!r}: tool {what!r} is not a tool: decorate the function with @tool"
                 )
+        if approval_timeout_s is not None and not approval_timeout_s > 0:
+            raise ConfigError("approval_timeout_s must be positive (or None for none)")
+        if deadline_while_waiting not in ("pause", "count"):
+            raise ConfigError(
+                f"deadline_while_waiting must be 'pause' or 'count', not {deadline_while_waiting!r}"
+            )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
+        if output_mode not in ("auto", "native", "tool"):
+            raise ConfigError(f"agent {name!r}: output_mode must be 'auto', 'native' or 'tool'")
+        if output_retries < 0:
+            raise ConfigError(f"agent {name!r}: output_retries must be 0 or more")
+        if output_type is not None and FINAL_TOOL in names:
+            raise ConfigError(
+                f"agent {name!r}: a tool named {FINAL_TOOL!r} clashes with the final-answer "
+                "tool of structured output; rename it"
+            )
         self.name = name
         self.model = model
         self.instructions = instructions
@@ -124,16 +182,101 @@ class Agent:
         self.description = description or instructions.split("\n", 1)[0][:200]
         #: Prompt-injection screening of the input and tool results (None: off, free).
         self.screening = screening
-        self.prefix = Prefix(
-            instructions, tuple(t.definition for t in tools), self.context.tokenizer
-        )
+        #: The structured answer's type (None: a text answer) and how it is asked for.
+        self.output_type = output_type
+        self.output_mode: OutputModeSetting = output_mode
+        self.output_retries = output_retries
+        self.output: OutputSpec | None = None
+        self.approval_timeout_s = approval_timeout_s
+        self.deadline_while_waiting = deadline_while_waiting
+        #: Some tool needs approval for some calls: decided once here, tested once per step.
+        self.gated = any(t.approval is not None for t in tools)
+        self.max_parallel_children = max_parallel_children
+        #: ``transfer_to_<name>`` tools by name (empty: no hand-offs; tested once per step).
+        self.handoffs: dict[str, HandoffTool] = {}
+        self._tool_definitions = tuple(t.definition for t in tools)
+        self.prefix = Prefix(instructions, self._tool_definitions, self.context.tokenizer)
+        #: Whether runs set up child runs or hand-offs at load (decided here, once).
+        self.multi_agent = agent_tools(self.tools)
+        if handoffs:
+            self.add_handoffs(*handoffs)
+        if output_type is not None:
+            self._bind_output()
+
+    def _bind_output(self) -> None:
+        """Decide how the model is asked for the output type (its capability or the agent's
+        ``output_mode``); the request settings and the prompt prefix follow. Called again
+        when the agent is moved to another model (:func:`podium.factory.with_model`)."""
+        mode = self.model.structured_output if self.output_mode == "auto" else self.output_mode
+        if self.output is None or self.output.mode != mode:
+            self.output = OutputSpec(self.output_type, mode)
+        self.settings = msgspec.structs.replace(self.settings, output=self.output.request)
+        self._render_prefix()
+
+    def _render_prefix(self) -> None:
+        """The prompt prefix from the instructions, the tools and (in tool mode) the
+        structured answer's ``final_result`` tool."""
+        tools = self._tool_definitions
+        if self.output is not None and self.output.mode == "tool":
+            tools = (*tools, self.output.tool)
+        if tools is not self.prefix.tools:
+            self.prefix = Prefix(self.instructions, tools, self.context.tokenizer)
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> AgentTool:
+        """This agent as a tool of another: each call runs it as a child run.
+
+        Example::
+
+            researcher = Agent("researcher", model, "You research one topic.", [search])
+            lead = Agent("lead", model, "Split the question, then summarize.",
+                         [researcher.as_tool(description="Research one topic")])
+
+        The call's one argument, ``input``, is the child's input; its answer is the
+        result. The child run has its own record (``parent_run_id``, ``parent_call``),
+        journal and profile; a resumed parent reuses a finished child's answer and
+        resumes an unfinished one, never starting it twice.
+        """
+        return AgentTool(self, name, description)
+
+    def add_handoffs(self, *agents: Agent) -> None:
+        """Let this agent hand the conversation to ``agents`` (``transfer_to_<name>`` tools).
+
+        For agents that hand back and forth (``a`` to ``b`` and ``b`` to ``a``), create
+        both, then add the hand-offs. Call it before the agent serves runs.
+        """
+        for target in agents:
+            if target is self:
+                raise ConfigError(f"agent {self.name!r} cannot hand off to itself")
+            tool = HandoffTool(target)
+            if tool.name in self.tools:
+                raise ConfigError(f"agent {self.name!r}: duplicate tool name {tool.name!r}")
+            # New dicts: a copy of this agent (factory.with_model) keeps its own.
+            self.tools = {**self.tools, tool.name: tool}
+            self.handoffs = {**self.handoffs, tool.name: tool}
+        self._tool_definitions = tuple(t.definition for t in self.tools.values())
+        self._render_prefix()
+        self.multi_agent = True
 
     async def run(self, user_input: str, **kwargs: Any) -> RunRecord:
-        """Run once on a throw-away in-memory engine and return the finished record."""
+        """Run once on a throw-away in-memory engine and return the finished record.
+
+        With ``thread_id=...`` the run continues that conversation: such runs share one
+        in-memory store per process, so the thread lives as long as the process (give an
+        :class:`~podium.Engine` a SQLite or Redis store to keep it longer).
+        """
         from podium.engine.driver import Engine
 
-        async with Engine() as engine:
+        store = _threads_store() if kwargs.get("thread_id") is not None else None
+        async with Engine(store) as engine:
             return await engine.run(self, user_input, **kwargs)
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
+
+
+@functools.cache
+def _threads_store() -> RunStore:
+    """The in-memory store of this process's ``Agent.run(..., thread_id=...)`` threads."""
+    from podium.store.memory import MemoryRunStore
+
+    return MemoryRunStore()

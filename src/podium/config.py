@@ -109,7 +109,10 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     a ``model``, ``instructions``, ``tools`` (import paths of ``@tool``
     functions, or ``SERVER:*`` / ``SERVER:TOOL`` for an ``[[mcp_servers]]``
     entry's tools), ``mcp`` (names of ``[[mcp_servers]]`` whose tools it all
-    takes) and limits.
+    takes), ``output_type`` (the import path of the answer's type: a msgspec Struct, a
+    dataclass or a TypedDict), ``subagents`` (names of other ``[[agents]]`` it may call
+    as tools, each call a child run), ``handoffs`` (names of agents it may hand the
+    conversation to) and limits.
     """
 
     path: str | None = None
@@ -127,6 +130,12 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
     tags: list[str] = msgspec.field(default_factory=list)
+    output_type: str | None = None
+    output_mode: Literal["auto", "native", "tool"] = "auto"
+    output_retries: Annotated[int, msgspec.Meta(ge=0)] = 2
+    subagents: list[str] = msgspec.field(default_factory=list)
+    handoffs: list[str] = msgspec.field(default_factory=list)
+    max_parallel_children: Annotated[int, msgspec.Meta(ge=1)] = 4
 
 
 class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -175,7 +184,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     sequences the server decodes at once; ``group`` and ``routing`` place the
     endpoint in hybrid routing (``tags``: agents with any of these tags are
     routed to this group); ``health_path`` is probed for readiness
-    (default ``/health``, then ``/v1/models``).
+    (default ``/health``, then ``/v1/models``). ``structured_output`` is how agents
+    with an ``output_type`` ask this server: ``"native"`` (``response_format``) or
+    ``"tool"`` (a final-answer tool, for servers without ``response_format``).
     """
 
     name: str
@@ -190,6 +201,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: bool = False
     timeout_s: Positive | None = None
     extra_body: dict[str, Any] = msgspec.field(default_factory=dict)
+    structured_output: Literal["native", "tool"] = "native"
 
 
 class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -375,6 +387,7 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
                 f"which no [[models]] entry names (known: {known})"
             )
     _check_mcp(config)
+    _check_links(config)
     for key in config.keys:
         if (key.hash is None) == (key.key is None):
             raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
@@ -412,12 +425,51 @@ def _check_mcp(config: Config) -> None:
                 f"agents: {label!r} is imported from {agent.path!r}; only a declared agent "
                 "(no 'path') takes tools from the file"
             )
+        if agent.path is not None and agent.output_type is not None:
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; set its output_type in "
+                "Python (only a declared agent takes output_type from the file)"
+            )
         for name in agent.mcp:
             if name not in names:
                 raise ConfigError(
                     f"agents: {label!r} uses MCP server {name!r}, which no [[mcp_servers]] "
                     f"entry names (known: {known})"
                 )
+
+
+def _check_links(config: Config) -> None:
+    """Every agent's ``subagents`` and ``handoffs`` name another declared agent; sub-agents
+    call no cycle (an agent cannot end up calling itself; hand-offs may go back and forth)."""
+    cfgs = {a.name: a for a in config.agents if a.name is not None}
+    known = ", ".join(sorted(cfgs)) or "none"
+    for agent in config.agents:
+        label = agent.name or agent.path
+        if agent.path is not None and (agent.subagents or agent.handoffs):
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; give it sub-agents and "
+                "hand-offs in Python (agent.as_tool(), handoffs=[...]), or declare it here"
+            )
+        for kind, names in (("sub-agent", agent.subagents), ("hand-off", agent.handoffs)):
+            for name in names:
+                if name not in cfgs:
+                    raise ConfigError(
+                        f"agents: {label!r} names {kind} {name!r}, which no [[agents]] entry "
+                        f"names (known: {known}); declare it too, so every process serving "
+                        f"{label!r} builds the same {name!r}"
+                    )
+                if name == agent.name:
+                    raise ConfigError(f"agents: {label!r} names itself as a {kind}")
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            cycle = " -> ".join((*path[path.index(name):], name))
+            raise ConfigError(f"agents: sub-agents call each other in a cycle: {cycle}")
+        for sub in cfgs[name].subagents:
+            visit(sub, (*path, name))
+
+    for name in cfgs:
+        visit(name, ())
 
 
 def _mcp_ref(spec: str, servers: list[str]) -> bool:

@@ -14,9 +14,11 @@
     ├── StoreError                  the run store failed
     │   ├── RunNotFoundError        no run with that id
     │   ├── StaleRunError           another writer advanced the run (optimistic concurrency)
+    │   ├── ThreadNotFoundError     no thread with that id (or not the tenant's)
     │   └── StoreUnavailableError   the store's service cannot be reached (also a ConnectionError)
     ├── QueueUnavailableError       the queue's service cannot be reached (also a ConnectionError)
-    └── RunError                    a run ended without an answer (``reason`` says why)
+    ├── RunError                    a run ended without an answer (``reason`` says why)
+    └── OutputValidationError       a run's output does not match the type asked for
 
 Control flow inside a tool is kept apart from failures: a tool raises
 :class:`RetryableToolError` to ask for a retry with backoff; any other exception
@@ -27,12 +29,15 @@ from __future__ import annotations
 
 __all__ = (
     "ConfigError",
+    "DecisionError",
+    "Interrupt",
     "ModelContextLengthError",
     "ModelError",
     "ModelHTTPError",
     "ModelReplyError",
     "ModelTimeoutError",
     "ModelUnavailableError",
+    "OutputValidationError",
     "PodiumError",
     "QueueUnavailableError",
     "RetryableToolError",
@@ -41,6 +46,7 @@ __all__ = (
     "StaleRunError",
     "StoreError",
     "StoreUnavailableError",
+    "ThreadNotFoundError",
     "ToolDefinitionError",
 )
 
@@ -124,6 +130,10 @@ class StaleRunError(StoreError):
     """Another writer advanced the run first; this writer's checkpoint is refused."""
 
 
+class ThreadNotFoundError(StoreError):
+    """No thread with that id: never created, deleted, expired, or another tenant's."""
+
+
 class StoreUnavailableError(StoreError, ConnectionError):
     """The store's service (Redis) cannot be reached; what was written before is intact."""
 
@@ -143,6 +153,31 @@ class RunError(PodiumError):
         self.status = status
         self.reason = reason
         self.error = error
+
+
+class OutputValidationError(PodiumError, ValueError):
+    """A run's output does not decode as the type asked for (``RunRecord.output_as``)."""
+class DecisionError(PodiumError):
+    """A decision on a waiting run was refused: ``status`` is the HTTP status it maps to
+    (404 nothing to decide, 409 decided already or the run has moved on, 422 invalid)."""
+
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.field = field
+
+
+class Interrupt(Exception):
+    """Raised by a tool to ask a human ``question``: the run waits (no worker held).
+
+    The human's answer becomes the tool call's result, read by the model; the tool
+    is not called again (so nothing it did before asking is repeated). Not a
+    :class:`PodiumError`: it is control flow that never escapes the executor.
+    """
+
+    def __init__(self, question: str) -> None:
+        super().__init__(question)
+        self.question = question
 
 
 class RetryableToolError(Exception):

@@ -35,7 +35,7 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,8 @@ BUILTIN_AGENTS: dict[str, str] = {
     "react": "podium.examples.react:agent",
     "order-support": "podium.examples.order_support:agent",
     "research": "podium.examples.research:agent",
+    "research-team": "podium.examples.research_team:agent",
+    "refunds": "podium.examples.refunds:agent",
 }
 
 #: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.
@@ -150,6 +152,7 @@ def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
         stream=cfg.stream,
         extra_body=cfg.extra_body,
         timeouts=timeouts,
+        structured_output=cfg.structured_output,
     )
     if cfg.health_path is not None:
         import yarl
@@ -208,6 +211,8 @@ def with_model(agent: Agent, model: Model) -> Agent:
     prefix depends on instructions, tools and tokenizer only, so it is shared too)."""
     clone = copy.copy(agent)
     clone.model = model
+    if clone.output_type is not None:  # the new model may be asked for it another way
+        clone._bind_output()
     return clone
 
 
@@ -331,9 +336,13 @@ def _agent_tools(cfg: AgentConfig, mcp: MCPTools | None) -> list[Tool[..., Any]]
 
 
 def build_agent(
-    cfg: AgentConfig, models: Mapping[str, Model], mcp: MCPTools | None = None
+    cfg: AgentConfig,
+    models: Mapping[str, Model],
+    mcp: MCPTools | None = None,
+    subagents: Sequence[Agent] = (),
 ) -> Agent:
-    """An agent from its ``[[agents]]`` entry (imported, or declared in the file)."""
+    """An agent from its ``[[agents]]`` entry (imported, or declared in the file);
+    ``subagents`` are the built agents its ``subagents`` names (called as tools)."""
     model = models[cfg.model] if cfg.model is not None else None
     if cfg.path is not None:
         agent = resolve_agent(cfg.path)
@@ -343,8 +352,9 @@ def build_agent(
         cfg.name,
         model,
         cfg.instructions,
-        _agent_tools(cfg, mcp),
+        [*_agent_tools(cfg, mcp), *(sub.as_tool() for sub in subagents)],
         max_steps=cfg.max_steps,
+        max_parallel_children=cfg.max_parallel_children,
         deadline_s=cfg.deadline_s,
         context=ContextPolicy(
             max_context_tokens=cfg.max_context_tokens,
@@ -353,17 +363,46 @@ def build_agent(
         settings=ModelSettings(max_tokens=cfg.max_tokens, temperature=cfg.temperature),
         tags=cfg.tags,
         description=cfg.description,
+        output_type=_output_type(cfg),
+        output_mode=cfg.output_mode,
+        output_retries=cfg.output_retries,
     )
+
+
+def _output_type(cfg: AgentConfig) -> Any:
+    """The declared agent's ``output_type`` by import path (a class, not an instance)."""
+    if cfg.output_type is None:
+        return None
+    target = _import(cfg.output_type, "output_type")
+    if not isinstance(target, type) and not hasattr(target, "__origin__"):
+        raise ConfigError(
+            f"output_type {cfg.output_type!r} is a {type(target).__name__}, not a type: name a "
+            "msgspec Struct, a dataclass or a TypedDict"
+        )
+    return target
 
 
 def served_agents(config: Config, models: Mapping[str, Model] | None = None) -> list[ServedSpec]:
     """The file's agents, by the names runs use (duplicates refused)."""
     models = build_models(config) if models is None else models
     mcp = MCPTools(config) if config.mcp_servers else None
+    declared = {cfg.name: cfg for cfg in config.agents if cfg.name is not None}
+    built: dict[int, Agent] = {}
+
+    def build(cfg: AgentConfig) -> Agent:  # sub-agents first (load_config refused cycles)
+        agent = built.get(id(cfg))
+        if agent is None:
+            subs = [build(declared[name]) for name in cfg.subagents]
+            agent = built[id(cfg)] = build_agent(cfg, models, mcp, subs)
+        return agent
+
     served: list[ServedSpec] = []
     for cfg in config.agents:
-        agent = build_agent(cfg, models, mcp)
+        agent = build(cfg)
         served.append(ServedSpec(cfg.name or agent.name, agent, cfg.pool))
+    for cfg in config.agents:  # after all are built: hand-offs may go both ways
+        if cfg.handoffs:
+            build(cfg).add_handoffs(*(build(declared[name]) for name in cfg.handoffs))
     names = [s.name for s in served]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from podium import Agent, LatencyModel, Scenario, SimulatedModel, tool
 
 
@@ -32,3 +34,11 @@ def undecorated() -> Agent:
     """A common mistake: a plain function in ``tools``."""
     model = SimulatedModel(Scenario.react("plain_lookup", {"query": "x"}))
     return Agent("undecorated", model, "", [plain_lookup])  # type: ignore[list-item]
+
+
+class Ticket(msgspec.Struct):
+    """A support ticket, the answer of the declared structured agents in the CLI tests."""
+
+    title: str
+    priority: int
+    urgent: bool

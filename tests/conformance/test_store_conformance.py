@@ -10,14 +10,25 @@ import asyncio
 import uuid
 from collections import Counter
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podium import Agent, Engine, Scenario, SimulatedModel, ToolContext, tool
+from podium import (
+    Agent,
+    Engine,
+    FunctionModel,
+    ModelRequest,
+    Scenario,
+    SimulatedModel,
+    ToolContext,
+    tool,
+)
 from podium.engine.records import (
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -212,6 +223,44 @@ async def test_resume_from_the_journal(backend: StoreBackend) -> None:
     assert sum(isinstance(e, RunFinished) for e in entries) == 1
 
 
+class _Answer(msgspec.Struct):
+    order_id: str
+    refund: bool
+
+
+async def test_a_structured_run_resumes_after_its_rejected_answer(backend: StoreBackend) -> None:
+    """A rejected answer (journaled as its own step) survives the store round trip: the run
+    paused after it resumes through another handle without asking for it again, and the
+    record and final entry keep the output structured."""
+    asked: list[int] = []
+
+    def reply(messages: object, request: ModelRequest) -> str:
+        asked.append(request.step)
+        return "prose" if request.step == 0 else '{"order_id": "A-1", "refund": true}'
+
+    agent = Agent("judge", FunctionModel(reply), output_type=_Answer)
+    async with Engine(backend.store()) as first:
+        record = await first.create(agent, "go")
+        first.observers.append(
+            lambda run_id, entry: isinstance(entry, OutputRejected) and first.pause(run_id)
+        )
+        paused = await first.execute(agent, record)
+    assert paused.status == "running" and asked == [0]
+    second = backend.store()
+    again = await second.get(record.run_id)
+    assert again is not None
+    async with Engine(second) as engine:
+        done = await engine.execute(agent, again)
+    assert asked == [0, 1] and done.output_as(_Answer) == _Answer("A-1", True)
+    stored = await second.get(record.run_id)
+    assert stored is not None and stored.structured and stored.output == done.output
+    entries = [e for _, e in await second.journal(record.run_id)]
+    rejected = [e for e in entries if isinstance(e, OutputRejected)]
+    assert len(rejected) == 1 and rejected[0].feedback.role == "user" and rejected[0].profile
+    final = entries[-1]
+    assert isinstance(final, RunFinished) and final.structured
+
+
 async def test_follow_a_run_with_wait_journal(backend: StoreBackend) -> None:
     writer, reader = backend.store(), backend.store()
     record = await started(writer, "w1")
@@ -349,3 +398,65 @@ async def test_cancelled_appends_never_fence_their_own_holder(
     assert [e for _, e in items][-2:] == [turn(100), turn(101)]
     stored = await store.get(run_id)
     assert stored is not None and stored.version == record.version and stored.steps == 99
+
+
+async def test_a_waiting_run_is_listed_decided_once_and_resumed(backend: StoreBackend) -> None:
+    """A run parked on a human: listed by status ``waiting`` (the deadline sweep's read),
+    two holders racing to decide write one decision (the record fences them), and a third
+    resumes it from the journal with no completed call repeated."""
+    from podium.engine import decisions
+    from podium.engine.records import ApprovalDecided
+    from podium.errors import DecisionError
+
+    ran: Counter[str] = Counter()
+
+    @tool
+    async def look(q: str) -> str:
+        """Look.
+
+        Args:
+            q: What.
+        """
+        ran["look"] += 1
+        return "seen"
+
+    @tool(requires_approval=True)
+    async def act(q: str) -> str:
+        """Act.
+
+        Args:
+            q: What.
+        """
+        ran["act"] += 1
+        return "acted"
+
+    from podium import SimStep, SimToolCall
+
+    both = (SimToolCall("look", {"q": "x"}), SimToolCall("act", {"q": "y"}))
+    agent = Agent(
+        "gate", SimulatedModel(Scenario(steps=(SimStep(tool_calls=both),))), tools=[look, act]
+    )
+    async with Engine(backend.store()) as first:
+        record = await first.run(agent, "go", tenant=f"t-{new_id()}")
+    assert record.status == "waiting"
+    one, two = backend.store(), backend.store()
+    listed = await one.list(tenant=record.tenant, status="waiting")
+    assert [r.run_id for r in listed] == [record.run_id]
+    assert await one.list(tenant=record.tenant, status="running") == []
+    outcomes = await asyncio.gather(
+        decisions.decide(one, record.run_id, "call_0_1", "approve", by="a"),
+        decisions.decide(two, record.run_id, "call_0_1", "reject", by="b"),
+        return_exceptions=True,
+    )
+    assert sum(isinstance(o, tuple) for o in outcomes) == 1, outcomes
+    assert all(isinstance(o, tuple | DecisionError) for o in outcomes), outcomes
+    entries = [e for _, e in await one.journal(record.run_id)]
+    assert sum(isinstance(e, ApprovalDecided) for e in entries) == 1
+    third = backend.store()
+    stored = await third.get(record.run_id)
+    assert stored is not None and stored.status == "queued"
+    async with Engine(third) as engine:
+        done = await engine.execute(agent, stored)
+    assert done.status == "completed"
+    assert ran["look"] == 1 and ran["act"] <= 1
+    assert await third.list(tenant=record.tenant, status="waiting") == []

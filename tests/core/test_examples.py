@@ -185,7 +185,9 @@ async def test_fetch_tool_directly(pages: research.PageServer) -> None:
 
 
 def test_builtin_names_resolve() -> None:
-    assert set(BUILTIN_AGENTS) == {"react", "order-support", "research"}
+    assert set(BUILTIN_AGENTS) == {
+        "react", "order-support", "research", "research-team", "refunds"
+    }
     assert resolve_agent("react") is react.agent
     assert resolve_agent("order-support").name == "order-support"
     assert set(resolve_agent("podium.examples.order_support:agent").tools) == {

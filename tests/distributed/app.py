@@ -12,7 +12,7 @@ import asyncio
 import os
 import signal
 
-from podium import Agent, Scenario, SimulatedModel, ToolContext, tool
+from podium import Agent, Scenario, SimStep, SimToolCall, SimulatedModel, ToolContext, tool
 
 TOOL_STEPS = 4
 PARALLEL_CALLS = 4
@@ -77,4 +77,59 @@ crasher = Agent(
     "Crash.",
     [crash],
     max_steps=3,
+)
+
+#: Sub-agents: ``team`` asks ``one_step`` (one effect) and ``effects`` (TOOL_STEPS effects)
+#: at once, then makes one effect of its own.
+one_step = Agent(
+    "one_step",
+    SimulatedModel(Scenario.react("effect", {"item": "y"}, tool_steps=1)),
+    "Act once.",
+    [effect],
+)
+team = Agent(
+    "team",
+    SimulatedModel(Scenario(
+        steps=(
+            SimStep(tool_calls=(SimToolCall("one_step", {"input": "a"}),
+                                SimToolCall("effects", {"input": "b"}))),
+            SimStep(tool_calls=(SimToolCall("effect", {"item": "z"}),)),
+        ),
+        final="team done",
+    )),
+    "Delegate, then act.",
+    [one_step.as_tool(), effects.as_tool(), effect],
+    max_steps=4,
+)
+
+
+@tool(side_effects=True, requires_approval=True)
+async def payout(item: str, ctx: ToolContext) -> str:
+    """Pay out (needs a human's approval).
+
+    Args:
+        item: What to pay.
+    """
+    _log(f"{ctx.idempotency_key} {os.getpid()}")
+    return f"paid {item}"
+
+
+def _approval_scenario() -> Scenario:
+    both = (SimToolCall("effect", {"item": "a"}), SimToolCall("payout", {"item": "b"}))
+    return Scenario(steps=(SimStep(tool_calls=both),), final="paid")
+
+
+#: One reply calls ``effect`` (runs at once) and ``payout`` (waits for a human).
+approvals = Agent(
+    "approvals", SimulatedModel(_approval_scenario()), "Pay.", [effect, payout], max_steps=3
+)
+
+#: The same, with a deadline that keeps counting while it waits (2 s).
+approvals_short = Agent(
+    "approvals_short",
+    SimulatedModel(_approval_scenario()),
+    "Pay.",
+    [effect, payout],
+    max_steps=3,
+    deadline_s=2.0,
 )

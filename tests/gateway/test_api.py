@@ -303,6 +303,8 @@ async def test_openapi_document_is_served() -> None:
             "/v1/runs/{run_id}/events",
             "/v1/runs/{run_id}/cancel",
             "/v1/agents",
+            "/v1/threads",
+            "/v1/threads/{thread_id}",
             "/v1/chat/completions",
             "/healthz",
             "/readyz",

@@ -221,3 +221,30 @@ async def test_model_calls_carry_the_runs_traceparent() -> None:
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
     c = run.context
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
+
+
+async def test_a_child_runs_span_nests_under_its_parents_execute_tool_span() -> None:
+    from podium.examples import research_team
+
+    tracer, exporter = _tracer()
+    async with Engine() as engine:
+        engine.hook = tracer
+        record = await engine.run(research_team.build_agent(), "durability and security")
+    assert record.status == "completed"
+    finished = exporter.get_finished_spans()
+    by_id = {s.context.span_id: s for s in finished}
+    (lead,) = [s for s in finished if s.name == "invoke_agent research-team"]
+    children = [s for s in finished if s.name == "invoke_agent researcher"]
+    assert len(children) == 2
+    for child in children:
+        assert child.parent is not None
+        call = by_id[child.parent.span_id]
+        assert call.name == "execute_tool researcher"
+        assert call.attributes is not None and call.attributes["podium.tool.outcome"] == "ok"
+        assert call.start_time <= child.start_time <= child.end_time <= call.end_time
+        assert call.parent is not None
+        step = by_id[call.parent.span_id]
+        assert step.name == "step 0" and step.parent is not None
+        assert step.parent.span_id == lead.context.span_id
+    assert len({s.context.trace_id for s in finished}) == 1
+    assert len([s for s in finished if s.name == "execute_tool researcher"]) == 2

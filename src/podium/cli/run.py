@@ -16,19 +16,23 @@ from rich.table import Table
 from podium.agent import Agent
 from podium.cli.common import EXIT_INTERRUPTED, RawHelpFormatter, UserError, check_sqlite_path
 from podium.config import load_config
+from podium.engine.approvals import PendingApproval
 from podium.engine.driver import Engine
 from podium.engine.profile import STEP_PHASES, StepProfile
 from podium.engine.records import (
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
     StepRecord,
     ToolOutcome,
 )
-from podium.errors import RunNotFoundError
+from podium.errors import DecisionError
 from podium.factory import (
     BUILTIN_AGENTS,
     model_from_option,
@@ -39,7 +43,10 @@ from podium.factory import (
 from podium.messages import Message, Usage
 from podium.tools.executor import ToolResult
 
-__all__ = ("register",)
+__all__ = ("EXIT_WAITING", "register")
+
+#: ``podium run``'s exit status for a run left waiting for a human decision.
+EXIT_WAITING = 3
 
 
 def register(sub: Any) -> None:
@@ -51,11 +58,13 @@ def register(sub: Any) -> None:
         '  podium run react "What is Podium?"\n'
         '  podium run mypkg.agents:support "Where is A-1?" --store runs.sqlite\n'
         "  podium run mypkg.agents:support --resume RUN_ID --store runs.sqlite\n"
+        '  podium run refunds "Refund 250 on A-1001" --store runs.sqlite --approve\n'
         '  podium run react "Hi" --model qwen --json',
         formatter_class=RawHelpFormatter,
     )
     p.add_argument(
-        "agent", help="package.module:agent, or a built-in: react, order-support, research"
+        "agent",
+        help="package.module:agent, or a built-in: react, order-support, research, refunds",
     )
     p.add_argument("input", nargs="?", default="", help="the user's input")
     p.add_argument("--store", default="memory", help="memory, or a SQLite file path (resumable)")
@@ -67,6 +76,15 @@ def register(sub: Any) -> None:
         "$OPENAI_BASE_URL (with $OPENAI_API_KEY)",
     )
     p.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
+    human = p.add_mutually_exclusive_group()
+    human.add_argument(
+        "--approve", action="store_true",
+        help="approve every tool call the run waits on (else: asked on a terminal)",
+    )
+    human.add_argument(
+        "--reject", metavar="MESSAGE", help="reject them; the model reads MESSAGE as the result"
+    )
+    human.add_argument("--answer", metavar="TEXT", help="answer the tools' questions with TEXT")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--quiet", "-q", action="store_true", help="print only the final answer")
     out.add_argument(
@@ -76,12 +94,12 @@ def register(sub: Any) -> None:
 
 
 class RunOutput(msgspec.Struct):
-    """``podium run --json``: the finished run."""
+    """``podium run --json``: the finished run (a structured answer's ``output`` is JSON)."""
 
     run_id: str
     agent: str
     status: str
-    output: str | None
+    output: Any
     error: str | None
     reason: str | None
     steps: int
@@ -96,9 +114,15 @@ class _Printer:
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self.root: str | None = None  # the run asked for; the others are its child runs
+        self.label = ""
 
     def __call__(self, run_id: str, entry: JournalEntry) -> None:
         c = self.console
+        if self.root is None:
+            self.root = run_id
+        # A child run's steps say whose they are: "child 0.1" is call 1 of the run's step 0.
+        self.label = "" if run_id == self.root else f"child {run_id[len(self.root) + 1:]} "
         if isinstance(entry, StepRecord):
             self._turn(entry.step, entry.message)
             for result in entry.results:
@@ -106,6 +130,10 @@ class _Printer:
             self._timings(entry.profile)
         elif isinstance(entry, ModelTurn):
             self._turn(entry.step, entry.message)
+        elif isinstance(entry, OutputRejected):
+            self._turn(entry.step, entry.message)
+            c.print(f"  [yellow]output rejected[/yellow]: {escape(entry.error)}")
+            self._timings(entry.profile)
         elif isinstance(entry, ToolOutcome):
             self._result(entry.result)
         elif isinstance(entry, StepCommitted):
@@ -115,11 +143,20 @@ class _Printer:
                 f"  [magenta]context compacted[/magenta] ({entry.method}): "
                 f"messages {entry.start}–{entry.end} → 1 summary"
             )
+        elif isinstance(entry, ApprovalRequested):
+            what = (
+                f"asks: {escape(entry.question or '')}"
+                if entry.kind == "interrupt"
+                else f"waits for approval ({escape(entry.arguments[:200])})"
+            )
+            c.print(f"  [magenta]⏸ {entry.tool}[/magenta] {what} [dim](call {entry.call_id})[/dim]")
+        elif isinstance(entry, ApprovalDecided):
+            c.print(f"  [magenta]✓ {entry.decision}[/magenta] [dim](call {entry.call_id})[/dim]")
         elif isinstance(entry, RunFinished) and entry.status != "completed":
             c.print(f"[red]run {entry.status}[/red]: {escape(entry.error or entry.reason or '')}")
 
     def _turn(self, step: int, message: Message) -> None:
-        self.console.rule(f"step {step}", align="left", style="dim")
+        self.console.rule(f"{self.label}step {step}", align="left", style="dim")
         if message.content and message.tool_calls:
             self.console.print(f"  [italic]{escape(message.content)}[/italic]")
         for call in message.tool_calls:
@@ -209,6 +246,11 @@ def main(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(_interrupted(args, started), file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED
+    if record.status == "waiting":
+        print(_how_to_decide(args, record), file=sys.stderr, flush=True)
+        if args.json:
+            sys.stdout.write(msgspec.json.encode(_output(record)).decode() + "\n")
+        return EXIT_WAITING
     if args.json:
         sys.stdout.write(msgspec.json.encode(_output(record)).decode() + "\n")
     elif args.quiet:
@@ -230,6 +272,20 @@ def main(args: argparse.Namespace) -> int:
             f"({u.cached_tokens} cached)[/dim]"
         )
     return 0 if record.status == "completed" else 1
+
+
+def _how_to_decide(args: argparse.Namespace, record: RunRecord) -> str:
+    head = f"podium run: run {record.run_id} is waiting for a human decision"
+    if args.store == "memory":
+        return (
+            f"{head}; it was kept in memory and is gone. Decide up front with --approve, "
+            "--reject MESSAGE or --answer TEXT, or keep it with --store FILE"
+        )
+    again = f"podium run {args.agent} --resume {record.run_id} --store {args.store}"
+    return (
+        f"{head}; decide with: {again} --approve (or --reject MESSAGE, --answer TEXT), "
+        "or through the gateway's /v1/approvals"
+    )
 
 
 def _why(record: RunRecord) -> str:
@@ -260,8 +316,11 @@ def _output(record: RunRecord) -> RunOutput:
             name: {"wall_ms": w / 1e6, "cpu_ms": c / 1e6}
             for name, (w, c) in record.profile.phase_totals().items()
         }
+    output: Any = record.output
+    if record.structured and output is not None:
+        output = msgspec.Raw(output.encode())  # the answer as JSON, not a string holding it
     return RunOutput(
-        record.run_id, record.agent, record.status, record.output, record.error,
+        record.run_id, record.agent, record.status, output, record.error,
         record.reason, record.steps, record.usage, wall / 1e6, cpu / 1e6, phases,
     )
 
@@ -282,12 +341,91 @@ async def _run(
     async with store, Engine(store, observers=observers) as engine:
         if args.resume:
             started.append(args.resume)
-            try:
-                return await engine.resume(agent, args.resume)
-            except RunNotFoundError:
-                raise UserError(f"--resume: no run {args.resume!r} in {args.store}") from None
-        record = await engine.create(agent, args.input)
-        started.append(record.run_id)
-        if verbose:
-            console.print(f"[bold]{escape(agent.name)}[/bold] run {record.run_id}")
-        return await engine.execute(agent, record)
+            if await engine.store.get(args.resume) is None:
+                raise UserError(f"--resume: no run {args.resume!r} in {args.store}")
+            record = await engine.resume(agent, args.resume)
+        else:
+            record = await engine.create(agent, args.input)
+            started.append(record.run_id)
+            if verbose:
+                console.print(f"[bold]{escape(agent.name)}[/bold] run {record.run_id}")
+            record = await engine.execute(agent, record)
+        interactive = verbose and sys.stdin.isatty()
+        while record.status == "waiting":  # parked on a human: decide here, if we may
+            if not await _decide(engine, agent, record, args, console, interactive):
+                return record
+            record = await engine.resume(agent, record.run_id)
+        return record
+
+
+async def _decide(
+    engine: Engine,
+    agent: Agent,
+    record: RunRecord,
+    args: argparse.Namespace,
+    console: Console,
+    interactive: bool,
+) -> bool:
+    """Decide on every call the run waits on, from the options or a terminal prompt;
+    False when neither is there (the run stays waiting, for later)."""
+    if not (args.approve or args.reject is not None or args.answer is not None or interactive):
+        return False
+    for pending in await engine.pending_approvals(record.run_id):
+        if args.approve or args.reject is not None or args.answer is not None:
+            if pending.kind == "interrupt":
+                if args.answer is None and args.reject is None:
+                    return False  # a question --approve cannot answer
+                answer, reject = args.answer, args.reject
+            else:
+                answer, reject = None, args.reject
+                if args.answer is not None:
+                    return False
+            if answer is not None:
+                await engine.decide(record.run_id, pending.call_id, answer=answer, by="cli")
+            else:
+                await engine.decide(
+                    record.run_id, pending.call_id, approve=reject is None, message=reject,
+                    by="cli",
+                )
+            continue
+        await _prompt(engine, agent, record, pending, console)
+    return True
+
+
+async def _prompt(
+    engine: Engine, agent: Agent, record: RunRecord, pending: PendingApproval, console: Console
+) -> None:
+    """Ask on the terminal until the decision is taken."""
+    async def ask(prompt: str) -> str:
+        return await asyncio.to_thread(input, prompt)
+
+    while True:
+        try:
+            if pending.kind == "interrupt":
+                text = await ask(f"{pending.tool} asks: {pending.question}\nanswer> ")
+                await engine.decide(record.run_id, pending.call_id, answer=text, by="cli")
+                return
+            choice = (
+                await ask(
+                    f"{pending.tool}({pending.arguments}) needs approval: "
+                    "[a]pprove, [r]eject, [e]dit arguments? "
+                )
+            ).strip().lower()
+            if choice in ("a", "approve", "y", "yes"):
+                await engine.decide(record.run_id, pending.call_id, approve=True, by="cli")
+            elif choice in ("r", "reject", "n", "no"):
+                why = await ask("message for the model> ")
+                await engine.decide(
+                    record.run_id, pending.call_id, approve=False, message=why or None, by="cli"
+                )
+            elif choice in ("e", "edit"):
+                edited = await ask("arguments (JSON)> ")
+                await engine.decide(
+                    record.run_id, pending.call_id, approve=True, arguments=edited, agent=agent,
+                    by="cli",
+                )
+            else:
+                continue
+            return
+        except DecisionError as exc:
+            console.print(f"[red]{escape(str(exc))}[/red]")

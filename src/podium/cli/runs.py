@@ -23,11 +23,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
+    RUN_STATUSES,
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -50,7 +55,7 @@ from podium.tools.executor import ToolResult
 
 __all__ = ("register",)
 
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = RUN_STATUSES
 #: One colour per step phase on the timeline bars.
 _PHASE_STYLE = dict(zip(STEP_PHASES, ("blue", "magenta", "cyan", "yellow", "green", "red"),
                         strict=True))
@@ -159,7 +164,10 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
                 "tokens"):
         table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left",
                          no_wrap=col in ("run", "created"))
-    style = {"completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan"}
+    style = {
+        "completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
+        "waiting": "magenta",
+    }
     for r in runs:
         wall = _wall_ms(r)
         table.add_row(
@@ -187,14 +195,25 @@ async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> 
     record = await _get(store, args.run_id)
     journal = await store.journal(args.run_id)
     timeline = step_timeline(record, journal)
+    children = await _tree(store, record)
     if args.json:
         _json({
             "record": record,
             "journal": [{"seq": seq, "entry": entry} for seq, entry in journal],
             "timeline": timeline,
+            "children": [{"depth": depth, "record": child} for depth, child in children],
         })
         return 0
     _header(console, record)
+    if children:
+        console.rule("child runs", align="left", style="dim")
+        for depth, child in children:
+            wall = _wall_ms(child)
+            console.print(
+                f"{'  ' * depth}└ [bold]{child.run_id}[/bold] agent={escape(child.agent)} "
+                f"call={child.parent_call} status=[bold]{child.status}[/bold] steps {child.steps}"
+                + (f" wall {wall:,.1f} ms" if wall is not None else "")
+            )
     console.rule("messages", align="left", style="dim")
     console.print(f"[bold]user[/bold]: {escape(record.input)}")
     for item in journal:
@@ -203,12 +222,23 @@ async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> 
     return 0
 
 
+async def _tree(store: RunStore, record: RunRecord, depth: int = 1) -> list[tuple[int, RunRecord]]:
+    """The run's child runs and theirs, depth first, with their depth (1: a child)."""
+    out: list[tuple[int, RunRecord]] = []
+    for child in await child_runs(store, record):
+        out.append((depth, child))
+        out.extend(await _tree(store, child, depth + 1))
+    return out
+
+
 def _header(console: Console, r: RunRecord) -> None:
     wall = _wall_ms(r)
     console.print(
         f"[bold]{r.run_id}[/bold] agent={escape(r.agent)} tenant={escape(r.tenant)} "
         f"pool={escape(r.pool)} status=[bold]{r.status}[/bold]"
         + (f" reason={r.reason}" if r.reason else "")
+        + (f" parent={r.parent_run_id} call={r.parent_call}" if r.parent_run_id else "")
+        + (f" now={escape(r.active_agent)}" if r.active_agent else "")
     )
     console.print(
         f"  created {_when(r.created_at)}  started {_when(r.started_at)}  "
@@ -228,11 +258,24 @@ def _print_entry(console: Console, item: JournalItem) -> None:
             _result(console, result)
     elif isinstance(entry, ModelTurn):
         _turn(console, entry.step, entry.message)
+    elif isinstance(entry, OutputRejected):
+        _turn(console, entry.step, entry.message)
+        console.print(f"  [yellow]output rejected[/yellow]: {escape(entry.error)}")
     elif isinstance(entry, ToolOutcome):
         _result(console, entry.result)
     elif isinstance(entry, Compacted):
         console.print(f"  [magenta]context compacted[/magenta] ({entry.method}): "
                       f"messages {entry.start}–{entry.end} → 1 summary")
+    elif isinstance(entry, ApprovalRequested):
+        what = f"asks: {entry.question}" if entry.kind == "interrupt" else "waits for approval"
+        console.print(f"  [magenta]⏸ {escape(entry.tool)}[/magenta] {escape(what)} "
+                      f"[dim](call {escape(entry.call_id)}, {_when(entry.ts)})[/dim]")
+    elif isinstance(entry, ApprovalDecided):
+        edited = f" with {entry.arguments}" if entry.arguments else ""
+        said = f": {entry.message}" if entry.message else ""
+        console.print(f"  [magenta]✓ {entry.decision}{escape(edited + said)}[/magenta] "
+                      f"[dim](call {escape(entry.call_id)}, by {escape(entry.by or '?')}, "
+                      f"{_when(entry.ts)})[/dim]")
     elif isinstance(entry, RunFinished):
         style = "green" if entry.status == "completed" else "red"
         console.print(f"[{style}]run {entry.status}[/{style}]"
@@ -316,7 +359,8 @@ async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> 
 
 
 def _print_step_timing(console: Console, entry: JournalEntry) -> None:
-    profile = entry.profile if isinstance(entry, StepRecord | StepCommitted) else None
+    kinds = StepRecord | StepCommitted | OutputRejected
+    profile = entry.profile if isinstance(entry, kinds) else None
     if profile is None:
         return
     parts = ", ".join(f"{name} {w / 1e6:.2f}" for name, w in zip(STEP_PHASES, profile.wall_ns,

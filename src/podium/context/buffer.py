@@ -58,15 +58,30 @@ def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
 
 
 class ContextBuffer:
-    """The messages of one run and their token accounting."""
+    """The messages of one run and their token accounting.
 
-    __slots__ = ("history_tokens", "messages", "prefix", "tokenizer")
+    ``history``: a thread's earlier turns, put between the system message and the
+    input. Then everything after the system message may be compacted (the thread's
+    first input is no more sacred than its other turns); without it the input stays.
+    """
 
-    def __init__(self, prefix: Prefix, tokenizer: Tokenizer, user_input: str) -> None:
+    __slots__ = ("compact_from", "history_tokens", "messages", "prefix", "tokenizer")
+
+    def __init__(
+        self,
+        prefix: Prefix,
+        tokenizer: Tokenizer,
+        user_input: str,
+        history: Sequence[Message] | None = None,
+    ) -> None:
         self.prefix = prefix
         self.tokenizer = tokenizer
         self.messages: list[Message] = [prefix.system]
         self.history_tokens = 0
+        self.compact_from = 2  # after the system message and the user input
+        if history is not None:
+            self.compact_from = 1
+            self.extend(history)
         self.append(Message("user", user_input))
 
     @property
@@ -95,7 +110,7 @@ class ContextBuffer:
         if self.tokens <= budget:
             return None
         msgs = self.messages
-        start = 2  # after the system message and the user input; an earlier summary is folded in
+        start = self.compact_from  # an earlier summary in the range is folded in
         turns = [i for i in range(start, len(msgs)) if msgs[i].role == "assistant"]
         keep = max(1, keep_last_turns)
         while keep >= 1:

@@ -1,5 +1,6 @@
 """The engine: run records and journal, sans-I/O step logic, the async driver, the profile."""
 
+from podium.engine.children import ChildRunError, child_run_id, child_runs
 from podium.engine.driver import Engine, Observer, new_run_id
 from podium.engine.profile import (
     PHASES,
@@ -24,6 +25,7 @@ from podium.engine.records import (
 __all__ = (
     "PHASES",
     "STEP_PHASES",
+    "ChildRunError",
     "Compacted",
     "Engine",
     "JournalEntry",
@@ -39,5 +41,7 @@ __all__ = (
     "StepCommitted",
     "StepProfile",
     "ToolOutcome",
+    "child_run_id",
+    "child_runs",
     "new_run_id",
 )

@@ -11,18 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextvars import Token
 from typing import Any, TypeVar
 
+import msgspec
+
 from podium.agent import Agent
+from podium.engine import approvals, decisions
+from podium.engine.children import attach
+from podium.engine.handoff import handed_off
 from podium.engine.hook import EngineHook
+from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     RunStatus,
@@ -30,7 +38,8 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.engine.replay import RunState, replay
+from podium.engine.replay import PendingStep, RunState, replay
+from podium.engine.runids import new_run_id
 from podium.engine.step import (
     PlannedCall,
     over_cap,
@@ -38,8 +47,14 @@ from podium.engine.step import (
     tool_message,
     truncate_result,
 )
-from podium.engine.stopwatch import CpuClock, Stopwatch, cpu_clock
-from podium.errors import ModelError, ModelReplyError, RunNotFoundError, StaleRunError
+from podium.engine.stopwatch import CpuClock, NoStopwatch, Stopwatch, cpu_clock
+from podium.errors import (
+    DecisionError,
+    ModelError,
+    ModelReplyError,
+    RunNotFoundError,
+    StaleRunError,
+)
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
@@ -47,14 +62,17 @@ from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
-from podium.security.tenant_egress import EGRESS_KEY, decode_egress, run_egress, with_egress
+from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
-from podium.tools.eager import Continuation, start_eagerly
+from podium.tools.eager import continuation, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
 __all__ = ("Engine", "Observer", "new_run_id")
+
+_NO_CALLS: list[Any] = []  # no call held for approval (shared, never mutated)
 
 T = TypeVar("T")
 
@@ -77,21 +95,16 @@ def _blocked(verdict: ScreenVerdict) -> str:
     return f"injection screen blocked the {verdict.source}: {what}"
 
 
-def new_run_id() -> str:
-    """An unguessable run id: ``run_`` and 128 random bits in hex.
-
-    Random rather than counted, so the ids one tenant sees say nothing about how
-    many runs other tenants start (nor let anyone guess another run's id).
-    """
-    return "run_" + secrets.token_hex(16)
-
-
 #: How many runs ended by :meth:`Engine.cancel_stored` are remembered for their drivers.
 _ENDED_OUTSIDE_KEPT = 4096
 
 
 class _Paused(Exception):
     """The run stopped at a step boundary on request (a drain); it stays ``running``."""
+
+
+class _Waiting(Exception):
+    """The run is parked ``waiting`` on a human (journaled); its drive ends here."""
 
 
 class _Finish(Exception):
@@ -121,6 +134,7 @@ class Engine(AsyncCloseable):
         aggregator: ProfileAggregator | None = None,
         clock: CpuClock = "thread",
         observers: Sequence[Observer] = (),
+        profile: bool = True,
     ) -> None:
         self.store = store or MemoryRunStore()
         self._own_store = store is None
@@ -128,8 +142,12 @@ class Engine(AsyncCloseable):
         self._own_executor = executor is None
         self.aggregator = aggregator
         self._cpu = cpu_clock(clock)
+        #: ``profile=False``: no clock is read and runs keep no workload profile (the floor).
+        self.profile = profile
+        self._stopwatch: type[Stopwatch] = Stopwatch if profile else NoStopwatch
         self.observers: list[Observer] = list(observers)
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._cancelling: set[str] = set()
         self._pausing: set[str] = set()
         # Runs cancelled in the store by :meth:`cancel_stored` (recent ones, bounded): a
@@ -152,11 +170,14 @@ class Engine(AsyncCloseable):
         tenant: str = "default",
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
+        thread_id: str | None = None,
         egress: EgressPolicy | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
+        ``thread_id``: the run continues that conversation (created for ``tenant`` if
+        new); it starts when the thread's earlier runs have ended, from their history.
         ``egress`` narrows where its tools may connect (the tenant's policy).
         """
         record = RunRecord(
@@ -166,8 +187,12 @@ class Engine(AsyncCloseable):
             tenant=tenant,
             metadata=with_egress(metadata or {}, egress),
             deadline_s=deadline_s,
+            thread_id=thread_id,
         )
-        await self.store.create(record)
+        if thread_id is None:
+            await self.store.create(record)
+        else:
+            await self.threads.create_run(record, create_thread=True)
         return record
 
     async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:
@@ -249,17 +274,105 @@ class Engine(AsyncCloseable):
     def active_runs(self) -> int:
         return len(self._tasks)
 
+    def cancelling(self, run_id: str) -> bool:
+        """Whether :meth:`cancel` is ending the run (its child runs end with it)."""
+        return run_id in self._cancelling
+
+    # -- human approval (see podium.engine.approvals) ------------------------------------------
+
+    async def pending_approvals(
+        self, run_id: str | None = None, *, tenant: str | None = None, limit: int = 100
+    ) -> list[approvals.PendingApproval]:
+        """The tool calls waiting for a human: of one run, or of every waiting run."""
+        if run_id is None:
+            return await decisions.list_pending(self.store, tenant=tenant, limit=limit)
+        record = await self.store.get(run_id)
+        if record is None or (tenant is not None and record.tenant != tenant):
+            raise RunNotFoundError(run_id)
+        return await decisions.run_pending(self.store, record)
+
+    async def decide(
+        self,
+        run_id: str,
+        call_id: str,
+        *,
+        approve: bool | None = None,
+        answer: str | None = None,
+        message: str | None = None,
+        arguments: Mapping[str, Any] | str | None = None,
+        by: str | None = None,
+        agent: Agent | None = None,
+    ) -> RunRecord:
+        """Decide on a waiting call: ``approve=True`` (with edited ``arguments``, checked
+        against the tool's schema: pass ``agent``), ``approve=False`` with a ``message``
+        the model reads, or ``answer=`` a tool's question. Journaled before it returns.
+
+        When the returned record is ``queued`` every call of the step is decided: drive
+        it on with :meth:`resume` (the gateway enqueues it for a worker). Raises
+        :class:`~podium.errors.DecisionError` (404, 409, 422 as its ``status`` says).
+        """
+        if (approve is None) == (answer is None):
+            raise DecisionError(422, "give approve=True/False or answer=..., one of them")
+        kind = "answer" if answer is not None else "approve" if approve else "reject"
+        raw = arguments if arguments is None or isinstance(arguments, str) else (
+            msgspec.json.encode(arguments).decode()
+        )
+        if raw is not None and agent is None:
+            raise DecisionError(422, "pass agent= to check edited arguments against its tool")
+        tools = None if agent is None else (lambda _a, name: agent.tools.get(name))
+        record, _ = await decisions.decide(
+            self.store, run_id, call_id, kind,
+            message=answer if answer is not None else message,
+            arguments=raw, by=by, tools=tools,
+        )
+        return record
+
+    async def sweep_waiting(self, *, now: float | None = None) -> list[RunRecord]:
+        """End ``failed`` the waiting runs past their deadline or approval timeout (workers
+        call this periodically; embedded users without one may too)."""
+        ended = await decisions.sweep_waiting(self.store, now=now)
+        for record, final in ended:
+            for observer in self.observers:
+                observer(record.run_id, final)
+            if self.hook is not None:  # counted with the other ends (reason deadline, …)
+                self.hook.run_finished(record)
+        return [record for record, _ in ended]
+
+    async def _still_waiting(self, record: RunRecord) -> RunRecord:
+        """A waiting run asked to be driven: ended if its wait is over, else as it is."""
+        waiting = record.waiting
+        if waiting is None or waiting.until is None or waiting.until > time.time():
+            return record
+        try:
+            final = await decisions.expire(self.store, record)
+        except StaleRunError:  # decided or cancelled meanwhile: as it stands now
+            stored = await self.store.get(record.run_id)
+            return stored if stored is not None else record
+        for observer in self.observers:
+            observer(record.run_id, final)
+        if self.hook is not None:
+            self.hook.run_finished(record)
+        return record
+
+    @property
+    def threads(self) -> ThreadKeeper:
+        """The threads (conversations) of this engine's store."""
+        return keeper_for(self.store)
+
     # -- the run ----------------------------------------------------------------------------
 
     async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
         """Drive ``record`` from wherever its journal stands to a terminal status."""
         if record.done:
             return record
+        if record.status == "waiting":  # parked on a human: nothing to drive until decided
+            return await self._still_waiting(record)
         self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
+        egress: Token[EgressPolicy | None] | None = None
         try:
             try:
                 if self._ended_outside:
@@ -268,27 +381,81 @@ class Engine(AsyncCloseable):
                         return stored
                 state = await self._load(agent, record, admit_ns)
                 if state is None:
+                    if record.thread_id is not None:
+                        await self.threads.settle_quietly(record)
                     return record
-                if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
-                    policy = decode_egress(record.metadata[EGRESS_KEY])
-                    return await run_egress(policy, self._drive(agent, state))
-                return await self._drive(agent, state)
             except asyncio.CancelledError:
                 if run_id not in self._cancelling:
                     raise  # shutdown: the run stays `running` and resumes elsewhere
                 if task is not None:
                     task.uncancel()
-            # Cancelled before its state was loaded (reading the journal, first update):
-            # end it with the record as stored, unless it has ended there meanwhile.
-            self._tasks.pop(run_id, None)
-            stored = await self.store.get(run_id)
-            if stored is not None and stored.done:
-                return stored
-            return await self._finish_record(record)
+                # Cancelled before its state was loaded (reading the journal, first update):
+                # end it with the record as stored, unless it has ended there meanwhile.
+                self._tasks.pop(run_id, None)
+                stored = await self.store.get(run_id)
+                if stored is not None and stored.done:
+                    return stored
+                ended = await self._finish_record(record)
+                if ended.thread_id is not None:
+                    await self.threads.settle_quietly(ended)
+                return ended
+            # The step loop runs in this frame, not a nested one: a run waiting in a tool
+            # holds as few coroutines as possible (each is an object the collector scans).
+            state.task = task
+            if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
+                egress = enter_egress(record.metadata[EGRESS_KEY])
+            deadline = self._arm_deadline(agent, state)
+            sink = None if self.aggregator is None else self.aggregator.add_step
+            sw = self._stopwatch.start(self._cpu, sink)
+            end: tuple[RunStatus, str | None, str | None]
+            try:
+                if state.blocked is not None:
+                    raise _Finish("failed", "injection_blocked", state.blocked)
+                if state.agent is not None:  # resumed after a hand-off
+                    agent = state.agent
+                if state.pending is not None:
+                    await self._resume_pending(agent, state, sw)
+                if state.output_failures and state.output_failures > agent.output_retries:
+                    raise _Finish(
+                        "failed", "invalid_output", "output_retries spent before a restart"
+                    )
+                while True:
+                    if agent.handoffs:  # the step just committed may have handed the run over
+                        agent = handed_off(agent, state)
+                    if await self._step(agent, state, sw):
+                        break
+                end = ("completed", None, None)  # recorded with the last step
+            except _Finish as exc:
+                end = (exc.status, exc.reason, exc.error)
+            except (_Paused, _Waiting):
+                return record
+            except ModelReplyError as exc:
+                end = ("failed", "invalid_reply", str(exc))
+            except ModelError as exc:
+                end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
+            except asyncio.CancelledError:
+                end = self._cancelled(state, deadline)  # re-raises on shutdown
+            finally:
+                if state.alarm is not None:
+                    state.alarm.disarm()
+                sw.finish()  # the last steps' CPU figures, exact
+            ended = await self._finish(state, end[0], end[1], error=end[2])
+            if ended.thread_id is not None:
+                await self.threads.settle_quietly(ended, state.ctx.messages)
+            return ended
         finally:
+            if egress is not None:
+                leave_egress(egress)
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
             self._cancelling.discard(run_id)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop, remembered: on 3.11 asking for it is a getpid() system call."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     async def _ended_meanwhile(self, run_id: str) -> RunRecord | None:
         """The stored record if :meth:`cancel_stored` ended the run after its driver read it."""
@@ -302,20 +469,28 @@ class Engine(AsyncCloseable):
     async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it)."""
-        entries = (
-            []
-            if record.status == "queued"
-            else [e for _, e in await self.store.journal(record.run_id)]
-        )
+        history = None
+        if record.thread_id is not None:  # waits while runs ahead of it on the thread go
+            since = time.perf_counter_ns()
+            history = await self.threads.turn(record)
+            admit_ns += time.perf_counter_ns() - since  # waiting for the turn is admission
+        # A run back in the queue after a human's decision has started before: read its journal.
+        fresh = record.status == "queued" and record.started_at is None
+        entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
         screened = None
-        if record.status == "queued" and agent.screening is not None:
+        if fresh and agent.screening is not None:
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
-        state = replay(agent, record, entries)
+        state = replay(agent, record, entries, history)
         state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
+        if agent.multi_agent:  # agent tools or hand-offs: set up once, here
+            attach(self, agent, state, entries)
+        # A run on the plain path (one side-effect-free call a step, nothing to screen or
+        # narrow) takes the step's fast lane; any of these sends it down the general one.
+        state.general = state.allowed_tools is not None or agent.screening is not None
         if (
             screened is not None
             and screened.verdict.action == "block"
@@ -331,90 +506,91 @@ class Engine(AsyncCloseable):
         record.status = "running"
         if record.started_at is None:
             record.started_at = now
+        if record.waiting is not None:  # resumed after a wait (its pause was counted then)
+            record.waiting = None
         await self.store.update(record)
+        if history and state.step == 0 and state.pending is None:
+            await self._fit_history(agent, state)
         if self.hook is not None:
             self.hook.run_started(agent, record)
         return state
 
-    async def _drive(self, agent: Agent, state: RunState) -> RunRecord:
+    async def _fit_history(self, agent: Agent, state: RunState) -> None:
+        """A thread's history with the new input over budget: compact before the first call
+        (journaled, so a resume replays the same context)."""
+        if state.ctx.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, NoStopwatch.start(self._cpu))
+            if compaction is not None:
+                await self._append(state, (compaction,))
+
+    def _arm_deadline(self, agent: Agent, state: RunState) -> float | None:
+        """Arm the run's wall-clock limit on its task (``state.alarm``); returns the limit."""
         record = state.record
-        run_id = record.run_id
         deadline = agent.deadline_s if record.deadline_s is None else record.deadline_s
-        task = asyncio.current_task()
-        alarm = None
-        if deadline is not None and deadline != math.inf and task is not None:
+        if deadline is not None and deadline != math.inf and state.task is not None:
             assert record.started_at is not None
-            left = record.started_at + deadline - time.time()
+            left = record.started_at + record.paused_s + deadline - time.time()
             # A fresh run arms its deadline as the same float as every other (one wheel queue).
             fresh = 0.0 <= deadline - left < min(1.0, deadline / 10)
-            alarm = state.alarm = arm_deadline(task, deadline if fresh else max(0.0, left))
-        end: tuple[RunStatus, str | None, str | None]
-        try:
-            if state.blocked is not None:
-                raise _Finish("failed", "injection_blocked", state.blocked)
-            await self._steps(agent, state)
-            end = ("completed", None, None)  # recorded with the last step
-        except _Finish as exc:
-            end = (exc.status, exc.reason, exc.error)
-        except _Paused:
-            return record
-        except ModelReplyError as exc:
-            end = ("failed", "invalid_reply", str(exc))
-        except ModelError as exc:
-            end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
-        except asyncio.CancelledError:
-            cancelled = run_id in self._cancelling
-            expired = alarm is not None and alarm.fired
-            if not (cancelled or expired):
-                raise  # shutdown: the run stays `running` and resumes elsewhere
-            assert task is not None
-            for _ in range(cancelled + expired):
-                task.uncancel()
-            if cancelled:
-                end = ("cancelled", "cancelled", "cancelled")
-            else:
-                end = ("failed", "deadline", f"deadline of {deadline}s passed")
-        finally:
-            if alarm is not None:
-                alarm.disarm()
-        return await self._finish(state, end[0], end[1], error=end[2])
+            state.alarm = arm_deadline(state.task, deadline if fresh else max(0.0, left))
+        return deadline
 
-    async def _steps(self, agent: Agent, state: RunState) -> None:
-        sw = Stopwatch(self._cpu)  # one per run: each step starts where the last one ended
-        if state.pending is not None:
-            await self._resume_pending(agent, state, sw)
-        pausing = self._pausing
-        while True:
-            if pausing and state.record.run_id in pausing:
-                raise _Paused
-            if state.step >= agent.max_steps:
-                raise _Finish(
-                    "failed", "max_steps", f"no final answer after {agent.max_steps} steps"
-                )
-            if await self._step(agent, state, sw):
-                return
+    def _cancelled(
+        self, state: RunState, deadline: float | None
+    ) -> tuple[RunStatus, str | None, str | None]:
+        """How a cancelled step loop ends: cancelled, or failed at its deadline. Re-raises
+        the cancellation when it is neither (a shutdown: the run resumes elsewhere)."""
+        cancelled = state.record.run_id in self._cancelling
+        expired = state.alarm is not None and state.alarm.fired
+        task = state.task
+        if not (cancelled or expired) or task is None:
+            raise asyncio.CancelledError
+        for _ in range(cancelled + expired):
+            task.uncancel()
+        if cancelled:
+            return ("cancelled", "cancelled", "cancelled")
+        return ("failed", "deadline", f"deadline of {deadline}s passed")
 
     async def _step(self, agent: Agent, state: RunState, sw: Stopwatch) -> bool:
-        """One step, inline and timed: the hot path of the whole runtime."""
+        """One step, inline and timed: the hot path of the whole runtime. True at the end.
+
+        Awaited work starts eagerly: a call that does not wait (an instant model or
+        tool, an in-memory store) costs no loop iteration. A step with one
+        side-effect-free call is checkpointed by one :class:`StepRecord` right here;
+        any other goes through :meth:`_finish_step`.
+        """
+        if self._pausing and state.record.run_id in self._pausing:
+            raise _Paused
+        step = state.step
+        if step >= agent.max_steps:
+            raise _Finish("failed", "max_steps", f"no final answer after {agent.max_steps} steps")
         record = state.record
         ctx = state.ctx
-        step = state.step
         # assemble
+        prefix = agent.prefix
         request = ModelRequest(
             ctx.messages,
-            agent.prefix.tools,
+            prefix.tools,
             agent.settings,
             record.run_id,
             agent.name,
             step,
-            ctx.tokens,
-            agent.prefix.tokens,
+            prefix.tokens + ctx.history_tokens,
+            prefix.tokens,
             agent.tags,
             state.attained_s,
         )
         sw.lap(_ASSEMBLE)
         # model
-        response = await self._call_model(agent, request, sw)
+        coro = agent.model.request(request)
+        try:
+            pending = coro.send(None)
+        except StopIteration as answered:  # no wait (simulated, cached)
+            response: ModelResponse = answered.value
+        except ModelReplyError:
+            response = await self._call_model(agent, request, sw, 1)
+        else:
+            response = await self._wait_model(agent, request, sw, coro, pending)
         sw.lap(_MODEL)
         state.attained_s += sw.wall[_MODEL] / 1e9
         # parse
@@ -422,14 +598,14 @@ class Engine(AsyncCloseable):
             "assistant", response.content, response.tool_calls, reasoning=response.reasoning
         )
         state.add_usage(response.usage)
-        ttft = int(response.ttft_s * 1e9) if response.ttft_s is not None else 0
+        ttft = 0 if response.ttft_s is None else int(response.ttft_s * 1e9)
+        if agent.output is not None:
+            return await self._output_step(agent, state, sw, message, response, ttft)
         calls = response.tool_calls
         if not calls:
             ctx.append(message)
             sw.lap(_PARSE)
-            await self._final_step(state, sw, message, response, ttft)
-            if self.hook is not None:
-                self.hook.step(agent, record, state.profile.steps[-1], state.usage, ())
+            await self._final_step(agent, state, sw, message, response, ttft)
             return True
         planned, rejected, cut = plan_tool_calls(agent, record.run_id, step, calls)
         if rejected:
@@ -438,35 +614,190 @@ class Engine(AsyncCloseable):
                 message.tool_calls = cut
         ctx.append(message)
         sw.lap(_PARSE)
-        if len(planned) > 1 or (planned and planned[0].tool.policy.side_effects):
-            # Durable before any tool runs: a resume then re-runs only unfinished calls, under
-            # the same idempotency keys. A lone side-effect-free call rides with the commit.
-            await self._append(state, (ModelTurn(step, time.time(), message, response.usage),), sw)
-            sw.lap(_CHECKPOINT)
-            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
+        if rejected or len(planned) != 1 or state.general:
+            await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
+            return False
+        call = planned[0]
+        if call.tool.policy.side_effects or call.tool.approval is not None:
+            await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
+            return False
+        # tools: the one call, side-effect free, so it is journaled with the step's end
+        started = self.executor.start(call.tool, call.args, call.ctx, state.task)
+        if isinstance(started, ToolResult):
+            result = started
         else:
-            await self._finish_step(
-                agent, state, sw, planned, rejected, {}, (message, response), ttft
-            )
+            sw.suspend(_TOOLS)
+            try:
+                result = await started
+            finally:
+                sw.resume(_TOOLS)
+            sw.add_cpu(_TOOLS, result.cpu_ns)
+        result = truncate_result(agent, call.tool, result)
+        sw.lap(_TOOLS)
+        if not result.ok and result.error == "interrupted":  # the tool asked a human
+            outcome = [(call.index, result)]
+            await self._park(agent, state, planned, [], [], outcome, {}, (message, response))
+        # merge
+        ctx.append(tool_message(result))
+        compaction = None
+        if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
+            compaction = await self._compact(agent, state, sw)
+        sw.lap(_MERGE)
+        # checkpoint
+        profile = sw.snapshot(step, 1, ttft)
+        entry = StepRecord(step, time.time(), message, (result,), response.usage, profile)
+        state.step = step + 1
+        entries = (entry,) if compaction is None else (entry, compaction)
+        waiting = self._checkpoint(state, entries, sw)
+        if waiting is not None:
+            await waiting
+        sw.close_step(profile)
+        self._file_step(agent, state, profile, step, ttft, ((call.index, result),))
         return False
 
+    async def _wait_model(
+        self,
+        agent: Agent,
+        request: ModelRequest,
+        sw: Stopwatch,
+        coro: Coroutine[Any, Any, ModelResponse],
+        pending: Any,
+    ) -> ModelResponse:
+        """The model call started by :meth:`_step` waits: time the wait, retry a bad reply."""
+        sw.suspend(_MODEL)
+        try:
+            return await continuation(coro, pending)
+        except ModelReplyError:
+            if agent.model_retries < 1:
+                raise
+        finally:
+            sw.resume(_MODEL)
+        return await self._call_model(agent, request, sw, 1)
+
     async def _final_step(
-        self, state: RunState, sw: Stopwatch, message: Message, response: ModelResponse, ttft: int
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        ttft: int,
+        output: str | None = None,
     ) -> None:
-        """The reply has no tool calls: journal the step and the run's end in one write."""
+        """The reply is the answer: journal the step and the run's end in one write.
+        ``output`` is a structured answer's JSON (else the answer is the reply's text)."""
         step = state.step
         state.step = step + 1
-        sw.flush()  # the record stored with the run's end carries this step's profile
-        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), 0, ttft)
-        state.profile.steps.append(profile)
-        final = RunFinished(time.time(), "completed", output=response.content)
+        sw.settle()  # the record stored with the run's end carries exact figures
+        profile = sw.snapshot(step, 0, ttft)
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if output is None:
+            final = RunFinished(time.time(), "completed", output=response.content)
+        else:
+            final = RunFinished(time.time(), "completed", output=output, structured=True)
         self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
         if state.alarm is not None:  # and so is its deadline
             state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
-        self._close_step(sw, profile)
+        sw.close_step(profile)
+        if self.hook is not None:
+            if profile is None:  # Engine(profile=False): the hook still hears of the step
+                profile = StepProfile(step, (), (), 0, ttft)
+            self.hook.step(agent, state.record, profile, state.usage, ())
+
+    async def _output_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        ttft: int,
+    ) -> bool:
+        """A reply to an agent with an ``output_type``: its answer is decoded and validated
+        in one pass (in the parse phase); a failed one goes back to the model as an
+        observation until the agent's ``output_retries`` are spent."""
+        assert agent.output is not None
+        verdict = judge_reply(agent.output, message)
+        ctx = state.ctx
+        if verdict.output is not None:
+            ctx.append(message)
+            sw.lap(_PARSE)
+            await self._final_step(agent, state, sw, message, response, ttft, verdict.output)
+            return True
+        feedback = verdict.feedback
+        if feedback is not None:  # no tool calls, no valid answer: the model reads why
+            ctx.append(message)
+            ctx.append(feedback)
+            sw.lap(_PARSE)
+            step = state.step
+            profile = sw.snapshot(step, 0, ttft)
+            entry = OutputRejected(
+                step, time.time(), message, feedback, verdict.error, response.usage, profile
+            )
+            state.step = step + 1
+            await self._append(state, (entry,), sw)
+            sw.close_step(profile)
+            self._file_step(agent, state, profile, step, ttft, ())
+            self._output_failed(agent, state, verdict)
+            return False
+        record = state.record
+        calls = message.tool_calls
+        planned, rejected, cut, invalid = plan_output_calls(
+            agent, record.run_id, state.step, calls, verdict
+        )
+        state.invalid_calls += invalid
+        if cut is not None:
+            message.tool_calls = cut
+        ctx.append(message)
+        sw.lap(_PARSE)
+        await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
+        if verdict.rejected is not None:
+            self._output_failed(agent, state, verdict)
+        return False
+
+    @staticmethod
+    def _output_failed(agent: Agent, state: RunState, verdict: OutputVerdict) -> None:
+        """Count a failed answer (journaled already); past the budget the run fails."""
+        state.output_failures += 1
+        if state.output_failures > agent.output_retries:
+            assert agent.output is not None
+            raise _Finish(
+                "failed",
+                "invalid_output",
+                f"no valid {agent.output.name} after {state.output_failures} attempts "
+                f"(output_retries={agent.output_retries}); last error: {verdict.error}",
+            )
+
+    async def _general_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        ttft: int,
+    ) -> None:
+        """A step off the fast lane: several calls, side effects, approvals, rejected calls,
+        screening, a tenant's allow-list."""
+        if len(planned) > 1 or (
+            planned and (planned[0].tool.policy.side_effects or planned[0].tool.approval)
+        ):
+            # Durable before any tool runs: a resume then re-runs only unfinished calls, under
+            # the same idempotency keys. A lone side-effect-free call rides with the commit.
+            turn = ModelTurn(state.step, time.time(), message, response.usage)
+            await self._append(state, (turn,), sw)
+            sw.lap(_CHECKPOINT)
+            await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
+        else:
+            await self._finish_step(
+                agent, state, sw, planned, rejected, {}, (message, response), ttft
+            )
 
     async def _finish_step(
         self,
@@ -486,9 +817,18 @@ class Engine(AsyncCloseable):
             planned, rejected = restrict_calls(
                 planned, rejected, state.allowed_tools, state.record.tenant
             )
+        held = _NO_CALLS
+        if agent.gated:  # some calls may need a human's approval first
+            planned, held = approvals.gate(planned, state.approved)
         # tools
-        results = await self._run_tools(agent, state, planned, done, sw)
+        interrupts = self.executor.interrupts
+        if len(planned) == 1 and not done:
+            results = [await self._run_one(agent, state, planned[0], sw)]
+        else:
+            results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
+        if held or self.executor.interrupts != interrupts:
+            await self._park(agent, state, planned, held, rejected, results, done, deferred)
         # merge
         if rejected:
             outcomes = [*rejected, *results]
@@ -504,28 +844,23 @@ class Engine(AsyncCloseable):
         sw.lap(_MERGE)
         # checkpoint
         ts = time.time()
-        sw.flush()  # the journaled profile covers the phases up to here
-        profile = StepProfile(step, tuple(sw.wall), tuple(sw.cpu), len(outcomes), ttft)
+        profile = sw.snapshot(step, len(outcomes), ttft)
         entries: list[JournalEntry]
         if deferred is not None:
             message, response = deferred
-            results_in_order = (
-                (outcomes[0][1],) if len(outcomes) == 1 else tuple(r for _, r in outcomes)
-            )
-            entries = [StepRecord(step, ts, message, results_in_order, response.usage, profile)]
+            in_order = tuple([r for _, r in outcomes])
+            entries = [StepRecord(step, ts, message, in_order, response.usage, profile)]
         else:
             entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
             if len(planned) == 1:  # several calls journal their own outcomes as each finishes
-                entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+                entries.extend([ToolOutcome(step, ts, i, r) for i, r in results if i not in done])
             entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
             entries.append(compaction)
         state.step = step + 1
         await self._append(state, entries, sw)
-        self._close_step(sw, profile)
-        state.profile.steps.append(profile)
-        if self.hook is not None:
-            self.hook.step(agent, state.record, profile, state.usage, outcomes)
+        sw.close_step(profile)
+        self._file_step(agent, state, profile, step, ttft, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
             for _, result in outcomes:
                 if result.error == "blocked" and result.screen is not None:
@@ -537,50 +872,177 @@ class Engine(AsyncCloseable):
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
 
-    def _close_step(self, sw: Stopwatch, profile: StepProfile) -> None:
-        """End the checkpoint phase, file the step's timings, start the next step's clock."""
-        sw.lap(_CHECKPOINT)
-        sw.flush_phase(_CHECKPOINT)  # the step was flushed before its journal write
-        profile.wall_ns, profile.cpu_ns = tuple(sw.wall), tuple(sw.cpu)
-        sw.restart()
-        if self.aggregator is not None:
-            self.aggregator.add_step(profile)
+    def _file_step(
+        self,
+        agent: Agent,
+        state: RunState,
+        profile: StepProfile | None,
+        step: int,
+        ttft: int,
+        outcomes: Sequence[tuple[int, ToolResult]],
+    ) -> None:
+        """The step is checkpointed: keep its profile (the stopwatch hands it to the
+        aggregator once exact), and tell the hook."""
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if self.hook is not None:
+            if profile is None:  # Engine(profile=False): the hook still hears of the step
+                profile = StepProfile(step, (), (), len(outcomes), ttft)
+            self.hook.step(agent, state.record, profile, state.usage, outcomes)
 
     async def _resume_pending(self, agent: Agent, state: RunState, sw: Stopwatch) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""
         pending = state.pending
         assert pending is not None
         calls = pending.message.tool_calls
-        planned, rejected, _ = plan_tool_calls(agent, state.record.run_id, pending.step, calls)
-        state.invalid_calls += len(rejected) - over_cap(agent, calls)
+        run_id = state.record.run_id
+        verdict = None
+        if agent.output is None:
+            planned, rejected, _ = plan_tool_calls(agent, run_id, pending.step, calls)
+            state.invalid_calls += len(rejected) - over_cap(agent, calls)
+        else:  # an invalid final_result call among the step's calls gets its observation
+            verdict = judge_reply(agent.output, pending.message)
+            planned, rejected, _, invalid = plan_output_calls(
+                agent, run_id, pending.step, calls, verdict
+            )
+            state.invalid_calls += invalid
         state.pending = None
+        if pending.requests is not None or pending.interrupted is not None:
+            planned = await self._after_humans(agent, state, pending, planned, rejected)
         await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
+        if verdict is not None and verdict.rejected is not None:
+            self._output_failed(agent, state, verdict)
+        state.approved = frozenset()
+
+    # -- waiting on humans (see podium.engine.approvals) ------------------------------------
+
+    async def _park(
+        self,
+        agent: Agent,
+        state: RunState,
+        planned: list[PlannedCall],
+        held: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        results: list[tuple[int, ToolResult]],
+        done: dict[int, ToolResult],
+        deferred: tuple[Message, ModelResponse] | None,
+    ) -> None:
+        """Journal the step so far and the calls that wait for a human, with the record
+        ``waiting``, in one write; then end the drive (:class:`_Waiting`). Returns if no
+        call waits after all (another run's tool raised Interrupt meanwhile)."""
+        step = state.step
+        ts = time.time()
+        message = deferred[0] if deferred is not None else state.ctx.messages[-1]
+        asks = approvals.requests_for(step, ts, message.tool_calls, held, results)
+        if not asks:
+            return
+        entries: list[JournalEntry] = []
+        if deferred is not None:  # the lone call's turn rode with the commit: write it now
+            entries.append(ModelTurn(step, ts, message, deferred[1].usage))
+        entries.extend(ToolOutcome(step, ts, i, r) for i, r in rejected)
+        if deferred is not None or (len(planned) == 1 and not done):  # not journaled by _run_tools
+            entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)
+        entries.extend(asks)
+        await self._wait_for_humans(agent, state, entries)
+
+    async def _wait_for_humans(
+        self, agent: Agent, state: RunState, entries: Sequence[JournalEntry]
+    ) -> None:
+        record = state.record
+        now = time.time()
+        record.status = "waiting"
+        record.waiting = approvals.waiting_for(agent, record, now)
+        record.steps = state.step
+        record.usage = state.usage
+        if state.alarm is not None:
+            state.alarm.disarm()
+        await self._append(state, entries, record=record)
+        raise _Waiting
+
+    async def _after_humans(
+        self,
+        agent: Agent,
+        state: RunState,
+        pending: PendingStep,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+    ) -> list[PlannedCall]:
+        """The calls to run in a step resumed after humans decided: approved ones with
+        their (edited) arguments; rejected and answered ones have their outcome already.
+        A call still undecided (its request was never journaled: the worker died right
+        after the tool asked) parks the run again."""
+        decided = pending.decisions or {}
+        requests = pending.requests or {}
+        undecided = [
+            ApprovalRequested(
+                pending.step, time.time(), i, r.call_id, r.name,
+                pending.message.tool_calls[i].arguments, "interrupt", r.content,
+            )
+            for i, r in sorted((pending.interrupted or {}).items())
+            if i not in decided and i not in requests
+        ]
+        if undecided or any(i not in decided for i in requests):
+            entries = [ToolOutcome(pending.step, time.time(), i, r) for i, r in rejected]
+            state.step = pending.step
+            await self._wait_for_humans(agent, state, [*entries, *undecided])
+        approved: set[int] = set(pending.outcomes)  # ran, rejected or answered: not gated
+        kept: list[PlannedCall] = []
+        for call in planned:
+            decision = decided.get(call.index)
+            if decision is not None and decision.decision == "approve":
+                approved.add(call.index)
+                if decision.arguments is not None:
+                    try:
+                        call.args = call.tool.decode_arguments(decision.arguments)
+                    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                        # Checked when decided; the tool changed since: the model hears why.
+                        why = f"error: approved arguments no longer fit {call.tool.name!r}: {exc}"
+                        rejected.append((call.index, ToolResult(
+                            call.ctx.call_id, call.tool.name, why, ok=False,
+                            error="invalid_arguments", attempts=0,
+                        )))
+                        continue
+            kept.append(call)
+        state.approved = frozenset(approved)
+        return kept
 
     # -- pieces -----------------------------------------------------------------------------
 
     async def _call_model(
-        self, agent: Agent, request: ModelRequest, sw: Stopwatch
+        self, agent: Agent, request: ModelRequest, sw: Stopwatch, attempt: int = 0
     ) -> ModelResponse:
-        attempt = 0
+        """Call the model, asking again (up to ``agent.model_retries``) on a reply it
+        could not make sense of; ``attempt`` counts the tries made already."""
         while True:
-            coro = agent.model.request(request)
+            if attempt > agent.model_retries:
+                raise ModelReplyError(f"{agent.model.name}: no valid reply in {attempt} tries")
             try:
-                try:
-                    pending = coro.send(None)
-                except StopIteration as done:  # answered without waiting (simulated, cached)
-                    response: ModelResponse = done.value
-                    return response
-                sw.suspend(_MODEL)
-                try:
-                    response = await Continuation(coro, pending)
-                finally:
-                    sw.resume()
+                response, _ = await self._eager(agent.model.request(request), sw, _MODEL)
             except ModelReplyError:
                 if attempt >= agent.model_retries:
                     raise
                 attempt += 1
                 continue
             return response
+
+    async def _run_one(
+        self, agent: Agent, state: RunState, call: PlannedCall, sw: Stopwatch
+    ) -> tuple[int, ToolResult]:
+        """One call, started eagerly, truncated and screened."""
+        started = self.executor.start(call.tool, call.args, call.ctx, state.task)
+        if isinstance(started, ToolResult):
+            result = started
+        else:
+            sw.suspend(_TOOLS)
+            try:
+                result = await started
+            finally:
+                sw.resume(_TOOLS)
+            sw.add_cpu(_TOOLS, result.cpu_ns)
+        result = truncate_result(agent, call.tool, result)
+        if agent.screening is not None:
+            result = await agent.screening.screen_result(result)
+        return call.index, result
 
     async def _run_tools(
         self,
@@ -590,43 +1052,14 @@ class Engine(AsyncCloseable):
         done: dict[int, ToolResult],
         sw: Stopwatch,
     ) -> list[tuple[int, ToolResult]]:
-        execute = self.executor.execute
-        if len(planned) == 1 and not done:
-            call = planned[0]
-            coro = execute(call.tool, call.args, call.ctx)
-            try:
-                pending = coro.send(None)
-            except StopIteration as finished:  # the tool answered without waiting
-                result: ToolResult = finished.value
-            else:
-                sw.suspend(_TOOLS)
-                try:
-                    result = await Continuation(coro, pending)
-                finally:
-                    sw.resume()
-                sw.add_cpu(_TOOLS, result.cpu_ns)
-            result = truncate_result(agent, call.tool, result)
-            if agent.screening is not None:
-                result = await agent.screening.screen_result(result)
-            return [(call.index, result)]
+        """Several calls: they overlap, and each outcome is journaled as soon as it is known,
+        so a crash mid-step re-runs only the calls still in flight."""
         results = list(done.items())
         todo = [p for p in planned if p.index not in done]
         if not todo:
             return results
-        # Several calls: they overlap, and each outcome is journaled as soon as it is known,
-        # so a crash mid-step re-runs only the calls still in flight.
         sw.suspend(_TOOLS)
-
-        async def one(call: PlannedCall) -> tuple[int, ToolResult]:
-            result = truncate_result(
-                agent, call.tool, await execute(call.tool, call.args, call.ctx)
-            )
-            if agent.screening is not None:
-                result = await agent.screening.screen_result(result)
-            await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
-            return call.index, result
-
-        tasks = [asyncio.ensure_future(one(c)) for c in todo]
+        tasks = [asyncio.ensure_future(self._run_journaled(agent, state, c)) for c in todo]
         try:
             gathered = await asyncio.gather(*tasks)
         except BaseException:
@@ -636,10 +1069,22 @@ class Engine(AsyncCloseable):
                 task.cancel()
             await asyncio.wait(tasks)
             raise
-        sw.resume()
-        sw.add_cpu(_TOOLS, sum(r.cpu_ns for _, r in gathered))
+        sw.resume(_TOOLS)
+        sw.add_cpu(_TOOLS, sum([r.cpu_ns for _, r in gathered]))
         results.extend(gathered)
         return results
+
+    async def _run_journaled(
+        self, agent: Agent, state: RunState, call: PlannedCall
+    ) -> tuple[int, ToolResult]:
+        """One of several calls of a step, in a task of its own: run, then journal its outcome."""
+        result = truncate_result(
+            agent, call.tool, await self.executor.execute(call.tool, call.args, call.ctx)
+        )
+        if agent.screening is not None:
+            result = await agent.screening.screen_result(result)
+        await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
+        return call.index, result
 
     async def _compact(self, agent: Agent, state: RunState, sw: Stopwatch) -> Compacted | None:
         policy = agent.context
@@ -682,7 +1127,7 @@ class Engine(AsyncCloseable):
         try:
             value = await rest
         finally:
-            sw.resume()
+            sw.resume(phase)
         return value, True
 
     async def _append(
@@ -693,30 +1138,60 @@ class Engine(AsyncCloseable):
         *,
         record: RunRecord | None = None,
     ) -> None:
+        """Journal ``entries`` (with ``record``), timed as the checkpoint phase of ``sw``."""
+        if sw is None:  # a call of several, journaled from its own task: nothing to time
+            if state.redact is not None:
+                entries = state.redact(entries)
+            await self.store.append(state.record.run_id, entries, record=record)
+            if self.observers:
+                self._notify(state, entries)
+            return
+        waiting = self._checkpoint(state, entries, sw, record)
+        if waiting is not None:
+            await waiting
+
+    def _checkpoint(
+        self,
+        state: RunState,
+        entries: Sequence[JournalEntry],
+        sw: Stopwatch,
+        record: RunRecord | None = None,
+    ) -> Awaitable[None] | None:
+        """Start journaling ``entries``: None if the store took them without waiting (an
+        in-memory store: no loop iteration), else an awaitable that finishes the write."""
         if state.redact is not None:
             entries = state.redact(entries)
         coro = self.store.append(state.record.run_id, entries, record=record)
-        if sw is None:
-            await coro
-        else:
-            try:
-                pending = coro.send(None)
-            except StopIteration:  # an in-memory store: no wait, no loop iteration
-                pass
-            else:
-                sw.suspend(_CHECKPOINT)
-                try:
-                    await Continuation(coro, pending)
-                finally:
-                    sw.resume()
+        try:
+            pending = coro.send(None)
+        except StopIteration:
+            if self.observers:
+                self._notify(state, entries)
+            return None
+        return self._wait_checkpoint(state, entries, sw, coro, pending)
+
+    async def _wait_checkpoint(
+        self,
+        state: RunState,
+        entries: Sequence[JournalEntry],
+        sw: Stopwatch,
+        coro: Coroutine[Any, Any, None],
+        pending: Any,
+    ) -> None:
+        sw.suspend(_CHECKPOINT)
+        try:
+            await continuation(coro, pending)
+        finally:
+            sw.resume(_CHECKPOINT)
         if self.observers:
-            if sw is not None:
-                sw.pause(_CHECKPOINT)  # observers' time is theirs, not the checkpoint's
-            for observer in self.observers:
-                for entry in entries:
-                    observer(state.record.run_id, entry)
-            if sw is not None:
-                sw.unpause()
+            self._notify(state, entries)
+
+    def _notify(self, state: RunState, entries: Sequence[JournalEntry]) -> None:
+        """Show journaled entries to the observers (their time counts as the checkpoint's)."""
+        run_id = state.record.run_id
+        for observer in self.observers:
+            for entry in entries:
+                observer(run_id, entry)
 
     def _apply_final(self, state: RunState, final: RunFinished) -> None:
         record = state.record
@@ -725,6 +1200,7 @@ class Engine(AsyncCloseable):
         record.error = final.error
         record.reason = final.reason
         record.finished_at = final.ts
+        record.structured = final.structured
         record.steps = state.step
         record.usage = state.usage
         record.profile = state.profile

@@ -10,7 +10,7 @@ calls that have no outcome yet.
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Literal, TypeVar
 
 import msgspec
 
@@ -21,10 +21,14 @@ from podium.security.screen import Screened
 from podium.tools.executor import ToolResult
 
 __all__ = (
+    "RUN_STATUSES",
     "TERMINAL_STATUSES",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "Compacted",
     "JournalEntry",
     "ModelTurn",
+    "OutputRejected",
     "RunFinished",
     "RunRecord",
     "RunStatus",
@@ -32,10 +36,30 @@ __all__ = (
     "StepCommitted",
     "StepRecord",
     "ToolOutcome",
+    "Waiting",
 )
 
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+T = TypeVar("T")
+
+RunStatus = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+#: Every status, in a run's order: ``waiting`` is a run parked on a human (no worker holds it).
+RUN_STATUSES: tuple[str, ...] = ("queued", "running", "waiting", "completed", "failed", "cancelled")
 TERMINAL_STATUSES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+
+
+class Waiting(msgspec.Struct, gc=False, omit_defaults=True):
+    """Why and until when a ``waiting`` run waits (see :mod:`podium.engine.approvals`).
+
+    ``until`` is the wall-clock time past which it fails without a decision (None:
+    never), with ``reason`` ``deadline`` (its run deadline keeps counting) or
+    ``approval_timeout``.
+    """
+
+    since: float
+    until: float | None = None
+    reason: str = "deadline"
+    #: The run's deadline does not count this wait (``deadline_while_waiting="pause"``).
+    pause: bool = False
 
 
 class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
@@ -43,8 +67,20 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
 
     ``reason`` is a stable code when the run did not complete: ``max_steps``,
     ``deadline``, ``model_error``, ``invalid_reply``, ``invalid_tool_calls``,
-    ``cancelled``, ``worker_lost``. ``version`` grows with every update, for
-    optimistic concurrency in distributed stores.
+    ``invalid_output``, ``cancelled``, ``worker_lost``. ``version`` grows with every
+    update, for optimistic concurrency in distributed stores.
+
+    ``output`` is the final answer as text. For an agent with an ``output_type`` it is
+    the answer's canonical JSON and ``structured`` is true; :meth:`output_as` gives the
+    typed value::
+
+        record = await agent.run("Where is order A-1?")
+        order = record.output_as(OrderStatus)
+
+    A sub-agent's run (see :meth:`Agent.as_tool <podium.agent.Agent.as_tool>`) names the
+    run that called it in ``parent_run_id`` and the call in ``parent_call``
+    (``"STEP:INDEX"``); ``active_agent`` names the agent driving the run after a
+    hand-off (None: ``agent``, the one it started with).
     """
 
     run_id: str
@@ -66,10 +102,35 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     pool: str = "default"
     metadata: dict[str, str] = {}
     deadline_s: float | None = None  # this run's own limit (None: its agent's)
+    structured: bool = False  # output is the JSON of the agent's output_type
+    parent_run_id: str | None = None
+    parent_call: str | None = None
+    active_agent: str | None = None
+    #: Set while the run is ``waiting`` on a human; None otherwise.
+    waiting: Waiting | None = None
+    #: Seconds spent waiting that its deadline does not count (``deadline_while_waiting="pause"``).
+    paused_s: float = 0.0
+    #: The conversation the run belongs to: it starts from the thread's history.
+    thread_id: str | None = None
 
     @property
     def done(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    def output_as(self, output_type: type[T]) -> T:
+        """The output as ``output_type`` (usually the agent's ``output_type``), validated.
+
+        Raises :class:`RunError` if the run did not complete and
+        :class:`~podium.errors.OutputValidationError` if the output does not match.
+        ``str`` gives a text answer as it is.
+        """
+        self.raise_for_status()
+        output = self.output or ""
+        if output_type is str and not self.structured:
+            return output  # type: ignore[return-value]  # T is str here
+        from podium.output import decode_output
+
+        return decode_output(output, output_type)
 
     def raise_for_status(self) -> RunRecord:
         """Return the record if the run completed, else raise :class:`RunError`."""
@@ -131,14 +192,72 @@ class StepRecord(msgspec.Struct, tag="steprec", gc=False, omit_defaults=True):
     profile: StepProfile | None = None
 
 
+class OutputRejected(msgspec.Struct, tag="output_rejected", gc=False, omit_defaults=True):
+    """A whole step whose reply was not a valid answer of the agent's ``output_type``: the
+    model's turn, and the feedback it reads next (the error and the expected schema)."""
+
+    step: int
+    ts: float
+    message: Message
+    feedback: Message
+    error: str = ""
+    usage: Usage = Usage()
+    profile: StepProfile | None = None
+class ApprovalRequested(msgspec.Struct, tag="approval", gc=False, omit_defaults=True):
+    """A tool call of ``step`` that waits for a human: an approval, or a tool's question.
+
+    ``kind`` is ``approval`` (the tool requires approval; it has not run) or
+    ``interrupt`` (the tool ran and asked ``question``; the human's answer becomes
+    its result). ``arguments`` is the call's JSON arguments as the model gave them.
+    """
+
+    step: int
+    ts: float
+    index: int
+    call_id: str
+    tool: str
+    arguments: str
+    kind: Literal["approval", "interrupt"] = "approval"
+    question: str | None = None
+
+
+class ApprovalDecided(msgspec.Struct, tag="decision", gc=False, omit_defaults=True):
+    """A human's decision on one :class:`ApprovalRequested` (journaled before the run resumes).
+
+    ``decision``: ``approve`` (run the call, with ``arguments`` if edited), ``reject``
+    (the model reads ``message`` as the call's result) or ``answer`` (an interrupt's
+    reply, which becomes the call's result). ``by`` says who decided.
+    """
+
+    step: int
+    ts: float
+    index: int
+    call_id: str
+    tool: str
+    decision: Literal["approve", "reject", "answer"]
+    message: str | None = None
+    arguments: str | None = None
+    by: str | None = None
+
+
 class RunFinished(msgspec.Struct, tag="final", gc=False, omit_defaults=True):
     ts: float
     status: RunStatus
     output: str | None = None
     error: str | None = None
     reason: str | None = None
+    structured: bool = False  # output is the JSON of the agent's output_type
 
 
 JournalEntry = (
-    StepRecord | ModelTurn | ToolOutcome | Compacted | StepCommitted | RunFinished | Screened
+    StepRecord
+    | ModelTurn
+    | ToolOutcome
+    | Compacted
+    | StepCommitted
+    | RunFinished
+    | Screened
+    | OutputRejected
+    | ApprovalRequested
+    | ApprovalDecided
 )

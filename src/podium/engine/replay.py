@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from podium.agent import Agent
 from podium.context.buffer import CompactionPlan, ContextBuffer
+from podium.engine.approvals import INTERRUPTED, decided_result
 from podium.engine.profile import RunProfile
 from podium.engine.records import (
+    ApprovalDecided,
+    ApprovalRequested,
     Compacted,
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -27,6 +32,9 @@ from podium.tools.executor import ToolResult
 __all__ = ("PendingStep", "RunState", "replay")
 
 
+_NONE: frozenset[int] = frozenset()
+
+
 class Disarmable(Protocol):
     fired: bool
 
@@ -34,26 +42,38 @@ class Disarmable(Protocol):
 
 
 class PendingStep(msgspec.Struct, gc=False):
-    """A step whose model turn is journaled but which was never committed."""
+    """A step whose model turn is journaled but which was never committed.
+
+    ``requests``/``decisions``/``interrupted`` are by call index, for a step that
+    waited on a human (see :mod:`podium.engine.approvals`): the calls asked about, the
+    decisions taken, and the calls whose tool raised Interrupt.
+    """
 
     step: int
     message: Message
     outcomes: dict[int, ToolResult]
+    requests: dict[int, ApprovalRequested] | None = None
+    decisions: dict[int, ApprovalDecided] | None = None
+    interrupted: dict[int, ToolResult] | None = None
 
 
 class RunState:
     """What the driver holds for one run between steps."""
 
     __slots__ = (
+        "agent",
         "alarm",
         "allowed_tools",
+        "approved",
         "attained_s",
         "blocked",
         "cached_tokens",
         "ctx",
         "finished",
+        "general",
         "input_tokens",
         "invalid_calls",
+        "output_failures",
         "output_tokens",
         "pending",
         "profile",
@@ -61,25 +81,37 @@ class RunState:
         "redact",
         "requests",
         "step",
+        "task",
     )
 
     def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
         self.record = record
         self.ctx = ctx
         self.alarm: Disarmable | None = None  # the run's deadline, while armed
+        #: The agent a hand-off passed the run to (None: the one it started with).
+        self.agent: Agent | None = None
         #: Why the run must fail before its first step (its input was blocked), or None.
         self.blocked: str | None = None
         #: The tools this run's tenant may call (None: every tool of the agent).
         self.allowed_tools: frozenset[str] | None = None
         #: Replaces secrets in journal entries before they are written (None: no secrets).
         self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
+        #: Calls of the step being resumed that a human approved (the gate lets them run).
+        self.approved: frozenset[int] = _NONE
         self.step = 0
         self.invalid_calls = 0
+        #: Replies that failed the agent's output type (its ``output_retries`` budget).
+        self.output_failures = 0
         self.attained_s = 0.0
         self.input_tokens = self.output_tokens = self.cached_tokens = self.requests = 0
         self.profile = RunProfile()
         self.pending: PendingStep | None = None
         self.finished: RunFinished | None = None
+        #: The task driving the run (passed to calls that need it: finding it costs a
+        #: system call on 3.11).
+        self.task: asyncio.Task[Any] | None = None
+        #: True when every step must take the general path (screening, a tenant allow-list).
+        self.general = False
 
     def add_usage(self, usage: Usage) -> None:
         """Count a model call's tokens (plain ints: no object per step)."""
@@ -93,11 +125,24 @@ class RunState:
         return Usage(self.input_tokens, self.output_tokens, self.cached_tokens, self.requests)
 
 
-def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunState:
-    """The state after the journal's last entry: context, step counter, pending step."""
-    state = RunState(record, ContextBuffer(agent.prefix, agent.context.tokenizer, record.input))
+def replay(
+    agent: Agent,
+    record: RunRecord,
+    entries: list[JournalEntry],
+    history: Sequence[Message] | None = None,
+) -> RunState:
+    """The state after the journal's last entry: context, step counter, pending step.
+
+    ``history``: the thread's turns the run started from (None: not on a thread).
+    """
+    ctx = ContextBuffer(agent.prefix, agent.context.tokenizer, record.input, history)
+    state = RunState(record, ctx)
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}
+    # Calls of the open step that waited on a human (rare: created on first use).
+    requests: dict[int, ApprovalRequested] | None = None
+    decisions: dict[int, ApprovalDecided] | None = None
+    interrupted: dict[int, ToolResult] | None = None
     flushed = True
 
     def flush() -> None:
@@ -107,6 +152,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
                 state.ctx.append(tool_message(outcomes[index]))
                 if outcomes[index].error in ("unknown_tool", "invalid_arguments"):
                     state.invalid_calls += 1
+                elif outcomes[index].error == "invalid_output":
+                    state.output_failures += 1
             flushed = True
 
     for entry in entries:
@@ -117,15 +164,39 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
                 state.ctx.append(tool_message(result))
                 if result.error in ("unknown_tool", "invalid_arguments"):
                     state.invalid_calls += 1
+                elif result.error == "invalid_output":
+                    state.output_failures += 1
+            state.step = entry.step + 1
+            if entry.profile is not None:
+                state.profile.steps.append(entry.profile)
+        elif isinstance(entry, OutputRejected):
+            state.add_usage(entry.usage)
+            state.ctx.append(entry.message)
+            state.ctx.append(entry.feedback)
+            state.output_failures += 1
             state.step = entry.step + 1
             if entry.profile is not None:
                 state.profile.steps.append(entry.profile)
         elif isinstance(entry, ModelTurn):
             turn, outcomes, flushed = entry, {}, False
+            requests = decisions = interrupted = None
             state.add_usage(entry.usage)
             state.ctx.append(entry.message)
         elif isinstance(entry, ToolOutcome):
-            outcomes[entry.index] = entry.result
+            if entry.result.error == INTERRUPTED:  # a question, not an outcome: it waits
+                interrupted = interrupted or {}
+                interrupted[entry.index] = entry.result
+            else:
+                outcomes[entry.index] = entry.result
+        elif isinstance(entry, ApprovalRequested):
+            requests = requests or {}
+            requests[entry.index] = entry
+        elif isinstance(entry, ApprovalDecided):
+            decisions = decisions or {}
+            decisions[entry.index] = entry
+            fixed = decided_result(entry)
+            if fixed is not None:  # rejected or answered: that is the call's outcome
+                outcomes[entry.index] = fixed
         elif isinstance(entry, Compacted):
             flush()
             state.ctx.replace(CompactionPlan(entry.start, entry.end), entry.summary)
@@ -138,6 +209,8 @@ def replay(agent: Agent, record: RunRecord, entries: list[JournalEntry]) -> RunS
         elif isinstance(entry, RunFinished):
             state.finished = entry
     if turn is not None:
-        state.pending = PendingStep(turn.step, turn.message, outcomes)
+        state.pending = PendingStep(
+            turn.step, turn.message, outcomes, requests, decisions, interrupted
+        )
         state.step = turn.step
     return state

@@ -143,9 +143,9 @@ def truncate_result(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResul
     limit = agent.context.max_tool_result_tokens
     if tool is not None and tool.policy.max_result_tokens is not None:
         limit = tool.policy.max_result_tokens
-    text = truncate_text(result.content, limit, agent.context.tokenizer)
-    if text is not result.content:
-        result.content = text
+    tokenizer = agent.context.tokenizer
+    if tokenizer.count(result.content) > limit:
+        result.content = truncate_text(result.content, limit, tokenizer)
     return result
 
 

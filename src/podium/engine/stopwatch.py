@@ -1,25 +1,45 @@
-"""Per-phase wall and CPU clocks for one step, with as few clock reads as possible.
+"""Per-phase wall and CPU clocks for the steps of one run, with as few clock reads as possible.
 
-Wall time is read at every phase boundary (a cheap monotonic clock). The
-thread's CPU clock, a system call, is read only at the edges of each
-synchronous slice: where the step starts, where it suspends on real waiting,
-where it resumes, and where it ends. A slice's CPU is split among the phases
-that ran in it in proportion to their running wall time; inside one slice
-nothing else runs on the loop thread, so that split is exact up to OS
-preemption, and other runs' CPU never lands in this run's phases.
+Wall time is read at every phase boundary (a cheap monotonic clock, ~50 ns).
+The thread's CPU clock is a system call (0.6–3 µs on a virtual machine, more
+under load), so it is read only where the run's synchronous slices begin and
+end: where the run starts, where it suspends on real waiting, where it resumes,
+and before its final record is written — never at a step or phase boundary.
+A slice's CPU is split among the phases that ran in it in proportion to their
+running (not waiting) wall time; inside one slice nothing else runs on the loop
+thread, so that split is exact up to OS preemption, and other runs' CPU never
+lands in this run's phases.
+
+A step that ends while its slice is still open (an instant model and tool, an
+in-memory store) gets provisional CPU figures — the running wall time, what
+the CPU clock says unless the OS preempted the thread — which are made exact
+in place when the slice closes. The aggregator (``sink``) is given each step
+once its figures are exact; metrics hooks see them as of the step's end. The
+profile journaled with a step is the provisional one.
+
+``Engine(profile=False)`` uses :class:`NoStopwatch`: no clock is read at all.
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ("CpuClock", "Stopwatch", "cpu_clock")
+import msgspec
+
+from podium.engine.profile import StepProfile
+
+__all__ = ("CpuClock", "NoStopwatch", "Stopwatch", "cpu_clock")
 
 CpuClock = Literal["thread", "wall"]
 
 _perf = time.perf_counter_ns
+_PHASES = range(6)
+_CHECKPOINT = 5
+_ZERO6 = (0, 0, 0, 0, 0, 0)
+_ZEROS = array("q", bytes(8 * 6))
 
 
 def cpu_clock(kind: CpuClock) -> Callable[[], int]:
@@ -28,80 +48,172 @@ def cpu_clock(kind: CpuClock) -> Callable[[], int]:
     return time.thread_time_ns if kind == "thread" else time.perf_counter_ns
 
 
-class Stopwatch:
-    """Times the six phases of one step. Call :meth:`lap` at each phase end,
-    :meth:`suspend`/:meth:`resume` around real waits, and :meth:`flush` before reading ``cpu``."""
+def _zeros() -> array[int]:
+    return array("q", _ZEROS)
 
-    __slots__ = ("_clock", "_mark", "_phase_start", "_running", "_slice_cpu", "cpu", "wall")
 
-    def __init__(self, clock: Callable[[], int]) -> None:
-        self._clock = clock
-        self.wall = [0, 0, 0, 0, 0, 0]
-        self.cpu = [0, 0, 0, 0, 0, 0]
-        self._running = [0, 0, 0, 0, 0, 0]  # running (not waiting) wall time in this slice
-        now = _perf()
-        self._phase_start = now
-        self._mark = now
-        self._slice_cpu = clock()
+# A gc=False struct: a run's stopwatch adds one object the collector scans (its ``wall``
+# list, which every lap touches); the other figures live in untracked arrays.
+class Stopwatch(msgspec.Struct, gc=False):
+    """Times the six phases of each step of one run.
+
+    Call :meth:`lap` at each phase end, :meth:`suspend`/:meth:`resume` around
+    real waits, :meth:`snapshot` for the profile to journal, :meth:`close_step`
+    after the checkpoint and :meth:`settle` before the run's final record is
+    written. ``wall`` is indexed by phase.
+    """
+
+    clock: Any  # Callable[[], int]; typed loosely so msgspec accepts a builtin
+    #: Called with each step's profile once its CPU figures are exact (the aggregator).
+    sink: Any = None
+    wall: list[int] = msgspec.field(default_factory=lambda: [0, 0, 0, 0, 0, 0])
+    #: CPU per phase of this step's closed slices (and CPU booked from off the loop).
+    cpu: Any = msgspec.field(default_factory=_zeros)
+    #: Wall time per phase that is not running time of the open slice: time waited, and
+    #: running time of slices closed already.
+    settled: Any = msgspec.field(default_factory=_zeros)
+    mark: int = 0  # perf time of the last boundary
+    slice_cpu: int = 0  # CPU clock at the start of the current slice
+    split: bool = False  # this step has waited (or had CPU booked from off the loop)
+    #: One-slice steps closed inside the open slice: their CPU is their wall time until
+    #: the slice closes.
+    held: list[StepProfile] | None = None
+    held_ran: int = 0
+
+    @classmethod
+    def start(
+        cls, clock: Callable[[], int], sink: Callable[[StepProfile], None] | None = None
+    ) -> Stopwatch:
+        return cls(clock, sink, mark=_perf(), slice_cpu=clock())
 
     def lap(self, phase: int) -> None:
         """End ``phase`` now; the next phase starts now."""
         now = _perf()
-        self.wall[phase] += now - self._phase_start
-        self._running[phase] += now - self._mark
-        self._phase_start = self._mark = now
+        self.wall[phase] += now - self.mark
+        self.mark = now
 
     def suspend(self, phase: int) -> None:
         """``phase`` is about to wait: close the current slice."""
         now = _perf()
-        self._running[phase] += now - self._mark
-        self._mark = now
+        self.wall[phase] += now - self.mark
+        self.mark = now
         self._close_slice()
 
-    def resume(self) -> None:
-        """Back from waiting: a new slice starts."""
-        self._mark = _perf()
-        self._slice_cpu = self._clock()
-
-    def flush_phase(self, phase: int) -> None:
-        """Like :meth:`flush` when only ``phase`` ran since the last flush: no sharing out."""
-        c = self._clock()
-        self.cpu[phase] += c - self._slice_cpu
-        self._slice_cpu = c
-        self._running[phase] = 0
-
-    def pause(self, phase: int) -> None:
-        """Stop both clocks for ``phase`` (work that belongs to no phase follows)."""
+    def resume(self, phase: int) -> None:
+        """Back from waiting in ``phase``: the time since :meth:`suspend` was waiting."""
         now = _perf()
-        self.wall[phase] += now - self._phase_start
-        self._running[phase] += now - self._mark
-        self._close_slice()
-
-    def unpause(self) -> None:
-        """Start the clocks again, in the phase that was paused."""
-        self._phase_start = self._mark = _perf()
-        self._slice_cpu = self._clock()
-
-    def flush(self) -> None:
-        """Share out the CPU of the slice so far (so ``cpu`` is current); counting goes on."""
-        self._close_slice()
-
-    def restart(self) -> None:
-        """Start the next step where this one ended, without reading the clocks again."""
-        self.wall = [0, 0, 0, 0, 0, 0]
-        self.cpu = [0, 0, 0, 0, 0, 0]
+        waited = now - self.mark
+        self.wall[phase] += waited
+        self.settled[phase] += waited
+        self.mark = now
+        self.slice_cpu = self.clock()
 
     def add_cpu(self, phase: int, ns: int) -> None:
         """Book CPU a component did off the loop thread (thread pool, backend client)."""
-        self.cpu[phase] += ns
+        if ns:
+            self.cpu[phase] += ns
+            self.split = True
+
+    def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
+        """The step's profile so far, the open slice's CPU taken as its running wall time."""
+        wall = tuple(self.wall)
+        if not self.split:  # one slice so far: its running time is all of the wall time
+            return StepProfile(step, wall, wall, tool_calls, ttft_ns)
+        cpu = tuple([c + w - s for c, w, s in zip(self.cpu, wall, self.settled, strict=True)])
+        return StepProfile(step, wall, cpu, tool_calls, ttft_ns)
+
+    def close_step(self, profile: StepProfile | None) -> None:
+        """End the checkpoint phase, file ``profile``'s figures; the next step starts.
+
+        A step that waited reads the CPU clock here; one that ran in one slice does
+        not: its CPU figures are its wall time until that slice closes (below).
+        """
+        wall = self.wall
+        now = _perf()
+        wall[_CHECKPOINT] += now - self.mark
+        self.mark = now
+        if self.split:
+            self._close_slice()
+            cpu = tuple(self.cpu)
+            self.cpu[0:6] = self.settled[0:6] = _ZEROS
+            self.split = False
+            if profile is not None:
+                profile.wall_ns = tuple(wall)
+                profile.cpu_ns = cpu
+                if self.sink is not None:
+                    self.sink(profile)
+        elif profile is not None:
+            profile.wall_ns = profile.cpu_ns = w = tuple(wall)
+            if self.held is None:
+                self.held = []
+            self.held.append(profile)
+            self.held_ran += sum(w)
+        wall[0:6] = _ZERO6
+
+    def settle(self) -> None:
+        """Make every figure so far exact (one clock read): before the run's record is
+        written, and where its drive stops."""
+        now = _perf()
+        self.wall[_CHECKPOINT] += now - self.mark
+        self.mark = now
+        self._close_slice()
+
+    def finish(self) -> None:
+        """The drive stops: make the held steps' figures exact (one clock read, if any)."""
+        if self.held is not None:
+            self._close_slice()
 
     def _close_slice(self) -> None:
-        c = self._clock()
-        spent = c - self._slice_cpu
-        self._slice_cpu = c
-        running = self._running
-        total = sum(running)
-        if total > 0:
-            pairs = zip(self.cpu, running, strict=True)
-            self.cpu = [have + spent * ran // total for have, ran in pairs]
-            self._running = [0, 0, 0, 0, 0, 0]
+        c = self.clock()
+        spent = c - self.slice_cpu
+        self.slice_cpu = c
+        wall, settled = self.wall, self.settled
+        ran = [w - s for w, s in zip(wall, settled, strict=True)]
+        total = sum(ran) + self.held_ran
+        if total <= 0:
+            return
+        held = self.held
+        if held is not None:  # the steps that ran in this slice get their share
+            self.held, self.held_ran = None, 0
+            sink = self.sink
+            for profile in held:
+                profile.cpu_ns = tuple([spent * r // total for r in profile.cpu_ns])
+                if sink is not None:
+                    sink(profile)
+        self.cpu = array("q", [c + spent * r // total for c, r in zip(self.cpu, ran, strict=True)])
+        settled[0:6] = array("q", wall)
+        self.split = True
+
+
+class NoStopwatch(Stopwatch, gc=False):
+    """``Engine(profile=False)``: the same calls, no clock read, no profile."""
+
+    @classmethod
+    def start(
+        cls, clock: Callable[[], int], sink: Callable[[StepProfile], None] | None = None
+    ) -> Stopwatch:
+        return cls(clock)
+
+    def lap(self, phase: int) -> None:
+        pass
+
+    def suspend(self, phase: int) -> None:
+        pass
+
+    def resume(self, phase: int) -> None:
+        pass
+
+    def add_cpu(self, phase: int, ns: int) -> None:
+        pass
+
+    def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
+        return None
+
+    def close_step(self, profile: StepProfile | None) -> None:
+        pass
+
+    def settle(self) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass

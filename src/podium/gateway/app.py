@@ -27,7 +27,9 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from podium.errors import StaleRunError
+from podium.engine.children import child_runs
+from podium.engine.records import RUN_STATUSES
+from podium.errors import ConfigError, StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
@@ -37,18 +39,27 @@ from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
 from podium.gateway.schemas import (
     AgentList,
     AgentOut,
+    ApprovalList,
+    DecisionIn,
     Health,
     ModelList,
     ModelOut,
     Readiness,
     RunCreate,
     RunList,
+    ThreadCreate,
+    ThreadDeleted,
+    ThreadList,
     ToolOut,
+    approval_out,
     run_out,
+    thread_detail,
+    thread_out,
 )
 from podium.gateway.service import Gateway
 from podium.gateway.sse import MAX_EVENT_ID, follow_journal, parse_last_event_id
 from podium.observe.tracing import submit_context
+from podium.threads.record import check_thread_id
 
 __all__ = ("create_app", "json_response", "read_json")
 
@@ -57,7 +68,7 @@ log = logging.getLogger("podium.gateway")
 T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
-_STATUSES = ("queued", "running", "completed", "failed", "cancelled")
+_STATUSES = RUN_STATUSES
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _MAX_IDEMPOTENCY_KEY = 255
 
@@ -170,6 +181,24 @@ def _after(header: str | None, query: str | None) -> int:
     return after
 
 
+def _limit(query: Mapping[str, str]) -> int:
+    raw_limit = query.get("limit", "100")
+    # Length first: int() of thousands of digits is slow, and refused past 4300.
+    digits = raw_limit.lstrip("0") or "0"
+    if not (raw_limit.isdigit() and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
+        raise ApiError(
+            422, "invalid_request", "limit must be an integer from 1 to 1000", field="limit"
+        )
+    return int(digits)
+
+
+def _thread_id(request: Request) -> str:
+    try:
+        return check_thread_id(request.path_params["thread_id"])
+    except ConfigError as exc:
+        raise ApiError(422, "invalid_request", str(exc), field="thread_id") from None
+
+
 def _routes(gw: Gateway) -> list[Route]:
     max_body = gw.config.server.max_body_bytes
     body_timeout = gw.config.server.body_timeout_s
@@ -181,7 +210,8 @@ def _routes(gw: Gateway) -> list[Route]:
         body = await read_json(request, RunCreate, max_body, body_timeout)
         with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
             record, replayed = await gw.submit(
-                tenant, body.agent, body.input, metadata, idempotency_key=key
+                tenant, body.agent, body.input, metadata, idempotency_key=key,
+                thread_id=body.thread_id,
             )
         headers = {"Location": f"/v1/runs/{record.run_id}"}
         if replayed:
@@ -199,6 +229,13 @@ def _routes(gw: Gateway) -> list[Route]:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
         return json_response(run_out(await gw.get(tenant, request.path_params["run_id"])))
+
+    async def run_children(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        record = await gw.get(tenant, request.path_params["run_id"])
+        children = await child_runs(gw.store, record)
+        return json_response(RunList("list", [run_out(r) for r in children]))
 
     async def run_events(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
@@ -223,17 +260,52 @@ def _routes(gw: Gateway) -> list[Route]:
                 f"status must be one of {', '.join(_STATUSES)}",
                 field="status",
             )
-        raw_limit = query.get("limit", "100")
-        # Length first: int() of thousands of digits is slow, and refused past 4300.
-        digits = raw_limit.lstrip("0") or "0"
-        if not (raw_limit.isdigit() and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
-            raise ApiError(
-                422, "invalid_request", "limit must be an integer from 1 to 1000", field="limit"
-            )
         records = await gw.store.list(
-            tenant=tenant.name, status=status, agent=query.get("agent"), limit=int(digits)
+            tenant=tenant.name, status=status, agent=query.get("agent"), limit=_limit(query)
         )
         return json_response(RunList("list", [run_out(r) for r in records]))
+
+    async def list_approvals(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        pending = await gw.approvals(tenant, request.path_params.get("run_id"))
+        return json_response(ApprovalList("list", [approval_out(p) for p in pending]))
+
+    async def decide(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        body = await read_json(request, DecisionIn, max_body, body_timeout)
+        arguments = None if body.arguments is None else _encode(body.arguments).decode()
+        record = await gw.decide(
+            tenant,
+            request.path_params["run_id"],
+            request.path_params["call_id"],
+            body.decision,
+            message=body.message,
+            arguments=arguments,
+            by=body.by,
+        )
+        return json_response(run_out(record))
+    async def threads(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        if request.method == "POST":
+            _query(request, frozenset())
+            body = await read_json(request, ThreadCreate, max_body, body_timeout)
+            thread = await gw.create_thread(tenant, body.ttl_s, body.metadata)
+            headers = {"Location": f"/v1/threads/{thread.thread_id}"}
+            return json_response(thread_out(thread), 201, headers)
+        query = _query(request, frozenset({"limit"}))
+        found = await gw.store.list_threads(tenant=tenant.name, limit=_limit(query))
+        return json_response(ThreadList("list", [thread_out(t) for t in found]))
+
+    async def thread(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        thread_id = _thread_id(request)
+        if request.method == "DELETE":
+            await gw.delete_thread(tenant, thread_id)
+            return json_response(ThreadDeleted(thread_id, "thread.deleted", True))
+        return json_response(thread_detail(await gw.get_thread(tenant, thread_id)))
 
     async def list_agents(request: Request) -> Response:
         gw.keys.authenticate(request.headers)
@@ -246,6 +318,7 @@ def _routes(gw: Gateway) -> list[Route]:
                 s.pool,
                 s.agent.max_steps,
                 [ToolOut(t.name, t.description, t.parameters) for t in s.agent.tools.values()],
+                None if s.agent.output is None else s.agent.output.schema,
             )
             for s in gw.agents.values()
         ]
@@ -300,7 +373,13 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/v1/runs", runs, methods=["GET", "POST"]),
         Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
         Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
+        Route("/v1/runs/{run_id}/children", run_children, methods=["GET"]),
         Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
+        Route("/v1/runs/{run_id}/approvals", list_approvals, methods=["GET"]),
+        Route("/v1/runs/{run_id}/approvals/{call_id}", decide, methods=["POST"]),
+        Route("/v1/approvals", list_approvals, methods=["GET"]),
+        Route("/v1/threads", threads, methods=["GET", "POST"]),
+        Route("/v1/threads/{thread_id}", thread, methods=["GET", "DELETE"]),
         Route("/v1/agents", list_agents, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),

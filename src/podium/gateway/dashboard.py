@@ -219,7 +219,7 @@ function overview(d) {
   document.getElementById("n").textContent = d.runs;
   const st = document.getElementById("statuses");
   st.replaceChildren();
-  for (const s of ["queued", "running", "completed", "failed", "cancelled"]) {
+  for (const s of ["queued", "running", "waiting", "completed", "failed", "cancelled"]) {
     const c = document.createElement("div");
     c.className = "card"; c.id = "status-" + s;
     c.innerHTML = "<b>" + (d.statuses[s] || 0) + "</b>" + s;

@@ -142,6 +142,12 @@ class GatewayMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.decisions = Counter(
+            "podium_approval_decisions",
+            "Human decisions on waiting tool calls (approve, reject, answer).",
+            ["agent", "decision"],
+            registry=self.registry,
+        )
         self.registry.register(_StatisticsCollector(gateway))
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:

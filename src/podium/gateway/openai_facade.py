@@ -4,7 +4,13 @@
 last message, if no user wrote one); earlier
 messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
-not apply). The reply is the run's final answer: one ``chat.completion``, or
+not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI's
+``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
+``response_format`` asking for JSON is accepted for such an agent (its own schema
+applies, the request's is not used) and refused with a 400 for an agent that answers in
+text. With ``thread_id`` (Podium's extension field) the run continues that
+thread instead: the input is the last message alone, the history the thread's.
+The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, the answer when the run ends, a chunk with
 ``finish_reason: "stop"``, an optional usage chunk, then ``data: [DONE]``.
@@ -93,7 +99,20 @@ async def complete(
 
     With ``idempotency_key`` a retried request answers from the run the first made.
     """
-    user_input = input_from_messages(body.messages)
+    fmt = body.response_format
+    wants_json = fmt is not None and fmt.type != "text"
+    if fmt is not None and wants_json and gw.served(body.model, "model").agent.output is None:
+        raise ApiError(
+            400,
+            "unsupported_response_format",
+            f"agent {body.model!r} answers in text: response_format {fmt.type!r} needs an "
+            "agent declared with an output_type (whose schema is used)",
+            field="response_format",
+        )
+    if body.thread_id is None:
+        user_input = input_from_messages(body.messages)
+    else:  # the thread holds the conversation: only the new message is the input
+        user_input = input_from_messages(body.messages[-1:])
     record, _ = await gw.submit(
         tenant,
         body.model,
@@ -101,6 +120,7 @@ async def complete(
         body.metadata or {},
         field="model",
         idempotency_key=idempotency_key,
+        thread_id=body.thread_id,
     )
     completion_id = "chatcmpl-" + record.run_id
     created = int(time.time())

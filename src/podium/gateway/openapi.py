@@ -10,11 +10,15 @@ from typing import Any
 
 import msgspec
 
+from podium.engine.records import RUN_STATUSES
 from podium.gateway.errors import ErrorBody
 from podium.gateway.schemas import (
+    THREAD_ID_PATTERN,
     AgentList,
+    ApprovalList,
     ChatCompletion,
     ChatRequest,
+    DecisionIn,
     Health,
     ModelList,
     ModelOut,
@@ -22,20 +26,27 @@ from podium.gateway.schemas import (
     RunCreate,
     RunList,
     RunOut,
+    ThreadCreate,
+    ThreadDeleted,
+    ThreadDetail,
+    ThreadList,
+    ThreadOut,
 )
 from podium.gateway.sse import MAX_EVENT_ID
+from podium.threads.record import MAX_THREAD_ID
 
 __all__ = ("openapi_document",)
 
 _REF = "#/components/schemas/{name}"
-_STATUSES = ["queued", "running", "completed", "failed", "cancelled"]
+_STATUSES = list(RUN_STATUSES)
 _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",
     "403": "The key is a tenant's; this endpoint needs an operator key (admin = true).",
-    "404": "No such run (for this tenant) or agent.",
+    "404": "No such run, thread (for this tenant) or agent.",
     "408": "The body did not arrive within server.body_timeout_s.",
-    "409": "The run cannot be cancelled (it already ended, or runs elsewhere).",
+    "409": "The run cannot be cancelled (it already ended), or the call was decided "
+    "already (or the run no longer waits).",
     "413": "The body is over the size limit.",
     "415": "The body is not application/json.",
     "422": "A field is missing, unknown, of the wrong type or out of range.",
@@ -70,7 +81,8 @@ _SSE = {
             "description": "Server-Sent Events: frames of `id: <seq>` (on the last event of "
             "each journal entry), `event: <name>` and `data: <one line of JSON>`, "
             "separated by blank lines, and `: keep-alive` comments. Names: model_reply, "
-            "tool_result, compacted, step_finished, final (always the last), error (the "
+            "tool_result, compacted, step_finished, approval_requested, approval_decided, final "
+            "(always the last), error (the "
             "store stayed unreachable). Chat completions send OpenAI's `data: {chunk}` "
             "frames and `data: [DONE]`.",
         }
@@ -87,6 +99,24 @@ _IDEMPOTENCY_KEY = {
 }
 _AUTH: list[dict[str, list[str]]] = [{"apiKey": []}]
 _RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_THREAD_ID = {
+    "name": "thread_id",
+    "in": "path",
+    "required": True,
+    "description": "A thread id (a malformed one is a 422).",
+    "schema": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_THREAD_ID,
+        "pattern": THREAD_ID_PATTERN,
+    },
+}
+_LIMIT = {
+    "name": "limit",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+}
 
 
 def _paths() -> dict[str, Any]:
@@ -129,17 +159,7 @@ def _paths() -> dict[str, Any]:
                         "required": False,
                         "schema": {"type": "string"},
                     },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "required": False,
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 1000,
-                            "default": 100,
-                        },
-                    },
+                    _LIMIT,
                 ],
                 "responses": {
                     "200": {"description": "Runs.", "content": _json("RunList")},
@@ -155,6 +175,18 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_RUN_ID],
                 "responses": {
                     "200": {"description": "The run.", "content": _json("RunOut")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/children": {
+            "get": {
+                "operationId": "runChildren",
+                "summary": "The child runs a run's sub-agent calls started, in call order",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "Child runs.", "content": _json("RunList")},
                     **_errors("401", "404", "422", "503"),
                 },
             }
@@ -198,6 +230,93 @@ def _paths() -> dict[str, Any]:
                     **_errors("401", "404", "409", "422", "503"),
                 },
             }
+        },
+        "/v1/approvals": {
+            "get": {
+                "operationId": "listApprovals",
+                "summary": "The tenant's tool calls waiting for a human (approval or a question)",
+                "security": _AUTH,
+                "responses": {
+                    "200": {"description": "Pending calls.", "content": _json("ApprovalList")},
+                    **_errors("401", "422", "503"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/approvals": {
+            "get": {
+                "operationId": "listRunApprovals",
+                "summary": "The run's tool calls waiting for a human",
+                "security": _AUTH,
+                "parameters": [_RUN_ID],
+                "responses": {
+                    "200": {"description": "Pending calls.", "content": _json("ApprovalList")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            }
+        },
+        "/v1/runs/{run_id}/approvals/{call_id}": {
+            "post": {
+                "operationId": "decideApproval",
+                "summary": "Approve (optionally with edited arguments), reject or answer a "
+                "waiting call; the step's last decision resumes the run on a worker",
+                "security": _AUTH,
+                "parameters": [
+                    _RUN_ID,
+                    {"name": "call_id", "in": "path", "required": True,
+                     "schema": {"type": "string"}},
+                ],
+                "requestBody": {"required": True, "content": _json("DecisionIn")},
+                "responses": {
+                    "200": {"description": "The run, waiting or queued again.",
+                            "content": _json("RunOut")},
+                    **_errors(*body_errors, "404", "409", "503"),
+                },
+            }
+        },
+        "/v1/threads": {
+            "post": {
+                "operationId": "createThread",
+                "summary": "Start a thread (a conversation): runs created with its id continue it",
+                "security": _AUTH,
+                "requestBody": {"required": True, "content": _json("ThreadCreate")},
+                "responses": {
+                    "201": {"description": "The new thread.", "content": _json("ThreadOut")},
+                    **_errors(*body_errors, "408", "503"),
+                },
+            },
+            "get": {
+                "operationId": "listThreads",
+                "summary": "The tenant's threads, most recently used first",
+                "security": _AUTH,
+                "parameters": [_LIMIT],
+                "responses": {
+                    "200": {"description": "Threads.", "content": _json("ThreadList")},
+                    **_errors("401", "422", "503"),
+                },
+            },
+        },
+        "/v1/threads/{thread_id}": {
+            "get": {
+                "operationId": "getThread",
+                "summary": "A thread: its conversation (compacted, as the next run starts "
+                "from it) and its run ids",
+                "security": _AUTH,
+                "parameters": [_THREAD_ID],
+                "responses": {
+                    "200": {"description": "The thread.", "content": _json("ThreadDetail")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            },
+            "delete": {
+                "operationId": "deleteThread",
+                "summary": "Forget a thread (its runs stay)",
+                "security": _AUTH,
+                "parameters": [_THREAD_ID],
+                "responses": {
+                    "200": {"description": "Deleted.", "content": _json("ThreadDeleted")},
+                    **_errors("401", "404", "422", "503"),
+                },
+            },
         },
         "/v1/agents": {
             "get": {
@@ -295,11 +414,18 @@ def openapi_document() -> dict[str, Any]:
         RunCreate,
         RunOut,
         RunList,
+        ApprovalList,
+        DecisionIn,
         AgentList,
         ModelList,
         ModelOut,
         ChatRequest,
         ChatCompletion,
+        ThreadCreate,
+        ThreadOut,
+        ThreadDetail,
+        ThreadList,
+        ThreadDeleted,
         ErrorBody,
         Health,
         Readiness,

@@ -11,27 +11,46 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from podium.engine.approvals import PendingApproval
 from podium.engine.profile import STEP_PHASES, RunProfile
-from podium.engine.records import RunRecord
+from podium.engine.records import RunFinished, RunRecord
+from podium.threads.record import MAX_THREAD_ID, ThreadRecord
 
 __all__ = (
     "AgentList",
     "AgentOut",
+    "ApprovalList",
+    "ApprovalOut",
     "ChatCompletion",
     "ChatCompletionChunk",
     "ChatRequest",
+    "DecisionIn",
     "Health",
     "Readiness",
     "RunCreate",
     "RunList",
     "RunOut",
+    "ThreadCreate",
+    "ThreadDeleted",
+    "ThreadDetail",
+    "ThreadList",
+    "ThreadOut",
     "ToolOut",
+    "approval_out",
+    "output_out",
     "run_out",
+    "thread_detail",
+    "thread_out",
 )
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
-RunStatusName = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+#: A thread id as the API accepts it (what :func:`podium.threads.check_thread_id` checks).
+THREAD_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
+ThreadId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_THREAD_ID, pattern=THREAD_ID_PATTERN)
+]
 
 
 class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -48,6 +67,9 @@ class RunCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     stream: bool = False
     wait_timeout_s: Timeout | None = None
     metadata: dict[str, str] = {}
+    #: Continue this thread (made by ``POST /v1/threads``): the run starts from its history,
+    #: after the thread's earlier runs have ended.
+    thread_id: ThreadId | None = None
 
 
 class UsageOut(msgspec.Struct):
@@ -81,12 +103,15 @@ class ProfileOut(msgspec.Struct):
 
 
 class RunOut(msgspec.Struct):
+    """A run. ``output`` is the answer: text, or for an agent with an ``output_type``
+    (``structured: true``) the typed answer as a JSON value (an object, not a string)."""
+
     id: str
     object: Literal["run"]
     agent: str
     status: RunStatusName
     input: str
-    output: str | None
+    output: Any
     error: str | None
     reason: str | None
     steps: int
@@ -97,11 +122,55 @@ class RunOut(msgspec.Struct):
     started_at: float | None
     finished_at: float | None
     profile: ProfileOut | None
+    structured: bool = False
+    #: A sub-agent's run: the run whose call (``"STEP:INDEX"``) started it.
+    parent_run_id: str | None = None
+    parent_call: str | None = None
+    #: The agent driving the run after a hand-off (None: ``agent``).
+    active_agent: str | None = None
+    thread_id: str | None = None
 
 
 class RunList(msgspec.Struct):
     object: Literal["list"]
     data: list[RunOut]
+
+
+class DecisionIn(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/runs/{run_id}/approvals/{call_id}``: a human's decision on one call.
+
+    ``approve`` (with edited ``arguments``, checked against the tool's schema),
+    ``reject`` (``message`` is what the model reads as the call's result) or
+    ``answer`` (``message`` answers the tool's question). ``by`` names who decided
+    (journaled with the decision; the API key's tenant otherwise).
+    """
+
+    decision: Literal["approve", "reject", "answer"]
+    message: Annotated[str, msgspec.Meta(max_length=100_000)] | None = None
+    arguments: dict[str, Any] | None = None
+    by: Name | None = None
+
+
+class ApprovalOut(msgspec.Struct):
+    """A tool call waiting for a human: ``kind`` ``approval`` (the call has not run) or
+    ``interrupt`` (the tool asked ``question``). ``until``: when the run fails undecided."""
+
+    object: Literal["approval"]
+    run_id: str
+    agent: str
+    call_id: str
+    tool: str
+    arguments: Any
+    kind: Literal["approval", "interrupt"]
+    step: int
+    requested_at: float
+    question: str | None
+    until: float | None
+
+
+class ApprovalList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[ApprovalOut]
 
 
 class ToolOut(msgspec.Struct):
@@ -111,12 +180,15 @@ class ToolOut(msgspec.Struct):
 
 
 class AgentOut(msgspec.Struct):
+    """A served agent; ``output_schema`` is the JSON Schema of its answer (None: text)."""
+
     name: str
     description: str
     model: str
     pool: str
     max_steps: int
     tools: list[ToolOut]
+    output_schema: dict[str, Any] | None = None
 
 
 class AgentList(msgspec.Struct):
@@ -147,6 +219,68 @@ class Readiness(msgspec.Struct):
     checks: dict[str, str]
 
 
+# -- threads ---------------------------------------------------------------------------------
+
+
+class ThreadCreate(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """``POST /v1/threads``: a new conversation; it expires ``ttl_s`` after its last run
+    (default 30 days; ``null``: never)."""
+
+    ttl_s: Annotated[float, msgspec.Meta(gt=0, le=10 * 365 * 86_400)] | None = 30 * 86_400.0
+    metadata: dict[str, str] = {}
+
+
+class ThreadOut(msgspec.Struct):
+    """A thread: ``runs`` counts its runs, ``turns`` the completed ones in its history,
+    ``pending`` the runs not folded in yet (the one whose turn it is, then the waiting)."""
+
+    id: str
+    object: Literal["thread"]
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    runs: int
+    turns: int
+    pending: int
+    metadata: dict[str, str]
+
+
+class MessageOut(msgspec.Struct, omit_defaults=True):
+    role: str
+    content: str = ""
+    tool_calls: list[dict[str, str]] = []
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ThreadDetail(msgspec.Struct):
+    """A thread with its conversation (as the next run will start from it, compacted)
+    and the ids of its runs in order."""
+
+    id: str
+    object: Literal["thread"]
+    created_at: float
+    updated_at: float
+    expires_at: float | None
+    runs: int
+    turns: int
+    pending: int
+    metadata: dict[str, str]
+    run_ids: list[str]
+    messages: list[MessageOut]
+
+
+class ThreadList(msgspec.Struct):
+    object: Literal["list"]
+    data: list[ThreadOut]
+
+
+class ThreadDeleted(msgspec.Struct):
+    id: str
+    object: Literal["thread.deleted"]
+    deleted: bool
+
+
 # -- the OpenAI-compatible facade ----------------------------------------------------------
 
 
@@ -167,9 +301,18 @@ class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     include_usage: bool = False
 
 
+class ResponseFormat(msgspec.Struct, kw_only=True):
+    """OpenAI's ``response_format``: ``text``, ``json_object`` or ``json_schema`` (whose
+    ``json_schema`` the agent's own ``output_type`` stands for)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
 class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``POST /v1/chat/completions``: ``model`` names the agent; sampling options are accepted
-    for compatibility and ignored (the agent's own settings apply)."""
+    for compatibility and ignored (the agent's own settings apply). ``response_format``
+    asking for JSON needs an agent with an ``output_type``: its answer is the JSON."""
 
     model: Name
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
@@ -186,6 +329,10 @@ class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     metadata: dict[str, str] | None = None
+    response_format: ResponseFormat | None = None
+    #: Podium's extension (``extra_body={"thread_id": ...}`` in OpenAI's SDK): continue the
+    #: thread; the input is then the last user message alone, the history the thread's.
+    thread_id: ThreadId | None = None
 
 
 class ChatUsage(msgspec.Struct):
@@ -263,6 +410,24 @@ def _phase_totals_safe(profile: RunProfile) -> ProfileOut | None:
     return profile_out(profile)
 
 
+def output_out(record: RunRecord | RunFinished) -> Any:
+    """The run's output as the API shows it: a structured answer's JSON is embedded as
+    JSON (it is canonical JSON already: no decoding), text stays a string."""
+    if record.structured and record.output is not None:
+        return msgspec.Raw(record.output.encode())
+    return record.output
+def approval_out(pending: PendingApproval) -> ApprovalOut:
+    try:
+        arguments: Any = msgspec.json.decode(pending.arguments)
+    except msgspec.DecodeError:  # shown as given
+        arguments = pending.arguments
+    return ApprovalOut(
+        "approval", pending.run_id, pending.agent, pending.call_id, pending.tool, arguments,
+        "interrupt" if pending.kind == "interrupt" else "approval", pending.step,
+        pending.requested_at, pending.question, pending.until,
+    )
+
+
 def run_out(record: RunRecord) -> RunOut:
     u = record.usage
     return RunOut(
@@ -271,7 +436,7 @@ def run_out(record: RunRecord) -> RunOut:
         agent=record.agent,
         status=record.status,
         input=record.input,
-        output=record.output,
+        output=output_out(record),
         error=record.error,
         reason=record.reason,
         steps=record.steps,
@@ -284,4 +449,34 @@ def run_out(record: RunRecord) -> RunOut:
         started_at=record.started_at,
         finished_at=record.finished_at,
         profile=None if record.profile is None else _phase_totals_safe(record.profile),
+        structured=record.structured,
+        parent_run_id=record.parent_run_id,
+        parent_call=record.parent_call,
+        active_agent=record.active_agent,
+        thread_id=record.thread_id,
+    )
+
+
+def thread_out(thread: ThreadRecord) -> ThreadOut:
+    return ThreadOut(
+        thread.thread_id, "thread", thread.created_at, thread.updated_at, thread.expires_at,
+        len(thread.runs), thread.turns, len(thread.pending), dict(thread.metadata),
+    )
+
+
+def thread_detail(thread: ThreadRecord) -> ThreadDetail:
+    messages = [
+        MessageOut(
+            m.role,
+            m.content,
+            [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls],
+            m.tool_call_id,
+            m.name,
+        )
+        for m in thread.history
+    ]
+    return ThreadDetail(
+        thread.thread_id, "thread", thread.created_at, thread.updated_at, thread.expires_at,
+        len(thread.runs), thread.turns, len(thread.pending), dict(thread.metadata),
+        list(thread.runs), messages,
     )

@@ -17,19 +17,24 @@ import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from podium.agent import Agent
 from podium.config import Config
+from podium.engine import decisions
+from podium.engine.approvals import PendingApproval
 from podium.engine.driver import Engine, new_run_id
 from podium.engine.hook import combine
 from podium.engine.records import (
+    ApprovalRequested,
     JournalEntry,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
     StepRecord,
 )
-from podium.errors import StaleRunError, StoreError
+from podium.errors import DecisionError, StaleRunError, StoreError, ThreadNotFoundError
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
@@ -44,6 +49,8 @@ from podium.queue.base import QueueItem, RunQueue
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
+from podium.threads.keeper import ThreadKeeper, keeper_for
+from podium.threads.record import ThreadRecord, new_thread_id
 from podium.worker.worker import Worker
 
 __all__ = ("Gateway", "ServedAgent", "idempotent_run_id")
@@ -174,12 +181,14 @@ class Gateway:
         *,
         field: str = "agent",
         idempotency_key: str | None = None,
+        thread_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Admit (or refuse with a 429) and enqueue a new run; ``(record, replayed)``.
 
         With an ``idempotency_key`` a retry of the same request returns the run the
         first attempt made (``replayed``) instead of starting another; the same key
-        with a different agent, input or metadata is a 422.
+        with a different agent, input or metadata is a 422. ``thread_id``: the run
+        continues the tenant's thread (404 if the tenant has none by that id).
         """
         served = self.served(agent_name, field)
         run_id = new_run_id()
@@ -187,6 +196,8 @@ class Gateway:
             run_id = idempotent_run_id(tenant.name, idempotency_key)
             existing = await self.store.get(run_id)
             if existing is not None:
+                if existing.thread_id != thread_id:
+                    raise _mismatch(existing.run_id)
                 return self._replay(existing, served, user_input, metadata), True
         waiting = await self.queue.depth(served.pool)
         self.admission.admit(tenant, served.pool, waiting)
@@ -197,6 +208,7 @@ class Gateway:
             tenant=tenant.name,
             pool=served.pool,
             metadata=dict(metadata),
+            thread_id=thread_id,
         )
         if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
             record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
@@ -204,7 +216,12 @@ class Gateway:
         if tenant.egress is not None:  # enforced by the engine that executes the run
             record.metadata[EGRESS_KEY] = encode_egress(tenant.egress)
         try:
-            await self.store.create(record)
+            if thread_id is None:
+                await self.store.create(record)
+            else:  # stored, then joined to the thread (404 if the tenant has no such thread)
+                await self.threads.create_run(record)
+        except ThreadNotFoundError:
+            raise _no_thread(str(thread_id)) from None
         except UNAVAILABLE:
             # The write may have landed before its reply was lost: settle it once the
             # store is back, so no run is left that no client knows about.
@@ -251,13 +268,7 @@ class Gateway:
             or existing.input != user_input
             or _client_metadata(existing.metadata) != _client_metadata(metadata)
         ):
-            raise ApiError(
-                422,
-                "idempotency_mismatch",
-                "this Idempotency-Key was used with a different request "
-                f"(run {existing.run_id}); use a new key for a new request",
-                field="idempotency-key",
-            )
+            raise _mismatch(existing.run_id)
         return existing
 
     def _settle_later(self, record: RunRecord, *, enqueue: bool) -> None:
@@ -272,7 +283,9 @@ class Gateway:
             stored = await retry.call(self.store.get, record.run_id)
             if stored is None or stored.created_at != record.created_at:
                 return  # not created by this attempt (or a retry made its own)
-            if stored.status != "queued" or stored.started_at is not None:
+            if stored.status != "queued":
+                return
+            if stored.started_at is not None and not enqueue:  # a worker has it
                 return
             if enqueue:
                 await retry.call(self._enqueue, stored)
@@ -283,6 +296,32 @@ class Gateway:
             await retry.call(self.store.update, stored)
         except _SETTLE_ERRORS as exc:
             log.warning("run %s: could not settle its failed submit: %s", record.run_id, exc)
+
+    # -- threads ----------------------------------------------------------------------------
+
+    @property
+    def threads(self) -> ThreadKeeper:
+        return keeper_for(self.store)
+
+    async def create_thread(
+        self, tenant: Tenant, ttl_s: float | None, metadata: Mapping[str, str]
+    ) -> ThreadRecord:
+        return await self.threads.create(
+            new_thread_id(), tenant.name, ttl_s=ttl_s, metadata=dict(metadata)
+        )
+
+    async def get_thread(self, tenant: Tenant, thread_id: str) -> ThreadRecord:
+        """The tenant's thread, current (ended runs folded in); another tenant's is a 404."""
+        try:
+            return await self.threads.read(thread_id, tenant.name)
+        except ThreadNotFoundError:
+            raise _no_thread(thread_id) from None
+
+    async def delete_thread(self, tenant: Tenant, thread_id: str) -> None:
+        thread = await self.store.get_thread(thread_id)
+        if thread is None or thread.tenant != tenant.name:
+            raise _no_thread(thread_id)
+        await self.store.delete_thread(thread_id)
 
     async def get(self, tenant: Tenant, run_id: str) -> RunRecord:
         """The tenant's run; another tenant's run is as absent as a run that never was."""
@@ -300,14 +339,14 @@ class Gateway:
         deadline = time.monotonic() + wait_s
         retry = Retrier(deadline + _OUTAGE_GRACE_S)
         record = await self._record(retry, run_id)
-        if record.done:
+        if _settled(record):
             return record
         if self.engine is not None:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._finished.setdefault(run_id, []).append(fut)
             try:
                 record = await self._record(retry, run_id)  # it may have ended meanwhile
-                if not record.done:
+                if not _settled(record):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(fut, wait_s)
             finally:
@@ -330,11 +369,11 @@ class Gateway:
         after = -1
         while (left := deadline - time.monotonic()) > 0:
             items = await retry.call(self.store.wait_journal, run_id, after, min(left, 5.0))
-            if any(isinstance(e, RunFinished) for _, e in items):
+            if any(isinstance(e, RunFinished | ApprovalRequested) for _, e in items):
                 return
             if items:
                 after = items[-1][0]
-            elif (await self._record(retry, run_id)).done:
+            elif _settled(await self._record(retry, run_id)):
                 return
 
     async def cancel(self, tenant: Tenant, run_id: str) -> RunRecord:
@@ -342,6 +381,8 @@ class Gateway:
         if record.done:
             raise ApiError(409, "conflict", f"run {run_id!r} already {record.status}")
         ended = await self._cancel(record)
+        if ended.status == "waiting":  # it parked on a human as the cancel came: end it there
+            ended = await self._cancel(ended)
         if ended.done and ended.status != "cancelled":
             # Its end was being written when the cancel came: it keeps that end, and the
             # client hears so as it would have a moment later (not a 200 for a no-op).
@@ -355,9 +396,10 @@ class Gateway:
         engine = self.engine
         if engine is not None and engine.cancel(run_id):
             return await self.wait(run_id, 10.0)
-        if record.status == "queued":
-            # Not claimed yet: end it here; a worker that claims it meanwhile adopts that
-            # end (in this process through the engine, elsewhere by the store's fencing).
+        if record.status in ("queued", "waiting"):
+            # Not claimed yet, or parked on a human (no worker holds it): end it here; a
+            # worker that claims it meanwhile adopts that end (in this process through the
+            # engine, elsewhere by the store's fencing).
             try:
                 if engine is None:
                     await self._cancel_stored(record)
@@ -381,14 +423,61 @@ class Gateway:
         await self.store.append(record.run_id, (final,), record=record)
         self._observe(record.run_id, final)
 
+    # -- human approval --------------------------------------------------------------------
+
+    async def approvals(self, tenant: Tenant, run_id: str | None = None) -> list[PendingApproval]:
+        """The tenant's calls waiting for a decision (of one run: 404 if not the tenant's)."""
+        if run_id is None:
+            return await decisions.list_pending(self.store, tenant=tenant.name, limit=1000)
+        return await decisions.run_pending(self.store, await self.get(tenant, run_id))
+
+    async def decide(
+        self,
+        tenant: Tenant,
+        run_id: str,
+        call_id: str,
+        decision: str,
+        *,
+        message: str | None = None,
+        arguments: str | None = None,
+        by: str | None = None,
+    ) -> RunRecord:
+        """Journal a decision; the step's last one hands the run back to the queue."""
+        try:
+            record, ready = await decisions.decide(
+                self.store, run_id, call_id, decision, message=message, arguments=arguments,
+                by=by or tenant.name, tenant=tenant.name, tools=self._tool,
+            )
+        except DecisionError as exc:
+            kind = {404: "not_found", 409: "conflict"}.get(exc.status, "invalid_request")
+            raise ApiError(exc.status, kind, str(exc), field=exc.field) from None
+        self.metrics.decisions.labels(record.agent, decision).inc()
+        if ready:
+            try:
+                await self._enqueue(record)
+            except UNAVAILABLE:
+                # The decision is journaled (the client must not decide again): hand the
+                # run to the queue once it is back.
+                self._settle_later(record, enqueue=True)
+        return record
+
+    def _tool(self, agent: str, name: str) -> Any:
+        served = self.agents.get(agent)
+        return None if served is None else served.agent.tools.get(name)
+
     # -- engine observer (embedded mode) ----------------------------------------------------
 
     def _observe(self, run_id: str, entry: JournalEntry) -> None:
-        if isinstance(entry, StepCommitted | StepRecord):
+        if isinstance(entry, StepCommitted | StepRecord | OutputRejected):
             if entry.profile is not None:
                 self._service_ns[run_id] = self._service_ns.get(run_id, 0) + sum(
                     entry.profile.wall_ns
                 )
+            return
+        if isinstance(entry, ApprovalRequested):  # parked: waiting requests answer now
+            for fut in self._finished.pop(run_id, ()):
+                if not fut.done():
+                    fut.set_result(None)
             return
         if not isinstance(entry, RunFinished):
             return
@@ -428,6 +517,23 @@ class Gateway:
             probe = getattr(model, "health", None)
             await check(f"model:{served.name}", probe() if callable(probe) else None)
         return checks
+
+
+def _settled(record: RunRecord) -> bool:
+    """Whether a wait for the run is over: it ended, or it waits for a human."""
+    return record.done or record.status == "waiting"
+def _no_thread(thread_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no thread {thread_id!r}", field="thread_id")
+
+
+def _mismatch(run_id: str) -> ApiError:
+    return ApiError(
+        422,
+        "idempotency_mismatch",
+        "this Idempotency-Key was used with a different request "
+        f"(run {run_id}); use a new key for a new request",
+        field="idempotency-key",
+    )
 
 
 def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:

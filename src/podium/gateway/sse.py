@@ -7,7 +7,13 @@ never a duplicate. Event names::
     model_reply    the model's turn (content and tool calls) at a step
     tool_result    one tool call's outcome
     compacted      older turns were summarized
+    output_rejected  a reply failed the agent's output type (the feedback the model reads next)
     step_finished  a step was checkpointed (with its phase timings)
+    final          the run ended (status, output, error, reason) — the last event; a
+                   structured answer's ``output`` is a JSON value, with ``structured: true``
+    approval_requested  a tool call waits for a human (the run is ``waiting``; the stream
+                   stays open, with keep-alives, until the run resumes and ends)
+    approval_decided    a human decided on one (who, when, what)
     final          the run ended (status, output, error, reason) — the last event
     error          the store stayed unreachable past the follower's grace (the stream ends)
 
@@ -34,6 +40,7 @@ from podium.engine.profile import STEP_PHASES, StepProfile
 from podium.engine.records import (
     JournalEntry,
     ModelTurn,
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -41,6 +48,7 @@ from podium.engine.records import (
     ToolOutcome,
 )
 from podium.gateway.outage import UNAVAILABLE
+from podium.gateway.schemas import output_out
 from podium.store.base import JournalItem, RunStore
 
 __all__ = (
@@ -57,6 +65,8 @@ EVENT_NAMES: dict[str, str] = {
     "tool": "tool_result",
     "compact": "compacted",
     "step": "step_finished",
+    "approval": "approval_requested",
+    "decision": "approval_decided",
     "final": "final",
 }
 KEEPALIVE = b": keep-alive\n\n"
@@ -92,6 +102,10 @@ def event_data(seq: int | None, entry: JournalEntry) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(entry)
     data.pop("type", None)
     if isinstance(entry, StepCommitted) and entry.profile is not None:
+        data["profile"] = _profile_data(entry.profile)
+    elif isinstance(entry, RunFinished) and entry.structured:
+        data["output"] = output_out(entry)  # the answer as JSON, not a string holding it
+    elif isinstance(entry, OutputRejected) and entry.profile is not None:
         data["profile"] = _profile_data(entry.profile)
     if seq is not None:
         data["seq"] = seq
@@ -132,7 +146,12 @@ def parse_last_event_id(value: str | None) -> int:
 def final_from_record(record: RunRecord) -> bytes:
     """A ``final`` event for a run that ended without a journal entry (e.g. dead-lettered)."""
     final = RunFinished(
-        record.finished_at or 0.0, record.status, record.output, record.error, record.reason
+        record.finished_at or 0.0,
+        record.status,
+        record.output,
+        record.error,
+        record.reason,
+        record.structured,
     )
     return format_event(None, "final", event_data(None, final))
 

@@ -9,6 +9,8 @@ from podium.models.base import (
     ModelRequest,
     ModelResponse,
     ModelSettings,
+    OutputMode,
+    OutputSchema,
     StreamDelta,
     ToolDefinition,
 )
@@ -63,6 +65,8 @@ __all__ = (
     "ModelResponse",
     "ModelSettings",
     "OpenAIChatModel",
+    "OutputMode",
+    "OutputSchema",
     "PoolStatistics",
     "RetryPolicy",
     "Router",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -21,6 +21,8 @@ __all__ = (
     "ModelRequest",
     "ModelResponse",
     "ModelSettings",
+    "OutputMode",
+    "OutputSchema",
     "StreamDelta",
     "ToolDefinition",
 )
@@ -34,6 +36,30 @@ class ToolDefinition(msgspec.Struct, frozen=True, gc=False):
     parameters: dict[str, Any]
 
 
+#: How a model is asked for a structured answer: ``"native"`` sends the JSON Schema as
+#: OpenAI's ``response_format`` (the server constrains the reply: vLLM, SGLang, llama.cpp,
+#: Ollama, OpenAI); ``"tool"`` offers a final-answer tool whose arguments are the answer.
+OutputMode = Literal["native", "tool"]
+
+
+class OutputSchema(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """The structured answer a request asks for (set by ``Agent(output_type=...)``).
+
+    ``mode="native"``: a backend that can sends ``schema`` as ``response_format``
+    (``json_schema`` named ``name``) and the reply's content is the JSON. ``mode="tool"``:
+    the request's tools include one named ``name`` whose arguments are the answer.
+    ``key`` is set when the output type is not a JSON object (a list, a string…): the
+    schema is then an object holding the value under that property.
+    """
+
+    name: str
+    schema: dict[str, Any]
+    mode: OutputMode = "native"
+    description: str = ""
+    key: str | None = None
+    strict: bool | None = None
+
+
 class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     """Sampling and server options passed through to the backend.
 
@@ -45,6 +71,9 @@ class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     offers tools: ``"auto"``, ``"required"`` (a tool call is mandatory),
     ``"none"``, or the name of one tool to force. Some servers (llama.cpp with
     some templates) emit tool calls only when asked this way.
+
+    ``output`` is the structured answer asked for; :class:`~podium.agent.Agent` sets it
+    from its ``output_type`` (one object per agent, so backends encode it once).
     """
 
     max_tokens: int | None = None
@@ -53,6 +82,7 @@ class ModelSettings(msgspec.Struct, frozen=True, omit_defaults=True):
     seed: int | None = None
     extra_body: dict[str, Any] | None = None
     tool_choice: str | None = None
+    output: OutputSchema | None = None
 
 
 class ModelRequest(msgspec.Struct, gc=False):
@@ -130,6 +160,9 @@ class Model(AsyncCloseable, abc.ABC):
     """
 
     name: str = "model"
+    #: How this backend is asked for structured output (see :data:`OutputMode`): a
+    #: backend that may not know ``response_format`` gets a final-answer tool.
+    structured_output: OutputMode = "tool"
 
     @abc.abstractmethod
     async def request(self, request: ModelRequest) -> ModelResponse:

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 
 from podium.messages import Message, ToolCall, Usage
-from podium.models.base import Model, ModelRequest, ModelResponse
+from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode
 
 __all__ = ("FunctionModel", "ReplyFunction", "tool_call_reply")
 
@@ -39,8 +39,17 @@ class FunctionModel(Model):
         agent = Agent("t", FunctionModel(reply), tools=[lookup])
     """
 
-    def __init__(self, fn: ReplyFunction, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        fn: ReplyFunction,
+        *,
+        name: str | None = None,
+        structured_output: OutputMode = "native",
+    ) -> None:
         self.fn = fn
+        #: How agents with an ``output_type`` ask it: ``"native"``, the function returns the
+        #: JSON text; ``"tool"``, it calls ``final_result`` (``request.settings.output``).
+        self.structured_output = structured_output
         self.name = name or f"function:{getattr(fn, '__name__', 'fn')}"
         self._is_async = inspect.iscoroutinefunction(fn)
 

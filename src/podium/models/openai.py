@@ -19,7 +19,7 @@ import aiohttp
 import yarl
 
 from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
-from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode, StreamDelta
 from podium.models.openai_errors import http_error
 from podium.models.openai_wire import (
     RequestEncoder,
@@ -65,6 +65,9 @@ class OpenAIChatModel(Model):
     not closed by :meth:`aclose`). ``server`` names the server software
     (a key of :data:`HEALTH_PATHS`) to pick its health probe; ``health_paths``
     sets the probe paths (relative to the server root) directly.
+    ``structured_output`` is how agents with an ``output_type`` ask this server:
+    ``"native"`` (OpenAI's ``response_format`` with a JSON Schema: OpenAI, vLLM, SGLang,
+    llama.cpp, Ollama) or ``"tool"`` (a final-answer tool, for servers without it).
 
     Example::
 
@@ -96,7 +99,11 @@ class OpenAIChatModel(Model):
         seed: int | None = None,
         server: str | None = None,
         health_paths: Sequence[str] | None = None,
+        structured_output: OutputMode = "native",
     ) -> None:
+        if structured_output not in ("native", "tool"):
+            raise ConfigError("structured_output must be 'native' or 'tool'")
+        self.structured_output = structured_output
         base = base_url.rstrip("/")
         self.base_url = base
         self.model = model

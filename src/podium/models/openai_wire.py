@@ -20,7 +20,13 @@ import msgspec
 
 from podium.errors import ModelReplyError
 from podium.messages import Message, ToolCall, Usage
-from podium.models.base import ModelRequest, ModelResponse, StreamDelta, ToolDefinition
+from podium.models.base import (
+    ModelRequest,
+    ModelResponse,
+    OutputSchema,
+    StreamDelta,
+    ToolDefinition,
+)
 
 __all__ = (
     "ChatCompletion",
@@ -96,6 +102,19 @@ class ChatRequest(msgspec.Struct, gc=False, omit_defaults=True):
     stream: bool = False
     stream_options: _StreamOptions | None = None
     tool_choice: msgspec.Raw | None = None
+    response_format: msgspec.Raw | None = None
+
+
+class _JSONSchemaFormat(msgspec.Struct, gc=False, omit_defaults=True):
+    name: str
+    schema: dict[str, Any]
+    description: str | None = None
+    strict: bool | None = None
+
+
+class _ResponseFormat(msgspec.Struct, gc=False):
+    json_schema: _JSONSchemaFormat
+    type: str = "json_schema"
 
 
 _REQUEST_FIELDS = frozenset(ChatRequest.__struct_fields__)
@@ -131,6 +150,7 @@ class RequestEncoder:
         self._enc = msgspec.json.Encoder()
         self._include_usage = include_usage
         self._tools_cache: dict[int, tuple[tuple[ToolDefinition, ...], msgspec.Raw]] = {}
+        self._format_cache: dict[int, tuple[OutputSchema, msgspec.Raw | None]] = {}
 
     def _tools(self, tools: tuple[ToolDefinition, ...]) -> msgspec.Raw | None:
         if not tools:
@@ -159,6 +179,22 @@ class RequestEncoder:
             raw = msgspec.Raw(self._enc.encode({"type": "function", "function": {"name": choice}}))
         return raw
 
+    def _response_format(self, output: OutputSchema) -> msgspec.Raw | None:
+        """OpenAI's ``json_schema`` response format (native mode), encoded once per agent."""
+        hit = self._format_cache.get(id(output))
+        if hit is not None and hit[0] is output:
+            return hit[1]
+        raw = None
+        if output.mode == "native":
+            spec = _JSONSchemaFormat(
+                output.name, output.schema, output.description or None, output.strict
+            )
+            raw = msgspec.Raw(self._enc.encode(_ResponseFormat(spec)))
+        if len(self._format_cache) >= 256:
+            self._format_cache.clear()
+        self._format_cache[id(output)] = (output, raw)  # holding it keeps its id unique
+        return raw
+
     def encode(self, request: ModelRequest, *, stream: bool = False) -> bytes:
         """The request body as JSON bytes."""
         s = request.settings
@@ -173,6 +209,7 @@ class RequestEncoder:
             stream,
             _StreamOptions() if stream and self._include_usage else None,
             self._tool_choice(s.tool_choice, request.tools),
+            None if s.output is None else self._response_format(s.output),
         )
         extra = {**self._extra, **s.extra_body} if s.extra_body else self._extra
         if not extra:

@@ -109,6 +109,9 @@ class BackendPool(Model):
             raise ConfigError(f"backend names must be unique: {names}")
         self.name = name
         self.backends = tuple(backends)
+        # A call may land on any backend: ask natively only if every one of them can.
+        native = all(b.model.structured_output == "native" for b in self.backends)
+        self.structured_output = "native" if native else "tool"
         for b in self.backends:
             if hasattr(b.model, "failover_statuses"):
                 # a restarting server answers 503 on every path: send the call elsewhere

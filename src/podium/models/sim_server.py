@@ -9,7 +9,10 @@ What it answers: a run's step is the number of assistant messages in the
 prompt. While the step is below ``tool_steps`` and the request offers tools,
 it calls the first offered tool with arguments built from its JSON Schema;
 after that it writes a final answer. ``tool_choice`` is honoured (``none``
-answers, ``required`` calls a tool, a named tool is the one called). A request
+answers, ``required`` calls a tool, a named tool is the one called).
+``response_format`` is accepted as vLLM accepts it: ``json_schema`` makes the final
+answer a JSON value built from the schema (``json_object``: a small JSON object,
+``text``: plain text); a malformed one is a 400. A request
 may override the script with an ``extra_body`` field ``"sim": {"tool_steps": N,
 "output_tokens": N, "tool": "name", "arguments": {...}, "reasoning_tokens": N,
 "stall_after": N}``.
@@ -42,12 +45,13 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from aiohttp import web
 
 from podium.errors import ConfigError
+from podium.models.schema_example import example_value
 from podium.models.sim_batching import BatchEngine, BatchingConfig, SimSequence
 from podium.models.sim_quirks import CONTEXT_ERRORS, LOADING_BODY, context_error, invalid_500
 
@@ -108,6 +112,18 @@ class _Role(msgspec.Struct):
     role: str
 
 
+class _JSONSchemaSpec(msgspec.Struct):
+    name: str = "response"
+    schema: dict[str, Any] | None = None
+    description: str | None = None
+    strict: bool | None = None
+
+
+class _ResponseFormat(msgspec.Struct):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: _JSONSchemaSpec | None = None
+
+
 class _Req(msgspec.Struct):
     messages: list[msgspec.Raw]
     model: str = ""
@@ -116,6 +132,7 @@ class _Req(msgspec.Struct):
     max_tokens: int | None = None
     sim: _SimOptions | None = None
     tool_choice: str | _NamedChoice | None = None
+    response_format: _ResponseFormat | None = None
 
 
 class _Plan(msgspec.Struct):
@@ -240,6 +257,15 @@ class SimServer:
             return _Plan("", fn.name, _encode(args).decode(), n, finish, reasoning, r)
         words = (cfg.answer + " ").split(" ")
         text = " ".join(itertools.islice(itertools.cycle(w for w in words if w), n))
+        fmt = req.response_format
+        if fmt is not None and fmt.type != "text":
+            if fmt.type == "json_object":
+                value: Any = {"answer": text}
+            elif fmt.json_schema is None or fmt.json_schema.schema is None:
+                return "response_format json_schema needs json_schema.schema"
+            else:
+                value = example_value(fmt.json_schema.schema)
+            return _Plan(_encode(value).decode(), "", "", n, finish, reasoning, r)
         return _Plan(text, "", "", n, finish, reasoning, r)
 
     @staticmethod

@@ -21,7 +21,8 @@ import msgspec
 
 from podium.errors import ConfigError
 from podium.messages import ToolCall, Usage
-from podium.models.base import Model, ModelRequest, ModelResponse
+from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode, OutputSchema
+from podium.models.schema_example import example_value
 
 __all__ = ("LatencyModel", "Scenario", "SimStep", "SimToolCall", "SimulatedModel")
 
@@ -76,11 +77,19 @@ class SimStep(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """A script: the tool calls of each step in order, then the final answer."""
+    """A script: the tool calls of each step in order, then the final answer.
+
+    When the request asks for structured output (an agent with an ``output_type``), the
+    final answer is ``output`` (the value, as JSON: a dict for a Struct) or, when that is
+    None, a value built from the requested schema; it is the reply's content (native
+    mode) or a call to the final-answer tool (tool mode). A step's own ``content`` is
+    sent as it is, which is how a script gives a wrong answer first.
+    """
 
     steps: tuple[SimStep, ...] = ()
     final: str = "Done."
     output_tokens: int | None = None
+    output: Any = None
 
     @classmethod
     def react(
@@ -126,10 +135,13 @@ class SimulatedModel(Model):
         seed: int | None = None,
         name: str = "simulated",
         cache_entries: int = 10_000,
+        structured_output: OutputMode = "native",
     ) -> None:
         if capacity is not None and capacity < 1:
             raise ConfigError("capacity must be at least 1 (or None for unbounded)")
         self.name = name
+        #: It honours both ways of asking for structured output; this says which agents pick.
+        self.structured_output = structured_output
         self.scenario = scenario if scenario is not None else Scenario()
         self.latency = latency or LatencyModel()
         self.capacity = capacity
@@ -144,6 +156,7 @@ class SimulatedModel(Model):
             else SimStep()
         )
         self._rendered: dict[tuple[int, int], tuple[SimStep, tuple[ToolCall, ...], int]] = {}
+        self._answers: dict[int, tuple[OutputSchema, SimStep]] = {}
         self.running = 0
         self.peak_running = 0
         self.calls = 0
@@ -196,8 +209,28 @@ class SimulatedModel(Model):
         if isinstance(scenario, Scenario):
             if request.step < len(scenario.steps):
                 return scenario.steps[request.step]
+            output = request.settings.output
+            if output is not None:
+                return self._answer(output, scenario.output)
             return self._final_step
         return scenario(request)
+
+    def _answer(self, output: OutputSchema, value: Any) -> SimStep:
+        """The structured final answer asked for by ``output`` (built once per schema)."""
+        hit = self._answers.get(id(output))
+        if hit is not None and hit[0] is output:
+            return hit[1]
+        if value is None:
+            payload = example_value(output.schema)
+        else:
+            payload = {output.key: value} if output.key is not None else value
+        text = _json_encode(payload).decode()
+        if output.mode == "tool":
+            step = SimStep(tool_calls=(SimToolCall(output.name, text),))
+        else:
+            step = SimStep(content=text)
+        self._answers[id(output)] = (output, step)  # holding the schema keeps its id unique
+        return step
 
     def _render(self, index: int, step: SimStep) -> tuple[tuple[ToolCall, ...], int]:
         """The step's tool calls as the wire would carry them, and its output tokens.

@@ -16,6 +16,7 @@ import msgspec
 
 from podium.engine.profile import STEP_PHASES, ProfileAggregator, StepProfile
 from podium.engine.records import (
+    OutputRejected,
     RunFinished,
     RunRecord,
     StepCommitted,
@@ -131,7 +132,7 @@ def step_timeline(record: RunRecord, journal: Sequence[JournalItem] = ()) -> lis
     journal while the run is still going (the record carries the profile only at the end)."""
     steps: dict[int, StepProfile] = {}
     for _, entry in journal:
-        if isinstance(entry, StepRecord | StepCommitted) and entry.profile is not None:
+        if isinstance(entry, StepRecord | StepCommitted | OutputRejected) and entry.profile:
             steps[entry.profile.step] = entry.profile
     if record.profile is not None:
         steps.update((s.step, s) for s in record.profile.steps)

@@ -12,6 +12,11 @@ The spans are built from the step's profile when the step is checkpointed
 inside a step, and nothing at all when it is off: this module imports
 OpenTelemetry only when :func:`tracer_from_env` finds it configured.
 
+A sub-agent's run (a child run) is an ``invoke_agent`` span under the
+``execute_tool`` span of the parent's call that started it: that call's span (and
+its step's) is opened when the child starts (:func:`child_trace_context`), not
+after the step, so the child's trace context exists while it runs.
+
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
 stores the request's) continues that trace, in whichever worker drives it; the
 run's model calls send its own ``traceparent`` to the backend.
@@ -34,9 +39,11 @@ if TYPE_CHECKING:
     from podium.engine.records import RunRecord
     from podium.messages import Usage
     from podium.tools.executor import ToolResult
+    from podium.tools.tool import ToolContext
 
 __all__ = (
     "RunTracer",
+    "child_trace_context",
     "inject_traceparent",
     "submit_context",
     "trace_headers",
@@ -119,15 +126,38 @@ class RunTracer:
 
     def __init__(self, provider: Any = None) -> None:
         from opentelemetry import trace
-        from opentelemetry.propagate import extract
+        from opentelemetry.propagate import extract, inject
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self._trace = trace
         self._extract = extract
+        self._inject = inject
         self._kind = SpanKind
         self._status = (Status, StatusCode)
         self.tracer = (provider or trace.get_tracer_provider()).get_tracer("podium")
         self._runs: dict[str, tuple[Any, Any, Usage | None]] = {}
+        # Steps whose spans opened early, for their child runs: (run, step) -> (step span,
+        # {call index: execute_tool span}).
+        self._open: dict[tuple[str, int], tuple[Any, dict[int, Any]]] = {}
+
+    def open_tool_span(self, record: RunRecord, ctx: ToolContext, tool: str) -> dict[str, str]:
+        """Open the span of call ``ctx`` of ``record``'s run now (a child run starts under
+        it); returns the trace context to store in the child's metadata."""
+        _, run_ctx, _ = self._run_span(record, record.active_agent or record.agent)
+        key = (record.run_id, ctx.step)
+        opened = self._open.get(key)
+        if opened is None:
+            step_span = self.tracer.start_span(f"step {ctx.step}", context=run_ctx)
+            opened = self._open[key] = (step_span, {})
+        span = self.tracer.start_span(
+            f"execute_tool {tool}", context=self._trace.set_span_in_context(opened[0]),
+            attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                        "gen_ai.tool.call.id": ctx.call_id, "gen_ai.tool.type": "agent"},
+        )
+        opened[1][ctx.call_index] = span
+        carrier: dict[str, str] = {}
+        self._inject(carrier, context=self._trace.set_span_in_context(span))
+        return carrier
 
     def _run_span(self, record: RunRecord, agent_name: str) -> tuple[Any, Any, Usage | None]:
         found = self._runs.get(record.run_id)
@@ -183,8 +213,14 @@ class RunTracer:
                 for n, w, c in zip(STEP_PHASES, wall, profile.cpu_ns, strict=False)
             ),
         }
-        step_span = self.tracer.start_span(f"step {profile.step}", context=ctx, start_time=start,
-                                           attributes=attrs)
+        opened = self._open.pop((record.run_id, profile.step), None) if self._open else None
+        if opened is None:
+            step_span = self.tracer.start_span(f"step {profile.step}", context=ctx,
+                                               start_time=start, attributes=attrs)
+            early: dict[int, Any] = {}
+        else:  # opened when its first child run started
+            step_span, early = opened
+            step_span.set_attributes(attrs)
         step_ctx = self._trace.set_span_in_context(step_span)
         model_start = start + wall[0]
         model = agent.model.name
@@ -202,7 +238,19 @@ class RunTracer:
         ).end(end_time=model_start + wall[_MODEL])
         tools_start = start + sum(wall[:_TOOLS])
         status_cls, code = self._status
-        for _, result in results:
+        for index, result in results:
+            outcome: dict[str, Any] = {
+                "podium.tool.outcome": "ok" if result.ok else (result.error or "error"),
+                "podium.tool.attempts": result.attempts,
+            }
+            span = early.pop(index, None)
+            if span is not None:
+                span.set_attributes(outcome)
+                if not result.ok:
+                    span.set_status(status_cls(code.ERROR, result.error or "error"))
+                    span.set_attribute("error.type", result.error or "error")
+                span.end()
+                continue
             span = self.tracer.start_span(
                 f"execute_tool {result.name}", context=step_ctx, start_time=tools_start,
                 attributes={
@@ -210,17 +258,24 @@ class RunTracer:
                     "gen_ai.tool.name": result.name,
                     "gen_ai.tool.call.id": result.call_id,
                     "gen_ai.tool.type": "function",
-                    "podium.tool.outcome": "ok" if result.ok else (result.error or "error"),
-                    "podium.tool.attempts": result.attempts,
+                    **outcome,
                 },
             )
             if not result.ok:
                 span.set_status(status_cls(code.ERROR, result.error or "error"))
                 span.set_attribute("error.type", result.error or "error")
             span.end(end_time=tools_start + (result.wall_ns or wall[_TOOLS]))
+        for span in early.values():  # a call with no outcome in this step (cannot happen)
+            span.end()
         step_span.end(end_time=end)
 
     def run_finished(self, record: RunRecord) -> None:
+        if self._open:  # a step cut short (cancelled while its children ran): end its spans
+            for key in [k for k in self._open if k[0] == record.run_id]:
+                step_span, early = self._open.pop(key)
+                for span in early.values():
+                    span.end()
+                step_span.end()
         entry = self._runs.pop(record.run_id, None)
         span = (entry or self._run_span(record, record.agent))[0]
         self._runs.pop(record.run_id, None)
@@ -233,6 +288,17 @@ class RunTracer:
             span.set_status(status_cls(code.ERROR, record.reason or record.status))
             span.set_attribute("error.type", record.reason or record.status)
         span.end(end_time=_ns(record.finished_at))
+
+
+def child_trace_context(
+    hook: object, parent: RunRecord, ctx: ToolContext, tool: str
+) -> dict[str, str]:
+    """The trace context a child run started by call ``ctx`` of ``parent`` carries in its
+    metadata: its ``execute_tool`` span's, when one of ``hook``'s hooks traces; else none."""
+    for one in getattr(hook, "hooks", (hook,)):
+        if isinstance(one, RunTracer):
+            return one.open_tool_span(parent, ctx, tool)
+    return {}
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ in ``podium.toml``, ``KeyRing.add(..., egress=...)``, or ``Engine.run(..., egres
 travels with each run in its metadata under :data:`EGRESS_KEY`: the gateway stamps it on
 when the run is submitted (whatever the client sent under that key is dropped), and the
 engine that executes the run, in the gateway or in a ``podium worker``, decodes it once at
-run load and drives the run inside :func:`run_egress`. Every :class:`~podium.tools.http.
+run load and sets it for the run's drive (:func:`enter_egress` / :func:`leave_egress`; or
+:func:`run_egress` around an awaitable). Every :class:`~podium.tools.http.
 HttpClient` request made from that run (HTTP tools, OpenAPI tools, a tool of your own on the
 shared client) then passes the client's policy *and* the tenant's, on the URL and on the
 resolved address of every hop: the tenant's policy can only narrow an agent's.
@@ -18,7 +19,7 @@ in a thread pool without the run's context.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import TypeVar
 
 import msgspec
@@ -33,6 +34,8 @@ __all__ = (
     "decode_egress",
     "egress_of",
     "encode_egress",
+    "enter_egress",
+    "leave_egress",
     "policy_from_config",
     "run_egress",
     "with_egress",
@@ -150,6 +153,16 @@ def with_egress(metadata: dict[str, str], policy: EgressPolicy | None) -> dict[s
 def current_egress() -> EgressPolicy | None:
     """The tenant policy of the run whose tool is running, or ``None``."""
     return _current.get()
+
+
+def enter_egress(raw: str) -> Token[EgressPolicy | None]:
+    """From now on in this task (and the tool tasks it starts), requests pass the tenant
+    policy ``raw`` encodes; :func:`leave_egress` with the token when the run's drive ends."""
+    return _current.set(decode_egress(raw))
+
+
+def leave_egress(token: Token[EgressPolicy | None]) -> None:
+    _current.reset(token)
 
 
 async def run_egress(policy: EgressPolicy, work: Awaitable[T]) -> T:

@@ -17,7 +17,9 @@ import msgspec
 
 from podium.engine.records import JournalEntry, RunRecord
 from podium.lifecycle import AsyncCloseable
+from podium.memory.item import MemoryItem
 from podium.store.notify import JournalNotifier
+from podium.threads.record import ThreadRecord
 
 __all__ = ("JournalItem", "RunStore", "StoreStatistics")
 
@@ -110,6 +112,46 @@ class RunStore(AsyncCloseable, abc.ABC):
     async def cancel_requests(self, run_ids: Sequence[str]) -> set[str]:
         """Which of ``run_ids`` someone asked to cancel."""
         return set() if self._cancels is None else self._cancels.intersection(run_ids)
+
+    # -- threads (conversations): see podium.threads; one record per thread ------------------
+
+    async def create_thread(self, thread: ThreadRecord) -> None:
+        """Store a new thread (its id must be new, else :class:`StoreError`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store threads")
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        """The thread, or None (never created, deleted, or expired)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store threads")
+
+    async def update_thread(self, thread: ThreadRecord) -> None:
+        """Replace the thread if its ``version`` is the stored one (then bump it), else
+        :class:`~podium.errors.StaleRunError`; a thread that is gone is
+        :class:`~podium.errors.ThreadNotFoundError`. Its expiry moves to ``expires_at``."""
+        raise NotImplementedError(f"{type(self).__name__} does not store threads")
+
+    async def list_threads(
+        self, *, tenant: str | None = None, limit: int = 100
+    ) -> builtins.list[ThreadRecord]:
+        """Threads, most recently written first, of one tenant (or all)."""
+        raise NotImplementedError(f"{type(self).__name__} does not store threads")
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Forget the thread (its runs stay); False if there was none."""
+        raise NotImplementedError(f"{type(self).__name__} does not store threads")
+
+    # -- long-term memory (podium.memory.StoreMemory): items by namespace and key ----------
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        """Keep ``item`` in ``namespace``, replacing the item with the same key."""
+        raise NotImplementedError(f"{type(self).__name__} does not store memories")
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        """The namespace's items, newest first."""
+        raise NotImplementedError(f"{type(self).__name__} does not store memories")
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        """Forget one item; False if there was none."""
+        raise NotImplementedError(f"{type(self).__name__} does not store memories")
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(0, 0, 0, 0)

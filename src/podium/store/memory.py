@@ -7,6 +7,7 @@ keep every run it ever served.
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -14,11 +15,17 @@ from collections.abc import Sequence
 import msgspec
 
 from podium.engine.records import JournalEntry, RunRecord
-from podium.errors import RunNotFoundError, StaleRunError, StoreError
+from podium.errors import RunNotFoundError, StaleRunError, StoreError, ThreadNotFoundError
+from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
+from podium.threads.record import ThreadRecord
 
 __all__ = ("MemoryRunStore",)
+
+def _newest(item: MemoryItem) -> float:
+    return item.created_at
+
 
 _copy = msgspec.structs.replace  # a shallow copy: the store keeps its own snapshot
 
@@ -46,6 +53,8 @@ class MemoryRunStore(RunStore):
         self._notifier: JournalNotifier | None = JournalNotifier()
         self._appends = 0
         self._entries = 0
+        self._threads: dict[str, ThreadRecord] = {}
+        self._memories: dict[str, dict[str, MemoryItem]] = {}
 
     async def create(self, record: RunRecord) -> None:
         self._expire()
@@ -120,6 +129,75 @@ class MemoryRunStore(RunStore):
         ]
         found.sort(key=lambda r: r.created_at, reverse=True)
         return [_copy(r) for r in found[: max(limit, 0)]]
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def _live_thread(self, thread_id: str) -> ThreadRecord | None:
+        thread = self._threads.get(thread_id)
+        if thread is not None and thread.expired(time.time()):
+            del self._threads[thread_id]
+            return None
+        return thread
+
+    @staticmethod
+    def _thread_copy(thread: ThreadRecord) -> ThreadRecord:
+        # The lists are the caller's to change: copy them (the messages are never changed).
+        return _copy(thread, runs=list(thread.runs), history=list(thread.history),
+                     metadata=dict(thread.metadata))
+
+    async def create_thread(self, thread: ThreadRecord) -> None:
+        if self._live_thread(thread.thread_id) is not None:
+            raise StoreError(f"thread {thread.thread_id} exists")
+        thread.updated_at = thread.updated_at or thread.created_at
+        self._threads[thread.thread_id] = self._thread_copy(thread)
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        thread = self._live_thread(thread_id)
+        return None if thread is None else self._thread_copy(thread)
+
+    async def update_thread(self, thread: ThreadRecord) -> None:
+        stored = self._live_thread(thread.thread_id)
+        if stored is None:
+            raise ThreadNotFoundError(thread.thread_id)
+        if stored.version != thread.version:
+            raise StaleRunError(
+                f"thread {thread.thread_id} is at version {stored.version}, "
+                f"this writer holds {thread.version}"
+            )
+        thread.version += 1
+        self._threads[thread.thread_id] = self._thread_copy(thread)
+
+    async def list_threads(
+        self, *, tenant: str | None = None, limit: int = 100
+    ) -> builtins.list[ThreadRecord]:
+        now = time.time()
+        for thread_id in [k for k, t in self._threads.items() if t.expired(now)]:
+            del self._threads[thread_id]
+        found = [t for t in self._threads.values() if tenant is None or t.tenant == tenant]
+        found.sort(key=lambda t: t.updated_at, reverse=True)
+        return [self._thread_copy(t) for t in found[: max(limit, 0)]]
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        return self._threads.pop(thread_id, None) is not None
+
+    # -- long-term memory -------------------------------------------------------------------
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        items = self._memories.setdefault(namespace, {})
+        items.pop(item.key, None)  # a replaced item counts as new: it goes last
+        items[item.key] = item
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        items = sorted(self._memories.get(namespace, {}).values(), key=_newest, reverse=True)
+        return items[: max(limit, 0)]
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        items = self._memories.get(namespace)
+        if items is None or items.pop(key, None) is None:
+            return False
+        if not items:
+            del self._memories[namespace]
+        return True
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(len(self._runs), self._appends, self._entries, 0)

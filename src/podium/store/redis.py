@@ -10,7 +10,8 @@ run's two keys live in one slot)::
     podium:idx:all            sorted sets of run ids scored by created_at, for
     podium:idx:t:<tenant>     listing by tenant and status; the bucket is the
     podium:idx:s:<bucket>     status, except that queued and running share the
-    podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing)
+    podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing);
+                              waiting runs have their own (their deadlines' sweep reads it)
 
 Fencing, so two workers can never both advance a run:
 
@@ -33,6 +34,7 @@ Finished runs expire after ``finished_ttl_s``.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -49,11 +51,19 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
-from podium.errors import RunNotFoundError, StaleRunError, StoreError, StoreUnavailableError
+from podium.errors import (
+    RunNotFoundError,
+    StaleRunError,
+    StoreError,
+    StoreUnavailableError,
+    ThreadNotFoundError,
+)
 from podium.lifecycle import stop_task
+from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
 from podium.store.redis_tail import PendingWrite, RunTail
+from podium.threads.record import ThreadRecord
 
 __all__ = ("RedisRunStore", "connect")
 
@@ -104,6 +114,8 @@ def translated(exc: Exception) -> Exception:
         return StaleRunError(message.removeprefix("PODIUM_STALE "))
     if message.startswith("PODIUM_NOTFOUND"):
         return RunNotFoundError(message.removeprefix("PODIUM_NOTFOUND "))
+    if message.startswith("PODIUM_THREAD_NOTFOUND"):
+        return ThreadNotFoundError(message.removeprefix("PODIUM_THREAD_NOTFOUND "))
     if message.startswith("PODIUM_EXISTS"):
         return StoreError(f"run {message.removeprefix('PODIUM_EXISTS ')} exists")
     return StoreError(message)
@@ -179,6 +191,33 @@ end
 return {v, n}
 """
 
+# A thread: KEYS: its hash. ARGV: mode (create|update), expected version, record, expiry
+# (unix ms, 0 = none), index prefix, tenant, thread id, score (updated_at). Returns the
+# version written. Indexes (by tenant, and all) are sorted sets tidied lazily on listing.
+_THREAD_WRITE = """
+local key, mode, expected, rec = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local exp, idx, tenant, id, score = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local v = expected
+if mode == 'create' then
+  if redis.call('EXISTS', key) == 1 then
+    return redis.error_reply('PODIUM_EXISTS thread ' .. id)
+  end
+else
+  local cur = redis.call('HGET', key, 'v')
+  if not cur then return redis.error_reply('PODIUM_THREAD_NOTFOUND ' .. id) end
+  if tonumber(cur) ~= expected then
+    return redis.error_reply('PODIUM_STALE thread ' .. id .. ' is at version ' .. cur ..
+      ', this writer holds ' .. expected)
+  end
+  v = expected + 1
+end
+redis.call('HSET', key, 'r', rec, 'v', v)
+if exp > 0 then redis.call('PEXPIREAT', key, exp) else redis.call('PERSIST', key) end
+redis.call('ZADD', idx .. 'th:' .. tenant, score, id)
+redis.call('ZADD', idx .. 'thall', score, id)
+return v
+"""
+
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 _MAX_TAILS = 50_000  # runs whose write position this store remembers at most
 
@@ -218,6 +257,9 @@ class RedisRunStore(RunStore):
             self.client, retries=reconnect_retries, unavailable_s=unavailable_s
         )
         self._write = self._pipe.register(_WRITE)
+        self._thread_write = self._pipe.register(_THREAD_WRITE)
+        self._thread_dec = msgspec.msgpack.Decoder(ThreadRecord)
+        self._memory_dec = msgspec.msgpack.Decoder(MemoryItem)
         self._enc = msgspec.msgpack.Encoder()
         self._record_dec = msgspec.msgpack.Decoder(RunRecord)
         self._entries_dec = msgspec.msgpack.Decoder(list[JournalEntry])
@@ -608,6 +650,97 @@ class RedisRunStore(RunStore):
                     ):
                         found.append(record)
         return found[:limit]
+
+    # -- threads ----------------------------------------------------------------------------
+
+    def _thread_key(self, thread_id: str) -> str:
+        return f"{self.prefix}:{{thr:{thread_id}}}:thread"
+
+    async def _write_thread(self, mode: str, thread: ThreadRecord, expected: int) -> None:
+        expires = 0 if thread.expires_at is None else max(1, int(thread.expires_at * 1000))
+        async with translate_errors():
+            await self._pipe.execute(
+                "EVALSHA", self._thread_write, 1, self._thread_key(thread.thread_id),
+                mode, expected, self._enc.encode(thread), expires, self._idx, thread.tenant,
+                thread.thread_id, repr(thread.updated_at),
+            )
+
+    async def create_thread(self, thread: ThreadRecord) -> None:
+        thread.updated_at = thread.updated_at or thread.created_at
+        await self._write_thread("create", thread, thread.version)
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        async with translate_errors():
+            raw = await self._pipe.execute("HGET", self._thread_key(thread_id), "r")
+        return None if raw is None else self._thread_dec.decode(raw)
+
+    async def update_thread(self, thread: ThreadRecord) -> None:
+        expected = thread.version
+        thread.version += 1
+        try:
+            await self._write_thread("update", thread, expected)
+        except BaseException:
+            thread.version = expected
+            raise
+
+    async def list_threads(
+        self, *, tenant: str | None = None, limit: int = 100
+    ) -> builtins.list[ThreadRecord]:
+        key = f"{self._idx}thall" if tenant is None else f"{self._idx}th:{tenant}"
+        found: list[ThreadRecord] = []
+        start, page = 0, max(limit, 50)
+        async with translate_errors():
+            while len(found) < limit:
+                ids: list[bytes] = await cast(Any, self.client).zrevrange(
+                    key, start, start + page - 1
+                )
+                if not ids:
+                    break
+                start += page
+                async with self.client.pipeline(transaction=False) as pipe:
+                    for thread_id in ids:
+                        pipe.hget(self._thread_key(thread_id.decode()), "r")
+                    raws = await pipe.execute()
+                gone = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
+                if gone:  # expired or deleted threads: tidy the index lazily
+                    await self.client.zrem(key, *gone)
+                    start -= len(gone)
+                found.extend(self._thread_dec.decode(raw) for raw in raws if raw is not None)
+        return found[:limit]
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        thread = await self.get_thread(thread_id)
+        if thread is None:
+            return False
+        async with translate_errors():
+            deleted = await self._pipe.execute("DEL", self._thread_key(thread_id))
+            await self._pipe.execute_all(
+                ("ZREM", f"{self._idx}th:{thread.tenant}", thread_id),
+                ("ZREM", f"{self._idx}thall", thread_id),
+            )
+        return bool(deleted)
+
+    # -- long-term memory: one hash per namespace (key -> item) ----------------------------
+
+    def _memory_key(self, namespace: str) -> str:
+        return f"{self.prefix}:mem:{namespace}"
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        async with translate_errors():
+            await self._pipe.execute(
+                "HSET", self._memory_key(namespace), item.key, self._enc.encode(item)
+            )
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        async with translate_errors():
+            raws = await self._pipe.execute("HVALS", self._memory_key(namespace))
+        items = [self._memory_dec.decode(raw) for raw in raws]
+        items.sort(key=lambda i: i.created_at, reverse=True)
+        return items[: max(limit, 0)]
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        async with translate_errors():
+            return bool(await self._pipe.execute("HDEL", self._memory_key(namespace), key))
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)

@@ -20,6 +20,7 @@ journal-only append from a store whose record write was overtaken by another
 from __future__ import annotations
 
 import asyncio
+import builtins
 import queue
 import sqlite3
 import threading
@@ -31,9 +32,11 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
-from podium.errors import RunNotFoundError, StaleRunError, StoreError
+from podium.errors import RunNotFoundError, StaleRunError, StoreError, ThreadNotFoundError
+from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
+from podium.threads.record import ThreadRecord
 
 __all__ = ("SQLiteRunStore",)
 
@@ -51,6 +54,8 @@ CREATE TABLE IF NOT EXISTS runs (
     expires_at REAL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
+-- Waiting runs (parked on a human) are found by status: the sweep of their deadlines.
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
 CREATE TABLE IF NOT EXISTS journal (
     run_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,
@@ -59,6 +64,23 @@ CREATE TABLE IF NOT EXISTS journal (
     data   BLOB NOT NULL,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS threads (
+    thread_id  TEXT PRIMARY KEY,
+    tenant     TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    version    INTEGER NOT NULL,
+    record     BLOB NOT NULL,
+    expires_at REAL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS threads_by_tenant ON threads (tenant, updated_at);
+CREATE TABLE IF NOT EXISTS memories (
+    namespace  TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    item       BLOB NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS memories_by_age ON memories (namespace, created_at);
 CREATE TABLE IF NOT EXISTS cancels (
     run_id TEXT PRIMARY KEY,
     at     REAL NOT NULL
@@ -101,6 +123,8 @@ class SQLiteRunStore(RunStore):
         self._encoder = msgspec.msgpack.Encoder()
         self._record_decoder = msgspec.msgpack.Decoder(RunRecord)
         self._entry_decoder = msgspec.msgpack.Decoder(JournalEntry)
+        self._thread_decoder = msgspec.msgpack.Decoder(ThreadRecord)
+        self._memory_decoder = msgspec.msgpack.Decoder(MemoryItem)
         self._ops: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -463,6 +487,120 @@ class SQLiteRunStore(RunStore):
                     )
                 )
             return found
+
+        return await self._submit(op)
+
+    # -- threads ----------------------------------------------------------------------------
+
+    async def create_thread(self, thread: ThreadRecord) -> None:
+        thread.updated_at = thread.updated_at or thread.created_at
+        blob = self._encoder.encode(thread)
+        row = (thread.thread_id, thread.tenant, thread.updated_at, thread.version, blob,
+               thread.expires_at)
+
+        def op(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            conn.execute("DELETE FROM threads WHERE expires_at <= ?", (now,))  # tidy, rarely
+            try:
+                conn.execute("INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?)", row)
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"thread {thread.thread_id} exists") from exc
+
+        await self._submit(op)
+
+    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        def op(conn: sqlite3.Connection) -> bytes | None:
+            row = conn.execute(
+                f"SELECT record FROM threads WHERE thread_id = ? AND {_LIVE}",
+                (thread_id, time.time()),
+            ).fetchone()
+            return None if row is None else bytes(row[0])
+
+        blob = await self._submit(op)
+        return None if blob is None else self._thread_decoder.decode(blob)
+
+    async def update_thread(self, thread: ThreadRecord) -> None:
+        expected = thread.version
+        thread.version += 1
+        blob = self._encoder.encode(thread)
+        thread_id, updated, expires = thread.thread_id, thread.updated_at, thread.expires_at
+
+        def op(conn: sqlite3.Connection) -> None:
+            now = time.time()
+            cur = conn.execute(
+                "UPDATE threads SET updated_at = ?, version = ?, record = ?, expires_at = ?"
+                f" WHERE thread_id = ? AND version = ? AND {_LIVE}",
+                (updated, expected + 1, blob, expires, thread_id, expected, now),
+            )
+            if cur.rowcount == 0:
+                row = conn.execute(
+                    f"SELECT version FROM threads WHERE thread_id = ? AND {_LIVE}",
+                    (thread_id, now),
+                ).fetchone()
+                if row is None:
+                    raise ThreadNotFoundError(thread_id)
+                raise StaleRunError(
+                    f"thread {thread_id} is at version {row[0]}, this writer holds {expected}"
+                )
+
+        try:
+            await self._submit(op)
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            thread.version = expected
+            raise
+
+    async def list_threads(
+        self, *, tenant: str | None = None, limit: int = 100
+    ) -> builtins.list[ThreadRecord]:
+        where = f"{_LIVE}" if tenant is None else f"tenant = ? AND {_LIVE}"
+        params: list[Any] = [] if tenant is None else [tenant]
+        params += [time.time(), max(limit, 0)]
+        sql = f"SELECT record FROM threads WHERE {where} ORDER BY updated_at DESC LIMIT ?"
+
+        def op(conn: sqlite3.Connection) -> builtins.list[bytes]:
+            return [bytes(r[0]) for r in conn.execute(sql, params).fetchall()]
+
+        decode = self._thread_decoder.decode
+        return [decode(blob) for blob in await self._submit(op)]
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                f"DELETE FROM threads WHERE thread_id = ? AND {_LIVE}", (thread_id, time.time())
+            )
+            return cur.rowcount > 0
+
+        return await self._submit(op)
+
+    # -- long-term memory -------------------------------------------------------------------
+
+    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
+        row = (namespace, item.key, item.created_at, self._encoder.encode(item))
+
+        def op(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT OR REPLACE INTO memories VALUES (?, ?, ?, ?)", row)
+
+        await self._submit(op)
+
+    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
+        def op(conn: sqlite3.Connection) -> builtins.list[bytes]:
+            rows = conn.execute(
+                "SELECT item FROM memories WHERE namespace = ? ORDER BY created_at DESC LIMIT ?",
+                (namespace, max(limit, 0)),
+            ).fetchall()
+            return [bytes(r[0]) for r in rows]
+
+        decode = self._memory_decoder.decode
+        return [decode(blob) for blob in await self._submit(op)]
+
+    async def delete_memory(self, namespace: str, key: str) -> bool:
+        def op(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "DELETE FROM memories WHERE namespace = ? AND key = ?", (namespace, key)
+            )
+            return cur.rowcount > 0
 
         return await self._submit(op)
 

@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+import msgspec
+
 __all__ = ("DeadlineWheel", "arm_deadline", "with_deadline")
 
 T = TypeVar("T")
@@ -25,13 +27,12 @@ T = TypeVar("T")
 WHEEL_MIN_TIMEOUT_S = 1.0
 
 
-class _Entry:
-    __slots__ = ("fired", "task", "when")
-
-    def __init__(self, task: asyncio.Task[Any] | None, when: float) -> None:
-        self.task = task
-        self.when = when
-        self.fired = False
+# gc=False: thousands are armed at once and the collector need not scan them. The cycle
+# task → frame → entry → task is broken by ``disarm`` (or the firing) when the wait ends.
+class _Entry(msgspec.Struct, gc=False):
+    task: Any  # asyncio.Task[Any] | None
+    when: float
+    fired: bool = False
 
     def fire(self) -> None:
         task, self.task = self.task, None
@@ -107,31 +108,30 @@ def _wheel(loop: asyncio.AbstractEventLoop) -> DeadlineWheel:
 def arm_deadline(task: asyncio.Task[Any], timeout: float) -> _Entry | _Timer:
     """Cancel ``task`` after ``timeout`` seconds unless disarmed first; ``.fired`` then says
     the cancellation was this deadline's (the caller un-cancels the task and handles it)."""
-    loop = asyncio.get_running_loop()
+    loop = task.get_loop()  # not get_running_loop(): on 3.11 that is a getpid() system call
     if timeout >= WHEEL_MIN_TIMEOUT_S:
         return _wheel(loop).arm(task, timeout)
     return _Timer(loop, task, timeout)
 
 
-async def with_deadline(awaitable: Awaitable[T], timeout: float | None) -> T:
+async def with_deadline(
+    awaitable: Awaitable[T], timeout: float | None, task: asyncio.Task[Any] | None = None
+) -> T:
     """``await awaitable``, raising ``TimeoutError`` after ``timeout`` seconds.
 
     The contract of ``asyncio.timeout`` around one await: the task is cancelled
     at the deadline and the cancellation becomes ``TimeoutError``; a cancellation
-    from elsewhere stays a cancellation.
+    from elsewhere stays a cancellation. ``task`` is the current task when the
+    caller knows it (finding it costs a system call on 3.11).
     """
     if timeout is None:
         return await awaitable
-    task = asyncio.current_task()
-    if task is None:  # pragma: no cover - always inside a task in practice
-        async with asyncio.timeout(timeout):
-            return await awaitable
-    loop = asyncio.get_running_loop()
-    deadline: _Entry | _Timer
-    if timeout >= WHEEL_MIN_TIMEOUT_S:
-        deadline = _wheel(loop).arm(task, timeout)
-    else:
-        deadline = _Timer(loop, task, timeout)
+    if task is None:
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - always inside a task in practice
+            async with asyncio.timeout(timeout):
+                return await awaitable
+    deadline = arm_deadline(task, timeout)
     try:
         return await awaitable
     except asyncio.CancelledError:

@@ -14,15 +14,17 @@ import asyncio
 import importlib
 import os
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any
 
 import msgspec
 
+from podium.errors import Interrupt
 from podium.security.screen import ScreenVerdict
-from podium.tools.deadlines import with_deadline
-from podium.tools.eager import Continuation, start_eagerly
+from podium.tools.deadlines import arm_deadline, with_deadline
+from podium.tools.eager import start_eagerly
 from podium.tools.policy import backoff_delay
 from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
@@ -30,12 +32,15 @@ from podium.tools.tool import Tool, ToolContext
 __all__ = ("ToolExecutor", "ToolResult", "render_result")
 
 _encode = msgspec.json.encode
+_perf = time.perf_counter_ns
 
 
 class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
     """The outcome of one tool call. ``error`` names the failure kind when ``ok`` is false:
     ``timeout``, ``exception``, ``invalid_arguments``, ``unknown_tool``, ``circuit_open``,
-    ``unserializable``, ``cancelled``, ``blocked`` (withheld by the injection screen)."""
+    ``unserializable``, ``cancelled``, ``blocked`` (withheld by the injection screen),
+    ``interrupted`` (the tool raised :class:`~podium.errors.Interrupt`: ``content`` is its
+    question, and the run waits for a human's answer)."""
 
     call_id: str
     name: str
@@ -50,10 +55,9 @@ class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
 
 
 class _First(msgspec.Struct, gc=False):
-    """How the inline first attempt went: a value, a continuation to await, or an error."""
+    """How the first attempt, started inline, went: a value or an error."""
 
     value: Any
-    rest: Continuation[Any] | None
     error: BaseException | None
 
 
@@ -110,33 +114,48 @@ class ToolExecutor:
         self._limits: dict[str, asyncio.Semaphore] = {}
         self.calls = 0
         self.failures = 0
+        #: Calls that raised :class:`~podium.errors.Interrupt` (the engine compares this
+        #: count around a step's tools instead of looking at every result).
+        self.interrupts = 0
 
     async def execute(
         self, tool: Tool[Any, Any], args: msgspec.Struct, ctx: ToolContext
     ) -> ToolResult:
         """Call ``tool`` with validated ``args`` under its policy; never raises except on cancel."""
+        started = self.start(tool, args, ctx)
+        if isinstance(started, ToolResult):
+            return started
+        return await started
+
+    def start(
+        self,
+        tool: Tool[Any, Any],
+        args: msgspec.Struct,
+        ctx: ToolContext,
+        task: asyncio.Task[Any] | None = None,
+    ) -> ToolResult | Awaitable[ToolResult]:
+        """Start a call: its result if it finished without waiting, else an awaitable of it.
+
+        An async tool with no breaker, limit or sandbox runs its first slice right
+        here: most calls end in it, and cost no timer, no task and no loop
+        iteration. One that suspends goes on under its timeout (and, if it fails,
+        its retries). ``task`` is the calling task, when the caller knows it.
+        """
         self.calls += 1
-        t0 = time.perf_counter_ns()
+        t0 = _perf()
         if not tool.inline:
-            return await self._execute(tool, args, ctx, t0, None)
-        # An async tool with no breaker and no limit: run its first slice right here. Most
-        # calls end in it and cost no timer; one that suspends or raises goes on under the
-        # full policy (timeout for the rest, retries) in _execute.
+            return self._execute(tool, args, ctx, t0, None)
         coro = tool.fn(**tool.kwargs(args, ctx))
         try:
             pending = coro.send(None)
         except StopIteration as done:
             value = done.value
             if type(value) is str:
-                return ToolResult(
-                    ctx.call_id, tool.name, value, wall_ns=time.perf_counter_ns() - t0
-                )
-            return await self._execute(tool, args, ctx, t0, _First(value, None, None))
+                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
+            return self._execute(tool, args, ctx, t0, _First(value, None))
         except Exception as exc:
-            return await self._execute(tool, args, ctx, t0, _First(None, None, exc))
-        return await self._execute(
-            tool, args, ctx, t0, _First(None, Continuation(coro, pending), None)
-        )
+            return self._execute(tool, args, ctx, t0, _First(None, exc))
+        return _continue(self, tool, args, ctx, t0, coro, pending, task)
 
     async def _execute(
         self,
@@ -166,23 +185,29 @@ class ToolExecutor:
         failure: tuple[str, str]
         while True:
             try:
-                if first is not None:  # the attempt execute() started inline
+                if first is not None:  # the attempt start() ran inline
                     started, first = first, None
                     if started.error is not None:
                         raise started.error
-                    if started.rest is None:
-                        value, cpu = started.value, 0
-                    else:
-                        try:
-                            value, cpu = await with_deadline(started.rest, policy.timeout_s), 0
-                        finally:
-                            started.rest.close()
+                    value, cpu = started.value, 0
                 elif limit is None:
                     value, cpu = await self._attempt(tool, kwargs)
                 else:
                     async with limit:
                         value, cpu = await self._attempt(tool, kwargs)
                 cpu_ns += cpu
+            except Interrupt as asked:  # a question for a human: the run waits for the answer
+                self.interrupts += 1
+                return ToolResult(
+                    ctx.call_id,
+                    tool.name,
+                    asked.question,
+                    ok=False,
+                    error="interrupted",
+                    attempts=attempt + 1,
+                    wall_ns=time.perf_counter_ns() - t0,
+                    cpu_ns=cpu_ns,
+                )
             except TimeoutError:
                 failure = (
                     "timeout",
@@ -243,10 +268,7 @@ class ToolExecutor:
             value, rest = start_eagerly(tool.fn(**kwargs))
             if rest is None:
                 return value, 0
-            try:
-                return await with_deadline(rest, timeout), 0
-            finally:
-                rest.close()
+            return await with_deadline(rest, timeout), 0
         loop = asyncio.get_running_loop()
         if tool.policy.cpu_bound:
             future = loop.run_in_executor(
@@ -295,6 +317,59 @@ class ToolExecutor:
             self._threads.shutdown(wait=False, cancel_futures=True)
         if self._own_processes and self._processes is not None:
             self._processes.shutdown(wait=False, cancel_futures=True)
+
+
+def _continue_gen(
+    executor: ToolExecutor,
+    tool: Tool[Any, Any],
+    args: msgspec.Struct,
+    ctx: ToolContext,
+    t0: int,
+    coro: Coroutine[Any, Any, Any],
+    pending: Any,
+    task: asyncio.Task[Any] | None,
+) -> Generator[Any, Any, ToolResult]:
+    """Drive an inline-started call that suspended, under its timeout: one generator and
+    one deadline entry are all a waiting call holds. A failure goes on in ``_execute``
+    (retries, breaker, the error observation) as if its first attempt had failed there."""
+    timeout = tool.policy.timeout_s
+    deadline = None
+    if timeout is not None:
+        task = task or asyncio.current_task()
+        assert task is not None, "tool calls run inside an asyncio task"
+        deadline = arm_deadline(task, timeout)
+    try:
+        try:
+            while True:
+                try:
+                    sent = yield pending
+                except GeneratorExit:
+                    coro.close()
+                    raise
+                except BaseException as exc:  # cancellation and errors go into the coroutine
+                    pending = coro.throw(exc)
+                else:
+                    pending = coro.send(sent)
+        except StopIteration as stop:
+            value = stop.value
+            if type(value) is str:
+                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
+            first = _First(value, None)
+        except asyncio.CancelledError:
+            # Ours if the deadline fired and nothing else cancelled the task meanwhile.
+            if deadline is None or not deadline.fired or task is None or task.uncancel():
+                raise
+            first = _First(None, TimeoutError())
+        except Exception as exc:
+            first = _First(None, exc)
+    finally:
+        if deadline is not None:
+            deadline.disarm()
+    result: ToolResult = yield from executor._execute(tool, args, ctx, t0, first).__await__()
+    return result
+
+
+_continue = types.coroutine(_continue_gen)
 
 
 def _describe(tool: Tool[Any, Any], exc: BaseException) -> str:

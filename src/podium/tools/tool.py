@@ -22,10 +22,18 @@ from podium.security.sandbox import Sandbox
 from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy
 from podium.tools.schema import build_args_struct, parse_docstring, schema_for
 
-__all__ = ("Tool", "ToolContext", "tool")
+__all__ = ("ApprovalPolicy", "Tool", "ToolContext", "tool")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: ``requires_approval``: True, or a function of the call's decoded arguments and its
+#: :class:`ToolContext` saying whether this call needs a human's approval.
+ApprovalPolicy = bool | Callable[[Any, "ToolContext"], bool]
+
+
+def _always(args: Any, ctx: ToolContext) -> bool:
+    return True
 
 
 class ToolContext(msgspec.Struct, frozen=True, gc=False):
@@ -56,6 +64,7 @@ class Tool(Generic[P, R]):
         name: str | None = None,
         description: str | None = None,
         policy: ToolPolicy | None = None,
+        requires_approval: ApprovalPolicy = False,
     ) -> None:
         self.fn = fn
         self.name = name or fn.__name__
@@ -81,6 +90,15 @@ class Tool(Generic[P, R]):
             and self.policy.max_concurrency is None
             and self.policy.sandbox is None
         )
+        #: Whether a call needs a human's approval before it runs (None: never; the engine
+        #: tests only this attribute, see podium.engine.approvals).
+        self.approval: Callable[[Any, ToolContext], bool] | None = (
+            _always if requires_approval is True else requires_approval or None
+        )
+        if self.approval is not None and not callable(self.approval):
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: requires_approval takes True or a function (args, ctx)"
+            )
         self.module = getattr(fn, "__module__", None)
         self.qualname = getattr(fn, "__qualname__", self.name)
 
@@ -134,6 +152,7 @@ def tool(
     sandbox: Sandbox | bool | None = None,
     secret_args: tuple[str, ...] = (),
     secret_result: bool = False,
+    requires_approval: ApprovalPolicy = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -156,6 +175,7 @@ def tool(
     sandbox: Sandbox | bool | None = None,
     secret_args: tuple[str, ...] = (),
     secret_result: bool = False,
+    requires_approval: ApprovalPolicy = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Turn a typed function (sync or async) into a :class:`Tool`.
 
@@ -175,6 +195,9 @@ def tool(
     limits; the function must be importable:
     a module-level function; arguments and result travel as JSON). ``secret_args`` and
     ``secret_result`` keep those out of the journal, events and traces.
+    ``requires_approval`` (True, or ``lambda args, ctx: args.amount > 100``) stops the
+    run before the call until a human approves, rejects or edits it (see
+    ``docs/approvals.md``).
     """
     kwargs: dict[str, Any] = {
         "timeout_s": timeout,
@@ -197,7 +220,13 @@ def tool(
     policy = ToolPolicy(**kwargs)
 
     def wrap(f: Callable[P, R]) -> Tool[P, R]:
-        return Tool(f, name=name, description=description, policy=policy)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            policy=policy,
+            requires_approval=requires_approval,
+        )
 
     if fn is not None:
         return wrap(fn)

@@ -131,6 +131,7 @@ async def _serve(config: WorkerConfig) -> int:
         queue, engine, agents, pool=config.pool, concurrency=config.concurrency,
         consumer=config.consumer, heartbeat_s=config.lease_s / 3,
         max_deliveries=config.max_deliveries, claim_block_s=min(1.0, config.lease_s / 3),
+        waiting_sweep_s=min(5.0, config.lease_s / 3),  # waiting runs' deadlines, as often
     )
     loop = asyncio.get_running_loop()
     drained: list[asyncio.Task[None]] = []

@@ -81,6 +81,7 @@ class Worker:
         max_deliveries: int = 3,
         claim_block_s: float = 1.0,
         cancel_poll_s: float = 0.5,
+        waiting_sweep_s: float = 5.0,
     ) -> None:
         self.queue = queue
         self.engine = engine
@@ -92,6 +93,7 @@ class Worker:
         self.max_deliveries = max_deliveries
         self.claim_block_s = claim_block_s
         self.cancel_poll_s = cancel_poll_s
+        self.waiting_sweep_s = waiting_sweep_s
         self._active: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._draining = asyncio.Event()
@@ -109,6 +111,7 @@ class Worker:
         """
         heartbeat = asyncio.create_task(self._heartbeat_loop(), name="podium-heartbeat")
         cancels = asyncio.create_task(self._cancel_loop(), name="podium-cancels")
+        sweep = asyncio.create_task(self._sweep_loop(), name="podium-waiting-sweep")
         try:
             while not self._draining.is_set():
                 await self._slots.acquire()
@@ -134,7 +137,7 @@ class Worker:
             while self._active and not self._draining.is_set():
                 await asyncio.wait([t for _, t in self._active.values()])
         finally:
-            for task in (heartbeat, cancels):
+            for task in (heartbeat, cancels, sweep):
                 await stop_task(task)
 
     async def _claim(self, count: int) -> list[Claim]:
@@ -243,13 +246,16 @@ class Worker:
                         why = "run not in store"
                     await self._dead_letter(claim, why)
                     return None
-                if record.done:  # finished before (its ack was lost, or another write ended it)
+                if record.done or record.status == "waiting":
+                    # Finished before (its ack was lost, or another write ended it), or
+                    # parked on a human: a decision enqueues it again.
                     await self._ack(self._claim_of(claim))
                     return None
                 if self._draining.is_set():
                     return False
                 record = await self.engine.execute(agent, record, admit_ns=admit_ns)
-                return record.done
+                # A run parked on a human leaves the queue too (no lease runs while it waits).
+                return record.done or record.status == "waiting"
             except StaleRunError as exc:
                 if await self._lease_lost(self._claim_of(claim)):
                     log.warning("run %s: another worker holds it now (%s)", run_id, exc)
@@ -338,6 +344,20 @@ class Worker:
                 continue
             for run_id in wanted:
                 self.engine.cancel(run_id)
+
+    async def _sweep_loop(self) -> None:
+        """End the waiting runs past their deadline: no worker holds them, so every worker
+        looks every ``waiting_sweep_s`` (one indexed store read; the store's fencing lets
+        one of several sweeping workers write each end)."""
+        while True:
+            await asyncio.sleep(self.waiting_sweep_s)
+            try:
+                ended = await self.engine.sweep_waiting()
+            except Exception as exc:  # a maintenance loop must not take the worker down
+                log.warning("sweeping waiting runs failed (%s)", exc)
+                continue
+            for record in ended:
+                log.warning("run %s failed: %s", record.run_id, record.reason)
 
     async def _heartbeat_loop(self) -> None:
         while True:

@@ -1,0 +1,386 @@
+"""Human approval and interrupts, embedded: a run parks ``waiting``, a human decides, any
+engine resumes it from its journal with no completed tool call repeated (memory and SQLite)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from podium import (
+    Agent,
+    DecisionError,
+    Engine,
+    FunctionModel,
+    Interrupt,
+    MemoryRunStore,
+    ModelRequest,
+    ModelResponse,
+    RunStore,
+    tool,
+    tool_call_reply,
+)
+from podium.engine import approvals
+from podium.engine.records import ApprovalDecided, ApprovalRequested, RunFinished
+from podium.messages import Message
+from podium.store.sqlite import SQLiteRunStore
+
+pytestmark = pytest.mark.anyio
+
+
+class Refunds:
+    """An agent whose reply calls ``lookup`` (no approval) and ``refund`` (approval over 100)."""
+
+    def __init__(self, amount: int = 250, **agent_options: Any) -> None:
+        self.calls: Counter[str] = Counter()
+        self.refunded: list[int] = []
+        self.seen: list[str] = []  # what the model read back for each tool call
+
+        @tool
+        async def lookup(order_id: str) -> str:
+            """Look up an order.
+
+            Args:
+                order_id: The order.
+            """
+            self.calls["lookup"] += 1
+            return f"order {order_id}: paid 250"
+
+        @tool(side_effects=True, requires_approval=lambda args, ctx: args.amount > 100)
+        async def refund(order_id: str, amount: int) -> str:
+            """Refund an order.
+
+            Args:
+                order_id: The order.
+                amount: How much.
+            """
+            self.calls["refund"] += 1
+            self.refunded.append(amount)
+            return f"refunded {amount} on {order_id}"
+
+        def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+            if request.step == 0:
+                return tool_call_reply(
+                    ("lookup", '{"order_id": "A-1"}'),
+                    ("refund", msgspec.json.encode({"order_id": "A-1", "amount": amount}).decode()),
+                )
+            self.seen = [m.content for m in messages if m.role == "tool"]
+            return "done: " + " | ".join(self.seen)
+
+        self.agent = Agent(
+            "refunds", FunctionModel(reply), tools=[lookup, refund], **agent_options
+        )
+
+
+class Asker:
+    """An agent whose tool asks the human a question (raises Interrupt) before acting."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+        @tool
+        def transfer(amount: int) -> str:
+            """Transfer money.
+
+            Args:
+                amount: How much.
+            """
+            self.calls += 1
+            raise Interrupt(f"From which account should {amount} go?")
+
+        def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+            if request.step == 0:
+                return tool_call_reply(("transfer", '{"amount": 5}'))
+            return "the human said: " + messages[-1].content
+
+        self.agent = Agent("asker", FunctionModel(reply), tools=[transfer])
+
+
+StoreFactory = Callable[[], RunStore]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreFactory]:
+    """A factory of stores that all see the same runs: a new engine on one is a new worker."""
+    opened: list[RunStore] = []
+    memory = MemoryRunStore()
+
+    def make() -> RunStore:
+        store: RunStore = (
+            memory if request.param == "memory" else SQLiteRunStore(str(tmp_path / "runs.db"))
+        )
+        opened.append(store)
+        return store
+
+    yield make
+    for store in {id(s): s for s in opened}.values():
+        await store.aclose()
+
+
+async def test_approve_runs_the_call_once_on_another_engine(stores: StoreFactory) -> None:
+    refunds = Refunds()
+    async with Engine(stores()) as first:
+        record = await first.run(refunds.agent, "Refund A-1")
+        assert record.status == "waiting"
+        assert record.waiting is not None and record.waiting.reason == "deadline"
+        pending = await first.pending_approvals()
+        assert [(p.tool, p.call_id, p.kind) for p in pending] == [("refund", "call_1", "approval")]
+        assert msgspec.json.decode(pending[0].arguments) == {"order_id": "A-1", "amount": 250}
+        assert refunds.calls == {"lookup": 1}  # the call that needed no one ran before the wait
+        decided = await first.decide(record.run_id, "call_1", approve=True, by="alice")
+        assert decided.status == "queued"
+    async with Engine(stores()) as second:  # any worker resumes it, from its journal
+        done = await second.resume(refunds.agent, record.run_id)
+        journal = [e for _, e in await second.store.journal(record.run_id)]
+    assert done.status == "completed", done.error
+    assert refunds.calls == {"lookup": 1, "refund": 1}
+    assert refunds.seen == ["order A-1: paid 250", "refunded 250 on A-1"]
+    decision = next(e for e in journal if isinstance(e, ApprovalDecided))
+    assert (decision.call_id, decision.decision, decision.by) == ("call_1", "approve", "alice")
+    assert decision.ts > 0
+
+
+async def test_reject_gives_the_model_the_message(stores: StoreFactory) -> None:
+    refunds = Refunds()
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        await engine.decide(record.run_id, "call_1", approve=False, message="refunds are frozen")
+        done = await engine.resume(refunds.agent, record.run_id)
+    assert done.status == "completed"
+    assert refunds.calls == {"lookup": 1}
+    assert refunds.seen == ["order A-1: paid 250", "refunds are frozen"]
+
+
+async def test_approve_with_edited_arguments(stores: StoreFactory) -> None:
+    refunds = Refunds()
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        with pytest.raises(DecisionError) as bad:
+            await engine.decide(
+                record.run_id, "call_1", approve=True, arguments={"amount": "lots"},
+                agent=refunds.agent,
+            )
+        assert bad.value.status == 422 and "amount" in str(bad.value)
+        await engine.decide(
+            record.run_id, "call_1", approve=True,
+            arguments={"order_id": "A-1", "amount": 99}, agent=refunds.agent,
+        )
+        done = await engine.resume(refunds.agent, record.run_id)
+    assert done.status == "completed"
+    assert refunds.refunded == [99]
+
+
+async def test_second_decision_is_a_conflict(stores: StoreFactory) -> None:
+    refunds = Refunds()
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        with pytest.raises(DecisionError) as unknown:
+            await engine.decide(record.run_id, "call_9", approve=True)
+        assert unknown.value.status == 404
+        with pytest.raises(DecisionError) as wrong_kind:
+            await engine.decide(record.run_id, "call_1", answer="yes")
+        assert wrong_kind.value.status == 422
+        await engine.decide(record.run_id, "call_1", approve=True)
+        with pytest.raises(DecisionError) as again:
+            await engine.decide(record.run_id, "call_1", approve=False)
+        assert again.value.status == 409
+        with pytest.raises(DecisionError) as missing:
+            await engine.decide("run_nope", "call_1", approve=True)
+        assert missing.value.status == 404
+
+
+async def test_a_call_the_policy_lets_through_never_waits(stores: StoreFactory) -> None:
+    refunds = Refunds(amount=50)
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+    assert record.status == "completed"
+    assert refunds.refunded == [50]
+
+
+async def test_interrupt_answer_becomes_the_result(stores: StoreFactory) -> None:
+    asker = Asker()
+    async with Engine(stores()) as engine:
+        record = await engine.run(asker.agent, "Move 5")
+        assert record.status == "waiting"
+        (pending,) = await engine.pending_approvals(record.run_id)
+        assert pending.kind == "interrupt"
+        assert pending.question == "From which account should 5 go?"
+        with pytest.raises(DecisionError):
+            await engine.decide(record.run_id, pending.call_id, approve=True)
+        await engine.decide(record.run_id, pending.call_id, answer="savings")
+    async with Engine(stores()) as other:
+        done = await other.resume(asker.agent, record.run_id)
+    assert done.status == "completed"
+    assert done.output == "the human said: savings"
+    assert asker.calls == 1  # the tool is not called again: its answer is the result
+
+
+async def test_deadline_counts_while_waiting(stores: StoreFactory) -> None:
+    refunds = Refunds(deadline_s=30.0)
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        assert await engine.sweep_waiting() == []  # not yet
+        ended = await engine.sweep_waiting(now=time.time() + 31)
+        assert [r.run_id for r in ended] == [record.run_id]
+        stored = await engine.store.get(record.run_id)
+        assert stored is not None
+        assert (stored.status, stored.reason) == ("failed", "deadline")
+        entries = [e for _, e in await engine.store.journal(record.run_id)]
+        assert isinstance(entries[-1], RunFinished)
+        with pytest.raises(DecisionError) as late:
+            await engine.decide(record.run_id, "call_1", approve=True)
+        assert late.value.status == 409
+    assert refunds.calls == {"lookup": 1}
+
+
+async def test_paused_deadline_and_approval_timeout(stores: StoreFactory) -> None:
+    refunds = Refunds(deadline_s=30.0, deadline_while_waiting="pause", approval_timeout_s=3600)
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        assert record.waiting is not None
+        assert record.waiting.reason == "approval_timeout" and record.waiting.pause
+        assert await engine.sweep_waiting(now=time.time() + 600) == []  # the deadline paused
+        decided = await engine.decide(record.run_id, "call_1", approve=True)
+        assert decided.paused_s > 0 and decided.waiting is None
+        done = await engine.resume(refunds.agent, record.run_id)
+        assert done.status == "completed"
+        other = await engine.run(refunds.agent, "Refund A-2")
+        ended = await engine.sweep_waiting(now=time.time() + 3601)
+        assert [(r.run_id, r.reason) for r in ended] == [(other.run_id, "approval_timeout")]
+
+
+async def test_a_waiting_run_is_cancelled_in_the_store(stores: StoreFactory) -> None:
+    refunds = Refunds()
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        assert await engine.cancel_stored(record)
+        stored = await engine.store.get(record.run_id)
+        assert stored is not None and stored.status == "cancelled"
+        with pytest.raises(DecisionError) as late:
+            await engine.decide(record.run_id, "call_1", approve=True)
+        assert late.value.status == 409
+        assert await engine.pending_approvals() == []
+
+
+async def test_resuming_an_undecided_run_keeps_it_waiting(stores: StoreFactory) -> None:
+    refunds = Refunds()
+    async with Engine(stores()) as engine:
+        record = await engine.run(refunds.agent, "Refund A-1")
+        again = await engine.resume(refunds.agent, record.run_id)
+        assert again.status == "waiting"
+        journal = [e for _, e in await engine.store.journal(record.run_id)]
+    assert sum(isinstance(e, ApprovalRequested) for e in journal) == 1
+    assert refunds.calls == {"lookup": 1}
+
+
+async def test_agents_without_approval_never_reach_the_gate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pay only for what you use: the engine tests one attribute per step, nothing more."""
+
+    @tool
+    async def plain(x: int) -> str:
+        """Echo.
+
+        Args:
+            x: A number.
+        """
+        return str(x)
+
+    def boom(*args: object) -> Any:
+        raise AssertionError("the approval gate ran for an agent that has none")
+
+    monkeypatch.setattr(approvals, "gate", boom)
+    monkeypatch.setattr(approvals, "requests_for", boom)
+
+    def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+        if request.step == 0:
+            return tool_call_reply(("plain", '{"x": 1}'))
+        if request.step == 1:
+            return tool_call_reply(("plain", '{"x": 1}'), ("plain", '{"x": 2}'))
+        return "ok"
+
+    agent = Agent("plain", FunctionModel(reply), tools=[plain])
+    assert agent.gated is False and plain.approval is None
+    record = await agent.run("go")
+    assert record.status == "completed"
+
+
+async def test_interrupt_among_several_calls(stores: StoreFactory) -> None:
+    """The other call of the reply runs once (journaled as it finishes); the question waits."""
+    ran: Counter[str] = Counter()
+
+    @tool
+    async def note(x: int) -> str:
+        """Note.
+
+        Args:
+            x: A number.
+        """
+        ran["note"] += 1
+        return f"noted {x}"
+
+    @tool
+    async def confirm(x: int) -> str:
+        """Confirm with the user.
+
+        Args:
+            x: A number.
+        """
+        ran["confirm"] += 1
+        raise Interrupt(f"Really {x}?")
+
+    def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+        if request.step == 0:
+            return tool_call_reply(("note", '{"x": 1}'), ("confirm", '{"x": 2}'))
+        return " | ".join(m.content for m in messages if m.role == "tool")
+
+    agent = Agent("both", FunctionModel(reply), tools=[note, confirm])
+    async with Engine(stores()) as engine:
+        record = await engine.run(agent, "go")
+        assert record.status == "waiting"
+        (pending,) = await engine.pending_approvals(record.run_id)
+        assert (pending.tool, pending.question) == ("confirm", "Really 2?")
+        await engine.decide(record.run_id, pending.call_id, answer="yes")
+    async with Engine(stores()) as other:
+        done = await other.resume(agent, record.run_id)
+    assert done.output == "noted 1 | yes"
+    assert ran == {"note": 1, "confirm": 1}
+
+
+async def test_a_question_journaled_before_a_crash_parks_the_run_on_resume(
+    stores: StoreFactory,
+) -> None:
+    """The worker died after the asking call's outcome was journaled but before the run was
+    parked: the resume parks it (asking again) without running anything."""
+    from podium.engine.records import ModelTurn, RunRecord, ToolOutcome
+    from podium.messages import ToolCall
+    from podium.tools.executor import ToolResult
+
+    asker = Asker()
+    store = stores()
+    record = RunRecord("run_crashed", "asker", "Move 5", status="running", started_at=time.time())
+    await store.create(record)
+    call = ToolCall("call_0", "transfer", '{"amount": 5}')
+    interrupted = ToolResult("call_0", "transfer", "Which account?", ok=False, error="interrupted")
+    await store.append(
+        record.run_id,
+        [
+            ModelTurn(0, time.time(), Message("assistant", "", (call,))),
+            ToolOutcome(0, time.time(), 0, interrupted),
+        ],
+    )
+    async with Engine(store) as engine:
+        parked = await engine.resume(asker.agent, record.run_id)
+        assert parked.status == "waiting"
+        (pending,) = await engine.pending_approvals(record.run_id)
+        assert (pending.kind, pending.question) == ("interrupt", "Which account?")
+        await engine.decide(record.run_id, "call_0", answer="checking")
+        done = await engine.resume(asker.agent, record.run_id)
+    assert done.output == "the human said: checking"
+    assert asker.calls == 0

@@ -1,0 +1,91 @@
+"""Approvals over the HTTP API (embedded gateway): list, decide, resume; 404/409/422."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from conftest import KEY_B, gateway_client
+from podium.examples import refunds
+from podium.gateway.service import ServedAgent
+
+pytestmark = pytest.mark.anyio
+
+AGENTS = [ServedAgent(refunds.agent)]
+
+
+async def _waiting_run(client: httpx.AsyncClient, text: str) -> dict[str, object]:
+    r = await client.post("/v1/runs", json={"agent": "refunds", "input": text, "wait": True})
+    assert r.status_code == 202, r.text  # answered as soon as it waits: not at the timeout
+    body: dict[str, object] = r.json()
+    assert body["status"] == "waiting"
+    return body
+
+
+async def test_list_approve_and_resume() -> None:
+    async with gateway_client(agents=AGENTS) as (gw, client):
+        run = await _waiting_run(client, "Refund 250 on order A-1001")
+        listed = (await client.get("/v1/approvals")).json()["data"]
+        assert [(a["run_id"], a["tool"], a["kind"]) for a in listed] == [
+            (run["id"], "refund", "approval")
+        ]
+        assert listed[0]["arguments"] == {"order_id": "A-1001", "amount": 250}
+        per_run = (await client.get(f"/v1/runs/{run['id']}/approvals")).json()["data"]
+        assert per_run == listed
+        call = listed[0]["call_id"]
+        bad = await client.post(
+            f"/v1/runs/{run['id']}/approvals/{call}",
+            json={"decision": "approve", "arguments": {"order_id": "A-1001", "amount": "x"}},
+        )
+        assert bad.status_code == 422 and "amount" in bad.text
+        ok = await client.post(
+            f"/v1/runs/{run['id']}/approvals/{call}",
+            json={"decision": "approve", "arguments": {"order_id": "A-1001", "amount": 120}},
+        )
+        assert ok.status_code == 200, ok.text
+        again = await client.post(
+            f"/v1/runs/{run['id']}/approvals/{call}", json={"decision": "reject"}
+        )
+        assert again.status_code == 409
+        record = await gw.wait(str(run["id"]), 10.0)  # resumed by the gateway's worker
+        assert record.status == "completed"
+        assert record.output == "Done. refunded 120 on A-1001"
+        assert (await client.get("/v1/approvals")).json()["data"] == []
+
+
+async def test_reject_answer_cancel_and_other_tenants() -> None:
+    async with gateway_client(agents=AGENTS) as (gw, client):
+        run = await _waiting_run(client, "Refund 500 on order B-2001")
+        (pending,) = (await client.get(f"/v1/runs/{run['id']}/approvals")).json()["data"]
+        url = f"/v1/runs/{run['id']}/approvals/{pending['call_id']}"
+        async with httpx.AsyncClient(
+            transport=client._transport, base_url="http://podium.test",
+            headers={"Authorization": f"Bearer {KEY_B}"},
+        ) as other:
+            assert (await other.get("/v1/approvals")).json()["data"] == []
+            assert (await other.get(f"/v1/runs/{run['id']}/approvals")).status_code == 404
+            assert (await other.post(url, json={"decision": "approve"})).status_code == 404
+        assert (await client.post(url, json={"decision": "answer"})).status_code == 422
+        assert (await client.post(url, json={"decision": "maybe"})).status_code == 422
+        missing = await client.post(
+            f"/v1/runs/{run['id']}/approvals/call_nope", json={"decision": "approve"}
+        )
+        assert missing.status_code == 404
+        r = await client.post(url, json={"decision": "reject", "message": "no refunds today"})
+        assert r.status_code == 200
+        done = await gw.wait(str(run["id"]), 10.0)
+        assert done.status == "completed" and done.output == "Done. no refunds today"
+
+        asked = await _waiting_run(client, "Send a credit for A-1001")
+        (question,) = (await client.get(f"/v1/runs/{asked['id']}/approvals")).json()["data"]
+        assert question["kind"] == "interrupt" and "Which account" in question["question"]
+        answer_url = f"/v1/runs/{asked['id']}/approvals/{question['call_id']}"
+        r = await client.post(answer_url, json={"decision": "answer", "message": "savings"})
+        assert r.status_code == 200
+        assert (await gw.wait(str(asked["id"]), 10.0)).output == "Done. savings"
+
+        parked = await _waiting_run(client, "Refund 300 on order A-1001")
+        cancelled = await client.post(f"/v1/runs/{parked['id']}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        listed = (await client.get("/v1/runs", params={"status": "waiting"})).json()["data"]
+        assert listed == []
