@@ -48,6 +48,7 @@ from podium.engine.step import (
     truncate_result,
 )
 from podium.engine.stopwatch import CpuClock, NoStopwatch, Stopwatch, cpu_clock
+from podium.engine.token_stream import stream_model
 from podium.errors import (
     DecisionError,
     ModelError,
@@ -65,6 +66,7 @@ from podium.security.screen import ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, start_eagerly
@@ -158,6 +160,9 @@ class Engine(AsyncCloseable):
         self._models: dict[int, Model] = {}
         #: Metrics and tracing (see podium.engine.hook); None costs one test per step.
         self.hook: EngineHook | None = None
+        #: Where model tokens go while a client listens to a run (see podium.streaming);
+        #: None costs one test per step, and so does a channel nobody listens to.
+        self.tokens: TokenChannel | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -582,17 +587,23 @@ class Engine(AsyncCloseable):
         )
         sw.lap(_ASSEMBLE)
         # model
-        coro = agent.model.request(request)
-        try:
-            pending = coro.send(None)
-        except StopIteration as answered:  # no wait (simulated, cached)
-            response: ModelResponse = answered.value
-        except ModelReplyError:
-            response = await self._call_model(agent, request, sw, 1)
+        response: ModelResponse
+        tokens = self.tokens
+        if tokens is not None and tokens.listening(record.run_id):  # a client listens
+            response = await stream_model(agent, request, sw, tokens, _MODEL)
         else:
-            response = await self._wait_model(agent, request, sw, coro, pending)
+            coro = agent.model.request(request)
+            try:
+                pending = coro.send(None)
+            except StopIteration as answered:  # no wait (simulated, cached)
+                response = answered.value
+            except ModelReplyError:
+                response = await self._call_model(agent, request, sw, 1)
+            else:
+                response = await self._wait_model(agent, request, sw, coro, pending)
+            del coro  # a finished coroutine is one more object for the collector to scan
         sw.lap(_MODEL)
-        state.attained_s += sw.wall[_MODEL] / 1e9
+        state.attained_s += sw.t[_MODEL] / 1e9
         # parse
         message = Message(
             "assistant", response.content, response.tool_calls, reasoning=response.reasoning
@@ -621,6 +632,7 @@ class Engine(AsyncCloseable):
         if call.tool.policy.side_effects or call.tool.approval is not None:
             await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
             return False
+        del planned, rejected  # a run waiting in its tool holds neither list
         # tools: the one call, side-effect free, so it is journaled with the step's end
         started = self.executor.start(call.tool, call.args, call.ctx, state.task)
         if isinstance(started, ToolResult):
@@ -636,7 +648,7 @@ class Engine(AsyncCloseable):
         sw.lap(_TOOLS)
         if not result.ok and result.error == "interrupted":  # the tool asked a human
             outcome = [(call.index, result)]
-            await self._park(agent, state, planned, [], [], outcome, {}, (message, response))
+            await self._park(agent, state, [call], [], [], outcome, {}, (message, response))
         # merge
         ctx.append(tool_message(result))
         compaction = None

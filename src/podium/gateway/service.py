@@ -49,6 +49,8 @@ from podium.queue.base import QueueItem, RunQueue
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
+from podium.streaming.base import TokenChannel, TokenSubscription
+from podium.streaming.local import LocalTokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.threads.record import ThreadRecord, new_thread_id
 from podium.worker.worker import Worker
@@ -63,6 +65,7 @@ _SETTLE_S = 300.0
 #: How long past its deadline a wait keeps trying a store that is down.
 _OUTAGE_GRACE_S = 60.0
 _SETTLE_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, StoreError)
+_CHANNEL_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, OSError)
 
 
 def idempotent_run_id(tenant: str, key: str) -> str:
@@ -89,7 +92,10 @@ class ServedAgent:
 class Gateway:
     """Runs submitted over HTTP, with admission control in front of the queue.
 
-    ``engine`` and ``workers`` are given in the embedded mode only.
+    ``engine`` and ``workers`` are given in the embedded mode only. ``tokens`` carries
+    model tokens from the workers to streaming clients: in the embedded mode it
+    defaults to an in-process channel shared with ``engine``; without one, streams
+    carry whole journal events only.
     """
 
     def __init__(
@@ -103,6 +109,7 @@ class Gateway:
         engine: Engine | None = None,
         workers: Sequence[Worker] = (),
         lag: LoopLagMonitor | None = None,
+        tokens: TokenChannel | None = None,
     ) -> None:
         self.config = config
         self.agents: dict[str, ServedAgent] = {a.name: a for a in agents}
@@ -125,6 +132,10 @@ class Gateway:
         self._settling: set[asyncio.Task[None]] = set()
         if engine is not None:
             engine.observers.append(self._observe)
+            if tokens is None:
+                tokens = engine.tokens or LocalTokenChannel()
+            engine.tokens = engine.tokens or tokens
+        self.tokens = tokens
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -158,6 +169,8 @@ class Gateway:
             self.blocking.stop()
         if self.engine is not None:
             await self.engine.aclose()
+        if self.tokens is not None:
+            await self.tokens.aclose()
         # The models' HTTP sessions (opened by runs or by /readyz probes) end with the gateway.
         for model in {id(s.agent.model): s.agent.model for s in self.agents.values()}.values():
             await model.aclose()
@@ -181,6 +194,7 @@ class Gateway:
         *,
         field: str = "agent",
         idempotency_key: str | None = None,
+        run_id: str | None = None,
         thread_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Admit (or refuse with a 429) and enqueue a new run; ``(record, replayed)``.
@@ -188,12 +202,12 @@ class Gateway:
         With an ``idempotency_key`` a retry of the same request returns the run the
         first attempt made (``replayed``) instead of starting another; the same key
         with a different agent, input or metadata is a 422. ``thread_id``: the run
-        continues the tenant's thread (404 if the tenant has none by that id).
+        continues the tenant's thread (404 if the tenant has none by that id). ``run_id`` is the id
+        :meth:`new_run_id` gave (to listen to the run's tokens before it starts).
         """
         served = self.served(agent_name, field)
-        run_id = new_run_id()
+        run_id = run_id or self.new_run_id(tenant, idempotency_key)
         if idempotency_key is not None:
-            run_id = idempotent_run_id(tenant.name, idempotency_key)
             existing = await self.store.get(run_id)
             if existing is not None:
                 if existing.thread_id != thread_id:
@@ -250,6 +264,23 @@ class Gateway:
             self._settle_later(record, enqueue=idempotency_key is not None)
             raise
         return record, False
+
+    def new_run_id(self, tenant: Tenant, idempotency_key: str | None = None) -> str:
+        """The id :meth:`submit` will give the run (derived from the key, if any)."""
+        if idempotency_key is not None:
+            return idempotent_run_id(tenant.name, idempotency_key)
+        return new_run_id()
+
+    async def listen(self, run_id: str) -> TokenSubscription | None:
+        """Subscribe to the run's model tokens; None without a channel or while it is away
+        (the stream then carries whole journal events, nothing is lost)."""
+        if self.tokens is None:
+            return None
+        try:
+            return await self.tokens.subscribe(run_id)
+        except _CHANNEL_ERRORS as exc:
+            log.warning("run %s: streaming whole steps only, no token channel: %s", run_id, exc)
+            return None
 
     async def _enqueue(self, record: RunRecord) -> None:
         await self.queue.submit(
