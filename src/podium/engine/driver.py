@@ -13,6 +13,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextvars import Token
 from typing import Any, TypeVar
 
 import msgspec
@@ -59,8 +60,10 @@ from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.security.allowlist import allowed_tools, restrict_calls
+from podium.security.egress import EgressPolicy
 from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
+from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
@@ -173,19 +176,21 @@ class Engine(AsyncCloseable):
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
         thread_id: str | None = None,
+        egress: EgressPolicy | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
         ``thread_id``: the run continues that conversation (created for ``tenant`` if
         new); it starts when the thread's earlier runs have ended, from their history.
+        ``egress`` narrows where its tools may connect (the tenant's policy).
         """
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
             user_input,
             tenant=tenant,
-            metadata=metadata or {},
+            metadata=with_egress(metadata or {}, egress),
             deadline_s=deadline_s,
             thread_id=thread_id,
         )
@@ -391,6 +396,7 @@ class Engine(AsyncCloseable):
         task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
+        egress: Token[EgressPolicy | None] | None = None
         try:
             try:
                 if self._ended_outside:
@@ -420,6 +426,8 @@ class Engine(AsyncCloseable):
             # The step loop runs in this frame, not a nested one: a run waiting in a tool
             # holds as few coroutines as possible (each is an object the collector scans).
             state.task = task
+            if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
+                egress = enter_egress(record.metadata[EGRESS_KEY])
             deadline = self._arm_deadline(agent, state)
             sink = None if self.aggregator is None else self.aggregator.add_step
             sw = self._stopwatch.start(self._cpu, sink)
@@ -460,6 +468,8 @@ class Engine(AsyncCloseable):
                 await self.threads.settle_quietly(ended, state.ctx.messages)
             return ended
         finally:
+            if egress is not None:
+                leave_egress(egress)
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
             self._cancelling.discard(run_id)

@@ -47,6 +47,7 @@ from podium.observe.metrics import RunMetrics
 from podium.observe.tracing import TRACE_KEYS, RunTracer, tracer_from_env
 from podium.queue.base import QueueItem, RunQueue
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
+from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
 from podium.streaming.base import TokenChannel, TokenSubscription
 from podium.streaming.local import LocalTokenChannel
@@ -225,6 +226,9 @@ class Gateway:
         )
         if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
             record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
+        record.metadata.pop(EGRESS_KEY, None)  # the tenant's, never the client's
+        if tenant.egress is not None:  # enforced by the engine that executes the run
+            record.metadata[EGRESS_KEY] = encode_egress(tenant.egress)
         try:
             if thread_id is None:
                 await self.store.create(record)
@@ -566,4 +570,8 @@ def _mismatch(run_id: str) -> ApiError:
 def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     """Metadata as the client sent it: without what the gateway stamps on (a tenant's
     tools, the request's trace context: a retry comes with a new one)."""
-    return {k: v for k, v in metadata.items() if k != TOOLS_KEY and k not in TRACE_KEYS}
+    return {
+        k: v
+        for k, v in metadata.items()
+        if k != TOOLS_KEY and k != EGRESS_KEY and k not in TRACE_KEYS
+    }
