@@ -14,6 +14,7 @@ PACKAGES = (
     "podium.models",
     "podium.queue",
     "podium.security",
+    "podium.streaming",
     "podium.threads",
     "podium.tools",
     "podium.worker",

@@ -45,6 +45,7 @@ from podium.models import (
 from podium.security import EgressPolicy, Sandbox, ScreeningPolicy
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.streaming import LocalTokenChannel, TokenChannel, TokenDelta, TokenSubscription
 from podium.threads import ThreadRecord
 from podium.tools import BreakerPolicy, Tool, ToolContext, ToolPolicy, tool
 
@@ -61,6 +62,7 @@ __all__ = (
     "HuggingFaceTokenizer",
     "Interrupt",
     "LatencyModel",
+    "LocalTokenChannel",
     "Memory",
     "MemoryItem",
     "MemoryRunStore",
@@ -91,6 +93,9 @@ __all__ = (
     "StoreMemory",
     "ThreadNotFoundError",
     "ThreadRecord",
+    "TokenChannel",
+    "TokenDelta",
+    "TokenSubscription",
     "Tokenizer",
     "Tool",
     "ToolCall",

@@ -39,6 +39,7 @@ Example::
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -143,8 +144,11 @@ class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
     ``transport = "stdio"``: started as ``command`` + ``args`` (with ``env`` added to a
     clean environment, in ``cwd``); ``"http"``: a streamable-HTTP endpoint at ``url``,
-    sent ``headers``. ``timeout`` (seconds) and ``retries`` are each tool's policy;
-    ``prefix`` goes before each tool's name.
+    sent ``headers``, every connection checked by an egress policy: public addresses
+    only unless ``allow_private`` (loopback, private and link-local networks; never cloud
+    metadata) or ``allow_networks`` (``["10.1.0.0/16"]``) say otherwise. ``timeout``
+    (seconds) and ``retries`` are each tool's policy; ``prefix`` goes before each tool's
+    name.
     """
 
     name: str
@@ -158,6 +162,8 @@ class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout: Positive = 30.0
     retries: Annotated[int, msgspec.Meta(ge=0)] = 1
     prefix: str = ""
+    allow_private: bool = False
+    allow_networks: list[str] = msgspec.field(default_factory=list)
 
 
 class RouteConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -244,6 +250,28 @@ class LimitsConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     adaptive: AdaptiveConfig = msgspec.field(default_factory=AdaptiveConfig)
 
 
+class EgressConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
+    """A tenant's egress limits (``[keys.egress]``). Each field narrows the egress policy of
+    the tools its runs call; one left out leaves theirs as it is on that point.
+
+    - ``allow_hosts``: the only hosts its runs may reach (``"*.example.com"`` for
+      subdomains); empty: any host the tool's policy allows;
+    - ``allow_ports`` / ``deny_ports``: ports (unset: any the tool's policy allows);
+    - ``allow_private = false``: no loopback, private or link-local address even where a
+      tool's policy allows one, except in ``allow_networks``;
+    - ``max_response_bytes``, ``timeout_s``, ``max_redirects``: lower caps.
+    """
+
+    allow_hosts: list[str] = msgspec.field(default_factory=list)
+    allow_ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
+    deny_ports: list[int] = msgspec.field(default_factory=list)
+    allow_private: bool = True
+    allow_networks: list[str] = msgspec.field(default_factory=list)
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    max_redirects: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
 class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An API key for a tenant: ``hash`` is ``sha256:<hex>``; ``key`` (plain) is for development."""
 
@@ -255,6 +283,8 @@ class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     admin: bool = False  # an operator's key: may read /metrics (tenants' keys may not)
     #: The tools this tenant's runs may call (None: all of each agent's tools).
     tools: list[str] | None = None
+    #: Where this tenant's runs' tools may connect: narrows each tool's own egress policy.
+    egress: EgressConfig | None = None
 
 
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -363,6 +393,11 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
             raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
         if key.hash is not None and not key.hash.startswith("sha256:"):
             raise ConfigError(f"keys: tenant {key.tenant!r}: hash must look like sha256:<hex>")
+        for net in key.egress.allow_networks if key.egress is not None else ():
+            try:
+                ipaddress.ip_network(net)
+            except ValueError as exc:
+                raise ConfigError(f"keys: tenant {key.tenant!r}: egress: {exc}") from exc
     return config
 
 
@@ -377,6 +412,11 @@ def _check_mcp(config: Config) -> None:
             raise ConfigError(f"mcp_servers: {server.name!r} (stdio) needs a 'command'")
         if server.transport == "http" and not server.url:
             raise ConfigError(f"mcp_servers: {server.name!r} (http) needs a 'url'")
+        for net in server.allow_networks:
+            try:
+                ipaddress.ip_network(net)
+            except ValueError as exc:
+                raise ConfigError(f"mcp_servers: {server.name!r}: {exc}") from exc
     known = ", ".join(sorted(names)) or "none"
     for agent in config.agents:
         label = agent.name or agent.path

@@ -220,6 +220,7 @@ def build_mcp_servers(config: Config) -> dict[str, MCPServer]:
     """One :class:`~podium.tools.mcp.MCPServer` per ``[[mcp_servers]]`` entry (not started)."""
     if not config.mcp_servers:
         return {}
+    from podium.security.egress import EgressDenied, EgressPolicy
     from podium.tools.mcp import MCPServer
 
     def make(cfg: MCPServerConfig) -> MCPServer:
@@ -228,7 +229,16 @@ def build_mcp_servers(config: Config) -> dict[str, MCPServer]:
         }
         if cfg.transport == "http":
             assert cfg.url is not None  # load_config checked
-            return MCPServer.http(cfg.url, headers=cfg.headers, **options)
+            policy = EgressPolicy(
+                allow_ports=None,
+                allow_private=cfg.allow_private,
+                allow_networks=tuple(cfg.allow_networks),
+                label=f"MCP server {cfg.name!r}",
+            )
+            try:
+                return MCPServer.http(cfg.url, headers=cfg.headers, policy=policy, **options)
+            except EgressDenied as exc:
+                raise ConfigError(f"mcp_servers: {cfg.name!r}: {exc}") from None
         assert cfg.command is not None
         return MCPServer.stdio(cfg.command, cfg.args, env=cfg.env or None, cwd=cfg.cwd, **options)
 

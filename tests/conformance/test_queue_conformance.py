@@ -118,7 +118,8 @@ async def test_queued_and_claimed_runs_survive_a_restart(
     if not queues.restartable:
         pytest.skip(f"{queues.name}: no backing service (its runs live as long as it does)")
     queues.use_private_redis(request.getfixturevalue("private_redis"))
-    q = queues.queue(lease_s=0.2)
+    # A lease long enough that a loaded machine's pause between calls never expires it.
+    q = queues.queue(lease_s=5.0)
     await q.submit(QueueItem("r1", "agent"))
     await q.submit(QueueItem("r2", "agent"))
     (held,) = await q.claim("w1", block_s=0)

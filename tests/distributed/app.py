@@ -133,3 +133,25 @@ approvals_short = Agent(
     max_steps=3,
     deadline_s=2.0,
 )
+
+
+#: What ``talky`` answers, token by token.
+TALKY_ANSWER = (
+    "Your order A-1 left our warehouse in Lyon on Monday morning and the carrier "
+    "expects to deliver it on Thursday before noon."
+)
+
+
+def talky() -> Agent:
+    """One tool step, then a long answer streamed at about 100 tokens a second."""
+    from podium import LatencyModel
+
+    return Agent(
+        "talky",
+        SimulatedModel(
+            Scenario.react("effect", {"item": "A-1"}, tool_steps=1, final=TALKY_ANSWER),
+            latency=LatencyModel(ttft_s=0.02, per_token_s=0.01),
+        ),
+        "You track orders.",
+        [effect],
+    )

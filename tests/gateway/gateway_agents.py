@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from podium import Agent, LatencyModel, Scenario, SimulatedModel, tool
+from podium import Agent, LatencyModel, Scenario, SimStep, SimToolCall, SimulatedModel, tool
 
 
 @tool
@@ -74,3 +74,32 @@ def burner() -> Agent:
         [burn],
         max_steps=6,
     )
+
+
+#: What ``talky`` and ``chatty`` answer: many tokens, streamed at about 100 a second.
+TALKY_ANSWER = (
+    "Your order A-1 left our warehouse in Lyon on Monday morning and the carrier "
+    "expects to deliver it on Thursday before noon."
+)
+
+
+def talky(say: str = "") -> Agent:
+    """Two tool steps (saying ``say``), then a long answer, token by token (about 0.4 s)."""
+    return Agent(
+        "chatty" if say else "talky",
+        SimulatedModel(
+            Scenario(
+                steps=(SimStep((SimToolCall("lookup", {"query": "A-1"}),), say),) * 2,
+                final=TALKY_ANSWER,
+            ),
+            latency=LatencyModel(ttft_s=0.02, per_token_s=0.01),
+        ),
+        "You track orders.",
+        [lookup],
+        max_steps=6,
+    )
+
+
+def chatty() -> Agent:
+    """``talky``, whose tool steps say something too."""
+    return talky("Let me check.")

@@ -109,7 +109,10 @@ async def test_events_follow_a_live_run() -> None:
         run = (await client.post("/v1/runs", json={"agent": "slow", "input": "q"})).json()
         async with client.stream("GET", f"/v1/runs/{run['id']}/events") as r:
             names = [line[7:] async for line in r.aiter_lines() if line.startswith("event: ")]
-        assert names[0] == "model_reply" and names[-1] == "final"
+        # A client listens: the model's tokens come as deltas before each step's reply.
+        assert names[0] == "delta" and names[-1] == "final"
+        journal = [n for n in names if n != "delta"]
+        assert journal[0] == "model_reply"
 
 
 async def test_cancel_a_running_run_and_a_finished_one() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool_call_reply
 from podium.engine.driver import Engine
+from podium.errors import RetryableToolError
 from podium.messages import Message
 from podium.security import EgressDenied, EgressPolicy
 from podium.security.screen import ScreeningPolicy
@@ -200,3 +201,53 @@ async def test_a_podium_agent_served_over_mcp_is_called_by_the_sdk_client() -> N
     text = result.content[0]
     assert isinstance(text, types.TextContent)
     assert text.text == "Podium: 42 items found in each of 6 lookups."
+
+
+async def test_http_server_reached_through_a_name_is_checked_on_its_resolved_address(
+    http_server: str,
+) -> None:
+    """``localhost`` passes the URL check (a name); the address it resolves to is refused
+    at connect time by a policy that forbids loopback, and allowed by one that allows it."""
+    by_name = http_server.replace("127.0.0.1", "localhost")
+    refused = MCPServer.http(by_name, name="demo")  # default: public addresses only
+    try:
+        with pytest.raises(RetryableToolError) as info:
+            await refused.list_tools()
+        assert "127.0.0.1 is loopback (localhost resolves to it)" in str(info.value)
+        assert "not allowed by the egress policy" in str(info.value)
+    finally:
+        await refused.aclose()
+    allowed = MCPServer.http(by_name, name="demo", policy=EgressPolicy.loopback())
+    try:
+        tools = {t.name: t for t in await allowed.list_tools()}
+        assert await tools["add"].fn(a=2, b=40) == "42"
+    finally:
+        await allowed.aclose()
+
+
+async def test_redirects_do_not_lead_the_mcp_client_elsewhere(http_server: str) -> None:
+    """An endpoint that redirects to another origin (here: the real server on another
+    port, which the policy would allow) is not followed: the SDK follows same-origin
+    redirects only, and every connection passes the policy's address check."""
+    from aiohttp import web
+
+    async def moved(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(http_server)
+
+    app = web.Application()
+    app.router.add_route("*", "/mcp", moved)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    assert site._server is not None and site._server.sockets
+    port = site._server.sockets[0].getsockname()[1]
+    server = MCPServer.http(
+        f"http://127.0.0.1:{port}/mcp", name="moved", policy=EgressPolicy.loopback()
+    )
+    try:
+        with pytest.raises(RetryableToolError):
+            await asyncio.wait_for(server.list_tools(), 20)
+    finally:
+        await server.aclose()
+        await runner.cleanup()

@@ -175,3 +175,49 @@ async def test_the_gateway_loads_the_declared_mcp_tools(
         assert b"42" in items
     finally:
         await gw.stop()
+
+
+@pytest.fixture(scope="module")
+def demo_http() -> Iterator[str]:
+    """The demo server on streamable HTTP, reached by the name ``localhost``."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, DEMO, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "the demo server died"
+                time.sleep(0.05)
+        yield f"http://localhost:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_an_http_server_on_a_private_address_needs_allow_private(
+    tmp_path: Path, demo_http: str
+) -> None:
+    agents = '\n[[agents]]\nname = "a"\nmodel = "sim"\nmcp = ["web"]\n'
+    server = f'\n[[mcp_servers]]\nname = "web"\ntransport = "http"\nurl = "{demo_http}"\n'
+    with pytest.raises(ConfigError) as info:
+        served_agents(load_config(write(tmp_path, agents, server), environ={}))
+    message = str(info.value)
+    assert "could not be started or listed" in message and "\n" not in message
+    assert "127.0.0.1 is loopback (localhost resolves to it)" in message
+    allowed = server + "allow_private = true\n"
+    (served,) = served_agents(load_config(write(tmp_path, agents, allowed), environ={}))
+    assert {"add", "echo"} <= set(served.agent.tools)
+    # An IP literal is refused before anything is sent; a bad network is a ConfigError.
+    literal = server.replace("localhost", "127.0.0.1")
+    with pytest.raises(ConfigError, match=r"'web': address 127\.0\.0\.1 is loopback"):
+        served_agents(load_config(write(tmp_path, agents, literal), environ={}))
+    with pytest.raises(ConfigError, match=r"'web': .*does not appear to be an IPv4 or IPv6"):
+        load_config(write(tmp_path, agents, server + 'allow_networks = ["10.0.0.300/8"]\n'), {})

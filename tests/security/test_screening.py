@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from injection_corpus import BENIGN_PROSE, INJECTIONS, readme_paragraphs
 
 from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool, tool_call_reply
@@ -14,6 +16,7 @@ from podium.engine.driver import Engine
 from podium.engine.records import JournalEntry, RunRecord, Screened, StepRecord, ToolOutcome
 from podium.examples import order_support, research
 from podium.messages import Message
+from podium.security import heuristics
 from podium.security.findings import Finding
 from podium.security.heuristics import HeuristicScreener
 from podium.security.screen import ScreeningPolicy, screening_statistics
@@ -240,3 +243,37 @@ async def test_verdicts_are_counted_in_the_gateways_metrics() -> None:
     assert samples[(("action", "flag"), ("rule", "override"), ("source", "tool"))] >= 1
     for (source, action, rule), n in screening_statistics().items():
         assert samples[(("action", action), ("rule", rule), ("source", source))] == n
+
+
+# Pieces that make windows ASCII or not, anchors with and without what their rules need,
+# case changes, characters that change length when lowered (İ) or lower to ASCII (K, the
+# Kelvin sign), and the separators str-mode \s matches but bytes-mode does not.
+_PIECES = (
+    *INJECTIONS,
+    *BENIGN_PROSE[:8],
+    *("ignore", "Ignore the", "ALL previous", "instructions", "reveal", "print the", "send"),
+    *("do not tell the user", "sendo not tell the user", "call ", "the ", "transfer_funds"),
+    *("system", "prompt", "password", "api key", "tool_call", "assistant:", "new instructions:"),
+    *("é", "—", "\u212a", "İ", "ç", "ções", "忽略", "指令", "\x1c", "\u200b", "\n", " ", "x"),
+    *('"', "{", "}", ":", "<", ">", "|", "[", "_", "(", "`"),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES), min_size=1, max_size=14), st.booleans())
+def test_the_byte_fast_path_finds_what_the_character_path_finds(
+    pieces: list[str], upper: bool
+) -> None:
+    text = "".join(pieces)
+    text = text.upper() if upper else text
+    assert _spans(heuristics._screen(text)) == _spans(heuristics._screen(text, byte_windows=False))
+
+
+def test_the_fast_path_agrees_on_the_corpus_and_readme() -> None:
+    for text in [*INJECTIONS, *BENIGN_PROSE, *readme_paragraphs()]:
+        fast = heuristics._screen(text)
+        assert _spans(fast) == _spans(heuristics._screen(text, byte_windows=False)), text
+
+
+def _spans(found: Sequence[Finding]) -> list[tuple[str, float, int, int]]:
+    return sorted((f.rule, f.score, f.start, f.end) for f in found)

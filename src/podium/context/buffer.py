@@ -9,6 +9,7 @@ message, when it enters. Only compaction rewrites the middle of the list.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
@@ -57,37 +58,41 @@ def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
     )
 
 
-class ContextBuffer:
-    """The messages of one run and their token accounting.
+# gc=False: thousands of runs hold one, and it holds nothing that refers back to it.
+class ContextBuffer(msgspec.Struct, gc=False):
+    """The messages of one run and their token accounting (make one with :meth:`start`).
 
     ``history``: a thread's earlier turns, put between the system message and the
     input. Then everything after the system message may be compacted (the thread's
     first input is no more sacred than its other turns); without it the input stays.
     """
 
-    __slots__ = ("compact_from", "history_tokens", "messages", "prefix", "tokenizer")
+    prefix: Any  # Prefix
+    tokenizer: Any  # Tokenizer
+    messages: list[Message]
+    history_tokens: int = 0
+    compact_from: int = 2  # after the system message and the user input
 
-    def __init__(
-        self,
+    @classmethod
+    def start(
+        cls,
         prefix: Prefix,
         tokenizer: Tokenizer,
         user_input: str,
         history: Sequence[Message] | None = None,
-    ) -> None:
-        self.prefix = prefix
-        self.tokenizer = tokenizer
-        self.messages: list[Message] = [prefix.system]
-        self.history_tokens = 0
-        self.compact_from = 2  # after the system message and the user input
+    ) -> ContextBuffer:
+        buffer = cls(prefix, tokenizer, [prefix.system])
         if history is not None:
-            self.compact_from = 1
-            self.extend(history)
-        self.append(Message("user", user_input))
+            buffer.compact_from = 1
+            buffer.extend(history)
+        buffer.append(Message("user", user_input))
+        return buffer
 
     @property
     def tokens(self) -> int:
         """Prompt tokens of the next call: prefix (system + tool schemas) + history."""
-        return self.prefix.tokens + self.history_tokens
+        tokens: int = self.prefix.tokens + self.history_tokens
+        return tokens
 
     def append(self, message: Message) -> Message:
         if not message.tokens:

@@ -13,6 +13,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextvars import Token
 from typing import Any, TypeVar
 
 import msgspec
@@ -47,6 +48,7 @@ from podium.engine.step import (
     truncate_result,
 )
 from podium.engine.stopwatch import CpuClock, NoStopwatch, Stopwatch, cpu_clock
+from podium.engine.token_stream import stream_model
 from podium.errors import (
     DecisionError,
     ModelError,
@@ -58,10 +60,13 @@ from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.security.allowlist import allowed_tools, restrict_calls
+from podium.security.egress import EgressPolicy
 from podium.security.redact import redactor_for
 from podium.security.screen import ScreenVerdict
+from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, start_eagerly
@@ -155,6 +160,9 @@ class Engine(AsyncCloseable):
         self._models: dict[int, Model] = {}
         #: Metrics and tracing (see podium.engine.hook); None costs one test per step.
         self.hook: EngineHook | None = None
+        #: Where model tokens go while a client listens to a run (see podium.streaming);
+        #: None costs one test per step, and so does a channel nobody listens to.
+        self.tokens: TokenChannel | None = None
 
     # -- public API -------------------------------------------------------------------------
 
@@ -168,19 +176,21 @@ class Engine(AsyncCloseable):
         metadata: dict[str, str] | None = None,
         deadline_s: float | None = None,
         thread_id: str | None = None,
+        egress: EgressPolicy | None = None,
     ) -> RunRecord:
         """Store a new ``queued`` run without starting it.
 
         ``deadline_s`` overrides the agent's deadline for this run (``math.inf``: none).
         ``thread_id``: the run continues that conversation (created for ``tenant`` if
         new); it starts when the thread's earlier runs have ended, from their history.
+        ``egress`` narrows where its tools may connect (the tenant's policy).
         """
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
             user_input,
             tenant=tenant,
-            metadata=metadata or {},
+            metadata=with_egress(metadata or {}, egress),
             deadline_s=deadline_s,
             thread_id=thread_id,
         )
@@ -190,10 +200,15 @@ class Engine(AsyncCloseable):
             await self.threads.create_run(record, create_thread=True)
         return record
 
-    async def run(self, agent: Agent, user_input: str, **kwargs: Any) -> RunRecord:
-        """Create a run and drive it to its end; returns the finished record."""
-        record = await self.create(agent, user_input, **kwargs)
-        return await self.execute(agent, record)
+    def run(
+        self, agent: Agent, user_input: str, **kwargs: Any
+    ) -> Coroutine[Any, Any, RunRecord]:
+        """Create a run and drive it to its end; await it for the finished record.
+
+        ``kwargs`` are :meth:`create`'s. (A plain function returning the driving
+        coroutine: a run then holds one coroutine frame less while it waits.)
+        """
+        return self._execute(agent, None, 0, user_input, kwargs)
 
     def start(
         self, agent: Agent, record: RunRecord, *, admit_ns: int = 0
@@ -356,8 +371,22 @@ class Engine(AsyncCloseable):
 
     # -- the run ----------------------------------------------------------------------------
 
-    async def execute(self, agent: Agent, record: RunRecord, *, admit_ns: int = 0) -> RunRecord:
-        """Drive ``record`` from wherever its journal stands to a terminal status."""
+    def execute(
+        self, agent: Agent, record: RunRecord, *, admit_ns: int = 0
+    ) -> Coroutine[Any, Any, RunRecord]:
+        """Drive ``record`` from wherever its journal stands to a terminal status (await it)."""
+        return self._execute(agent, record, admit_ns)
+
+    async def _execute(
+        self,
+        agent: Agent,
+        record: RunRecord | None,
+        admit_ns: int,
+        user_input: str = "",
+        create: dict[str, Any] | None = None,
+    ) -> RunRecord:
+        if record is None:  # run(): create it first, in the same frame
+            record = await self.create(agent, user_input, **(create or {}))
         if record.done:
             return record
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
@@ -367,6 +396,7 @@ class Engine(AsyncCloseable):
         task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
+        egress: Token[EgressPolicy | None] | None = None
         try:
             try:
                 if self._ended_outside:
@@ -396,6 +426,8 @@ class Engine(AsyncCloseable):
             # The step loop runs in this frame, not a nested one: a run waiting in a tool
             # holds as few coroutines as possible (each is an object the collector scans).
             state.task = task
+            if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
+                egress = enter_egress(record.metadata[EGRESS_KEY])
             deadline = self._arm_deadline(agent, state)
             sink = None if self.aggregator is None else self.aggregator.add_step
             sw = self._stopwatch.start(self._cpu, sink)
@@ -436,6 +468,8 @@ class Engine(AsyncCloseable):
                 await self.threads.settle_quietly(ended, state.ctx.messages)
             return ended
         finally:
+            if egress is not None:
+                leave_egress(egress)
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
             self._cancelling.discard(run_id)
@@ -572,17 +606,23 @@ class Engine(AsyncCloseable):
         )
         sw.lap(_ASSEMBLE)
         # model
-        coro = agent.model.request(request)
-        try:
-            pending = coro.send(None)
-        except StopIteration as answered:  # no wait (simulated, cached)
-            response: ModelResponse = answered.value
-        except ModelReplyError:
-            response = await self._call_model(agent, request, sw, 1)
+        response: ModelResponse
+        tokens = self.tokens
+        if tokens is not None and tokens.listening(record.run_id):  # a client listens
+            response = await stream_model(agent, request, sw, tokens, _MODEL)
         else:
-            response = await self._wait_model(agent, request, sw, coro, pending)
+            coro = agent.model.request(request)
+            try:
+                pending = coro.send(None)
+            except StopIteration as answered:  # no wait (simulated, cached)
+                response = answered.value
+            except ModelReplyError:
+                response = await self._call_model(agent, request, sw, 1)
+            else:
+                response = await self._wait_model(agent, request, sw, coro, pending)
+            del coro  # a finished coroutine is one more object for the collector to scan
         sw.lap(_MODEL)
-        state.attained_s += sw.wall[_MODEL] / 1e9
+        state.attained_s += sw.t[_MODEL] / 1e9
         # parse
         message = Message(
             "assistant", response.content, response.tool_calls, reasoning=response.reasoning
@@ -611,6 +651,7 @@ class Engine(AsyncCloseable):
         if call.tool.policy.side_effects or call.tool.approval is not None:
             await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
             return False
+        del planned, rejected  # a run waiting in its tool holds neither list
         # tools: the one call, side-effect free, so it is journaled with the step's end
         started = self.executor.start(call.tool, call.args, call.ctx, state.task)
         if isinstance(started, ToolResult):
@@ -626,7 +667,7 @@ class Engine(AsyncCloseable):
         sw.lap(_TOOLS)
         if not result.ok and result.error == "interrupted":  # the tool asked a human
             outcome = [(call.index, result)]
-            await self._park(agent, state, planned, [], [], outcome, {}, (message, response))
+            await self._park(agent, state, [call], [], [], outcome, {}, (message, response))
         # merge
         ctx.append(tool_message(result))
         compaction = None
@@ -642,7 +683,10 @@ class Engine(AsyncCloseable):
         if waiting is not None:
             await waiting
         sw.close_step(profile)
-        self._file_step(agent, state, profile, step, ttft, ((call.index, result),))
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if self.hook is not None:
+            self._tell_hook(agent, state, profile, step, ttft, ((call.index, result),))
         return False
 
     async def _wait_model(
@@ -731,7 +775,10 @@ class Engine(AsyncCloseable):
             state.step = step + 1
             await self._append(state, (entry,), sw)
             sw.close_step(profile)
-            self._file_step(agent, state, profile, step, ttft, ())
+            if profile is not None:
+                state.profile.steps.append(profile)
+            if self.hook is not None:
+                self._tell_hook(agent, state, profile, step, ttft, ())
             self._output_failed(agent, state, verdict)
             return False
         record = state.record
@@ -850,7 +897,10 @@ class Engine(AsyncCloseable):
         state.step = step + 1
         await self._append(state, entries, sw)
         sw.close_step(profile)
-        self._file_step(agent, state, profile, step, ttft, outcomes)
+        if profile is not None:
+            state.profile.steps.append(profile)
+        if self.hook is not None:
+            self._tell_hook(agent, state, profile, step, ttft, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
             for _, result in outcomes:
                 if result.error == "blocked" and result.screen is not None:
@@ -862,7 +912,7 @@ class Engine(AsyncCloseable):
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
 
-    def _file_step(
+    def _tell_hook(
         self,
         agent: Agent,
         state: RunState,
@@ -871,14 +921,11 @@ class Engine(AsyncCloseable):
         ttft: int,
         outcomes: Sequence[tuple[int, ToolResult]],
     ) -> None:
-        """The step is checkpointed: keep its profile (the stopwatch hands it to the
-        aggregator once exact), and tell the hook."""
-        if profile is not None:
-            state.profile.steps.append(profile)
-        if self.hook is not None:
-            if profile is None:  # Engine(profile=False): the hook still hears of the step
-                profile = StepProfile(step, (), (), len(outcomes), ttft)
-            self.hook.step(agent, state.record, profile, state.usage, outcomes)
+        """Tell the hook a step was checkpointed (with an empty profile when profiling is off)."""
+        assert self.hook is not None
+        if profile is None:
+            profile = StepProfile(step, (), (), len(outcomes), ttft)
+        self.hook.step(agent, state.record, profile, state.usage, outcomes)
 
     async def _resume_pending(self, agent: Agent, state: RunState, sw: Stopwatch) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""

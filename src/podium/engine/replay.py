@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -57,61 +56,41 @@ class PendingStep(msgspec.Struct, gc=False):
     interrupted: dict[int, ToolResult] | None = None
 
 
-class RunState:
+# gc=False: a run waiting in a tool should hold few objects the collector scans. Its one
+# cycle (task → frame → state → task) ends with the drive, which drops the state.
+class RunState(msgspec.Struct, gc=False):
     """What the driver holds for one run between steps."""
 
-    __slots__ = (
-        "agent",
-        "alarm",
-        "allowed_tools",
-        "approved",
-        "attained_s",
-        "blocked",
-        "cached_tokens",
-        "ctx",
-        "finished",
-        "general",
-        "input_tokens",
-        "invalid_calls",
-        "output_failures",
-        "output_tokens",
-        "pending",
-        "profile",
-        "record",
-        "redact",
-        "requests",
-        "step",
-        "task",
-    )
-
-    def __init__(self, record: RunRecord, ctx: ContextBuffer) -> None:
-        self.record = record
-        self.ctx = ctx
-        self.alarm: Disarmable | None = None  # the run's deadline, while armed
-        #: The agent a hand-off passed the run to (None: the one it started with).
-        self.agent: Agent | None = None
-        #: Why the run must fail before its first step (its input was blocked), or None.
-        self.blocked: str | None = None
-        #: The tools this run's tenant may call (None: every tool of the agent).
-        self.allowed_tools: frozenset[str] | None = None
-        #: Replaces secrets in journal entries before they are written (None: no secrets).
-        self.redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
-        #: Calls of the step being resumed that a human approved (the gate lets them run).
-        self.approved: frozenset[int] = _NONE
-        self.step = 0
-        self.invalid_calls = 0
-        #: Replies that failed the agent's output type (its ``output_retries`` budget).
-        self.output_failures = 0
-        self.attained_s = 0.0
-        self.input_tokens = self.output_tokens = self.cached_tokens = self.requests = 0
-        self.profile = RunProfile()
-        self.pending: PendingStep | None = None
-        self.finished: RunFinished | None = None
-        #: The task driving the run (passed to calls that need it: finding it costs a
-        #: system call on 3.11).
-        self.task: asyncio.Task[Any] | None = None
-        #: True when every step must take the general path (screening, a tenant allow-list).
-        self.general = False
+    record: RunRecord
+    ctx: ContextBuffer
+    alarm: Any = None  # Disarmable | None: the run's deadline, while armed
+    #: The agent a hand-off passed the run to (None: the one it started with).
+    agent: Any = None
+    #: Why the run must fail before its first step (its input was blocked), or None.
+    blocked: str | None = None
+    #: The tools this run's tenant may call (None: every tool of the agent).
+    allowed_tools: frozenset[str] | None = None
+    #: Replaces secrets in journal entries before they are written (None: no secrets).
+    redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
+    #: Calls of the step being resumed that a human approved (the gate lets them run).
+    approved: frozenset[int] = _NONE
+    step: int = 0
+    invalid_calls: int = 0
+    #: Replies that failed the agent's output type (its ``output_retries`` budget).
+    output_failures: int = 0
+    attained_s: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    requests: int = 0
+    profile: RunProfile = msgspec.field(default_factory=RunProfile)
+    pending: PendingStep | None = None
+    finished: RunFinished | None = None
+    #: The task driving the run (passed to calls that need it: finding it costs a
+    #: system call on 3.11).
+    task: Any = None
+    #: True when every step must take the general path (screening, a tenant allow-list).
+    general: bool = False
 
     def add_usage(self, usage: Usage) -> None:
         """Count a model call's tokens (plain ints: no object per step)."""
@@ -135,7 +114,7 @@ def replay(
 
     ``history``: the thread's turns the run started from (None: not on a thread).
     """
-    ctx = ContextBuffer(agent.prefix, agent.context.tokenizer, record.input, history)
+    ctx = ContextBuffer.start(agent.prefix, agent.context.tokenizer, record.input, history)
     state = RunState(record, ctx)
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}

@@ -23,7 +23,6 @@ profile journaled with a step is the provisional one.
 from __future__ import annotations
 
 import time
-from array import array
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -38,8 +37,9 @@ CpuClock = Literal["thread", "wall"]
 _perf = time.perf_counter_ns
 _PHASES = range(6)
 _CHECKPOINT = 5
-_ZERO6 = (0, 0, 0, 0, 0, 0)
-_ZEROS = array("q", bytes(8 * 6))
+_FIGURES = 18
+_ZERO6 = (0,) * 6
+_ZEROS = (0,) * _FIGURES
 
 
 def cpu_clock(kind: CpuClock) -> Callable[[], int]:
@@ -48,30 +48,27 @@ def cpu_clock(kind: CpuClock) -> Callable[[], int]:
     return time.thread_time_ns if kind == "thread" else time.perf_counter_ns
 
 
-def _zeros() -> array[int]:
-    return array("q", _ZEROS)
+def _figures() -> list[int]:
+    return [0] * _FIGURES
 
 
-# A gc=False struct: a run's stopwatch adds one object the collector scans (its ``wall``
-# list, which every lap touches); the other figures live in untracked arrays.
+# A gc=False struct: a run's stopwatch adds one object the collector scans, its list.
 class Stopwatch(msgspec.Struct, gc=False):
     """Times the six phases of each step of one run.
 
     Call :meth:`lap` at each phase end, :meth:`suspend`/:meth:`resume` around
     real waits, :meth:`snapshot` for the profile to journal, :meth:`close_step`
     after the checkpoint and :meth:`settle` before the run's final record is
-    written. ``wall`` is indexed by phase.
+    written.
     """
 
     clock: Any  # Callable[[], int]; typed loosely so msgspec accepts a builtin
     #: Called with each step's profile once its CPU figures are exact (the aggregator).
     sink: Any = None
-    wall: list[int] = msgspec.field(default_factory=lambda: [0, 0, 0, 0, 0, 0])
-    #: CPU per phase of this step's closed slices (and CPU booked from off the loop).
-    cpu: Any = msgspec.field(default_factory=_zeros)
-    #: Wall time per phase that is not running time of the open slice: time waited, and
-    #: running time of slices closed already.
-    settled: Any = msgspec.field(default_factory=_zeros)
+    #: Per phase of the current step: ``[0:6]`` wall time; ``[6:12]`` CPU of its closed
+    #: slices (and CPU booked from off the loop); ``[12:18]`` wall time that is not
+    #: running time of the open slice (time waited, and running time of closed slices).
+    t: list[int] = msgspec.field(default_factory=_figures)
     mark: int = 0  # perf time of the last boundary
     slice_cpu: int = 0  # CPU clock at the start of the current slice
     split: bool = False  # this step has waited (or had CPU booked from off the loop)
@@ -86,16 +83,21 @@ class Stopwatch(msgspec.Struct, gc=False):
     ) -> Stopwatch:
         return cls(clock, sink, mark=_perf(), slice_cpu=clock())
 
+    @property
+    def wall(self) -> list[int]:
+        """Wall nanoseconds per phase of the current step (a copy)."""
+        return self.t[0:6]
+
     def lap(self, phase: int) -> None:
         """End ``phase`` now; the next phase starts now."""
         now = _perf()
-        self.wall[phase] += now - self.mark
+        self.t[phase] += now - self.mark
         self.mark = now
 
     def suspend(self, phase: int) -> None:
         """``phase`` is about to wait: close the current slice."""
         now = _perf()
-        self.wall[phase] += now - self.mark
+        self.t[phase] += now - self.mark
         self.mark = now
         self._close_slice()
 
@@ -103,23 +105,25 @@ class Stopwatch(msgspec.Struct, gc=False):
         """Back from waiting in ``phase``: the time since :meth:`suspend` was waiting."""
         now = _perf()
         waited = now - self.mark
-        self.wall[phase] += waited
-        self.settled[phase] += waited
+        t = self.t
+        t[phase] += waited
+        t[12 + phase] += waited
         self.mark = now
         self.slice_cpu = self.clock()
 
     def add_cpu(self, phase: int, ns: int) -> None:
         """Book CPU a component did off the loop thread (thread pool, backend client)."""
         if ns:
-            self.cpu[phase] += ns
+            self.t[6 + phase] += ns
             self.split = True
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         """The step's profile so far, the open slice's CPU taken as its running wall time."""
-        wall = tuple(self.wall)
+        t = self.t
+        wall = tuple(t[0:6])
         if not self.split:  # one slice so far: its running time is all of the wall time
             return StepProfile(step, wall, wall, tool_calls, ttft_ns)
-        cpu = tuple([c + w - s for c, w, s in zip(self.cpu, wall, self.settled, strict=True)])
+        cpu = tuple([t[6 + p] + t[p] - t[12 + p] for p in _PHASES])
         return StepProfile(step, wall, cpu, tool_calls, ttft_ns)
 
     def close_step(self, profile: StepProfile | None) -> None:
@@ -128,33 +132,35 @@ class Stopwatch(msgspec.Struct, gc=False):
         A step that waited reads the CPU clock here; one that ran in one slice does
         not: its CPU figures are its wall time until that slice closes (below).
         """
-        wall = self.wall
+        t = self.t
         now = _perf()
-        wall[_CHECKPOINT] += now - self.mark
+        t[_CHECKPOINT] += now - self.mark
         self.mark = now
         if self.split:
             self._close_slice()
-            cpu = tuple(self.cpu)
-            self.cpu[0:6] = self.settled[0:6] = _ZEROS
+            wall, cpu = tuple(t[0:6]), tuple(t[6:12])
+            t[0:_FIGURES] = _ZEROS
             self.split = False
             if profile is not None:
-                profile.wall_ns = tuple(wall)
+                profile.wall_ns = wall
                 profile.cpu_ns = cpu
                 if self.sink is not None:
                     self.sink(profile)
-        elif profile is not None:
-            profile.wall_ns = profile.cpu_ns = w = tuple(wall)
+            return
+        wall = tuple(t[0:6])
+        t[0:6] = _ZERO6
+        if profile is not None:
+            profile.wall_ns = profile.cpu_ns = wall
             if self.held is None:
                 self.held = []
             self.held.append(profile)
-            self.held_ran += sum(w)
-        wall[0:6] = _ZERO6
+            self.held_ran += sum(wall)
 
     def settle(self) -> None:
         """Make every figure so far exact (one clock read): before the run's record is
-        written, and where its drive stops."""
+        written."""
         now = _perf()
-        self.wall[_CHECKPOINT] += now - self.mark
+        self.t[_CHECKPOINT] += now - self.mark
         self.mark = now
         self._close_slice()
 
@@ -167,8 +173,8 @@ class Stopwatch(msgspec.Struct, gc=False):
         c = self.clock()
         spent = c - self.slice_cpu
         self.slice_cpu = c
-        wall, settled = self.wall, self.settled
-        ran = [w - s for w, s in zip(wall, settled, strict=True)]
+        t = self.t
+        ran = [t[p] - t[12 + p] for p in _PHASES]
         total = sum(ran) + self.held_ran
         if total <= 0:
             return
@@ -180,8 +186,11 @@ class Stopwatch(msgspec.Struct, gc=False):
                 profile.cpu_ns = tuple([spent * r // total for r in profile.cpu_ns])
                 if sink is not None:
                     sink(profile)
-        self.cpu = array("q", [c + spent * r // total for c, r in zip(self.cpu, ran, strict=True)])
-        settled[0:6] = array("q", wall)
+        for p in _PHASES:
+            r = ran[p]
+            if r:
+                t[6 + p] += spent * r // total
+                t[12 + p] += r
         self.split = True
 
 

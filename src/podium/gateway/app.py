@@ -33,6 +33,7 @@ from podium.errors import ConfigError, StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
+from podium.gateway.live import LiveFrames, follow_live
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import openapi_document
 from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
@@ -57,7 +58,7 @@ from podium.gateway.schemas import (
     thread_out,
 )
 from podium.gateway.service import Gateway
-from podium.gateway.sse import MAX_EVENT_ID, follow_journal, parse_last_event_id
+from podium.gateway.sse import MAX_EVENT_ID, parse_last_event_id
 from podium.observe.tracing import submit_context
 from podium.threads.record import check_thread_id
 
@@ -82,7 +83,7 @@ def json_response(
 
 
 def sse_response(
-    frames: AsyncIterator[bytes], headers: Mapping[str, str] | None = None
+    frames: AsyncIterator[bytes] | LiveFrames, headers: Mapping[str, str] | None = None
 ) -> Response:
     return StreamingResponse(
         frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **(headers or {})}
@@ -208,16 +209,30 @@ def _routes(gw: Gateway) -> list[Route]:
         _query(request, frozenset())
         key = idempotency_key(request)
         body = await read_json(request, RunCreate, max_body, body_timeout)
-        with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
-            record, replayed = await gw.submit(
-                tenant, body.agent, body.input, metadata, idempotency_key=key,
-                thread_id=body.thread_id,
-            )
+        run_id = gw.new_run_id(tenant, key)
+        # Listening before the run exists: its worker streams it from the first token.
+        tokens = await gw.listen(run_id) if body.stream else None
+        try:
+            with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
+                record, replayed = await gw.submit(
+                    tenant,
+                    body.agent,
+                    body.input,
+                    metadata,
+                    idempotency_key=key,
+                    run_id=run_id,
+                    thread_id=body.thread_id,
+                )
+        except BaseException:
+            if tokens is not None:
+                tokens.close()
+            raise
         headers = {"Location": f"/v1/runs/{record.run_id}"}
         if replayed:
             headers["Idempotent-Replayed"] = "true"
         if body.stream:
-            return sse_response(follow_journal(gw.store, record.run_id), headers)
+            frames = follow_live(gw.store, record.run_id, -1, tokens)
+            return sse_response(LiveFrames(frames, tokens), headers)
         if body.wait:
             record = await gw.wait(
                 record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
@@ -242,7 +257,9 @@ def _routes(gw: Gateway) -> list[Route]:
         query = _query(request, frozenset({"after"}))
         after = _after(request.headers.get("last-event-id"), query.get("after"))
         record = await gw.get(tenant, request.path_params["run_id"])
-        return sse_response(follow_journal(gw.store, record.run_id, after))
+        tokens = None if record.done else await gw.listen(record.run_id)
+        frames = follow_live(gw.store, record.run_id, after, tokens)
+        return sse_response(LiveFrames(frames, tokens))
 
     async def cancel_run(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)

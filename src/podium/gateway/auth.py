@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 import msgspec
 
 from podium.config import KeyConfig
 from podium.gateway.errors import ApiError
+from podium.security.egress import EgressPolicy
+from podium.security.tenant_egress import policy_from_config
 
 __all__ = ("KeyRing", "Tenant", "generate_key", "hash_key")
 
@@ -30,6 +33,7 @@ class Tenant(msgspec.Struct, frozen=True):
     burst: float | None = None
     admin: bool = False
     tools: frozenset[str] | None = None  # the tools its runs may call (None: all)
+    egress: EgressPolicy | None = None  # narrows where its runs' tools may connect
 
 
 def hash_key(key: str) -> str:
@@ -50,13 +54,29 @@ class KeyRing:
         for k in keys:
             digest = k.hash if k.hash is not None else hash_key(k.key or "")
             tools = None if k.tools is None else frozenset(k.tools)
-            self._tenants[digest.lower()] = Tenant(k.tenant, k.rate, k.burst, k.admin, tools)
+            egress = None if k.egress is None else policy_from_config(k.egress, k.tenant)
+            self._tenants[digest.lower()] = Tenant(
+                k.tenant, k.rate, k.burst, k.admin, tools, egress
+            )
 
     def __len__(self) -> int:
         return len(self._tenants)
 
-    def add(self, key: str, tenant: str, *, admin: bool = False) -> None:
-        self._tenants[hash_key(key)] = Tenant(tenant, admin=admin)
+    def add(
+        self,
+        key: str,
+        tenant: str,
+        *,
+        admin: bool = False,
+        tools: Iterable[str] | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> None:
+        """Accept ``key`` for ``tenant``; ``tools`` limits the tools its runs may call,
+        ``egress`` narrows where they may connect (see :mod:`podium.security.tenant_egress`)."""
+        if egress is not None and not egress.label:
+            egress = replace(egress, label=f"tenant {tenant!r}")
+        allowed = None if tools is None else frozenset(tools)
+        self._tenants[hash_key(key)] = Tenant(tenant, admin=admin, tools=allowed, egress=egress)
 
     @staticmethod
     def key_from(headers: Mapping[str, str]) -> str | None:

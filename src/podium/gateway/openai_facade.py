@@ -12,8 +12,16 @@ text. With ``thread_id`` (Podium's extension field) the run continues that
 thread instead: the input is the last message alone, the history the thread's.
 The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
-chunk at once, the answer when the run ends, a chunk with
-``finish_reason: "stop"``, an optional usage chunk, then ``data: [DONE]``.
+chunk at once, then one content chunk per model token as the backend produces
+it, a chunk with ``finish_reason: "stop"``, a usage chunk if
+``stream_options.include_usage``, then ``data: [DONE]``.
+
+The streamed text is what the model says at each step, in order, a blank line
+between two steps that both say something. Agents whose tool-calling steps say
+nothing (the usual case) stream exactly the final answer. A step whose tokens
+were not streamed (a model that cannot stream, tokens lost in transit) arrives
+as one chunk when it is journaled, so the text is always whole. A structured
+agent's JSON is sent in one chunk once validated.
 
 Example::
 
@@ -24,15 +32,17 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
 import msgspec
 from starlette.responses import Response, StreamingResponse
 
-from podium.engine.records import RunRecord
+from podium.engine.records import ModelTurn, RunFinished, RunRecord, StepRecord
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
+from podium.gateway.live import LiveFrames, live_events
 from podium.gateway.outage import UNAVAILABLE
 from podium.gateway.schemas import (
     AssistantMessage,
@@ -46,11 +56,14 @@ from podium.gateway.schemas import (
     ChunkDelta,
 )
 from podium.gateway.service import Gateway
+from podium.streaming.base import TokenSubscription
 
 __all__ = ("ChatRequest", "complete", "input_from_messages")
 
 _encode = msgspec.json.Encoder().encode
 _WAIT_ERRORS: tuple[type[BaseException], ...] = (ApiError, *UNAVAILABLE)
+#: Between the texts of two steps in a stream (tool steps that say something, then the answer).
+STEP_BREAK = "\n\n"
 
 
 def _text(message: ChatMessage) -> str:
@@ -101,7 +114,8 @@ async def complete(
     """
     fmt = body.response_format
     wants_json = fmt is not None and fmt.type != "text"
-    if fmt is not None and wants_json and gw.served(body.model, "model").agent.output is None:
+    structured = gw.served(body.model, "model").agent.output is not None
+    if fmt is not None and wants_json and not structured:
         raise ApiError(
             400,
             "unsupported_response_format",
@@ -113,15 +127,25 @@ async def complete(
         user_input = input_from_messages(body.messages)
     else:  # the thread holds the conversation: only the new message is the input
         user_input = input_from_messages(body.messages[-1:])
-    record, _ = await gw.submit(
-        tenant,
-        body.model,
-        user_input,
-        body.metadata or {},
-        field="model",
-        idempotency_key=idempotency_key,
-        thread_id=body.thread_id,
-    )
+    run_id = gw.new_run_id(tenant, idempotency_key)
+    # Listening before the run exists: its worker streams it from the first token. A
+    # structured answer is sent whole, once validated (a client parses the JSON at once).
+    tokens = await gw.listen(run_id) if body.stream and not structured else None
+    try:
+        record, _ = await gw.submit(
+            tenant,
+            body.model,
+            user_input,
+            body.metadata or {},
+            field="model",
+            idempotency_key=idempotency_key,
+            run_id=run_id,
+            thread_id=body.thread_id,
+        )
+    except BaseException:
+        if tokens is not None:
+            tokens.close()
+        raise
     completion_id = "chatcmpl-" + record.run_id
     created = int(time.time())
     timeout = gw.config.server.wait_timeout_s
@@ -142,21 +166,61 @@ async def complete(
             headers={"X-Podium-Run-Id": record.run_id},
         )
     include_usage = body.stream_options is not None and body.stream_options.include_usage
+    chunks = _chunks(
+        gw,
+        record.run_id,
+        tokens,
+        completion_id,
+        created,
+        body.model,
+        timeout,
+        include_usage,
+        structured,
+    )
     return StreamingResponse(
-        _chunks(gw, record.run_id, completion_id, created, body.model, timeout, include_usage),
+        LiveFrames(chunks, tokens),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Podium-Run-Id": record.run_id},
     )
 
 
+class _Said:
+    """The text streamed so far, per step, and what the next piece of a step needs."""
+
+    __slots__ = ("spoke", "steps")
+
+    def __init__(self) -> None:
+        self.steps: dict[int, list[str]] = {}
+        self.spoke = False
+
+    def piece(self, step: int, text: str) -> str:
+        """``text`` as sent for ``step``: a new step's text starts after a blank line."""
+        pieces = self.steps.get(step)
+        lead = ""
+        if pieces is None:
+            pieces = self.steps[step] = []
+            lead = STEP_BREAK if self.spoke else ""
+        pieces.append(text)
+        self.spoke = True
+        return lead + text
+
+    def rest(self, step: int, text: str) -> str:
+        """What of the step's whole ``text`` was not streamed ("" if all was, or if what
+        was streamed is not its start: a retried call)."""
+        got = "".join(self.steps.get(step, ()))
+        return text[len(got) :] if text.startswith(got) else ""
+
+
 async def _chunks(
     gw: Gateway,
     run_id: str,
+    tokens: TokenSubscription | None,
     completion_id: str,
     created: int,
     model: str,
     wait_s: float,
     include_usage: bool,
+    structured: bool = False,
 ) -> AsyncIterator[bytes]:
     def chunk(delta: ChunkDelta, finish: str | None = None) -> bytes:
         c = ChatCompletionChunk(
@@ -164,26 +228,58 @@ async def _chunks(
         )
         return b"data: " + _encode(c) + b"\n\n"
 
+    def error(kind: str, message: str) -> bytes:
+        return b"data: " + _encode({"error": {"type": kind, "message": message}}) + b"\n\n"
+
     yield chunk(ChunkDelta(role="assistant", content=""))
+    said = _Said()
+    deadline = time.monotonic() + wait_s
+    ended: RunRecord | None = None
+    events = live_events(gw.store, run_id, -1, tokens)
     try:
-        record = await gw.wait(run_id, wait_s)
+        while True:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    item = await anext(events)
+            except (StopAsyncIteration, TimeoutError):
+                break
+            if isinstance(item, list):  # token deltas: one chunk each, as they came
+                yield b"".join(
+                    chunk(ChunkDelta(content=said.piece(d.step, d.content)))
+                    for d in item
+                    if d.content
+                )
+            elif isinstance(item, tuple):
+                entry = item[1]
+                if isinstance(entry, ModelTurn | StepRecord) and not structured:
+                    rest = said.rest(entry.step, entry.message.content)
+                    if rest:
+                        yield chunk(ChunkDelta(content=said.piece(entry.step, rest)))
+                elif isinstance(entry, RunFinished):
+                    break
+            elif isinstance(item, RunRecord):  # it ended without a final entry
+                ended = item
+                break
+            else:
+                yield item  # a keep-alive comment (the OpenAI SDK skips comments)
+        record = ended or await gw.wait(run_id, 0)
     except _WAIT_ERRORS as exc:
         # The store stayed away past the wait's grace (or lost the run): headers are
         # sent, so the failure travels in-band like any other.
         message = exc.message if isinstance(exc, ApiError) else "the run store is unreachable"
-        error = {"error": {"type": "unavailable", "message": f"run {run_id}: {message}"}}
-        yield b"data: " + _encode(error) + b"\n\n"
+        yield error("unavailable", f"run {run_id}: {message}")
         yield b"data: [DONE]\n\n"
         return
+    finally:
+        await events.aclose()
     if record.status == "completed":
-        if record.output:
+        if structured and record.output:
             yield chunk(ChunkDelta(content=record.output))
         yield chunk(ChunkDelta(), "stop")
     else:
         # Headers are sent: the failure travels in-band, as OpenAI's own streams do.
         why = record.error or record.reason or f"the run did not finish within {wait_s}s"
-        error = {"error": {"type": "run_failed", "message": f"run {run_id} {record.status}: {why}"}}
-        yield b"data: " + _encode(error) + b"\n\n"
+        yield error("run_failed", f"run {run_id} {record.status}: {why}")
     if include_usage:
         usage = ChatCompletionChunk(
             completion_id, "chat.completion.chunk", created, model, [], _usage(record)

@@ -82,9 +82,10 @@ _SSE = {
             "each journal entry), `event: <name>` and `data: <one line of JSON>`, "
             "separated by blank lines, and `: keep-alive` comments. Names: model_reply, "
             "tool_result, compacted, step_finished, approval_requested, approval_decided, final "
-            "(always the last), error (the "
-            "store stayed unreachable). Chat completions send OpenAI's `data: {chunk}` "
-            "frames and `data: [DONE]`.",
+            "(always the last), error (the store stayed unreachable), and delta (model tokens "
+            "as they arrive, without an id: {step, content?, reasoning?, tool_call_index?, "
+            "tool_name?, arguments?}). Chat completions send OpenAI's `data: {chunk}` frames, "
+            "one per token, and `data: [DONE]`.",
         }
     }
 }

@@ -81,7 +81,11 @@ def build_gateway(
     queue = open_queue(config)
     keys = keys or KeyRing(config.keys)
     if config.server.redis:
-        return Gateway(config, served, store, queue, keys)
+        from podium.streaming.redis import RedisTokenChannel
+
+        client = getattr(store, "client", None) or config.server.redis
+        tokens = RedisTokenChannel(client, prefix=config.server.prefix)
+        return Gateway(config, served, store, queue, keys, tokens=tokens)
     engine = Engine(store)
     by_name = {s.name: s.agent for s in served}
     pools = dict.fromkeys([*config.pool_names(), *(s.pool for s in served)])

@@ -47,7 +47,10 @@ from podium.observe.metrics import RunMetrics
 from podium.observe.tracing import TRACE_KEYS, RunTracer, tracer_from_env
 from podium.queue.base import QueueItem, RunQueue
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
+from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
+from podium.streaming.base import TokenChannel, TokenSubscription
+from podium.streaming.local import LocalTokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.threads.record import ThreadRecord, new_thread_id
 from podium.worker.worker import Worker
@@ -62,6 +65,7 @@ _SETTLE_S = 300.0
 #: How long past its deadline a wait keeps trying a store that is down.
 _OUTAGE_GRACE_S = 60.0
 _SETTLE_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, StoreError)
+_CHANNEL_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, OSError)
 
 
 def idempotent_run_id(tenant: str, key: str) -> str:
@@ -88,7 +92,10 @@ class ServedAgent:
 class Gateway:
     """Runs submitted over HTTP, with admission control in front of the queue.
 
-    ``engine`` and ``workers`` are given in the embedded mode only.
+    ``engine`` and ``workers`` are given in the embedded mode only. ``tokens`` carries
+    model tokens from the workers to streaming clients: in the embedded mode it
+    defaults to an in-process channel shared with ``engine``; without one, streams
+    carry whole journal events only.
     """
 
     def __init__(
@@ -102,6 +109,7 @@ class Gateway:
         engine: Engine | None = None,
         workers: Sequence[Worker] = (),
         lag: LoopLagMonitor | None = None,
+        tokens: TokenChannel | None = None,
     ) -> None:
         self.config = config
         self.agents: dict[str, ServedAgent] = {a.name: a for a in agents}
@@ -124,6 +132,10 @@ class Gateway:
         self._settling: set[asyncio.Task[None]] = set()
         if engine is not None:
             engine.observers.append(self._observe)
+            if tokens is None:
+                tokens = engine.tokens or LocalTokenChannel()
+            engine.tokens = engine.tokens or tokens
+        self.tokens = tokens
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -157,6 +169,8 @@ class Gateway:
             self.blocking.stop()
         if self.engine is not None:
             await self.engine.aclose()
+        if self.tokens is not None:
+            await self.tokens.aclose()
         # The models' HTTP sessions (opened by runs or by /readyz probes) end with the gateway.
         for model in {id(s.agent.model): s.agent.model for s in self.agents.values()}.values():
             await model.aclose()
@@ -180,6 +194,7 @@ class Gateway:
         *,
         field: str = "agent",
         idempotency_key: str | None = None,
+        run_id: str | None = None,
         thread_id: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Admit (or refuse with a 429) and enqueue a new run; ``(record, replayed)``.
@@ -187,12 +202,12 @@ class Gateway:
         With an ``idempotency_key`` a retry of the same request returns the run the
         first attempt made (``replayed``) instead of starting another; the same key
         with a different agent, input or metadata is a 422. ``thread_id``: the run
-        continues the tenant's thread (404 if the tenant has none by that id).
+        continues the tenant's thread (404 if the tenant has none by that id). ``run_id`` is the id
+        :meth:`new_run_id` gave (to listen to the run's tokens before it starts).
         """
         served = self.served(agent_name, field)
-        run_id = new_run_id()
+        run_id = run_id or self.new_run_id(tenant, idempotency_key)
         if idempotency_key is not None:
-            run_id = idempotent_run_id(tenant.name, idempotency_key)
             existing = await self.store.get(run_id)
             if existing is not None:
                 if existing.thread_id != thread_id:
@@ -211,6 +226,9 @@ class Gateway:
         )
         if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
             record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
+        record.metadata.pop(EGRESS_KEY, None)  # the tenant's, never the client's
+        if tenant.egress is not None:  # enforced by the engine that executes the run
+            record.metadata[EGRESS_KEY] = encode_egress(tenant.egress)
         try:
             if thread_id is None:
                 await self.store.create(record)
@@ -246,6 +264,23 @@ class Gateway:
             self._settle_later(record, enqueue=idempotency_key is not None)
             raise
         return record, False
+
+    def new_run_id(self, tenant: Tenant, idempotency_key: str | None = None) -> str:
+        """The id :meth:`submit` will give the run (derived from the key, if any)."""
+        if idempotency_key is not None:
+            return idempotent_run_id(tenant.name, idempotency_key)
+        return new_run_id()
+
+    async def listen(self, run_id: str) -> TokenSubscription | None:
+        """Subscribe to the run's model tokens; None without a channel or while it is away
+        (the stream then carries whole journal events, nothing is lost)."""
+        if self.tokens is None:
+            return None
+        try:
+            return await self.tokens.subscribe(run_id)
+        except _CHANNEL_ERRORS as exc:
+            log.warning("run %s: streaming whole steps only, no token channel: %s", run_id, exc)
+            return None
 
     async def _enqueue(self, record: RunRecord) -> None:
         await self.queue.submit(
@@ -535,4 +570,8 @@ def _mismatch(run_id: str) -> ApiError:
 def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     """Metadata as the client sent it: without what the gateway stamps on (a tenant's
     tools, the request's trace context: a retry comes with a new one)."""
-    return {k: v for k, v in metadata.items() if k != TOOLS_KEY and k not in TRACE_KEYS}
+    return {
+        k: v
+        for k, v in metadata.items()
+        if k != TOOLS_KEY and k != EGRESS_KEY and k not in TRACE_KEYS
+    }

@@ -53,10 +53,13 @@ from podium.store.base import JournalItem, RunStore
 
 __all__ = (
     "EVENT_NAMES",
+    "KEEPALIVE",
     "MAX_EVENT_ID",
+    "entry_frames",
     "event_name",
     "follow_journal",
     "format_event",
+    "journal_events",
     "parse_last_event_id",
 )
 
@@ -156,6 +159,22 @@ def final_from_record(record: RunRecord) -> bytes:
     return format_event(None, "final", event_data(None, final))
 
 
+def entry_frames(seq: int, entry: JournalEntry) -> bytes:
+    """The SSE frames of one journal entry (the last of them carries its id)."""
+    events = entry_events(seq, entry)
+    last = len(events) - 1
+    return b"".join(
+        format_event(seq if i == last else None, name, data)
+        for i, (name, data) in enumerate(events)
+    )
+
+
+def unavailable_event(exc: BaseException) -> bytes:
+    """The ``error`` event that ends a stream whose store stayed away too long."""
+    error = {"type": "unavailable", "message": f"the run store is unreachable: {exc}"}
+    return format_event(None, "error", {"error": error})
+
+
 async def follow_journal(
     store: RunStore,
     run_id: str,
@@ -169,6 +188,34 @@ async def follow_journal(
     While the store is unreachable the follower keeps trying, sending a keep-alive
     comment between attempts, and resumes where it was once the store is back; only an
     outage longer than ``outage_grace_s`` ends the stream (with an ``error`` event).
+    """
+    try:
+        async for item in journal_events(
+            store, run_id, after, heartbeat_s=heartbeat_s, outage_grace_s=outage_grace_s
+        ):
+            if isinstance(item, bytes):
+                yield item
+            elif isinstance(item, RunRecord):
+                yield final_from_record(item)
+            else:
+                yield entry_frames(*item)
+    except UNAVAILABLE as exc:
+        yield unavailable_event(exc)
+
+
+async def journal_events(
+    store: RunStore,
+    run_id: str,
+    after: int = -1,
+    *,
+    heartbeat_s: float = 10.0,
+    outage_grace_s: float = OUTAGE_GRACE_S,
+) -> AsyncIterator[JournalItem | RunRecord | bytes]:
+    """The journal of ``run_id`` after ``after``, live until the run ends.
+
+    Yields journal items; :data:`KEEPALIVE` while nothing happens (and while the store
+    is away); the run's record, last, if it ended without a final entry
+    (dead-lettered). An outage longer than ``outage_grace_s`` raises.
     """
     down_since: float | None = None
     delay = 0.1
@@ -191,61 +238,54 @@ async def follow_journal(
         await asyncio.sleep(delay)
         delay = min(1.0, delay * 2)
 
-    try:
-        items: list[JournalItem] = []
-        fetch = True  # the next step reads the journal (not waits on it)
-        refetched = False
-        while True:
-            if fetch:
-                ok, got = await attempt(store.journal, run_id, after)
-                if not ok:
-                    yield KEEPALIVE
-                    await pause()
-                    continue
-                items, fetch = got or [], False
-            if not items:
-                ok, record = await attempt(store.get, run_id)
-                if not ok:
-                    yield KEEPALIVE
-                    await pause()
-                    continue
-                if record is None:
-                    return
-                if record.done:
-                    ok, final_seq = await attempt(_final_seq, store, run_id)
-                    if not ok:
-                        yield KEEPALIVE
-                        await pause()
-                        continue
-                    if final_seq is None or refetched:
-                        # It ended without a final entry (dead-lettered): the record says how.
-                        yield final_from_record(record)
-                        return
-                    if final_seq <= after:  # a resume after the end: it was sent before
-                        return
-                    fetch = refetched = True  # it ended just now: send what came since
-                    continue
-                ok, got = await attempt(store.wait_journal, run_id, after, heartbeat_s)
-                if not ok:
-                    yield KEEPALIVE
-                    await pause()
-                    continue
-                items = got or []
-                if not items:
-                    yield KEEPALIVE
+    items: list[JournalItem] = []
+    fetch = True  # the next step reads the journal (not waits on it)
+    refetched = False
+    while True:
+        if fetch:
+            ok, got = await attempt(store.journal, run_id, after)
+            if not ok:
+                yield KEEPALIVE
+                await pause()
                 continue
-            for seq, entry in items:
-                after = seq
-                events = entry_events(seq, entry)
-                last = len(events) - 1
-                for i, (name, data) in enumerate(events):
-                    yield format_event(seq if i == last else None, name, data)
-                if isinstance(entry, RunFinished):
+            items, fetch = got or [], False
+        if not items:
+            ok, record = await attempt(store.get, run_id)
+            if not ok:
+                yield KEEPALIVE
+                await pause()
+                continue
+            if record is None:
+                return
+            if record.done:
+                ok, final_seq = await attempt(_final_seq, store, run_id)
+                if not ok:
+                    yield KEEPALIVE
+                    await pause()
+                    continue
+                if final_seq is None or refetched:
+                    # It ended without a final entry (dead-lettered): the record says how.
+                    yield record
                     return
-            items, fetch = [], True
-    except UNAVAILABLE as exc:
-        error = {"type": "unavailable", "message": f"the run store is unreachable: {exc}"}
-        yield format_event(None, "error", {"error": error})
+                if final_seq <= after:  # a resume after the end: it was sent before
+                    return
+                fetch = refetched = True  # it ended just now: send what came since
+                continue
+            ok, got = await attempt(store.wait_journal, run_id, after, heartbeat_s)
+            if not ok:
+                yield KEEPALIVE
+                await pause()
+                continue
+            items = got or []
+            if not items:
+                yield KEEPALIVE
+            continue
+        for item in items:
+            after = item[0]
+            yield item
+            if isinstance(item[1], RunFinished):
+                return
+        items, fetch = [], True
 
 
 async def _final_seq(store: RunStore, run_id: str) -> int | None:

@@ -12,21 +12,47 @@ makes load tests and capacity planning possible without a GPU.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import random
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 import msgspec
 
 from podium.errors import ConfigError
 from podium.messages import ToolCall, Usage
-from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode, OutputSchema
+from podium.models.base import (
+    Model,
+    ModelRequest,
+    ModelResponse,
+    OutputMode,
+    OutputSchema,
+    StreamDelta,
+)
 from podium.models.schema_example import example_value
 
 __all__ = ("LatencyModel", "Scenario", "SimStep", "SimToolCall", "SimulatedModel")
 
 _json_encode = msgspec.json.encode
+#: A streamed token: a word with the spaces before it (or trailing spaces).
+_TOKEN = re.compile(r"\s*\S+|\s+")
+#: Characters of a tool call's arguments per streamed piece.
+_ARGUMENT_PIECE = 8
+
+
+def _pieces(reply: ModelResponse) -> list[StreamDelta]:
+    """The deltas a streaming server would send for ``reply`` (without the last one)."""
+    pieces = [StreamDelta(content=t) for t in _TOKEN.findall(reply.content)]
+    for i, call in enumerate(reply.tool_calls):
+        pieces.append(StreamDelta(tool_call_index=i, tool_call_id=call.id, tool_name=call.name))
+        args = call.arguments
+        pieces.extend(
+            StreamDelta(tool_call_index=i, arguments=args[j : j + _ARGUMENT_PIECE])
+            for j in range(0, len(args), _ARGUMENT_PIECE)
+        )
+    return pieces
 
 
 class LatencyModel(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -168,6 +194,7 @@ class SimulatedModel(Model):
             step = await step
         if isinstance(step, ModelResponse):
             return step
+        # Inline rather than through _reply: this is every instant step's path in benchmarks.
         if isinstance(step, str):
             step = SimStep(content=step)
         calls, out_tokens = self._render(request.step, step)
@@ -186,6 +213,63 @@ class SimulatedModel(Model):
         await self._serve(out_tokens, request.prompt_tokens - cached)
         return reply
 
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+        """The reply token by token: the first after the time to first token (and the
+        prefill), the others spread evenly over the rest of the sampled latency.
+
+        A token is a word with the spaces before it; a tool call streams its name,
+        then its arguments in pieces. The whole stream takes as long as
+        :meth:`request` would, and holds a capacity slot throughout.
+        """
+        self.calls += 1
+        step = self._decide(request)
+        if not isinstance(step, (SimStep, ModelResponse, str)):
+            step = await step
+        if isinstance(step, ModelResponse):  # the policy's own reply: as it is, no latency
+            reply, out_tokens, uncached = step, 0, 0
+        else:
+            reply, out_tokens, uncached = self._reply(request, step)
+        pieces = _pieces(reply)
+        if self._instant or reply is step:
+            for piece in pieces:
+                yield piece
+            yield StreamDelta(response=reply)
+            return
+        latency = self.latency
+        first = latency.ttft_s + latency.prefill_per_token_s * uncached
+        rest = latency.per_token_s * out_tokens
+        planned = first + rest
+        total = latency.sample(self._rng, out_tokens, uncached)
+        scale = total / planned if planned > 0 else 1.0
+        gap = rest * scale / max(1, len(pieces) - 1)
+        async with self._slot():
+            await asyncio.sleep(first * scale)
+            reply.ttft_s = first * scale
+            for i, piece in enumerate(pieces):
+                if i:
+                    await asyncio.sleep(gap)
+                yield piece
+            if len(pieces) < 2:
+                await asyncio.sleep(rest * scale)
+        yield StreamDelta(response=reply)
+
+    def _reply(self, request: ModelRequest, step: SimStep | str) -> tuple[ModelResponse, int, int]:
+        """The reply to ``step``, its output tokens and the prompt tokens not cached."""
+        if isinstance(step, str):
+            step = SimStep(content=step)
+        calls, out_tokens = self._render(request.step, step)
+        cached = self._remember_prompt(request)
+        usage = Usage(request.prompt_tokens, out_tokens, cached, 1)
+        reply = ModelResponse(
+            content=step.content,
+            tool_calls=calls,
+            usage=usage,
+            finish_reason="tool_calls" if calls else "stop",
+            model=self.name,
+            backend=self.name,
+        )
+        return reply, out_tokens, request.prompt_tokens - cached
+
     async def _serve(self, out_tokens: int, uncached: int) -> None:
         """Hold a slot (queueing past capacity) for the sampled latency."""
         delay = self.latency.sample(self._rng, out_tokens, uncached)
@@ -199,6 +283,22 @@ class SimulatedModel(Model):
             self.peak_running = max(self.peak_running, self.running)
             try:
                 await asyncio.sleep(delay)
+            finally:
+                self.running -= 1
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of ``capacity`` sequences (queueing past it), held for a whole stream."""
+        if self.capacity is None:
+            yield
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.capacity)
+        async with self._slots:
+            self.running += 1
+            self.peak_running = max(self.peak_running, self.running)
+            try:
+                yield
             finally:
                 self.running -= 1
 

@@ -21,7 +21,7 @@ import ipaddress
 import re
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
@@ -140,6 +140,8 @@ class EgressPolicy:
     - ``allow_ports``: ports a request may use; ``None`` allows any port but ``deny_ports``.
     - ``schemes``: ``http``/``https`` by default.
     - ``max_redirects``, ``max_response_bytes``, ``timeout_s``: per request.
+    - ``also``: more policies each request must pass too (see :meth:`narrowed`);
+      ``label`` names a policy in its refusals (``"tenant 'acme'"``).
 
     Example: the public web on 80/443 only (the default), or a local service::
 
@@ -155,6 +157,8 @@ class EgressPolicy:
     max_redirects: int = 5
     max_response_bytes: int = 1 << 20
     timeout_s: float = 10.0
+    also: tuple[EgressPolicy, ...] = ()
+    label: str = ""  # whose policy this is, in refusals ("tenant 'acme'")
     _nets: tuple[IPNetwork, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -168,6 +172,21 @@ class EgressPolicy:
             object.__setattr__(self, "allow_ports", frozenset(self.allow_ports))
         object.__setattr__(self, "deny_ports", frozenset(self.deny_ports))
         object.__setattr__(self, "schemes", frozenset(self.schemes))
+        object.__setattr__(self, "also", tuple(self.also))
+
+    def narrowed(self, other: EgressPolicy) -> EgressPolicy:
+        """This policy, further limited by ``other``: a request must pass both (hosts,
+        ports, schemes, addresses), under the smaller of their redirect, size and time
+        caps. Never wider than either: how a tenant's policy applies to an agent's tools."""
+        if other is self or other in self.also:
+            return self
+        return replace(
+            self,
+            also=(*self.also, other),
+            max_redirects=min(self.max_redirects, other.max_redirects),
+            max_response_bytes=min(self.max_response_bytes, other.max_response_bytes),
+            timeout_s=min(self.timeout_s, other.timeout_s),
+        )
 
     @classmethod
     def loopback(cls, *, hosts: Iterable[str] = (), **kwargs: object) -> EgressPolicy:
@@ -182,6 +201,11 @@ class EgressPolicy:
 
     def check_address(self, ip: IPAddress, host: str = "") -> None:
         """Raise :class:`EgressDenied` unless a connection to ``ip`` is allowed."""
+        for other in self.also:
+            try:
+                other.check_address(ip, host)
+            except EgressDenied as exc:
+                raise other._refusal(exc) from None
         kind = address_kind(ip)
         if kind is None or (self.allow_private and not kind.startswith("metadata")):
             return
@@ -192,17 +216,40 @@ class EgressPolicy:
         via = f" ({host} resolves to it)" if host and host != str(ip) else ""
         raise EgressDenied(f"address {ip} is {kind}{via}: not allowed by the egress policy")
 
+    def _refusal(self, exc: EgressDenied) -> EgressDenied:
+        return EgressDenied(f"{exc} ({self.label})") if self.label else exc
+
     def check_url(self, url: URL | str) -> URL:
         """Check what can be checked before connecting; return the parsed URL."""
         u = URL(url) if isinstance(url, str) else url
+        for other in self.also:
+            try:
+                other.check_url(u)
+            except EgressDenied as exc:
+                raise other._refusal(exc) from None
         scheme = u.scheme.lower()
         if scheme not in self.schemes:
             raise EgressDenied(f"scheme {scheme or '(none)'!r} is not allowed: {u}")
-        host = (u.raw_host or "").lower().rstrip(".")
-        if not host:
+        if not u.raw_host:
             raise EgressDenied(f"no host in {str(u)!r}")
+        self._check_endpoint(u.raw_host, u.port)
+        return u
+
+    def check_endpoint(self, host: str, port: int | None) -> None:
+        """The checks of :meth:`check_url` but the scheme's, for a connection to
+        ``host:port`` (a transport that is not a URL's: MCP's HTTP client)."""
+        for other in self.also:
+            try:
+                other.check_endpoint(host, port)
+            except EgressDenied as exc:
+                raise other._refusal(exc) from None
+        self._check_endpoint(host, port)
+
+    def _check_endpoint(self, raw_host: str, port: int | None) -> None:
+        host = raw_host.lower().rstrip(".")
+        if not host:
+            raise EgressDenied("no host to connect to")
         ip = parse_ip(host)
-        port = u.port
         if (
             port is None
             or port in self.deny_ports
@@ -215,7 +262,6 @@ class EgressPolicy:
             str(ip) if ip is not None else host, self.allow_hosts
         ):
             raise EgressDenied(f"host {host!r} is not in the egress allow-list")
-        return u
 
 
 class GuardedResolver(AbstractResolver):

@@ -3,9 +3,18 @@
 
 Rules come in families. Each family has *anchors*: literal strings one of which every match
 contains, with a window around it where the family's regular expressions can match. One
-Aho-Corasick pass over the UTF-8 bytes (``ahocorasick_rs``, SIMD-prefiltered) finds every
-anchor of every family at once; most text has none and costs just that pass (a few µs per
-KB). Only around an anchor do the regular expressions run, on a small window.
+Aho-Corasick pass over the lower-cased UTF-8 bytes (``ahocorasick_rs``) finds every anchor
+of every family at once; most text has none and costs just that pass (a few µs per KB).
+Only around an anchor do the regular expressions run, on a small window, and cheaply:
+
+- a window that is all ASCII (most are, even in prose with a dash or an accent here and
+  there) is matched as bytes: no str slicing or lowering, no character offsets unless a
+  rule matches; the rules match there exactly as on the characters;
+- a family whose every match holds some punctuation (``_`` in ``call transfer_funds``,
+  ``<`` or ``:`` for role tags) skips windows without it before any regex runs;
+- rules that start at their anchor are one alternation tried with ``match``; a family whose
+  anchor ends its matches ("reveal ... the system prompt") tries its rules only where one of
+  its leading words starts, found by a small automaton, not at every position.
 
 Families:
 
@@ -45,31 +54,77 @@ class _Family:
     before: int  # how far before an anchor a match may start; 0: matches start at the anchor
     after: int  # how far after it a match may end
     rules: tuple[tuple[str, float, re.Pattern[str]], ...]
+    # The same rules over lower-cased UTF-8 bytes, for windows that are all ASCII: there a
+    # byte is a character and ASCII lowering is str lowering, so they match exactly alike.
+    byte_rules: tuple[tuple[str, float, re.Pattern[bytes]], ...]
+    # ASCII punctuation one of which every match holds (lowering never makes one out of
+    # another character): a window holding none is skipped before any regex runs.
+    needs: tuple[bytes, ...]
+    # Words every match begins with, for a family whose anchor ends its matches: an ASCII
+    # window is scanned for them (a small automaton) and the rules tried only where one
+    # starts, instead of re.search trying each position of the window in turn.
+    leads: ahocorasick_rs.BytesAhoCorasick | None
+    # Words one of which every match holds (the nouns an override needs): an ASCII window
+    # holding none of them is skipped, which costs one small automaton pass instead of
+    # the regexes' backtracking through every gap length.
+    holds: ahocorasick_rs.BytesAhoCorasick | None
+
+
+def _as_bytes(pattern: str) -> re.Pattern[bytes]:
+    # str-mode ``\s`` also matches the ASCII separators \x1c-\x1f; bytes-mode does not.
+    return re.compile(pattern.replace(r"\s", r"[\s\x1c-\x1f]").encode())
+
+
+def _merged(rules: tuple[tuple[str, float, str], ...]) -> list[tuple[str, float, str]]:
+    """Consecutive rules with the same name and score as one alternation. Where matches start
+    at the anchor, ``match`` tries the alternatives in order, as the rules one by one would
+    (the first that matches is kept either way): one regex call instead of several."""
+    out: list[tuple[str, float, str]] = []
+    for rule, score, pattern in rules:
+        if out and out[-1][:2] == (rule, score):
+            out[-1] = (rule, score, f"{out[-1][2]}|(?:{pattern})")
+        else:
+            out.append((rule, score, f"(?:{pattern})"))
+    return out
 
 
 def _family(
-    anchors: tuple[str, ...], before: int, after: int, *rules: tuple[str, float, str]
+    anchors: tuple[str, ...],
+    before: int,
+    after: int,
+    *rules: tuple[str, float, str],
+    needs: str = "",
+    leads: tuple[str, ...] = (),
+    holds: tuple[str, ...] = (),
 ) -> _Family:
-    return _Family(anchors, before, after, tuple((r, s, re.compile(p)) for r, s, p in rules))
+    assert all(c.isascii() and not c.isalnum() for c in needs)
+    merged = _merged(rules) if before == 0 else rules
+    return _Family(
+        anchors,
+        before,
+        after,
+        tuple((r, s, re.compile(p)) for r, s, p in merged),
+        tuple((r, s, _as_bytes(p)) for r, s, p in merged),
+        tuple(c.encode() for c in needs),
+        ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
+        ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
+    )
 
 
-def _starts(anchors: tuple[str, ...], after: int, *rules: tuple[str, float, str]) -> _Family:
+def _starts(
+    anchors: tuple[str, ...],
+    after: int,
+    *rules: tuple[str, float, str],
+    needs: str = "",
+    holds: tuple[str, ...] = (),
+) -> _Family:
     """A family whose matches begin with one of its anchors (a verb): the rules are tried
     only *at* the anchor (``re.match``), the cheapest test there is."""
-    return _family(anchors, 0, after, *rules)
+    return _family(anchors, 0, after, *rules, needs=needs, holds=holds)
 
 
 # Patterns run on lower-cased windows of the text.
 _FAMILIES: tuple[_Family, ...] = (
-    _starts(
-        ("ignor", "disregard", "forget", "overrid", "bypass", "skip "),
-        220,
-        (
-            "override",
-            0.9,
-            rf"{_W}{_OVERRIDE_VERBS}{_GAP}{_OVERRIDE_WHAT}\b{_GAP}{_OVERRIDE_NOUNS}\b",
-        ),
-    ),
     _family(
         (
             "you are now",
@@ -95,7 +150,7 @@ _FAMILIES: tuple[_Family, ...] = (
     ),
     _starts(
         (
-            "ignor",
+            *("ignor", "disregard", "forget", "overrid", "bypass", "skip "),
             "oubli",
             "olvid",
             "omit",
@@ -108,6 +163,11 @@ _FAMILIES: tuple[_Family, ...] = (
             "vergeet",
         ),
         220,
+        (
+            "override",
+            0.9,
+            rf"{_W}{_OVERRIDE_VERBS}{_GAP}{_OVERRIDE_WHAT}\b{_GAP}{_OVERRIDE_NOUNS}\b",
+        ),
         (
             "override",
             0.9,
@@ -126,6 +186,13 @@ _FAMILIES: tuple[_Family, ...] = (
         ),
         ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b"),
         ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b"),
+        # The rules' nouns, or a stem of them: every match holds one.
+        holds=(
+            *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),
+            *("context", "guardrail", "programming", "command", "consigne", "indicaci"),
+            *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
+            "aanwijzing",
+        ),
     ),
     _family(
         # Bytes are lowered as ASCII only: Cyrillic anchors come in their usual cases.
@@ -189,6 +256,10 @@ _FAMILIES: tuple[_Family, ...] = (
             rf"{_W}(?:reveal|print|show|repeat|output|leak|send|tell me|give me|disclose){_GAP}(?:system prompt|initial prompt|hidden instructions|api[ _-]?keys?|passwords?|secrets?|credentials)\b",
         ),
         ("override", 0.6, r"do not (?:tell|inform|alert|warn) the user"),
+        leads=(
+            *("reveal", "print", "show", "repeat", "output", "leak", "send", "tell me"),
+            *("give me", "disclose", "do not "),
+        ),
     ),
     _family(
         (
@@ -230,6 +301,7 @@ _FAMILIES: tuple[_Family, ...] = (
             0.55,
             r"(?:^|\n)[ \t]*(?:#{1,4}[ \t]*)?(?:system|assistant|developer)(?:[ \t]+(?:prompt|message|instructions?))?[ \t]*:",
         ),
+        needs="[<:",
     ),
     _family(
         (
@@ -253,6 +325,7 @@ _FAMILIES: tuple[_Family, ...] = (
             r"\{\s*\"(?:name|tool|function)\"\s*:\s*\"[\w.-]+\"\s*,\s*\"(?:arguments|args|parameters|input)\"\s*:",
         ),
         ("tool_call", 0.7, r"<(?:tool_call|function_call|tool_use|invoke)\b"),
+        needs='"<',
     ),
     _starts(
         ("call ", "invoke ", "execute "),
@@ -262,6 +335,7 @@ _FAMILIES: tuple[_Family, ...] = (
             0.6,
             r"(?:call|invoke|execute) (?:the )?[`'\"]?[a-z]+_[a-z_]+[`'\"]?(?: (?:tool|function)\b|\(| now\b| immediately\b| with\b)",
         ),
+        needs="_",
     ),
 )
 
@@ -291,6 +365,10 @@ for _h in _HIDDEN_ANCHORS:
     _FAMILIES_OF[_h] = [_HIDDEN]
 _ANCHORS = list(_FAMILIES_OF)
 _ANCHOR_FAMILIES = [tuple(_FAMILIES_OF[a]) for a in _ANCHORS]
+# The same, with each family alongside its index (None for a hidden character).
+_ANCHOR_WINDOWS = [
+    tuple((fi, None if fi == _HIDDEN else _FAMILIES[fi]) for fi in fis) for fis in _ANCHOR_FAMILIES
+]
 _AUTOMATON = ahocorasick_rs.BytesAhoCorasick(
     _ANCHORS, implementation=ahocorasick_rs.Implementation.DFA
 )
@@ -303,42 +381,153 @@ _ANY_HIDDEN = re.compile("[\u200b\u180e\u202a-\u202e\u2060-\u2069\ufeff\U000e000
 _MAX_WINDOWS = 64
 
 
+# Whether a byte is an ASCII letter or digit (a word goes on through it).
+_ALNUM_BYTE = tuple(b < 0x80 and chr(b).isalnum() for b in range(256))
+
+
 class HeuristicScreener:
     """Rule-based screening (see the module docstring for the rules). Stateless, sync."""
 
     name = "heuristic"
 
     def screen(self, text: str) -> Sequence[Finding]:
-        data = text.encode("utf-8", "surrogatepass")
-        hits = _AUTOMATON.find_matches_as_indexes(data.lower())
-        if not hits:
-            return ()
-        if any(_ANCHOR_FAMILIES[i][0] == _HIDDEN for i, _, _ in hits):
-            return _screen_hidden(text)
-        best: dict[str, Finding] = {}
-        ascii_only = len(data) == len(text)
-        windows: dict[int, int] = {}
-        byte_at = char_at = 0  # hits come in order: convert byte offsets incrementally
-        for i, start, _ in hits:
-            if ascii_only:
-                pos = start
-            else:
-                char_at += len(data[byte_at:start].decode("utf-8", "surrogatepass"))
-                pos, byte_at = char_at, start
-            for fi in _ANCHOR_FAMILIES[i]:
-                n = windows[fi] = windows.get(fi, 0) + 1
+        return _screen(text)
+
+
+def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
+    """Screen ``text``. A window around an anchor that is all ASCII (most of them, even in
+    prose with dashes and accents here and there) is matched on the lower-cased bytes as
+    they are: no str slicing or lowering, and no character offset to work out unless a rule
+    matches. A window holding other characters is matched on the text's characters.
+    ``byte_windows=False`` matches every window on characters: the reference the tests hold
+    the fast path to."""
+    data = text.encode("utf-8", "surrogatepass")
+    low = data.lower()
+    hits = _AUTOMATON.find_matches_as_indexes(low)
+    if not hits:
+        return ()
+    best: dict[str, Finding] = {}
+    # Windows opened per family: counted only when there are enough anchors to reach the cap.
+    windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
+    chars: _CharOffsets | None = None  # made when a character offset is first needed
+    for i, start, _ in hits:
+        for fi, family in _ANCHOR_WINDOWS[i]:
+            if family is None:
+                return _screen_hidden(text)
+            if windows is not None:
+                n = windows[fi] = windows[fi] + 1
                 if n > _MAX_WINDOWS:
                     continue
-                family = _FAMILIES[fi]
-                if n == _MAX_WINDOWS:  # an anchor-stuffed text: one full search bounds the cost
+                if n == _MAX_WINDOWS:  # anchor-stuffed text: one full search bounds the cost
                     _search(family, text, 0, best, anchored=False)
-                elif family.before == 0:
-                    if pos == 0 or not text[pos - 1].isalnum():  # a word starts at the anchor
-                        _search(family, text[pos : pos + family.after], pos, best, anchored=True)
+                    continue
+            before = family.before
+            if family.needs:  # look in bytes enough to hold the window's characters
+                lo = start - 4 * before
+                hi = start + 4 * family.after
+                for need in family.needs:
+                    if low.find(need, lo if lo > 0 else 0, hi) >= 0:
+                        break
                 else:
-                    a = max(0, pos - family.before)
-                    _search(family, text[a : pos + family.after], a, best, anchored=False)
-        return list(best.values())
+                    continue
+            if before == 0:  # matches start at the anchor, which must start a word
+                if start:
+                    prev = low[start - 1]
+                    if _ALNUM_BYTE[prev]:
+                        continue
+                    if prev >= 0x80:
+                        chars = chars or _CharOffsets(text, data)
+                        if text[chars.at(start) - 1].isalnum():
+                            continue
+                a = start
+            else:
+                a = start - before if start > before else 0
+            window = low[a : start + family.after]
+            if byte_windows and window.isascii():
+                if family.holds is not None and not family.holds.find_matches_as_indexes(window):
+                    continue
+                if family.leads is not None:
+                    _search_leads(family, window, a, data, best)
+                else:
+                    _search_bytes(family, window, a, data, best)
+                continue
+            chars = chars or _CharOffsets(text, data)
+            pos = chars.at(start)
+            if before == 0:
+                _search(family, text[pos : pos + family.after], pos, best, anchored=True)
+            else:
+                a = max(0, pos - before)
+                _search(family, text[a : pos + family.after], a, best, anchored=False)
+    return list(best.values())
+
+
+class _CharOffsets:
+    """Character offsets of byte offsets into the UTF-8 of a text, asked for in increasing
+    order (as the anchors are found): each call decodes only the bytes since the last."""
+
+    __slots__ = ("_ascii", "_byte", "_char", "_data")
+
+    def __init__(self, text: str, data: bytes) -> None:
+        self._data = data
+        self._ascii = len(data) == len(text)
+        self._byte = self._char = 0
+
+    def at(self, byte: int) -> int:
+        if self._ascii:
+            return byte
+        if byte != self._byte:
+            self._char += len(self._data[self._byte : byte].decode("utf-8", "surrogatepass"))
+            self._byte = byte
+        return self._char
+
+
+def _search_bytes(
+    family: _Family,
+    window: bytes,
+    a: int,
+    data: bytes,
+    best: dict[str, Finding],
+) -> None:
+    """``_search`` on an ASCII window of the lower-cased bytes starting at byte ``a``."""
+    anchored = family.before == 0
+    for rule, score, pattern in family.byte_rules:
+        found = best.get(rule)
+        if found is not None and found.score >= score:
+            continue
+        m = pattern.match(window) if anchored else pattern.search(window)
+        if m is not None:
+            best[rule] = _found(rule, score, m, a, data)
+
+
+def _search_leads(
+    family: _Family,
+    window: bytes,
+    a: int,
+    data: bytes,
+    best: dict[str, Finding],
+) -> None:
+    """``_search_bytes`` trying the rules only where one of the family's leads starts (a
+    lead inside another one counts: the automaton reports overlapping matches)."""
+    assert family.leads is not None
+    found_at = family.leads.find_matches_as_indexes(window, overlapping=True)
+    if not found_at:
+        return
+    starts = sorted({s for _, s, _ in found_at})
+    for rule, score, pattern in family.byte_rules:
+        found = best.get(rule)
+        if found is not None and found.score >= score:
+            continue
+        for pos in starts:
+            m = pattern.match(window, pos)  # a lookbehind still sees the bytes before pos
+            if m is not None:
+                best[rule] = _found(rule, score, m, a, data)
+                break
+
+
+def _found(rule: str, score: float, m: re.Match[bytes], a: int, data: bytes) -> Finding:
+    # The window starts at byte ``a``; being ASCII, it has as many characters as bytes.
+    at = len(data[:a].decode("utf-8", "surrogatepass"))
+    return Finding(rule, score, at + m.start(), at + m.end())
 
 
 def _search(

@@ -100,8 +100,9 @@ class MemoryRunStore(RunStore):
         journal.extend(entries)
         self._appends += 1
         self._entries += len(entries)
-        if self._notifier is not None:
-            self._notifier.notify(run_id)
+        notifier = self._notifier
+        if notifier is not None and notifier.waiters:  # a reader is following some run
+            notifier.notify(run_id)
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         self._expire()

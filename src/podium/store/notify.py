@@ -10,28 +10,29 @@ __all__ = ("JournalNotifier",)
 class JournalNotifier:
     """Futures per run, resolved on append. Costs nothing while nobody waits."""
 
-    __slots__ = ("_waiters",)
+    __slots__ = ("waiters",)
 
     def __init__(self) -> None:
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        #: Futures of the readers waiting, by run id (empty: an append notifies nobody).
+        self.waiters: dict[str, list[asyncio.Future[None]]] = {}
 
     def notify(self, run_id: str) -> None:
-        if not self._waiters:
+        if not self.waiters:
             return
-        for fut in self._waiters.pop(run_id, ()):
+        for fut in self.waiters.pop(run_id, ()):
             if not fut.done():
                 fut.set_result(None)
 
     async def wait(self, run_id: str, timeout: float) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(run_id, []).append(fut)
+        self.waiters.setdefault(run_id, []).append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             pass
         finally:
-            waiters = self._waiters.get(run_id)
+            waiters = self.waiters.get(run_id)
             if waiters and fut in waiters:
                 waiters.remove(fut)
                 if not waiters:
-                    del self._waiters[run_id]
+                    del self.waiters[run_id]

@@ -37,6 +37,7 @@ from yarl import URL
 
 from podium.errors import ToolDefinitionError
 from podium.security.egress import EgressDenied, EgressPolicy, GuardedResolver
+from podium.security.tenant_egress import current_egress
 from podium.tools.tool import Tool, tool
 
 __all__ = ("HttpClient", "HttpError", "HttpResponse", "ResponseTooLarge", "http_tool")
@@ -106,9 +107,9 @@ def _release(loop: asyncio.AbstractEventLoop, held: _Held) -> None:
     _live.get(loop, set()).discard(held)
 
 
-def _close_later(sessions: dict[asyncio.AbstractEventLoop, _Held]) -> None:
+def _close_later(sessions: dict[tuple[asyncio.AbstractEventLoop, EgressPolicy], _Held]) -> None:
     """A client was collected: close its sessions on their loops."""
-    for loop, held in sessions.items():
+    for (loop, _), held in sessions.items():
         if loop.is_closed() or held.session.closed:
             continue
 
@@ -139,19 +140,33 @@ class HttpClient:
         self._resolver = resolver
         self._max_connections = max_connections
         self._user_agent = user_agent
-        self._sessions: dict[asyncio.AbstractEventLoop, _Held] = {}
+        # Sessions by loop and policy: a run under a tenant's policy gets a session whose
+        # resolver checks that narrower policy (its own DNS cache and pooled connections).
+        self._sessions: dict[tuple[asyncio.AbstractEventLoop, EgressPolicy], _Held] = {}
+        self._narrowed: dict[EgressPolicy, EgressPolicy] = {}
         weakref.finalize(self, _close_later, self._sessions)
         self.requests = 0
         self.refused = 0
 
-    async def _session(self) -> aiohttp.ClientSession:
+    def policy_now(self) -> EgressPolicy:
+        """The policy a request sent now passes: the client's, narrowed by the tenant
+        policy of the run whose tool is sending it (:mod:`podium.security.tenant_egress`)."""
+        tenant = current_egress()
+        if tenant is None:
+            return self.policy
+        policy = self._narrowed.get(tenant)
+        if policy is None:
+            policy = self._narrowed[tenant] = self.policy.narrowed(tenant)
+        return policy
+
+    async def _session(self, policy: EgressPolicy) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        held = self._sessions.get(loop)
+        held = self._sessions.get((loop, policy))
         if held is not None and not held.session.closed:
             return held.session
         connector = aiohttp.TCPConnector(
             limit=self._max_connections,
-            resolver=GuardedResolver(self.policy, self._resolver),
+            resolver=GuardedResolver(policy, self._resolver),
             keepalive_timeout=30,
         )
         session = aiohttp.ClientSession(
@@ -162,9 +177,9 @@ class HttpClient:
         )
         closer = _session_closer(session)
         await closer.__anext__()
-        held = self._sessions[loop] = _Held(session, closer)
+        held = self._sessions[loop, policy] = _Held(session, closer)
         _hold(loop, held)
-        for old in [lp for lp in self._sessions if lp.is_closed()]:
+        for old in [key for key in self._sessions if key[0].is_closed()]:
             del self._sessions[old]
         return session
 
@@ -179,12 +194,12 @@ class HttpClient:
     ) -> HttpResponse:
         """Send a request; raise :class:`EgressDenied` if any hop is refused."""
         self.requests += 1
-        policy = self.policy
+        policy = self.policy_now()
         try:
             target = policy.check_url(url)
             if params:
                 target = target.update_query(params)
-            session = await self._session()
+            session = await self._session(policy)
             # The traced run's W3C traceparent goes on (one context-variable read when not;
             # imported here: podium.observe.tracing imports the engine, which imports tools).
             from podium.observe.tracing import trace_headers
@@ -226,10 +241,10 @@ class HttpClient:
         return await self.request("GET", url, **kwargs)
 
     async def aclose(self) -> None:
-        """Close this loop's session (others close with their loops)."""
+        """Close this loop's sessions (others close with their loops)."""
         loop = asyncio.get_running_loop()
-        held = self._sessions.pop(loop, None)
-        if held is not None:
+        for key in [key for key in self._sessions if key[0] is loop]:
+            held = self._sessions.pop(key)
             _release(loop, held)
             await held.closer.aclose()  # type: ignore[attr-defined]
 

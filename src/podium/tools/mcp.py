@@ -3,7 +3,7 @@
 ::
 
     docs = MCPServer.stdio("python", ["docs_server.py"], timeout=10, retries=1)
-    search = MCPServer.http("http://127.0.0.1:8931/mcp")
+    search = MCPServer.http("http://127.0.0.1:8931/mcp", policy=EgressPolicy.loopback())
     agent = Agent("helper", model, tools=[*await docs.list_tools(), *await search.list_tools()])
 
 Each MCP tool becomes a :class:`~podium.tools.Tool` under the same policies as any other
@@ -32,11 +32,11 @@ import msgspec
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 from podium.errors import PodiumError, RetryableToolError
 from podium.models.base import ToolDefinition
 from podium.security.egress import EgressPolicy
+from podium.tools.mcp_http import guarded_http_client
 from podium.tools.policy import BreakerPolicy
 from podium.tools.tool import Tool, tool
 
@@ -173,18 +173,21 @@ class MCPServer:
         **options: Any,
     ) -> MCPServer:
         """A server at a streamable-HTTP endpoint (sent ``headers``, e.g. its API key).
-        With ``policy``, the URL must pass it."""
-        if policy is not None:
-            policy.check_url(url)
-        if not headers:
-            return cls(lambda: streamable_http_client(url), name=name or url, **options)
-        sent = dict(headers)
+
+        Every connection to it passes ``policy`` (:mod:`podium.tools.mcp_http`): the URL
+        now, raising :class:`~podium.security.EgressDenied`, and each resolved address at
+        connect time. By default public addresses only, on any port; a server on this
+        machine or a private network needs ``policy=EgressPolicy.loopback()`` or an
+        ``EgressPolicy(allow_networks=...)`` that names its network."""
+        guard = policy if policy is not None else EgressPolicy(allow_ports=None)
+        guard.check_url(url)
+        sent = dict(headers) if headers else None
 
         @contextlib.asynccontextmanager
         async def connect() -> AsyncIterator[Any]:
             # The SDK leaves a client it was given open: this one is ours to close.
             async with (
-                create_mcp_http_client(headers=sent) as client,
+                guarded_http_client(guard, headers=sent) as client,
                 streamable_http_client(url, http_client=client) as streams,
             ):
                 yield streams

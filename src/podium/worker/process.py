@@ -97,6 +97,8 @@ def serve(config: WorkerConfig) -> int:
 
 async def _serve(config: WorkerConfig) -> int:
     # Imported here so that `podium --help` never needs redis.
+    from redis.exceptions import RedisError
+
     from podium.config import load_config
     from podium.engine.driver import Engine
     from podium.engine.hook import combine
@@ -106,6 +108,7 @@ async def _serve(config: WorkerConfig) -> int:
     from podium.observe.tracing import tracer_from_env
     from podium.queue.redis import RedisQueue
     from podium.store.redis import RedisRunStore, connect
+    from podium.streaming.redis import RedisTokenChannel
     from podium.tools.executor import ToolExecutor
     from podium.tools.threads import ToolThreads
     from podium.worker.worker import Worker
@@ -127,6 +130,13 @@ async def _serve(config: WorkerConfig) -> int:
                        unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
     engine = Engine(store, executor)
+    # Hears the gateways' listeners; a run streams its tokens only while one listens.
+    tokens = RedisTokenChannel(client, prefix=config.prefix)
+    try:
+        await tokens.start()
+        engine.tokens = tokens
+    except (RedisError, OSError) as exc:
+        log.warning("no token streaming from this worker: %s", exc)
     worker = Worker(
         queue, engine, agents, pool=config.pool, concurrency=config.concurrency,
         consumer=config.consumer, heartbeat_s=config.lease_s / 3,
@@ -159,6 +169,7 @@ async def _serve(config: WorkerConfig) -> int:
             await drained[0]
     finally:
         await engine.aclose()
+        await tokens.aclose()
         executor.close()
         threads.shutdown(wait=False, cancel_futures=True)
         await client.aclose()

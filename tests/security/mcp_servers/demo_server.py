@@ -4,13 +4,16 @@
     python demo_server.py http PORT
 
 Tools: ``add``, ``echo``, ``fail`` (an error result), ``crash`` (the process dies
-mid-call), ``pid``, ``grow`` (adds a tool and notifies the client that the list changed).
+mid-call), ``pid``, ``grow`` (adds a tool and notifies the client that the list changed),
+``hang`` (the first call writes the server's pid to a file and waits to be killed).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
+from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -45,6 +48,20 @@ def crash() -> str:
 def pid() -> int:
     """The server's process id."""
     return os.getpid()
+
+
+@server.tool()
+def hang(marker: str) -> str:
+    """The first call (no ``marker`` file yet) writes this process's id there and waits
+    to be killed; a call that finds the file answers at once."""
+    path = Path(marker)
+    if path.exists():
+        return "answered after a restart"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(os.getpid()))
+    tmp.rename(path)  # whole, or not there: the test reads it while we wait
+    time.sleep(300)  # a sync tool: the SDK runs it in a worker thread
+    return "not killed"
 
 
 @server.tool()

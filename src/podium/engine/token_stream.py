@@ -1,0 +1,126 @@
+"""The model call of a step that someone listens to: streamed, each delta published.
+
+The engine takes this path only when its token channel says the run has a
+listener (one test per step); otherwise the step calls :meth:`Model.request`.
+Deltas are published, not journaled: the step's journal entry holds the whole
+reply, as for a call that was not streamed. A model that cannot stream is asked
+with :meth:`Model.request` instead, and its listeners see the reply when the
+step is journaled.
+"""
+
+from __future__ import annotations
+
+import time
+
+from podium.agent import Agent
+from podium.engine.stopwatch import Stopwatch
+from podium.errors import ModelReplyError
+from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.security.redact import redactor_for
+from podium.streaming.base import TokenChannel, TokenDelta
+
+__all__ = ("stream_model",)
+
+
+async def stream_model(
+    agent: Agent, request: ModelRequest, sw: Stopwatch, channel: TokenChannel, phase: int
+) -> ModelResponse:
+    """The model's reply to ``request``, its deltas published on ``channel`` as they come.
+
+    A malformed reply is asked again up to ``agent.model_retries`` times, as for
+    an unstreamed call (listeners then see the new attempt's tokens follow).
+    CPU is counted only over the slices that handle a delta, not while waiting.
+    An agent with secret tool arguments streams no argument fragments (the journal
+    replaces those arguments; its listeners must not see them either).
+    """
+    redactor = redactor_for(agent)
+    arguments = redactor is None or not redactor.args
+    attempt = 0
+    while True:
+        try:
+            return await _stream_once(agent.model, request, sw, channel, phase, arguments)
+        except ModelReplyError:
+            if attempt >= agent.model_retries:
+                raise
+            attempt += 1
+
+
+async def _stream_once(
+    model: Model,
+    request: ModelRequest,
+    sw: Stopwatch,
+    channel: TokenChannel,
+    phase: int,
+    arguments: bool,
+) -> ModelResponse:
+    try:
+        stream = model.stream(request)
+    except NotImplementedError:
+        return await _unstreamed(model, request, sw, phase)
+    run_id, step = request.run_id, request.step
+    publish = channel.publish
+    t0 = time.perf_counter()
+    first: float | None = None
+    response: ModelResponse | None = None
+    sw.suspend(phase)
+    try:
+        async for delta in stream:
+            sw.resume(phase)
+            if delta.response is not None:
+                response = delta.response
+                break
+            if first is None:
+                first = time.perf_counter()
+            if (
+                delta.content
+                or delta.reasoning
+                or delta.tool_name
+                or (delta.arguments and arguments)
+            ):
+                publish(run_id, _token(step, delta, arguments))
+            sw.suspend(phase)
+        else:
+            sw.resume(phase)
+    except NotImplementedError:  # a wrapper whose backend cannot stream, found on first read
+        sw.resume(phase)
+        if first is not None:
+            raise
+        return await _unstreamed(model, request, sw, phase)
+    except BaseException:
+        sw.resume(phase)
+        raise
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+    if response is None:
+        raise ModelReplyError(f"{model.name}: the stream ended without a reply")
+    sw.suspend(phase)
+    try:
+        await channel.flush()  # the step's journal entry must not overtake its last tokens
+    finally:
+        sw.resume(phase)
+    if response.ttft_s is None and first is not None:
+        response.ttft_s = first - t0
+    return response
+
+
+def _token(step: int, delta: StreamDelta, arguments: bool) -> TokenDelta:
+    return TokenDelta(
+        step,
+        delta.content,
+        delta.reasoning,
+        delta.tool_call_index,
+        delta.tool_name,
+        delta.arguments if arguments else "",
+    )
+
+
+async def _unstreamed(
+    model: Model, request: ModelRequest, sw: Stopwatch, phase: int
+) -> ModelResponse:
+    sw.suspend(phase)
+    try:
+        return await model.request(request)
+    finally:
+        sw.resume(phase)

@@ -1,0 +1,205 @@
+"""A run's journal with its live model tokens woven in: what streaming clients receive.
+
+The journal follower (:func:`~podium.gateway.sse.journal_events`) and a token
+subscription run side by side; their outputs are merged so that the deltas of
+step ``s`` come after every journal event of the steps before it and before the
+step's own ``model_reply``:
+
+- a delta of a step whose model turn is already journaled is dropped (the
+  ``model_reply`` event has the whole text);
+- a delta of a step the journal has not reached yet (its previous step's
+  ``step_finished`` not read) waits until the journal catches up.
+
+Deltas carry no event id: resuming with ``Last-Event-ID`` is at step granularity.
+A client that reconnects mid-step gets the journal events after its id, then the
+current step's deltas from the moment it subscribed (the part of the step it
+missed arrives whole in that step's ``model_reply``); when no other client was
+listening, the step it reconnects into was called unstreamed and only its
+``model_reply`` comes, and deltas resume with the next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+from podium.engine.records import ModelTurn, RunRecord, StepCommitted, StepRecord
+from podium.gateway.outage import UNAVAILABLE
+from podium.gateway.sse import (
+    OUTAGE_GRACE_S,
+    entry_frames,
+    final_from_record,
+    format_event,
+    journal_events,
+    unavailable_event,
+)
+from podium.store.base import JournalItem, RunStore
+from podium.streaming.base import TokenDelta, TokenSubscription
+
+__all__ = ("LiveFrames", "LiveItem", "follow_live", "live_events")
+
+#: What :func:`live_events` yields: a journal item, the deltas ready to send, a
+#: keep-alive frame, or the record of a run that ended without a final entry.
+LiveItem = JournalItem | list[TokenDelta] | bytes | RunRecord
+
+#: Deltas held while the journal catches up, at most (more are dropped: the step's
+#: ``model_reply`` carries its text anyway).
+_HELD_MAX = 4096
+_JOURNAL, _DELTAS = 0, 1
+
+
+async def live_events(
+    store: RunStore,
+    run_id: str,
+    after: int = -1,
+    tokens: TokenSubscription | None = None,
+    *,
+    heartbeat_s: float = 10.0,
+    outage_grace_s: float = OUTAGE_GRACE_S,
+) -> AsyncGenerator[LiveItem, None]:
+    """The journal of ``run_id`` after ``after`` (as :func:`journal_events`), with the
+    deltas of ``tokens`` in between, ordered as the module docstring says.
+
+    ``tokens`` must have been subscribed before this is called (so no delta falls
+    between the journal read and the subscription); without it only the journal comes.
+    """
+    if tokens is None:
+        async for item in journal_events(
+            store, run_id, after, heartbeat_s=heartbeat_s, outage_grace_s=outage_grace_s
+        ):
+            yield item
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def pump_journal() -> None:
+        # From the start: the steps before ``after`` tell which deltas are current.
+        try:
+            async for item in journal_events(
+                store, run_id, -1, heartbeat_s=heartbeat_s, outage_grace_s=outage_grace_s
+            ):
+                queue.put_nowait((_JOURNAL, item))
+        except Exception as exc:  # handed to the consumer, which raises it
+            queue.put_nowait((_JOURNAL, exc))
+            return
+        queue.put_nowait((_JOURNAL, None))
+
+    async def pump_tokens() -> None:
+        sub = tokens
+        assert sub is not None
+        while True:
+            queue.put_nowait((_DELTAS, await sub.get()))
+
+    tasks = [asyncio.ensure_future(pump_journal()), asyncio.ensure_future(pump_tokens())]
+    turned = committed = -1  # the last step whose model turn / end the journal holds
+    held: list[TokenDelta] = []
+    try:
+        while True:
+            source, item = await queue.get()
+            if source == _DELTAS:
+                ready = []
+                for delta in item:
+                    if delta.step <= turned:
+                        continue
+                    if delta.step <= committed + 1 and not held:
+                        ready.append(delta)
+                    elif len(held) < _HELD_MAX:
+                        held.append(delta)
+                if ready:
+                    yield ready
+                continue
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            if isinstance(item, tuple):
+                seq, entry = item
+                if isinstance(entry, StepRecord):
+                    turned = committed = entry.step
+                elif isinstance(entry, ModelTurn):
+                    turned = entry.step
+                elif isinstance(entry, StepCommitted):
+                    committed = entry.step
+                if seq > after:
+                    yield item
+                if held:
+                    ready = [d for d in held if turned < d.step <= committed + 1]
+                    held = [d for d in held if d.step > committed + 1]
+                    if ready:
+                        yield ready
+                continue
+            yield item
+    finally:
+        # No await here: this may run in a cancelled task (the client hung up).
+        for task in tasks:
+            task.cancel()
+        tokens.close()
+
+
+def delta_frames(deltas: list[TokenDelta]) -> bytes:
+    """One ``delta`` SSE event per delta, without ids (deltas are not resumable)."""
+    return b"".join(format_event(None, "delta", d) for d in deltas)
+
+
+async def follow_live(
+    store: RunStore,
+    run_id: str,
+    after: int = -1,
+    tokens: TokenSubscription | None = None,
+    *,
+    heartbeat_s: float = 10.0,
+    outage_grace_s: float = OUTAGE_GRACE_S,
+) -> AsyncIterator[bytes]:
+    """SSE frames of :func:`live_events`: journal events, ``delta`` events between them."""
+    events = live_events(
+        store, run_id, after, tokens, heartbeat_s=heartbeat_s, outage_grace_s=outage_grace_s
+    )
+    try:
+        async for item in events:
+            if isinstance(item, bytes):
+                yield item
+            elif isinstance(item, list):
+                yield delta_frames(item)
+            elif isinstance(item, RunRecord):
+                yield final_from_record(item)
+            else:
+                yield entry_frames(*item)
+    except UNAVAILABLE as exc:
+        yield unavailable_event(exc)
+    finally:
+        await events.aclose()
+
+
+class LiveFrames:
+    """An SSE body that closes its token subscription however the response ends,
+    even if the client left before the body was first read (the generator then
+    never ran, and its own cleanup with it)."""
+
+    __slots__ = ("_frames", "_tokens")
+
+    def __init__(self, frames: AsyncIterator[bytes], tokens: TokenSubscription | None) -> None:
+        self._frames = frames
+        self._tokens = tokens
+
+    def __aiter__(self) -> LiveFrames:
+        return self
+
+    async def __anext__(self) -> bytes:
+        return await anext(self._frames)
+
+    async def aclose(self) -> None:
+        close = getattr(self._frames, "aclose", None)
+        if close is not None:
+            await close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._tokens is not None:
+            self._tokens.close()
+            self._tokens = None
+
+    def __del__(self) -> None:
+        # No running loop left (interpreter shut-down): nothing to tell.
+        with contextlib.suppress(RuntimeError):
+            self._release()

@@ -1,0 +1,127 @@
+"""The token channel: a run's model tokens, live, from the engine to whoever listens.
+
+Tokens are ephemeral: they are not journaled (the journal keeps whole model
+turns), a listener gets those published after it subscribed, and nothing is
+kept for a listener that comes later. The engine asks :meth:`TokenChannel.listening`
+once per step, before the model call, and streams that call only when the
+answer is yes: a run nobody listens to costs one dictionary test per step.
+
+Two implementations: :class:`~podium.streaming.local.LocalTokenChannel` (the
+engine and the gateway in one process) and
+:class:`~podium.streaming.redis.RedisTokenChannel` (``podium worker`` processes
+publishing to gateways elsewhere, over Redis pub/sub).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from podium.lifecycle import AsyncCloseable
+
+__all__ = ("TokenChannel", "TokenDelta", "TokenSubscription")
+
+#: Deltas one listener may have waiting before the rest of that step is dropped for it.
+DEFAULT_BUFFER = 4096
+
+
+class TokenDelta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """A piece of the model's reply at ``step`` of a run, as it arrived from the backend.
+
+    ``content`` and ``reasoning`` are text fragments; a tool call arrives as a delta
+    with its ``tool_call_index`` and ``tool_name``, then fragments of its JSON
+    ``arguments`` under the same index.
+    """
+
+    step: int
+    content: str = ""
+    reasoning: str = ""
+    tool_call_index: int | None = None
+    tool_name: str | None = None
+    arguments: str = ""
+
+
+class TokenSubscription:
+    """One listener's deltas of one run, in order, as they arrive.
+
+    Bounded: a listener that falls ``limit`` deltas behind loses the rest of that
+    step (never a piece in the middle), so what it got of a step is always a prefix
+    of the step's text, which the journaled model turn then completes. Close it
+    with :meth:`close` (synchronous, so it is safe in a cancelled task's cleanup).
+    """
+
+    __slots__ = ("_buffer", "_closed", "_limit", "_on_close", "_skip_step", "_wake", "run_id")
+
+    def __init__(
+        self,
+        run_id: str,
+        on_close: Callable[[TokenSubscription], None],
+        limit: int = DEFAULT_BUFFER,
+    ) -> None:
+        self.run_id = run_id
+        self._buffer: list[TokenDelta] = []
+        self._wake = asyncio.Event()
+        self._limit = limit
+        self._skip_step = -1
+        self._closed = False
+        self._on_close = on_close
+
+    def feed(self, deltas: Sequence[TokenDelta]) -> None:
+        """Hand over deltas (the channel calls this; it never blocks)."""
+        buffer = self._buffer
+        for delta in deltas:
+            if delta.step == self._skip_step:
+                continue
+            if len(buffer) >= self._limit:
+                self._skip_step = delta.step  # drop the rest of this step, keep a prefix
+                continue
+            buffer.append(delta)
+        if buffer:
+            self._wake.set()
+
+    def get_nowait(self) -> list[TokenDelta]:
+        """The deltas that arrived since the last call (none: an empty list)."""
+        out, self._buffer = self._buffer, []
+        return out
+
+    async def get(self) -> list[TokenDelta]:
+        """The deltas that arrived since the last call, waiting for at least one."""
+        while not self._buffer:
+            self._wake.clear()
+            await self._wake.wait()
+        return self.get_nowait()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._on_close(self)
+
+
+class TokenChannel(AsyncCloseable, abc.ABC):
+    """Where a run's token deltas go while someone listens.
+
+    The engine calls :meth:`listening` and :meth:`publish` (both synchronous and
+    cheap, never raising); the gateway calls :meth:`subscribe`.
+    """
+
+    @abc.abstractmethod
+    def listening(self, run_id: str) -> bool:
+        """Whether a listener of ``run_id`` is known (asked once per step)."""
+
+    @abc.abstractmethod
+    def publish(self, run_id: str, delta: TokenDelta) -> None:
+        """Send ``delta`` to the run's listeners; never blocks (lost if nobody listens)."""
+
+    @abc.abstractmethod
+    async def subscribe(self, run_id: str) -> TokenSubscription:
+        """Start listening to ``run_id``: deltas published from now on reach the result."""
+
+    async def flush(self) -> None:
+        """Wait until what was published so far has left (the engine calls it at the end
+        of a streamed model call, so that no delta trails the step's journal entry)."""
+
+    async def start(self) -> None:
+        """Connect and start background tasks (a channel also starts on first use)."""
