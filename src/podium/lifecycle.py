@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,10 +27,19 @@ class AsyncCloseable:
         await self.aclose()
 
 
-async def stop_task(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a background task and wait until it has stopped (None is a no-op)."""
+async def stop_task(task: asyncio.Task[Any] | None, *, again_after_s: float = 1.0) -> None:
+    """Cancel a background task and wait until it has stopped (None is a no-op).
+
+    A task whose code swallowed the cancellation somewhere below it (a library that
+    turns it into an error a maintenance loop then logs) is cancelled again every
+    ``again_after_s`` instead of holding its process's shutdown forever. The caller's
+    own cancellation propagates; an error the task ended with is raised here.
+    """
     if task is None:
         return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=again_after_s)
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        raise error

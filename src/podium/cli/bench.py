@@ -44,11 +44,28 @@ def register(sub: Any) -> None:
     p.add_argument("--report", metavar="FILE", help="also write an HTML report with plots")
     p.add_argument("--sweep", metavar="C1,C2,…",
                    help="run once per concurrency and find the sweet spot (throughput vs p99)")
+    over = p.add_argument_group(
+        "engine overhead (--overhead)",
+        "CPU per step against a hand-written asyncio loop on an instant model and tool, "
+        "both in this process in alternating rounds",
+    )
+    over.add_argument("--overhead", action="store_true",
+                      help="measure the engine's overhead instead of running a load test")
+    over.add_argument("--sessions", default="1,100,1000,10000", metavar="N1,N2,…",
+                      help="concurrent sessions per level (default 1,100,1000,10000)")
+    over.add_argument("--rounds", type=positive_int, default=7,
+                      help="alternating rounds per level (default 7)")
+    over.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+                      help="also the 20 ms model / 5 ms tool throughput at 1,000 sessions")
+    over.add_argument("--no-profile", action="store_true",
+                      help="Engine(profile=False): the floor without the workload profile")
     p.set_defaults(handler=main)
 
 
 def main(args: argparse.Namespace) -> int:
     console = Console(stderr=args.json)
+    if args.overhead:
+        return _overhead(args, console)
     scenario = load_scenario(args.scenario)  # a ConfigError is one line, from main()
     if args.store != "memory":
         check_sqlite_path(args.store)
@@ -95,6 +112,48 @@ def main(args: argparse.Namespace) -> int:
     if args.report:
         console.print(f"report written to {args.report}")
     return 0 if report.completed == report.runs else 1
+
+
+def _overhead(args: argparse.Namespace, console: Console) -> int:
+    from podium.cli import overhead
+
+    try:
+        sessions = [int(n) for n in args.sessions.split(",") if n.strip()]
+    except ValueError:
+        sessions = []
+    if not sessions or min(sessions) < 1:
+        console.print(f"[red]error:[/red] --sessions {args.sessions!r}: give positive "
+                      "integers separated by commas, e.g. 1,100,1000")
+        return 2
+    if args.latency < 0:
+        console.print("[red]error:[/red] --latency must be 0 (off) or a number of seconds")
+        return 2
+
+    def show(level: overhead.SessionsResult) -> None:
+        if not args.json:
+            console.print(overhead.describe(level), highlight=False)
+
+    coro = overhead.measure(
+        sessions, args.rounds, profile=not args.no_profile, latency_s=args.latency, report=show
+    )
+    if args.loop == "uvloop":
+        import uvloop
+
+        result = uvloop.run(coro)
+    else:
+        result = asyncio.run(coro)
+    if args.json:
+        print(msgspec.json.encode(result).decode())
+    else:
+        latency = overhead.describe_latency(result)
+        if latency:
+            console.print(latency, highlight=False)
+        worst = max(level.ratio for level in result.levels)
+        console.print(
+            f"worst ratio {worst:.2f}× (goal ≤ {result.target_ratio:.0f}×); "
+            f"profile {'on' if result.profile else 'off'}", highlight=False
+        )
+    return 0
 
 
 def _store(spec: str) -> RunStore:

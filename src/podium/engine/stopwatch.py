@@ -37,9 +37,10 @@ CpuClock = Literal["thread", "wall"]
 _perf = time.perf_counter_ns
 _PHASES = range(6)
 _CHECKPOINT = 5
-_FIGURES = 18
+_MARK, _SLICE_CPU, _SPLIT, _HELD_RAN = 18, 19, 20, 21
+_FIGURES = 22
 _ZERO6 = (0,) * 6
-_ZEROS = (0,) * _FIGURES
+_ZEROS = (0,) * 18
 
 
 def cpu_clock(kind: CpuClock) -> Callable[[], int]:
@@ -52,7 +53,9 @@ def _figures() -> list[int]:
     return [0] * _FIGURES
 
 
-# A gc=False struct: a run's stopwatch adds one object the collector scans, its list.
+# A gc=False struct: a run's stopwatch adds one object the collector scans, its list. The
+# figures that change at every lap live in that list, not in fields: a msgspec struct's
+# attribute writes take Python's generic (slow) path, a list's item writes the fast one.
 class Stopwatch(msgspec.Struct, gc=False):
     """Times the six phases of each step of one run.
 
@@ -68,20 +71,22 @@ class Stopwatch(msgspec.Struct, gc=False):
     #: Per phase of the current step: ``[0:6]`` wall time; ``[6:12]`` CPU of its closed
     #: slices (and CPU booked from off the loop); ``[12:18]`` wall time that is not
     #: running time of the open slice (time waited, and running time of closed slices).
+    #: Then ``[18]`` the perf time of the last boundary, ``[19]`` the CPU clock at the
+    #: start of the open slice, ``[20]`` 1 if this step has waited (or had CPU booked
+    #: from off the loop), ``[21]`` the wall time of the held steps.
     t: list[int] = msgspec.field(default_factory=_figures)
-    mark: int = 0  # perf time of the last boundary
-    slice_cpu: int = 0  # CPU clock at the start of the current slice
-    split: bool = False  # this step has waited (or had CPU booked from off the loop)
     #: One-slice steps closed inside the open slice: their CPU is their wall time until
     #: the slice closes.
     held: list[StepProfile] | None = None
-    held_ran: int = 0
 
     @classmethod
     def start(
         cls, clock: Callable[[], int], sink: Callable[[StepProfile], None] | None = None
     ) -> Stopwatch:
-        return cls(clock, sink, mark=_perf(), slice_cpu=clock())
+        sw = cls(clock, sink)
+        sw.t[_MARK] = _perf()
+        sw.t[_SLICE_CPU] = clock()
+        return sw
 
     @property
     def wall(self) -> list[int]:
@@ -90,38 +95,41 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def lap(self, phase: int) -> None:
         """End ``phase`` now; the next phase starts now."""
+        t = self.t
         now = _perf()
-        self.t[phase] += now - self.mark
-        self.mark = now
+        t[phase] += now - t[18]
+        t[18] = now
 
     def suspend(self, phase: int) -> None:
         """``phase`` is about to wait: close the current slice."""
+        t = self.t
         now = _perf()
-        self.t[phase] += now - self.mark
-        self.mark = now
+        t[phase] += now - t[_MARK]
+        t[_MARK] = now
         self._close_slice()
 
     def resume(self, phase: int) -> None:
         """Back from waiting in ``phase``: the time since :meth:`suspend` was waiting."""
-        now = _perf()
-        waited = now - self.mark
         t = self.t
+        now = _perf()
+        waited = now - t[_MARK]
         t[phase] += waited
         t[12 + phase] += waited
-        self.mark = now
-        self.slice_cpu = self.clock()
+        t[_MARK] = now
+        t[_SLICE_CPU] = self.clock()
 
     def add_cpu(self, phase: int, ns: int) -> None:
         """Book CPU a component did off the loop thread (thread pool, backend client)."""
         if ns:
-            self.t[6 + phase] += ns
-            self.split = True
+            t = self.t
+            t[6 + phase] += ns
+            t[_SPLIT] = 1
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         """The step's profile so far, the open slice's CPU taken as its running wall time."""
         t = self.t
         wall = tuple(t[0:6])
-        if not self.split:  # one slice so far: its running time is all of the wall time
+        if not t[_SPLIT]:  # one slice so far: its running time is all of the wall time
             return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         cpu = tuple([t[6 + p] + t[p] - t[12 + p] for p in _PHASES])
         return StepProfile(step, wall, cpu, tool_calls, ttft_ns)
@@ -134,13 +142,13 @@ class Stopwatch(msgspec.Struct, gc=False):
         """
         t = self.t
         now = _perf()
-        t[_CHECKPOINT] += now - self.mark
-        self.mark = now
-        if self.split:
+        t[_CHECKPOINT] += now - t[_MARK]
+        t[_MARK] = now
+        if t[_SPLIT]:
             self._close_slice()
             wall, cpu = tuple(t[0:6]), tuple(t[6:12])
-            t[0:_FIGURES] = _ZEROS
-            self.split = False
+            t[0:18] = _ZEROS
+            t[_SPLIT] = 0
             if profile is not None:
                 profile.wall_ns = wall
                 profile.cpu_ns = cpu
@@ -152,16 +160,18 @@ class Stopwatch(msgspec.Struct, gc=False):
         if profile is not None:
             profile.wall_ns = profile.cpu_ns = wall
             if self.held is None:
-                self.held = []
-            self.held.append(profile)
-            self.held_ran += sum(wall)
+                self.held = [profile]
+            else:
+                self.held.append(profile)
+            t[_HELD_RAN] += sum(wall)
 
     def settle(self) -> None:
         """Make every figure so far exact (one clock read): before the run's record is
         written."""
+        t = self.t
         now = _perf()
-        self.t[_CHECKPOINT] += now - self.mark
-        self.mark = now
+        t[_CHECKPOINT] += now - t[_MARK]
+        t[_MARK] = now
         self._close_slice()
 
     def finish(self) -> None:
@@ -170,17 +180,18 @@ class Stopwatch(msgspec.Struct, gc=False):
             self._close_slice()
 
     def _close_slice(self) -> None:
-        c = self.clock()
-        spent = c - self.slice_cpu
-        self.slice_cpu = c
         t = self.t
+        c = self.clock()
+        spent = c - t[_SLICE_CPU]
+        t[_SLICE_CPU] = c
         ran = [t[p] - t[12 + p] for p in _PHASES]
-        total = sum(ran) + self.held_ran
+        total = sum(ran) + t[_HELD_RAN]
         if total <= 0:
             return
         held = self.held
         if held is not None:  # the steps that ran in this slice get their share
-            self.held, self.held_ran = None, 0
+            self.held = None
+            t[_HELD_RAN] = 0
             sink = self.sink
             for profile in held:
                 profile.cpu_ns = tuple([spent * r // total for r in profile.cpu_ns])
@@ -191,7 +202,7 @@ class Stopwatch(msgspec.Struct, gc=False):
             if r:
                 t[6 + p] += spent * r // total
                 t[12 + p] += r
-        self.split = True
+        t[_SPLIT] = 1
 
 
 class NoStopwatch(Stopwatch, gc=False):
