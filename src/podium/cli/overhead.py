@@ -98,7 +98,14 @@ def podium_agent(model_s: float = 0.0, tool_s: float = 0.0) -> Agent:
 # -- the baseline ----------------------------------------------------------------------------
 
 
-def hand_loop(model_s: float = 0.0, tool_s: float = 0.0) -> Callable[[str], Awaitable[str]]:
+def hand_loop(
+    model_s: float = 0.0,
+    tool_s: float = 0.0,
+    wait: Callable[[], Awaitable[Any]] | None = None,
+) -> Callable[[str], Awaitable[str]]:
+    """The loop a careful engineer writes by hand; ``wait``, if given, is awaited by
+    every tool call (to park the runs in their tool)."""
+
     async def model(messages: list[dict[str, Any]]) -> dict[str, Any]:
         if model_s:
             await asyncio.sleep(model_s)
@@ -111,6 +118,8 @@ def hand_loop(model_s: float = 0.0, tool_s: float = 0.0) -> Callable[[str], Awai
     async def lookup(query: str) -> str:
         if tool_s:
             await asyncio.sleep(tool_s)
+        if wait is not None:
+            await wait()
         return f"Result for {query}: 42 items found."
 
     tools = {"lookup": lookup}
@@ -212,31 +221,7 @@ async def held_while_waiting(n: int, profile: bool) -> tuple[float, float, float
         return [asyncio.ensure_future(engine.run(parked, "Find podium")) for _ in range(n)]
 
     def start_hand(gate: _Gate) -> list[asyncio.Task[Any]]:
-        async def model(messages: list[dict[str, Any]]) -> dict[str, Any]:
-            seen = sum(1 for m in messages if m["role"] == "tool")
-            if seen < TOOL_STEPS:
-                call = {"id": f"call_{seen}", "name": "lookup", "arguments": ARGS}
-                return {"role": "assistant", "content": "", "tool_calls": [call]}
-            return {"role": "assistant", "content": "done", "tool_calls": []}
-
-        async def lookup(query: str) -> str:
-            await gate.wait()
-            return f"Result for {query}: 42 items found."
-
-        async def run(user_input: str) -> str:
-            messages: list[dict[str, Any]] = [
-                {"role": "system", "content": INSTRUCTIONS},
-                {"role": "user", "content": user_input},
-            ]
-            while True:
-                reply = await model(messages)
-                messages.append(reply)
-                if not reply["tool_calls"]:
-                    return str(reply["content"])
-                for call in reply["tool_calls"]:
-                    out = await lookup(**json.loads(call["arguments"]))
-                    messages.append({"role": "tool", "tool_call_id": call["id"], "content": out})
-
+        run = hand_loop(wait=gate.wait)
         return [asyncio.ensure_future(run("Find podium")) for _ in range(n)]
 
     ours = await measure(start_podium)

@@ -1065,7 +1065,8 @@ class Engine(AsyncCloseable):
     async def _run_one(
         self, agent: Agent, state: RunState, call: PlannedCall, sw: Stopwatch
     ) -> tuple[int, ToolResult]:
-        """One call, started eagerly, truncated and screened."""
+        """One call, started eagerly, truncated and screened. (:meth:`_step`'s fast lane
+        inlines the first half: a run waiting in its tool then holds one frame less.)"""
         started = self.executor.start(call.tool, call.args, call.ctx, state.task)
         if isinstance(started, ToolResult):
             result = started
