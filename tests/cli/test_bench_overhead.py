@@ -1,0 +1,44 @@
+"""``podium bench --overhead``: the issue #10 figures, from the installed package."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from podium.cli.main import main
+
+
+def test_overhead_reports_each_level_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["bench", "--overhead", "--sessions", "3,20", "--rounds", "2", "--loop",
+                 "asyncio", "--json"])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [level["sessions"] for level in result["levels"]] == [3, 20]
+    for level in result["levels"]:
+        assert level["hand_us"] > 0 and level["podium_us"] > 0
+        assert level["ratio_min"] <= level["ratio"] <= level["ratio_max"]
+        assert 0 < level["gc_objects_waiting"] < 40
+        assert 0 < level["bytes_per_session"] < 64 * 1024
+    assert result["profile"] is True and result["target_ratio"] == 3.0
+    assert result["latency_podium_steps_s"] is None
+
+
+def test_overhead_prints_a_table_and_the_worst_ratio(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--overhead", "--sessions", "4", "--rounds", "1", "--no-profile",
+                 "--loop", "asyncio"]) == 0
+    out = capsys.readouterr().out
+    assert "N=     4" in out and "worst ratio" in out and "profile off" in out
+
+
+@pytest.mark.parametrize("sessions", ["x", "0", ",", "-5"])
+def test_bad_sessions_is_a_one_line_error(
+    sessions: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "--overhead", "--sessions", sessions]) == 2
+    assert "--sessions" in capsys.readouterr().out
+
+
+def test_a_negative_latency_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--overhead", "--latency", "-1", "--sessions", "2"]) == 2
+    assert "--latency" in capsys.readouterr().out
