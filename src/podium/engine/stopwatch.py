@@ -17,7 +17,11 @@ in place when the slice closes. The aggregator (``sink``) is given each step
 once its figures are exact; metrics hooks see them as of the step's end. The
 profile journaled with a step is the provisional one.
 
-``Engine(profile=False)`` uses :class:`NoStopwatch`: no clock is read at all.
+The engine's default is :class:`SampledStopwatch`, which reads the CPU clock
+around one slice in :data:`SAMPLE_EVERY` and scales the others' running time by
+the ratio measured on those; :class:`Stopwatch` (``clock="thread"``) reads it
+around every slice. ``Engine(profile=False)`` uses :class:`NoStopwatch`: no
+clock is read at all.
 """
 
 from __future__ import annotations
