@@ -82,6 +82,9 @@ class Stopwatch(msgspec.Struct, gc=False):
     #: One-slice steps closed inside the open slice: their CPU is their wall time until
     #: the slice closes.
     held: list[StepProfile] | None = None
+    #: How far (a share) a slice's CPU may be from its running time for the held steps'
+    #: provisional figures (their running time) to stand as they are.
+    tolerance: float = 0.0
 
     @classmethod
     def start(
@@ -208,8 +211,11 @@ class Stopwatch(msgspec.Struct, gc=False):
             self.held = None
             t[_HELD_RAN] = 0
             sink = self.sink
+            # Provisional figures within the tolerance of the slice's CPU stay as they are.
+            rescale = abs(spent - total) > self.tolerance * total
             for profile in held:
-                profile.cpu_ns = tuple([spent * r // total for r in profile.cpu_ns])
+                if rescale:
+                    profile.cpu_ns = tuple([spent * r // total for r in profile.cpu_ns])
                 if sink is not None:
                     sink(profile)
         for p in _PHASES:
@@ -247,6 +253,16 @@ class SampledStopwatch(Stopwatch, gc=False):
     its model and a tool has at least three slices; ``clock="thread"`` reads it around
     every slice, for exact figures per step at that price.
     """
+
+    tolerance: float = 0.02  # an estimate already: 2 % is within its error
+
+    def settle(self) -> None:
+        """Book the time so far; no clock is read (the figures are estimates): the held
+        steps are settled by :meth:`finish`, or when the run next waits."""
+        t = self.t
+        now = _perf()
+        t[_CHECKPOINT] += now - t[_MARK]
+        t[_MARK] = now
 
     def _open_slice(self) -> None:
         cal = _calibration
