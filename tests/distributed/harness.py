@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
+
+import httpx
 
 from podium.engine.records import RunFinished, StepCommitted
 from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
+
+from .redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,3 +116,34 @@ async def check_completed_once(store: RedisRunStore, ids: Iterable[str]) -> None
         assert sum(isinstance(e, RunFinished) for e in entries) == 1, run_id
         steps = Counter(e.step for e in entries if isinstance(e, StepCommitted))
         assert all(n == 1 for n in steps.values()), (run_id, steps)
+
+
+@contextlib.contextmanager
+def serving(config: Path, log_path: Path, within: float = 20.0) -> Iterator[str]:
+    """``podium serve --config CONFIG`` on a free port, its output in ``log_path``; yields
+    its base URL once ``/healthz`` answers, and terminates it after the block."""
+    port = free_port()
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podium.cli.main", "serve", "--config", str(config),
+         "--port", str(port)],
+        cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log, stderr=log,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=5) as client:
+            deadline = time.monotonic() + within
+            while True:  # until it listens (bounded)
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(log_path.read_text())
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()

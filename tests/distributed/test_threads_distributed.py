@@ -9,11 +9,7 @@ thread's history must hold every turn exactly once.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +17,8 @@ import httpx
 import pytest
 
 from .app import TOOL_STEPS
-from .harness import ROOT, WorkerProcess, effect_lines, wait_until
-from .redis_server import RedisServer, free_port
+from .harness import WorkerProcess, effect_lines, serving, wait_until
+from .redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -43,30 +39,8 @@ def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
         f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
         f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
     )
-    port = free_port()
-    log = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli.main", "serve", "--config", str(config),
-         "--port", str(port)],
-        cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log, stderr=log,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=url, timeout=5) as client:
-            for _ in range(200):  # until it listens (bounded)
-                try:
-                    if client.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None:
-                    raise AssertionError((tmp_path / "serve.log").read_text())
-                time.sleep(0.05)
+    with serving(config, tmp_path / "serve.log") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 async def test_thread_runs_take_turns_across_workers_and_survive_a_sigkill(
