@@ -105,6 +105,34 @@ async def test_journal_sequence_and_after(backend: StoreBackend) -> None:
         await store.append("missing", [turn(0)])
 
 
+async def test_append_nowait_appends_exactly_as_append_or_not_at_all(
+    backend: StoreBackend,
+) -> None:
+    """The engine journals through append_nowait first: a store that takes the entries
+    there must store them (and the record) as append would; one that cannot must change
+    nothing, so the awaited append that follows stores them once."""
+    store = backend.store()
+    record = await started(store, "n1")
+    record.steps = 1
+    took = store.append_nowait("n1", [turn(0)], record=record)
+    if not took:
+        assert await store.journal("n1") == []
+        await store.append("n1", [turn(0)], record=record)
+    assert [e for _, e in await store.journal("n1")] == [turn(0)]
+    got = await store.get("n1")
+    assert got is not None and got.steps == 1 and got.version == record.version == 2
+    stale = await store.get("n1")
+    assert stale is not None
+    await store.append("n1", [turn(1)], record=record)  # the holder moves on
+    with pytest.raises(StaleRunError):  # a stale record is refused either way, appending nothing
+        store.append_nowait("n1", [turn(2)], record=stale) or await store.append(
+            "n1", [turn(2)], record=stale
+        )
+    assert [e for _, e in await store.journal("n1")] == [turn(0), turn(1)]
+    with pytest.raises(RunNotFoundError):
+        store.append_nowait("missing", [turn(0)]) or await store.append("missing", [turn(0)])
+
+
 # One example: groups of appends issued together (as parallel tool calls are); each append
 # has 1-3 entries and may carry the record.
 _appends = st.lists(

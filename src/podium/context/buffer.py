@@ -95,9 +95,10 @@ class ContextBuffer(msgspec.Struct, gc=False):
         return tokens
 
     def append(self, message: Message) -> Message:
-        if not message.tokens:
-            message.tokens = count_message(self.tokenizer, message)
-        self.history_tokens += message.tokens
+        tokens = message.tokens
+        if not tokens:
+            tokens = message.tokens = self.tokenizer.count_message(message)
+        self.history_tokens += tokens
         self.messages.append(message)
         return message
 
@@ -156,14 +157,14 @@ class ContextBuffer(msgspec.Struct, gc=False):
     def apply_compaction(self, plan: CompactionPlan, summary: str) -> Message:
         """Replace the planned messages with one summary message; returns it."""
         message = Message("user", f"{SUMMARY_MARKER}\n{summary}")
-        message.tokens = count_message(self.tokenizer, message)
+        message.tokens = self.tokenizer.count_message(message)
         self.replace(plan, message)
         return message
 
     def replace(self, plan: CompactionPlan, message: Message) -> None:
         """Put ``message`` where ``messages[plan.start:plan.end]`` were (replaying a compaction)."""
         if not message.tokens:
-            message.tokens = count_message(self.tokenizer, message)
+            message.tokens = self.tokenizer.count_message(message)
         removed = self.messages[plan.start : plan.end]
         self.history_tokens += message.tokens - sum(m.tokens for m in removed)
         self.messages[plan.start : plan.end] = [message]

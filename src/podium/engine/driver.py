@@ -413,39 +413,16 @@ class Engine(AsyncCloseable):
             self._tasks[run_id] = task
         egress: Token[EgressPolicy | None] | None = None
         try:
-            try:
-                if self._ended_outside:
-                    stored = await self._ended_meanwhile(run_id)
-                    if stored is not None:
-                        return stored
-                state = await self._load(agent, record, admit_ns)
-                if state is None:
-                    if record.thread_id is not None:
-                        await self.threads.settle_quietly(record)
-                    return record
-            except asyncio.CancelledError:
-                if run_id not in self._cancelling:
-                    raise  # shutdown: the run stays `running` and resumes elsewhere
-                if task is not None:
-                    task.uncancel()
-                # Cancelled before its state was loaded (reading the journal, first update):
-                # end it with the record as stored, unless it has ended there meanwhile.
-                self._tasks.pop(run_id, None)
-                stored = await self.store.get(run_id)
-                if stored is not None and stored.done:
-                    return stored
-                ended = await self._finish_record(record)
-                if ended.thread_id is not None:
-                    await self.threads.settle_quietly(ended)
-                return ended
-            # The step loop runs in this frame, not a nested one: a run waiting in a tool
-            # holds as few coroutines as possible (each is an object the collector scans).
+            begun = await self._begin(agent, record, admit_ns, task)
+            if not isinstance(begun, RunState):  # it ended before a step could run
+                return begun
+            state = begun
             state.task = task
             if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
                 egress = enter_egress(record.metadata[EGRESS_KEY])
             deadline = self._arm_deadline(agent, state)
             sink = None if self.aggregator is None else self.aggregator.add_step
-            sw = self._stopwatch.start(self._cpu, sink)
+            sw = self._stopwatch.start(self._cpu, sink, state.profile.steps)
             end: tuple[RunStatus, str | None, str | None]
             try:
                 if state.blocked is not None:
@@ -458,11 +435,134 @@ class Engine(AsyncCloseable):
                     raise _Finish(
                         "failed", "invalid_output", "output_retries spent before a restart"
                     )
+                ctx = state.ctx
+                # The step loop, each step inline in this frame: the hot path of the whole
+                # runtime. A run waiting in a tool holds this one coroutine, not one a step
+                # (each is an object the collector scans). Awaited work starts eagerly: a
+                # call that does not wait (an instant model or tool, an in-memory store)
+                # costs no loop iteration. A step with one side-effect-free call is
+                # checkpointed by one StepRecord right here; any other goes through
+                # _general_step, _output_step or _final_step.
                 while True:
                     if agent.handoffs:  # the step just committed may have handed the run over
                         agent = handed_off(agent, state)
-                    if await self._step(agent, state, sw):
+                    if self._pausing and run_id in self._pausing:
+                        raise _Paused
+                    step = state.step
+                    if step >= agent.max_steps:
+                        raise _Finish(
+                            "failed", "max_steps", f"no final answer after {agent.max_steps} steps"
+                        )
+                    # assemble
+                    prefix = agent.prefix
+                    request = ModelRequest(
+                        ctx.messages,
+                        prefix.tools,
+                        agent.settings,
+                        run_id,
+                        agent.name,
+                        step,
+                        prefix.tokens + ctx.history_tokens,
+                        prefix.tokens,
+                        agent.tags,
+                        state.attained_s,
+                    )
+                    sw.lap(_ASSEMBLE)
+                    # model
+                    response: ModelResponse
+                    tokens = self.tokens
+                    if tokens is not None and tokens.listening(run_id):  # a client listens
+                        response = await stream_model(agent, request, sw, tokens, _MODEL)
+                    else:
+                        coro = agent.model.request(request)
+                        try:
+                            pending = coro.send(None)
+                        except StopIteration as answered:  # no wait (simulated, cached)
+                            response = answered.value
+                        except ModelReplyError:
+                            response = await self._call_model(agent, request, sw, 1)
+                        else:
+                            response = await self._wait_model(agent, request, sw, coro, pending)
+                        del coro  # a finished coroutine is one more object for the collector
+                    sw.lap(_MODEL)
+                    state.attained_s += sw.t[_MODEL] / 1e9
+                    # parse
+                    message = Message(
+                        "assistant",
+                        response.content,
+                        response.tool_calls,
+                        reasoning=response.reasoning,
+                    )
+                    state.add_usage(response.usage)
+                    ttft = 0 if response.ttft_s is None else int(response.ttft_s * 1e9)
+                    if agent.output is not None:
+                        if await self._output_step(agent, state, sw, message, response, ttft):
+                            break
+                        continue
+                    calls = response.tool_calls
+                    if not calls:
+                        ctx.append(message)
+                        sw.lap(_PARSE)
+                        await self._final_step(agent, state, sw, message, response, ttft)
                         break
+                    planned, rejected, cut = plan_tool_calls(agent, run_id, step, calls)
+                    if rejected:
+                        state.invalid_calls += len(rejected) - over_cap(agent, calls)
+                        if cut is not None:  # oversized rejected calls: context and journal
+                            message.tool_calls = cut  # get them cut
+                    ctx.append(message)
+                    sw.lap(_PARSE)
+                    call = planned[0] if len(planned) == 1 else None
+                    if (
+                        call is None
+                        or rejected
+                        or state.general
+                        or call.tool.policy.side_effects
+                        or call.tool.approval is not None
+                    ):
+                        await self._general_step(
+                            agent, state, sw, message, response, planned, rejected, ttft
+                        )
+                        continue
+                    del planned, rejected  # a run waiting in its tool holds neither list
+                    # tools: the one call, side-effect free, so it is journaled with the step
+                    started = self.executor.start(call.tool, call.args, call.ctx, task)
+                    if isinstance(started, ToolResult):
+                        result = started
+                    else:
+                        sw.suspend(_TOOLS)
+                        try:
+                            result = await started
+                        finally:
+                            sw.resume(_TOOLS)
+                        sw.add_cpu(_TOOLS, result.cpu_ns)
+                    del started  # the finished call's generator: one object fewer to scan
+                    result = truncate_result(agent, call.tool, result)
+                    sw.lap(_TOOLS)
+                    if not result.ok and result.error == "interrupted":  # the tool asked a human
+                        outcome = [(call.index, result)]
+                        await self._park(
+                            agent, state, [call], [], [], outcome, {}, (message, response)
+                        )
+                    # merge
+                    ctx.append(tool_message(result))
+                    compaction = None
+                    if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
+                        compaction = await self._compact(agent, state, sw)
+                    sw.lap(_MERGE)
+                    # checkpoint
+                    profile = sw.snapshot(step, 1, ttft)
+                    entry = StepRecord(
+                        step, time.time(), message, (result,), response.usage, profile
+                    )
+                    state.step = step + 1
+                    entries = (entry,) if compaction is None else (entry, compaction)
+                    waiting = self._checkpoint(state, entries, sw)
+                    if waiting is not None:
+                        await waiting
+                    sw.close_step(profile)  # files the profile in state.profile.steps
+                    if self.hook is not None:
+                        self._tell_hook(agent, state, profile, step, ttft, ((call.index, result),))
                 end = ("completed", None, None)  # recorded with the last step
             except _Finish as exc:
                 end = (exc.status, exc.reason, exc.error)
@@ -488,6 +588,43 @@ class Engine(AsyncCloseable):
             self._tasks.pop(run_id, None)
             self._pausing.discard(run_id)
             self._cancelling.discard(run_id)
+
+    async def _begin(
+        self,
+        agent: Agent,
+        record: RunRecord,
+        admit_ns: int,
+        task: asyncio.Task[Any] | None,
+    ) -> RunState | RunRecord:
+        """The run's state, loaded and marked running; or its record if it has ended (in
+        the journal, elsewhere, or cancelled before its state was loaded)."""
+        run_id = record.run_id
+        try:
+            if self._ended_outside:
+                stored = await self._ended_meanwhile(run_id)
+                if stored is not None:
+                    return stored
+            state = await self._load(agent, record, admit_ns)
+            if state is None:
+                if record.thread_id is not None:
+                    await self.threads.settle_quietly(record)
+                return record
+            return state
+        except asyncio.CancelledError:
+            if run_id not in self._cancelling:
+                raise  # shutdown: the run stays `running` and resumes elsewhere
+            if task is not None:
+                task.uncancel()
+            # Cancelled before its state was loaded (reading the journal, first update):
+            # end it with the record as stored, unless it has ended there meanwhile.
+            self._tasks.pop(run_id, None)
+            stored = await self.store.get(run_id)
+            if stored is not None and stored.done:
+                return stored
+            ended = await self._finish_record(record)
+            if ended.thread_id is not None:
+                await self.threads.settle_quietly(ended)
+            return ended
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, remembered: on 3.11 asking for it is a getpid() system call."""
@@ -590,120 +727,6 @@ class Engine(AsyncCloseable):
             return ("cancelled", "cancelled", "cancelled")
         return ("failed", "deadline", f"deadline of {deadline}s passed")
 
-    async def _step(self, agent: Agent, state: RunState, sw: Stopwatch) -> bool:
-        """One step, inline and timed: the hot path of the whole runtime. True at the end.
-
-        Awaited work starts eagerly: a call that does not wait (an instant model or
-        tool, an in-memory store) costs no loop iteration. A step with one
-        side-effect-free call is checkpointed by one :class:`StepRecord` right here;
-        any other goes through :meth:`_finish_step`.
-        """
-        if self._pausing and state.record.run_id in self._pausing:
-            raise _Paused
-        step = state.step
-        if step >= agent.max_steps:
-            raise _Finish("failed", "max_steps", f"no final answer after {agent.max_steps} steps")
-        record = state.record
-        ctx = state.ctx
-        # assemble
-        prefix = agent.prefix
-        request = ModelRequest(
-            ctx.messages,
-            prefix.tools,
-            agent.settings,
-            record.run_id,
-            agent.name,
-            step,
-            prefix.tokens + ctx.history_tokens,
-            prefix.tokens,
-            agent.tags,
-            state.attained_s,
-        )
-        sw.lap(_ASSEMBLE)
-        # model
-        response: ModelResponse
-        tokens = self.tokens
-        if tokens is not None and tokens.listening(record.run_id):  # a client listens
-            response = await stream_model(agent, request, sw, tokens, _MODEL)
-        else:
-            coro = agent.model.request(request)
-            try:
-                pending = coro.send(None)
-            except StopIteration as answered:  # no wait (simulated, cached)
-                response = answered.value
-            except ModelReplyError:
-                response = await self._call_model(agent, request, sw, 1)
-            else:
-                response = await self._wait_model(agent, request, sw, coro, pending)
-            del coro  # a finished coroutine is one more object for the collector to scan
-        sw.lap(_MODEL)
-        state.attained_s += sw.t[_MODEL] / 1e9
-        # parse
-        message = Message(
-            "assistant", response.content, response.tool_calls, reasoning=response.reasoning
-        )
-        state.add_usage(response.usage)
-        ttft = 0 if response.ttft_s is None else int(response.ttft_s * 1e9)
-        if agent.output is not None:
-            return await self._output_step(agent, state, sw, message, response, ttft)
-        calls = response.tool_calls
-        if not calls:
-            ctx.append(message)
-            sw.lap(_PARSE)
-            await self._final_step(agent, state, sw, message, response, ttft)
-            return True
-        planned, rejected, cut = plan_tool_calls(agent, record.run_id, step, calls)
-        if rejected:
-            state.invalid_calls += len(rejected) - over_cap(agent, calls)
-            if cut is not None:  # oversized rejected calls: context and journal get them cut
-                message.tool_calls = cut
-        ctx.append(message)
-        sw.lap(_PARSE)
-        if rejected or len(planned) != 1 or state.general:
-            await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
-            return False
-        call = planned[0]
-        if call.tool.policy.side_effects or call.tool.approval is not None:
-            await self._general_step(agent, state, sw, message, response, planned, rejected, ttft)
-            return False
-        del planned, rejected  # a run waiting in its tool holds neither list
-        # tools: the one call, side-effect free, so it is journaled with the step's end
-        started = self.executor.start(call.tool, call.args, call.ctx, state.task)
-        if isinstance(started, ToolResult):
-            result = started
-        else:
-            sw.suspend(_TOOLS)
-            try:
-                result = await started
-            finally:
-                sw.resume(_TOOLS)
-            sw.add_cpu(_TOOLS, result.cpu_ns)
-        result = truncate_result(agent, call.tool, result)
-        sw.lap(_TOOLS)
-        if not result.ok and result.error == "interrupted":  # the tool asked a human
-            outcome = [(call.index, result)]
-            await self._park(agent, state, [call], [], [], outcome, {}, (message, response))
-        # merge
-        ctx.append(tool_message(result))
-        compaction = None
-        if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
-            compaction = await self._compact(agent, state, sw)
-        sw.lap(_MERGE)
-        # checkpoint
-        profile = sw.snapshot(step, 1, ttft)
-        entry = StepRecord(step, time.time(), message, (result,), response.usage, profile)
-        state.step = step + 1
-        entries = (entry,) if compaction is None else (entry, compaction)
-        waiting = self._checkpoint(state, entries, sw)
-        if waiting is not None:
-            await waiting
-        sw.close_step(profile)
-        if profile is not None:
-            state.profile.steps.append(profile)
-        if self.hook is not None:
-            self._tell_hook(agent, state, profile, step, ttft, ((call.index, result),))
-        return False
-
     async def _wait_model(
         self,
         agent: Agent,
@@ -789,9 +812,7 @@ class Engine(AsyncCloseable):
             )
             state.step = step + 1
             await self._append(state, (entry,), sw)
-            sw.close_step(profile)
-            if profile is not None:
-                state.profile.steps.append(profile)
+            sw.close_step(profile)  # files the profile in state.profile.steps
             if self.hook is not None:
                 self._tell_hook(agent, state, profile, step, ttft, ())
             self._output_failed(agent, state, verdict)
@@ -911,9 +932,7 @@ class Engine(AsyncCloseable):
             entries.append(compaction)
         state.step = step + 1
         await self._append(state, entries, sw)
-        sw.close_step(profile)
-        if profile is not None:
-            state.profile.steps.append(profile)
+        sw.close_step(profile)  # files the profile in state.profile.steps
         if self.hook is not None:
             self._tell_hook(agent, state, profile, step, ttft, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
@@ -1214,7 +1233,13 @@ class Engine(AsyncCloseable):
         in-memory store: no loop iteration), else an awaitable that finishes the write."""
         if state.redact is not None:
             entries = state.redact(entries)
-        coro = self.store.append(state.record.run_id, entries, record=record)
+        store = self.store
+        run_id = state.record.run_id
+        if store.append_nowait(run_id, entries, record=record):
+            if self.observers:
+                self._notify(state, entries)
+            return None
+        coro = store.append(run_id, entries, record=record)
         try:
             pending = coro.send(None)
         except StopIteration:

@@ -41,8 +41,8 @@ CpuClock = Literal["sampled", "thread", "wall"]
 _perf = time.perf_counter_ns
 _PHASES = range(6)
 _CHECKPOINT = 5
-_MARK, _SLICE_CPU, _SPLIT, _HELD_RAN = 18, 19, 20, 21
-_FIGURES = 22
+_MARK, _SLICE_CPU, _SPLIT, _HELD_RAN, _HELD_FROM, _HELD_TO = 18, 19, 20, 21, 22, 23
+_FIGURES = 24
 _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
 
@@ -60,6 +60,8 @@ def _figures() -> list[int]:
 # A gc=False struct: a run's stopwatch adds one object the collector scans, its list. The
 # figures that change at every lap live in that list, not in fields: a msgspec struct's
 # attribute writes take Python's generic (slow) path, a list's item writes the fast one.
+# The steps whose figures are still provisional are a range of the run's own profile list
+# (``steps``), not a list of their own: one tracked object less per run.
 class Stopwatch(msgspec.Struct, gc=False):
     """Times the six phases of each step of one run.
 
@@ -77,21 +79,29 @@ class Stopwatch(msgspec.Struct, gc=False):
     #: running time of the open slice (time waited, and running time of closed slices).
     #: Then ``[18]`` the perf time of the last boundary, ``[19]`` the CPU clock at the
     #: start of the open slice, ``[20]`` 1 if this step has waited (or had CPU booked
-    #: from off the loop), ``[21]`` the wall time of the held steps.
+    #: from off the loop), ``[21]`` the wall time of the held steps, ``[22:24]`` the
+    #: range of ``steps`` that is held: one-slice steps closed inside the open slice,
+    #: whose CPU is their wall time until the slice closes.
     t: list[int] = msgspec.field(default_factory=_figures)
-    #: One-slice steps closed inside the open slice: their CPU is their wall time until
-    #: the slice closes.
-    held: list[StepProfile] | None = None
+    #: The run's step profiles (its ``RunProfile.steps``): :meth:`close_step` files each
+    #: step's profile here.
+    steps: list[StepProfile] = msgspec.field(default_factory=list)
     #: How far (a share) a slice's CPU may be from its running time for the held steps'
     #: provisional figures (their running time) to stand as they are.
     tolerance: float = 0.0
 
     @classmethod
     def start(
-        cls, clock: Callable[[], int], sink: Callable[[StepProfile], None] | None = None
+        cls,
+        clock: Callable[[], int],
+        sink: Callable[[StepProfile], None] | None = None,
+        steps: list[StepProfile] | None = None,
     ) -> Stopwatch:
-        sw = cls(clock, sink)
-        sw.t[_MARK] = _perf()
+        """Start timing; ``steps`` is the run's profile list (earlier steps replayed)."""
+        sw = cls(clock, sink, steps=[] if steps is None else steps)
+        t = sw.t
+        t[_MARK] = _perf()
+        t[_HELD_FROM] = t[_HELD_TO] = len(sw.steps)
         sw._open_slice()
         return sw
 
@@ -142,7 +152,9 @@ class Stopwatch(msgspec.Struct, gc=False):
         return StepProfile(step, wall, cpu, tool_calls, ttft_ns)
 
     def close_step(self, profile: StepProfile | None) -> None:
-        """End the checkpoint phase, file ``profile``'s figures; the next step starts.
+        """End the checkpoint phase, give ``profile`` the step's figures and file it in
+        ``steps`` (unless it is there already: a final step's is filed before the run's
+        record is written); the next step starts.
 
         A step that waited reads the CPU clock here; one that ran in one slice does
         not: its CPU figures are its wall time until that slice closes (below).
@@ -151,6 +163,7 @@ class Stopwatch(msgspec.Struct, gc=False):
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
         t[_MARK] = now
+        steps = self.steps
         if t[_SPLIT]:
             self._close_slice()
             wall, cpu = tuple(t[0:6]), tuple(t[6:12])
@@ -159,6 +172,9 @@ class Stopwatch(msgspec.Struct, gc=False):
             if profile is not None:
                 profile.wall_ns = wall
                 profile.cpu_ns = cpu
+                if not steps or steps[-1] is not profile:
+                    steps.append(profile)
+                t[_HELD_FROM] = t[_HELD_TO] = len(steps)
                 if self.sink is not None:
                     self.sink(profile)
             return
@@ -166,10 +182,9 @@ class Stopwatch(msgspec.Struct, gc=False):
         t[0:6] = _ZERO6
         if profile is not None:
             profile.wall_ns = profile.cpu_ns = wall
-            if self.held is None:
-                self.held = [profile]
-            else:
-                self.held.append(profile)
+            if not steps or steps[-1] is not profile:
+                steps.append(profile)
+            t[_HELD_TO] = len(steps)
             t[_HELD_RAN] += sum(wall)
 
     def settle(self) -> None:
@@ -183,7 +198,8 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def finish(self) -> None:
         """The drive stops: make the held steps' figures exact (one clock read, if any)."""
-        if self.held is not None:
+        t = self.t
+        if t[_HELD_TO] > t[_HELD_FROM]:
             self._close_slice(reopen=False)
 
     def _open_slice(self) -> None:
@@ -201,21 +217,31 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def _close_slice(self, reopen: bool = True) -> None:
         t = self.t
-        ran = [t[p] - t[12 + p] for p in _PHASES]
-        total = sum(ran) + t[_HELD_RAN]
+        # Spelled out, not comprehensions: this runs at every real wait (3+ a step with a
+        # remote model and tool), and a comprehension is a function call on 3.11.
+        ran = [t[0] - t[12], t[1] - t[13], t[2] - t[14], t[3] - t[15], t[4] - t[16], t[5] - t[17]]
+        total = ran[0] + ran[1] + ran[2] + ran[3] + ran[4] + ran[5] + t[_HELD_RAN]
         spent = self._slice_cpu(total, reopen)
         if total <= 0:
             return
-        held = self.held
-        if held is not None:  # the steps that ran in this slice get their share
-            self.held = None
+        first, end = t[_HELD_FROM], t[_HELD_TO]
+        if end > first:  # the steps that ran in this slice get their share
+            t[_HELD_FROM] = end
             t[_HELD_RAN] = 0
             sink = self.sink
             # Provisional figures within the tolerance of the slice's CPU stay as they are.
             rescale = abs(spent - total) > self.tolerance * total
-            for profile in held:
+            for profile in self.steps[first:end]:
                 if rescale:
-                    profile.cpu_ns = tuple([spent * r // total for r in profile.cpu_ns])
+                    a, b, c, d, e, f = profile.cpu_ns
+                    profile.cpu_ns = (
+                        spent * a // total,
+                        spent * b // total,
+                        spent * c // total,
+                        spent * d // total,
+                        spent * e // total,
+                        spent * f // total,
+                    )
                 if sink is not None:
                     sink(profile)
         for p in _PHASES:
@@ -290,7 +316,10 @@ class NoStopwatch(Stopwatch, gc=False):
 
     @classmethod
     def start(
-        cls, clock: Callable[[], int], sink: Callable[[StepProfile], None] | None = None
+        cls,
+        clock: Callable[[], int],
+        sink: Callable[[StepProfile], None] | None = None,
+        steps: list[StepProfile] | None = None,
     ) -> Stopwatch:
         return cls(clock)
 

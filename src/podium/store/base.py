@@ -64,6 +64,14 @@ class RunStore(AsyncCloseable, abc.ABC):
         When this returns the entries are durable (as durable as the store is).
         """
 
+    def append_nowait(
+        self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
+    ) -> bool:
+        """:meth:`append` done without waiting, if this store can (True); else nothing is
+        done (False) and the caller awaits :meth:`append`. The engine journals each step
+        through it first: for an in-memory store that is a call, not a coroutine."""
+        return False
+
     @abc.abstractmethod
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         """The run's journal entries with sequence number greater than ``after``, in order."""

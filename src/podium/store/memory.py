@@ -55,6 +55,8 @@ class MemoryRunStore(RunStore):
         self._entries = 0
         self._threads: dict[str, ThreadRecord] = {}
         self._memories: dict[str, dict[str, MemoryItem]] = {}
+        # A subclass that changes append() must see every append: no shortcut around it.
+        self._nowait = type(self).append is MemoryRunStore.append
 
     async def create(self, record: RunRecord) -> None:
         self._expire()
@@ -91,6 +93,19 @@ class MemoryRunStore(RunStore):
 
     async def append(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
+    ) -> None:
+        self._append(run_id, entries, record)
+
+    def append_nowait(
+        self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
+    ) -> bool:
+        if not self._nowait:
+            return False
+        self._append(run_id, entries, record)
+        return True
+
+    def _append(
+        self, run_id: str, entries: Sequence[JournalEntry], record: RunRecord | None
     ) -> None:
         journal = self._journals.get(run_id)
         if journal is None:
