@@ -46,10 +46,20 @@ def plan_tool_calls(
     rejected call had an oversized name, id or arguments (cut to the budget),
     else None: hostile text never goes verbatim into either.
     """
-    planned: list[PlannedCall] = []
-    rejected: list[tuple[int, ToolResult]] = []
     tools = agent.tools
     cap = agent.max_tool_calls
+    if len(calls) == 1 and cap:  # the common case, one call to a listed tool, decoded here
+        call = calls[0]
+        tool = tools.get(call.name)
+        if tool is not None and len(call.id) <= MAX_NAME_CHARS:
+            try:
+                args = tool.decode_arguments(call.arguments)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                pass  # the general pass below says why
+            else:
+                return [PlannedCall(0, tool, args, ToolContext(run_id, step, 0, call.id))], [], None
+    planned: list[PlannedCall] = []
+    rejected: list[tuple[int, ToolResult]] = []
     cut: list[ToolCall] | None = None
     for index, call in enumerate(calls):
         if index >= cap:
