@@ -735,7 +735,8 @@ class Engine(AsyncCloseable):
         coro: Coroutine[Any, Any, ModelResponse],
         pending: Any,
     ) -> ModelResponse:
-        """The model call started by :meth:`_step` waits: time the wait, retry a bad reply."""
+        """The model call started by the step loop (in :meth:`_execute`) waits: time the
+        wait, retry a bad reply."""
         sw.suspend(_MODEL)
         try:
             return await continuation(coro, pending)
@@ -1099,7 +1100,7 @@ class Engine(AsyncCloseable):
     async def _run_one(
         self, agent: Agent, state: RunState, call: PlannedCall, sw: Stopwatch
     ) -> tuple[int, ToolResult]:
-        """One call, started eagerly, truncated and screened. (:meth:`_step`'s fast lane
+        """One call, started eagerly, truncated and screened. (The step loop's fast lane
         inlines the first half: a run waiting in its tool then holds one frame less.)"""
         started = self.executor.start(call.tool, call.args, call.ctx, state.task)
         if isinstance(started, ToolResult):
