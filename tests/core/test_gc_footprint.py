@@ -74,6 +74,9 @@ async def test_a_run_waiting_in_its_tool_holds_few_more_objects_than_a_hand_writ
     # podium.cli.overhead holds ~10 (its task, its coroutines, the tool's own future).
     from podium.cli.overhead import held_while_waiting
 
+    # Its goal: at most 15. The run's frame (one coroutine: the step loop runs in it), the
+    # executor's continuation and four lists (context, profile, stopwatch, journal) are
+    # what it holds beyond the hand loop's.
     ours, _, hand, _ = await held_while_waiting(200, profile=True)
-    assert ours <= hand + 8, f"{ours:.1f} tracked objects per waiting run (hand loop {hand:.1f})"
-    assert ours <= 18, f"{ours:.1f} tracked objects per waiting run"
+    assert ours <= hand + 6, f"{ours:.1f} tracked objects per waiting run (hand loop {hand:.1f})"
+    assert ours <= 15.5, f"{ours:.1f} tracked objects per waiting run"
