@@ -1,0 +1,102 @@
+"""Instructions per step, counted by callgrind: the overhead benchmark without the noise.
+
+CPU time on a shared virtual machine moves by ±10 % between runs; instruction
+counts do not. This runs the workload of ``podium bench --overhead`` (a ReAct
+agent, six tool steps and an answer, an instant model and tool, uvloop) under
+``valgrind --tool=callgrind`` twice per loop, with ``--small`` and ``--large``
+runs, and reports the difference divided by the extra steps: what one more
+step costs, start-up and imports cancelled out.
+
+    python bench/bench_engine_instructions.py [--small 200] [--large 1200]
+        [--loops hand,noprof,default]
+
+Needs valgrind (``apt-get install valgrind``). The sampled profile re-scales
+its provisional CPU figures when a measured slice is off by more than 2 %,
+which under valgrind depends on the machine's load; the count is taken with
+that tolerance made infinite so that two runs of it agree (the re-scaling
+costs ~1k instructions a step when it happens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+STEPS = 7
+
+
+async def _workload(loop: str, runs: int) -> None:
+    from podium.cli import overhead
+    from podium.engine.driver import Engine
+    from podium.engine.stopwatch import SampledStopwatch
+
+    SampledStopwatch.tolerance = float("inf")
+    if loop == "hand":
+        run = overhead.hand_loop()
+        await asyncio.gather(*(run("Find podium") for _ in range(runs)))
+        return
+    engine = Engine(profile=loop != "noprof")
+    agent = overhead.podium_agent()
+    records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(runs)))
+    assert all(r.steps == STEPS for r in records)
+    await engine.aclose()
+
+
+def _count(loop: str, runs: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={os.path.join(tmp, 'cg.out')}",
+                sys.executable,
+                __file__,
+                "--inner",
+                loop,
+                str(runs),
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+            check=True,
+        )
+    match = re.search(r"refs:\s+([\d,]+)", out.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=200)
+    parser.add_argument("--large", type=int, default=1200)
+    parser.add_argument("--loops", default="hand,noprof,default")
+    parser.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        import uvloop
+
+        uvloop.run(_workload(args.inner[0], int(args.inner[1])))
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind: apt-get install valgrind")
+    per_step: dict[str, float] = {}
+    for loop in args.loops.split(","):
+        extra = _count(loop, args.large) - _count(loop, args.small)
+        per_step[loop] = extra / ((args.large - args.small) * STEPS)
+        print(f"{loop:>8}: {per_step[loop] / 1e3:6.1f}k instructions per step", flush=True)
+    hand = per_step.get("hand")
+    if hand:
+        for loop, count in per_step.items():
+            if loop != "hand":
+                print(f"{loop:>8} / hand: {count / hand:.2f}×")
+
+
+if __name__ == "__main__":
+    main()
