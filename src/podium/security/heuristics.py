@@ -3,18 +3,23 @@
 
 Rules come in families. Each family has *anchors*: literal strings one of which every match
 contains, with a window around it where the family's regular expressions can match. One
-Aho-Corasick pass over the lower-cased UTF-8 bytes (``ahocorasick_rs``) finds every anchor
-of every family at once; most text has none and costs just that pass (a few µs per KB).
-Only around an anchor do the regular expressions run, on a small window, and cheaply:
+pass over the UTF-8 bytes finds every anchor of every family at once, ignoring ASCII case
+(Hyperscan where its wheel is installed, else an Aho-Corasick automaton over the lowered
+bytes: see ``anchors.py``); most text has none and costs just that pass, about 1 µs per KB
+with the encoding. Only around an anchor do the regular expressions run, on a small
+window, and cheaply:
 
 - a window that is all ASCII (most are, even in prose with a dash or an accent here and
-  there) is matched as bytes: no str slicing or lowering, no character offsets unless a
-  rule matches; the rules match there exactly as on the characters;
-- a family whose every match holds some punctuation (``_`` in ``call transfer_funds``,
-  ``<`` or ``:`` for role tags) skips windows without it before any regex runs;
+  there) is matched as lowered bytes: no str slicing, no character offsets unless a rule
+  matches; the rules match there exactly as on the characters;
+- a family whose every match holds some punctuation (``<`` or ``:`` for role tags) skips
+  windows without it before any regex runs;
 - rules that start at their anchor are one alternation tried with ``match``; a family whose
   anchor ends its matches ("reveal ... the system prompt") tries its rules only where one of
-  its leading words starts, found by a small automaton, not at every position.
+  its leading words starts, found by a small automaton, not at every position;
+- a family whose rules start at the anchor can have it count only when what must follow
+  does (``call `` then a name with ``_``): the window that could hold nothing is never
+  opened, and Hyperscan does not even report the anchor.
 
 Families:
 
@@ -37,6 +42,7 @@ from dataclasses import dataclass
 
 import ahocorasick_rs
 
+from podium.security.anchors import anchor_scanner
 from podium.security.findings import Finding
 
 __all__ = ("HeuristicScreener",)
@@ -68,6 +74,12 @@ class _Family:
     # holding none of them is skipped, which costs one small automaton pass instead of
     # the regexes' backtracking through every gap length.
     holds: ahocorasick_rs.BytesAhoCorasick | None
+    # A regex over the bytes after an anchor (ASCII case ignored) that holds wherever one
+    # of the rules can match from the anchor: an occurrence without it opens no window
+    # (Hyperscan does not even report it: see anchors.py). Only for families whose
+    # matches start at the anchor, so that a window holds nothing unless a rule matches
+    # right there.
+    guard: bytes
 
 
 def _as_bytes(pattern: str) -> re.Pattern[bytes]:
@@ -96,8 +108,10 @@ def _family(
     needs: str = "",
     leads: tuple[str, ...] = (),
     holds: tuple[str, ...] = (),
+    guard: bytes = b"",
 ) -> _Family:
     assert all(c.isascii() and not c.isalnum() for c in needs)
+    assert not guard or before == 0
     merged = _merged(rules) if before == 0 else rules
     return _Family(
         anchors,
@@ -108,6 +122,7 @@ def _family(
         tuple(c.encode() for c in needs),
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
+        guard,
     )
 
 
@@ -117,10 +132,11 @@ def _starts(
     *rules: tuple[str, float, str],
     needs: str = "",
     holds: tuple[str, ...] = (),
+    guard: bytes = b"",
 ) -> _Family:
     """A family whose matches begin with one of its anchors (a verb): the rules are tried
     only *at* the anchor (``re.match``), the cheapest test there is."""
-    return _family(anchors, 0, after, *rules, needs=needs, holds=holds)
+    return _family(anchors, 0, after, *rules, needs=needs, holds=holds, guard=guard)
 
 
 # Patterns run on lower-cased windows of the text.
@@ -311,9 +327,11 @@ _FAMILIES: tuple[_Family, ...] = (
             'args"',
             'parameters"',
             'input"',
-            "tool_call",
-            "function_call",
-            "tool_use",
+            # The tags with their "<": a bare "tool_call" is everyday prose in docs about
+            # agents, and the rules around it all need a quote or a "<" anyway.
+            "<tool_call",
+            "<function_call",
+            "<tool_use",
             "<invoke",
         ),
         120,
@@ -325,7 +343,6 @@ _FAMILIES: tuple[_Family, ...] = (
             r"\{\s*\"(?:name|tool|function)\"\s*:\s*\"[\w.-]+\"\s*,\s*\"(?:arguments|args|parameters|input)\"\s*:",
         ),
         ("tool_call", 0.7, r"<(?:tool_call|function_call|tool_use|invoke)\b"),
-        needs='"<',
     ),
     _starts(
         ("call ", "invoke ", "execute "),
@@ -335,7 +352,11 @@ _FAMILIES: tuple[_Family, ...] = (
             0.6,
             r"(?:call|invoke|execute) (?:the )?[`'\"]?[a-z]+_[a-z_]+[`'\"]?(?: (?:tool|function)\b|\(| now\b| immediately\b| with\b)",
         ),
-        needs="_",
+        # The rule's start after its verb, on the bytes. The rule reads the window lowered
+        # as str, where [a-z] also matches the Kelvin sign (U+212A lowers to "k"; U+0130,
+        # the only other non-ASCII character that lowers to ASCII, lowers to "i" and a
+        # combining dot, which [a-z] does not match): its UTF-8 counts as a letter.
+        guard=rb"(?:the )?[`'\x22]?(?:[a-z]|\xe2\x84\xaa)+_",
     ),
 )
 
@@ -354,9 +375,8 @@ _HIDDEN_ANCHORS = (
 )
 _HIDDEN = -1  # the family index of a hidden-character anchor
 
-# Each distinct anchor maps to the families it opens a window for. Matches are found
-# non-overlapping (twice as fast); an anchor inside another one's match is not reported, so
-# families whose anchors nest ("system prompt" / "prompt:") list the outer one too.
+# Each distinct anchor maps to the families it opens a window for. Every occurrence is
+# found, overlapping ones too (it costs the scan nothing more).
 _FAMILIES_OF: dict[bytes, list[int]] = {}
 for _i, _f in enumerate(_FAMILIES):
     for _a in _f.anchors:
@@ -365,13 +385,34 @@ for _h in _HIDDEN_ANCHORS:
     _FAMILIES_OF[_h] = [_HIDDEN]
 _ANCHORS = list(_FAMILIES_OF)
 _ANCHOR_FAMILIES = [tuple(_FAMILIES_OF[a]) for a in _ANCHORS]
-# The same, with each family alongside its index (None for a hidden character).
-_ANCHOR_WINDOWS = [
-    tuple((fi, None if fi == _HIDDEN else _FAMILIES[fi]) for fi in fis) for fis in _ANCHOR_FAMILIES
+# The same, each family with its index, its window (characters before and after the anchor)
+# and the byte range its ``needs`` are looked for in (enough bytes for those characters);
+# family None for a hidden character. Flat tuples: one unpacking instead of attribute loads.
+_Window = tuple[int, "_Family | None", int, int, tuple[bytes, ...], int, int]
+_ANCHOR_WINDOWS: list[tuple[_Window, ...]] = [
+    tuple(
+        (fi, None, 0, 0, (), 0, 0)
+        if fi == _HIDDEN
+        else (fi, (f := _FAMILIES[fi]), f.before, f.after, f.needs, 4 * f.before, 4 * f.after)
+        for fi in fis
+    )
+    for fis in _ANCHOR_FAMILIES
 ]
-_AUTOMATON = ahocorasick_rs.BytesAhoCorasick(
-    _ANCHORS, implementation=ahocorasick_rs.Implementation.DFA
-)
+# A guard belongs to the anchors of its family, which must open windows for no other.
+_GUARDS = {
+    i: _FAMILIES[fis[0]].guard
+    for i, fis in enumerate(_ANCHOR_FAMILIES)
+    if fis[0] != _HIDDEN and _FAMILIES[fis[0]].guard
+}
+assert all(len(_ANCHOR_FAMILIES[i]) == 1 for i in _GUARDS)
+_GUARD_AFTER = [
+    re.compile(_GUARDS[i], re.IGNORECASE) if i in _GUARDS else None for i in range(len(_ANCHORS))
+]
+# A hidden character sends the whole text to _screen_hidden: the scan may stop at one.
+_STOP = [fis == (_HIDDEN,) for fis in _ANCHOR_FAMILIES]
+_STOPS = [i for i, stop in enumerate(_STOP) if stop]
+# Hyperscan where its wheel is installed, else an Aho-Corasick automaton (see anchors.py).
+_SCANNER = anchor_scanner(_ANCHORS, _GUARDS, _STOPS)
 
 _TAGS = re.compile("[\U000e0000-\U000e007f]+")
 _ZERO_WIDTH = re.compile("[\u200b\u180e\u2060-\u2064\ufeff]+")
@@ -402,16 +443,20 @@ def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
     ``byte_windows=False`` matches every window on characters: the reference the tests hold
     the fast path to."""
     data = text.encode("utf-8", "surrogatepass")
-    low = data.lower()
-    hits = _AUTOMATON.find_matches_as_indexes(low)
+    hits = _SCANNER.hits(data)
     if not hits:
         return ()
+    if _STOP[hits[-1][0]]:  # the scan stopped at a hidden character
+        return _screen_hidden(text)
     best: dict[str, Finding] = {}
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
     chars: _CharOffsets | None = None  # made when a character offset is first needed
-    for i, start, _ in hits:
-        for fi, family in _ANCHOR_WINDOWS[i]:
+    for i, start, end in hits:
+        guard = _GUARD_AFTER[i]  # ASCII case ignored, as the rules' lowering does
+        if guard is not None and guard.match(data, end) is None:
+            continue
+        for fi, family, before, after, needs, needs_before, needs_after in _ANCHOR_WINDOWS[i]:
             if family is None:
                 return _screen_hidden(text)
             if windows is not None:
@@ -421,18 +466,16 @@ def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
                 if n == _MAX_WINDOWS:  # anchor-stuffed text: one full search bounds the cost
                     _search(family, text, 0, best, anchored=False)
                     continue
-            before = family.before
-            if family.needs:  # look in bytes enough to hold the window's characters
-                lo = start - 4 * before
-                hi = start + 4 * family.after
-                for need in family.needs:
-                    if low.find(need, lo if lo > 0 else 0, hi) >= 0:
+            if needs:  # ASCII punctuation (the same in any case), in the window's bytes
+                lo = start - needs_before
+                for need in needs:
+                    if data.find(need, lo if lo > 0 else 0, start + needs_after) >= 0:
                         break
                 else:
                     continue
             if before == 0:  # matches start at the anchor, which must start a word
                 if start:
-                    prev = low[start - 1]
+                    prev = data[start - 1]
                     if _ALNUM_BYTE[prev]:
                         continue
                     if prev >= 0x80:
@@ -442,7 +485,7 @@ def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
                 a = start
             else:
                 a = start - before if start > before else 0
-            window = low[a : start + family.after]
+            window = data[a : start + after].lower()
             if byte_windows and window.isascii():
                 if family.holds is not None and not family.holds.find_matches_as_indexes(window):
                     continue
@@ -454,16 +497,17 @@ def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
             chars = chars or _CharOffsets(text, data)
             pos = chars.at(start)
             if before == 0:
-                _search(family, text[pos : pos + family.after], pos, best, anchored=True)
+                _search(family, text[pos : pos + after], pos, best, anchored=True)
             else:
                 a = max(0, pos - before)
-                _search(family, text[a : pos + family.after], a, best, anchored=False)
+                _search(family, text[a : pos + after], a, best, anchored=False)
     return list(best.values())
 
 
 class _CharOffsets:
-    """Character offsets of byte offsets into the UTF-8 of a text, asked for in increasing
-    order (as the anchors are found): each call decodes only the bytes since the last."""
+    """Character offsets of byte offsets into the UTF-8 of a text, asked for in nearly
+    increasing order (anchors come by end; one that starts before the last one asked for
+    overlaps it): each call decodes only the bytes between the last offset and this one."""
 
     __slots__ = ("_ascii", "_byte", "_char", "_data")
 
@@ -475,8 +519,11 @@ class _CharOffsets:
     def at(self, byte: int) -> int:
         if self._ascii:
             return byte
-        if byte != self._byte:
+        if byte > self._byte:
             self._char += len(self._data[self._byte : byte].decode("utf-8", "surrogatepass"))
+            self._byte = byte
+        elif byte < self._byte:
+            self._char -= len(self._data[byte : self._byte].decode("utf-8", "surrogatepass"))
             self._byte = byte
         return self._char
 
