@@ -59,23 +59,33 @@ class _Fanout:
         self.hooks = tuple(hooks)
 
     def run_started(self, agent: Agent, record: RunRecord) -> StepHook | None:
-        first: StepHook | None = None
-        calls: list[StepHook] | None = None
-        for hook in self.hooks:
-            call = hook.run_started(agent, record)
-            if call is None:
-                continue
-            if first is None:  # usually the only one (metrics; a trace not sampled)
-                first = call
-            elif calls is None:
-                calls = [first, call]
-            else:
-                calls.append(call)
-        return first if calls is None else _fan(calls)
+        calls = [c for c in [h.run_started(agent, record) for h in self.hooks] if c is not None]
+        if not calls:
+            return None
+        return calls[0] if len(calls) == 1 else _fan(calls)
 
     def run_finished(self, record: RunRecord) -> None:
         for hook in self.hooks:
             hook.run_finished(record)
+
+
+class _Pair(_Fanout):
+    """Two hooks (metrics and tracing, the usual pair), asked without a loop."""
+
+    def __init__(self, hooks: Sequence[EngineHook]) -> None:
+        super().__init__(hooks)
+        self.first, self.second = hooks
+
+    def run_started(self, agent: Agent, record: RunRecord) -> StepHook | None:
+        first = self.first.run_started(agent, record)
+        second = self.second.run_started(agent, record)
+        if first is None:  # often one of them: metrics, and a trace not sampled
+            return second
+        return first if second is None else _fan([first, second])
+
+    def run_finished(self, record: RunRecord) -> None:
+        self.first.run_finished(record)
+        self.second.run_finished(record)
 
 
 def _fan(calls: list[StepHook]) -> StepHook:
@@ -102,4 +112,6 @@ def combine(*hooks: EngineHook | None) -> EngineHook | None:
     present = [h for h in hooks if h is not None]
     if not present:
         return None
-    return present[0] if len(present) == 1 else _Fanout(present)
+    if len(present) == 1:
+        return present[0]
+    return _Pair(present) if len(present) == 2 else _Fanout(present)

@@ -1,17 +1,19 @@
 """Prometheus metrics of a process that drives runs (a worker, or the gateway's engine).
 
-The engine hands every checkpointed step to :meth:`RunMetrics.step`, which only
-files the step's profile (and tool results) under its agent: one lookup, one append,
-no label lookup, no Prometheus call, nothing the garbage collector scans. A task on
-the loop folds them into the Prometheus histograms and counters every ``interval_s``
-(a column per phase, transposed and sorted in C, added bucket by bucket rather than one
-``observe`` per value: about 2 µs per step in all), and samples the statistics the
-components keep anyway (worker, queue, loop lag, blocking detector, ``getrusage``). A
-scrape therefore sees values at most one interval old.
+When a run starts the engine asks :meth:`RunMetrics.run_started` what to call at each of
+its steps: the filing function of its agent (made once per agent), which appends the
+step's phase figures and tool latencies to that agent's :class:`~podium.observe.tally.StepTally`
+— no label lookup, no Prometheus call, nothing the garbage collector scans — and every few
+hundred steps compacts them into bucket counts and sums (see :mod:`podium.observe.tally`).
+A task on the loop folds those into the Prometheus histograms and counters every
+``interval_s`` (bucket by bucket, not one ``observe`` per value), and samples the
+statistics the components keep anyway (worker, queue, loop lag, blocking detector,
+``getrusage``). A scrape therefore sees values at most one interval old.
 
-Under ``podium worker --procs N`` each child writes its values to
-prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) and the
-supervisor serves their sum on one port.
+Under ``podium worker --procs N`` each child's fold writes its values to
+prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``), so the supervisor,
+which serves their sum on one port, is at most one interval behind too; a child's last
+fold runs when it stops.
 
 Labels stay bounded: agents and models are what the process serves, tool names
 are capped (the rest count as ``other``); no run ids anywhere.
@@ -63,8 +65,8 @@ _MAX_FILERS = 1024
 
 
 class _Filer:
-    """Files the steps of one agent object's runs under its tally (the engine calls
-    :meth:`step` at each step). After a hand-off the step is the other agent's: looked up."""
+    """Files the steps of one agent object's runs under its tally: :meth:`step` is what
+    the engine calls at each step (after a hand-off the other agent's tally is looked up)."""
 
     __slots__ = ("agent", "tally", "tally_of")
 
@@ -81,7 +83,7 @@ class _Filer:
         tally.cpus += profile.cpu_ns
         if profile.ttft_ns:
             tally.ttfts.append(profile.ttft_ns)
-        for _, result in results:  # usually one
+        for _, result in results:  # usually one; a list per tool, not one per call
             walls = tally.tools.get(result.name)
             if walls is None:
                 walls = tally.tools[result.name] = []
@@ -117,7 +119,7 @@ class RunMetrics:
         depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
         self._tallies: dict[tuple[str, str], StepTally] = {}
-        self._filers: dict[Agent, StepHook] = {}
+        self._filers: dict[int, StepHook] = {}
         self._unfolded = 0  # runs started since the last fold
         self._ends = RunEnds()
         self._task: asyncio.Task[None] | None = None
@@ -191,11 +193,12 @@ class RunMetrics:
     def run_started(self, agent: Agent, record: RunRecord) -> StepHook:
         """What the run's steps call: the filing function of its agent (made once per agent
         object, so nothing is looked up or allocated per run)."""
-        step = self._filers.get(agent)
+        # By id: any agent object will do (the filer holds it, so its id is not reused).
+        step = self._filers.get(id(agent))
         if step is None:
             if len(self._filers) >= _MAX_FILERS:  # agents made per request: start afresh
                 self._filers.clear()
-            step = self._filers[agent] = _Filer(agent, self._tally).step
+            step = self._filers[id(agent)] = _Filer(agent, self._tally).step
         self._unfolded += 1
         if self._unfolded >= _FOLD_AT:  # nobody folds (no loop task): memory stays bounded
             self.fold()
@@ -246,8 +249,8 @@ class RunMetrics:
             self.steps.labels(agent).inc(figures.steps)
             for phase, walls, cpu_ns in zip(STEP_PHASES, figures.walls, figures.cpu_ns,
                                             strict=True):
-                walls.observe_into(self.phase_wall.labels(agent, phase))
-                if cpu_ns:
+                if any(walls.counts):  # none when the engine keeps no profiles
+                    walls.observe_into(self.phase_wall.labels(agent, phase))
                     self.phase_cpu.labels(agent, phase).inc(cpu_ns / 1e9)
             model_walls, ttfts = by_model.setdefault(tally.model, (Buckets(), Buckets()))
             model_walls.merge(figures.walls[_MODEL])  # the model calls' latencies

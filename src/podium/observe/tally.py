@@ -1,12 +1,13 @@
 """What the metrics hook files per step, and the bulk arithmetic that folds it.
 
-The hook runs once per step on the engine's hot path, so it only appends the step's
-twelve phase figures to two flat lists of its (agent, model) and its tool outcomes to a
-third: ``+=`` of the profile's tuples, in C, no object made. Every few hundred steps,
-while those figures are still in the CPU's caches, they are compacted (strided slices
-per phase, bucketed and summed in C, no Python loop per value) into :class:`StepFigures`,
-which the metrics fold reads every second. Reading a thousand steps' profiles there
-instead, long gone from the caches, cost more than the hook itself.
+The hook runs once per step on the engine's hot path. It appends the step's twelve
+phase figures to two flat lists of its (agent, model) (``+=`` of the profile's tuples:
+C-level, no object made) and each tool call's latency to a list per tool; only a call
+that failed or did not succeed at its first attempt is kept whole. Every
+:data:`COMPACT_AT` steps, while those figures are still in the CPU's caches, they are
+compacted into :class:`StepFigures`: a strided slice per phase, bucketed and summed in
+C, no Python loop per value. The metrics fold reads those every second. (Folding a
+second's worth of profiles at once, long gone from the caches, cost more than the hook.)
 
 The CPU figures are the step's as it ended (see :mod:`podium.engine.stopwatch`): exact
 for a step that waited, its running time for one that did not (equal to its CPU unless
@@ -171,9 +172,8 @@ class StepFigures:
 
 
 class StepTally:
-    """The steps of one (agent, model): filed by the hook as each ends (its phase figures
-    and tool outcomes, appended), compacted into :attr:`figures` every :data:`COMPACT_AT`
-    steps and when the metrics fold."""
+    """The steps of one (agent, model): filed by the metrics hook as each ends, compacted
+    into :attr:`figures` every :data:`COMPACT_AT` steps and when the metrics fold."""
 
     __slots__ = ("agent", "cpus", "figures", "model", "odd", "steps", "tools", "ttfts", "walls")
 
