@@ -177,12 +177,14 @@ class Observability:
         from podium.observe.metrics import RunMetrics
         from podium.observe.tracing import RunTracer
 
-        if self._metrics is None:
-            self._metrics = RunMetrics(self.registry)
-        self._metrics.start()
+        metrics = None
+        if self.parts in ("both", "metrics"):  # tracing alone runs no metrics task either
+            if self._metrics is None:
+                self._metrics = RunMetrics(self.registry)
+            metrics = self._metrics
+            metrics.start()
         return combine(
-            self._metrics if self.parts in ("both", "metrics") else None,
-            RunTracer(self.provider) if self.parts in ("both", "tracing") else None,
+            metrics, RunTracer(self.provider) if self.parts in ("both", "tracing") else None
         )
 
     async def finish(self) -> None:

@@ -6,18 +6,19 @@ import random
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-from podium.observe.metrics import _BOUNDS_NS, PHASE_BUCKETS, _observe_many
+from podium.observe.metrics import _observe_many
+from podium.observe.tally import BOUNDS_NS, PHASE_BUCKETS
 
 
 def test_bulk_counts_equal_one_observe_per_value() -> None:
     values = [random.randint(0, 90_000_000_000) for _ in range(3000)]
-    values += list(_BOUNDS_NS) + [b + 1 for b in _BOUNDS_NS] + [0]  # on and past each bound
+    values += list(BOUNDS_NS) + [b + 1 for b in BOUNDS_NS] + [0]  # on and past each bound
     registry = CollectorRegistry()
     one = Histogram("one", "each", ["k"], buckets=PHASE_BUCKETS, registry=registry)
     bulk = Histogram("bulk", "at once", ["k"], buckets=PHASE_BUCKETS, registry=registry)
     for v in values:
         one.labels("x").observe(v / 1e9)
-    _observe_many(bulk.labels("x"), iter(values))
+    _observe_many(bulk.labels("x"), values)
     text = generate_latest(registry).decode()
     lines = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
              if line and not line.startswith("#")}

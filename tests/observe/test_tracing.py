@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from podium import Agent, FunctionModel, tool, tool_call_reply
 from podium.engine.driver import Engine
+from podium.engine.records import RunRecord
 from podium.errors import ConfigError
 from podium.observe.sampling import RateLimitedSampler
 from podium.observe.tracing import (
@@ -414,3 +415,31 @@ async def test_http_tools_carry_the_runs_traceparent() -> None:
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent http-user")
     c = run.context
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
+
+
+def test_the_rate_limit_counts_tokens_on_its_clock() -> None:
+    now = [100.0]
+    sampler = RateLimitedSampler(per_second=2.0, burst=2.0, clock=lambda: now[0])
+    assert [sampler.take() for _ in range(3)] == [True, True, False]  # the burst, then none
+    now[0] += 0.25  # half a token
+    assert not sampler.take()
+    now[0] += 0.25  # one token due
+    assert [sampler.take(), sampler.take()] == [True, False]
+    now[0] += 10.0  # refills up to the burst only
+    assert [sampler.take() for _ in range(3)] == [True, True, False]
+    never = RateLimitedSampler(per_second=0.0, burst=1.0, clock=lambda: now[0])
+    assert never.take()
+    now[0] += 1e6
+    assert not never.take()
+
+
+async def test_an_untraced_run_asks_for_nothing_at_its_steps() -> None:
+    # The engine calls a hook at each step only when its run_started asked for it: a tracer
+    # whose run is not sampled answers None (nothing per step), a sampled one its step.
+    unsampled, _ = _tracer("sdk", ParentBased(TraceIdRatioBased(0.0)))
+    sampled, _ = _tracer("sdk", ParentBased(TraceIdRatioBased(1.0)))
+    record = RunRecord("run_hook", "support", "go")
+    assert unsampled.run_started(support(), record) is None
+    assert sampled.run_started(support(), record) is not None
+    unsampled.run_finished(record)
+    sampled.run_finished(record)

@@ -561,8 +561,11 @@ class Engine(AsyncCloseable):
                     if waiting is not None:
                         await waiting
                     sw.close_step(profile)  # files the profile in state.profile.steps
-                    if self.hook is not None:
-                        self._tell_hook(agent, state, profile, step, ttft, ((call.index, result),))
+                    on_step = state.on_step
+                    if on_step is not None:  # profile=False: the hook still hears of the step
+                        if profile is None:
+                            profile = StepProfile(step, (), (), 1, ttft)
+                        on_step(agent, state.record, profile, state, ((call.index, result),))
                 end = ("completed", None, None)  # recorded with the last step
             except _Finish as exc:
                 end = (exc.status, exc.reason, exc.error)
@@ -687,8 +690,8 @@ class Engine(AsyncCloseable):
         await self.store.update(record)
         if history and state.step == 0 and state.pending is None:
             await self._fit_history(agent, state)
-        if self.hook is not None:
-            self.hook.run_started(agent, record)
+        if self.hook is not None:  # what it hears at each step of this drive (or nothing)
+            state.on_step = self.hook.run_started(agent, record)
         return state
 
     async def _fit_history(self, agent: Agent, state: RunState) -> None:
@@ -776,10 +779,11 @@ class Engine(AsyncCloseable):
             state.alarm.disarm()
         await self._append(state, (entry, final), sw, record=state.record)
         sw.close_step(profile)
-        if self.hook is not None:
+        on_step = state.on_step
+        if on_step is not None:
             if profile is None:  # Engine(profile=False): the hook still hears of the step
                 profile = StepProfile(step, (), (), 0, ttft)
-            self.hook.step(agent, state.record, profile, state.usage, ())
+            on_step(agent, state.record, profile, state, ())
 
     async def _output_step(
         self,
@@ -814,8 +818,11 @@ class Engine(AsyncCloseable):
             state.step = step + 1
             await self._append(state, (entry,), sw)
             sw.close_step(profile)  # files the profile in state.profile.steps
-            if self.hook is not None:
-                self._tell_hook(agent, state, profile, step, ttft, ())
+            on_step = state.on_step
+            if on_step is not None:
+                if profile is None:  # Engine(profile=False): the hook still hears of the step
+                    profile = StepProfile(step, (), (), 0, ttft)
+                on_step(agent, state.record, profile, state, ())
             self._output_failed(agent, state, verdict)
             return False
         record = state.record
@@ -934,8 +941,11 @@ class Engine(AsyncCloseable):
         state.step = step + 1
         await self._append(state, entries, sw)
         sw.close_step(profile)  # files the profile in state.profile.steps
-        if self.hook is not None:
-            self._tell_hook(agent, state, profile, step, ttft, outcomes)
+        on_step = state.on_step
+        if on_step is not None:  # Engine(profile=False): the hook still hears of the step
+            if profile is None:
+                profile = StepProfile(step, (), (), len(outcomes), ttft)
+            on_step(agent, state.record, profile, state, outcomes)
         if agent.screening is not None and agent.screening.fails_on_block:
             for _, result in outcomes:
                 if result.error == "blocked" and result.screen is not None:
@@ -946,21 +956,6 @@ class Engine(AsyncCloseable):
                 "invalid_tool_calls",
                 f"{state.invalid_calls} invalid tool calls (limit {agent.max_invalid_tool_calls})",
             )
-
-    def _tell_hook(
-        self,
-        agent: Agent,
-        state: RunState,
-        profile: StepProfile | None,
-        step: int,
-        ttft: int,
-        outcomes: Sequence[tuple[int, ToolResult]],
-    ) -> None:
-        """Tell the hook a step was checkpointed (with an empty profile when profiling is off)."""
-        assert self.hook is not None
-        if profile is None:
-            profile = StepProfile(step, (), (), len(outcomes), ttft)
-        self.hook.step(agent, state.record, profile, state.usage, outcomes)
 
     async def _resume_pending(self, agent: Agent, state: RunState, sw: Stopwatch) -> None:
         """Finish a step that was cut off after its model turn: run only the missing calls."""

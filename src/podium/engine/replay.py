@@ -91,6 +91,9 @@ class RunState(msgspec.Struct, gc=False):
     task: Any = None
     #: True when every step must take the general path (screening, a tenant allow-list).
     general: bool = False
+    #: What the engine's hook hears at each step of this drive (see podium.engine.hook):
+    #: None when it asked for nothing (no hook; an untraced run of a tracing-only hook).
+    on_step: Any = None
 
     def add_usage(self, usage: Usage) -> None:
         """Count a model call's tokens (plain ints: no object per step)."""

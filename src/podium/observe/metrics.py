@@ -1,17 +1,19 @@
 """Prometheus metrics of a process that drives runs (a worker, or the gateway's engine).
 
-The engine hands every checkpointed step to :meth:`RunMetrics.step`, which only
-files the step's profile (and tool results) under its agent: one lookup, one append,
-no label lookup, no Prometheus call, nothing the garbage collector scans. A task on
-the loop folds them into the Prometheus histograms and counters every ``interval_s``
-(a column per phase, transposed and sorted in C, added bucket by bucket rather than one
-``observe`` per value: about 2 µs per step in all), and samples the statistics the
-components keep anyway (worker, queue, loop lag, blocking detector, ``getrusage``). A
-scrape therefore sees values at most one interval old.
+When a run starts the engine asks :meth:`RunMetrics.run_started` what to call at each of
+its steps: the filing function of its agent (made once per agent), which appends the
+step's phase figures and tool latencies to that agent's :class:`~podium.observe.tally.StepTally`
+— no label lookup, no Prometheus call, nothing the garbage collector scans — and every few
+hundred steps compacts them into bucket counts and sums (see :mod:`podium.observe.tally`).
+A task on the loop folds those into the Prometheus histograms and counters every
+``interval_s`` (bucket by bucket, not one ``observe`` per value), and samples the
+statistics the components keep anyway (worker, queue, loop lag, blocking detector,
+``getrusage``). A scrape therefore sees values at most one interval old.
 
-Under ``podium worker --procs N`` each child writes its values to
-prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``) and the
-supervisor serves their sum on one port.
+Under ``podium worker --procs N`` each child's fold writes its values to
+prometheus-client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``), so the supervisor,
+which serves their sum on one port, is at most one interval behind too; a child's last
+fold runs when it stops.
 
 Labels stay bounded: agents and models are what the process serves, tool names
 are capped (the rest count as ``other``); no run ids anywhere.
@@ -20,25 +22,30 @@ are capped (the rest count as ``other``); no run ids anywhere.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
-import itertools
-import operator
 import resource
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from podium.engine.profile import STEP_PHASES
 from podium.lifecycle import stop_task
+from podium.observe.tally import (
+    COMPACT_AT,
+    PHASE_BUCKETS,
+    Buckets,
+    RunEnds,
+    StepTally,
+    ToolFigures,
+)
 
 if TYPE_CHECKING:
     from podium.agent import Agent
+    from podium.engine.hook import StepHook, TokenCounts
     from podium.engine.profile import StepProfile
     from podium.engine.records import RunRecord
-    from podium.messages import Usage
     from podium.observe.blocking import BlockingDetector
     from podium.observe.looplag import LoopLagMonitor
     from podium.queue.base import RunQueue
@@ -47,78 +54,48 @@ if TYPE_CHECKING:
 
 __all__ = ("PHASE_BUCKETS", "RunMetrics")
 
-#: Seconds; from a 50 µs CPU slice to a minute-long tool call.
-PHASE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _MAX_TOOLS = 64
 _MAX_NAMES = 32
+#: Runs that may start with nobody folding (no loop task) before the next to start folds
+#: (:meth:`RunMetrics.start` folds every second): memory stays bounded.
+_FOLD_AT = 4096
+_MODEL = STEP_PHASES.index("model")
+#: Agent objects whose filing function is kept (more: agents made per request; forgotten).
+_MAX_FILERS = 1024
 
 
-_BOUNDS_NS = tuple(int(b * 1e9) for b in PHASE_BUCKETS)
+class _Filer:
+    """Files the steps of one agent object's runs under its tally: :meth:`step` is what
+    the engine calls at each step (after a hand-off the other agent's tally is looked up)."""
 
+    __slots__ = ("agent", "tally", "tally_of")
 
-_walls_of = operator.attrgetter("wall_ns")
-_cpus_of = operator.attrgetter("cpu_ns")
-_ttft_of = operator.attrgetter("ttft_ns")
-_name_of = operator.attrgetter("name")
-_wall_of = operator.attrgetter("wall_ns")
-_ok_of = operator.attrgetter("ok")
-_attempts_of = operator.attrgetter("attempts")
-
-
-class _Tally:
-    """The steps of one (agent, model) since the last fold, as the profiles hold them."""
-
-    __slots__ = ("agent", "model", "results", "steps")
-
-    def __init__(self, agent: str, model: str) -> None:
+    def __init__(self, agent: Agent, tally_of: Callable[[Agent], StepTally]) -> None:
         self.agent = agent
-        self.model = model
-        self.steps: list[StepProfile] = []
-        self.results: list[ToolResult] = []
+        self.tally = tally_of(agent)
+        self.tally_of = tally_of
+
+    def step(self, agent: Agent, record: RunRecord, profile: StepProfile, usage: TokenCounts,
+             results: Sequence[tuple[int, ToolResult]]) -> None:
+        tally = self.tally if agent is self.agent else self.tally_of(agent)
+        tally.steps += 1
+        tally.walls += profile.wall_ns  # C-level extends, from the profile as the step ends
+        tally.cpus += profile.cpu_ns
+        if profile.ttft_ns:
+            tally.ttfts.append(profile.ttft_ns)
+        for _, result in results:  # usually one; a list per tool, not one per call
+            walls = tally.tools.get(result.name)
+            if walls is None:
+                walls = tally.tools[result.name] = []
+            walls.append(result.wall_ns)
+            if not result.ok or result.attempts != 1:  # failed, retried or refused: rare
+                tally.odd.append(result)
+        if tally.steps >= COMPACT_AT:  # while its figures are still in the CPU's caches
+            tally.compact()
 
 
-class _Buckets:
-    """Bucket counts and the sum of many nanosecond values: the values sorted (in C; step
-    timings are runs of similar values, which sorting takes nearly linearly) and one
-    bisect per bucket bound, no Python loop per value."""
-
-    __slots__ = ("counts", "total_ns")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(_BOUNDS_NS) + 1)  # the last: +Inf
-        self.total_ns = 0
-
-    def add(self, values_ns: Iterable[int]) -> None:
-        ordered = sorted(values_ns)
-        if not ordered:
-            return
-        counts, seen = self.counts, 0
-        for i, bound in enumerate(_BOUNDS_NS):  # ``le`` buckets: values <= bound
-            upto = bisect.bisect_right(ordered, bound, seen)
-            counts[i] += upto - seen
-            seen = upto
-        counts[-1] += len(ordered) - seen
-        self.total_ns += sum(ordered)
-
-    def merge(self, other: _Buckets) -> None:
-        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
-        self.total_ns += other.total_ns
-
-    def observe_into(self, child: Any) -> None:
-        """Add the counts to one histogram child at once, instead of one ``observe`` per value.
-        Uses the child's per-bucket values (non-cumulative in prometheus-client), which is
-        what ``observe`` increments; the tests scrape and parse the result."""
-        if not any(self.counts):
-            return
-        for bucket, n in zip(child._buckets, self.counts, strict=True):
-            if n:
-                bucket.inc(n)
-        child._sum.inc(self.total_ns / 1e9)
-
-
-def _observe_many(child: Any, values_ns: Iterable[int]) -> None:
-    buckets = _Buckets()
+def _observe_many(child: Any, values_ns: Sequence[int]) -> None:
+    buckets = Buckets()
     buckets.add(values_ns)
     buckets.observe_into(child)
 
@@ -141,8 +118,10 @@ class RunMetrics:
         """``own_gauges=False``: the gauges the gateway already exports (active runs, queue
         depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
-        self._tallies: dict[str, _Tally] = {}
-        self._finished: list[RunRecord] = []
+        self._tallies: dict[tuple[str, str], StepTally] = {}
+        self._filers: dict[int, StepHook] = {}
+        self._unfolded = 0  # runs started since the last fold
+        self._ends = RunEnds()
         self._task: asyncio.Task[None] | None = None
         self._sources: dict[str, Any] = {}
         self._last: dict[str, float] = {}
@@ -211,39 +190,31 @@ class RunMetrics:
 
     # -- the engine's hook (hot path: appends only) ------------------------------------------
 
-    def run_started(self, agent: Agent, record: RunRecord) -> None:
-        pass
-
-    def step(
-        self,
-        agent: Agent,
-        record: RunRecord,
-        profile: StepProfile,
-        usage: Usage,
-        results: Sequence[tuple[int, ToolResult]],
-    ) -> None:
-        # Keyed by the agent's name (no tuple to allocate per step); the same name on another
-        # model (``with_model``) gets a key of its own.
-        tally = self._tallies.get(agent.name)
-        if tally is None or tally.model != agent.model.name:
-            tally = self._other_tally(agent.name, agent.model.name)
-        tally.steps.append(profile)  # a gc=False struct: the collector never scans it
-        for _, result in results:  # ditto; usually one, where map and extend cost more
-            tally.results.append(result)
-        if len(tally.steps) >= 8192:  # nobody folds (no loop task): keep memory bounded
+    def run_started(self, agent: Agent, record: RunRecord) -> StepHook:
+        """What the run's steps call: the filing function of its agent (made once per agent
+        object, so nothing is looked up or allocated per run)."""
+        # By id: any agent object will do (the filer holds it, so its id is not reused).
+        step = self._filers.get(id(agent))
+        if step is None:
+            if len(self._filers) >= _MAX_FILERS:  # agents made per request: start afresh
+                self._filers.clear()
+            step = self._filers[id(agent)] = _Filer(agent, self._tally).step
+        self._unfolded += 1
+        if self._unfolded >= _FOLD_AT:  # nobody folds (no loop task): memory stays bounded
             self.fold()
+        return step
 
-    def _other_tally(self, agent: str, model: str) -> _Tally:
-        for key in (agent, f"{agent}\x00{model}"):
-            tally = self._tallies.get(key)
-            if tally is None:
-                tally = self._tallies[key] = _Tally(agent, model)
-            if tally.model == model:
-                return tally
-        raise AssertionError("unreachable")
+    def _tally(self, agent: Agent) -> StepTally:
+        """The tally of ``agent`` and its model, by their label values (so at most
+        ``_MAX_NAMES`` squared of them: kept for good, as runs hold them)."""
+        key = (self._name(agent.name), self._name(agent.model.name))
+        tally = self._tallies.get(key)
+        if tally is None:
+            tally = self._tallies[key] = StepTally(*key)
+        return tally
 
     def run_finished(self, record: RunRecord) -> None:
-        self._finished.append(record)
+        self._ends.add(record)
 
     # -- folding ----------------------------------------------------------------------------
 
@@ -261,79 +232,57 @@ class RunMetrics:
 
     def fold(self) -> None:
         """Move what the hook collected into the Prometheus metrics."""
-        tallies, self._tallies = self._tallies, {}
-        finished, self._finished = self._finished, []
-        by_model: dict[str, tuple[_Buckets, _Buckets]] = {}
-        by_tool: dict[str, list[ToolResult]] = {}
-        model_i = STEP_PHASES.index("model")
-        for tally in tallies.values():
-            steps = tally.steps
-            if not steps:
+        ends, self._ends = self._ends, RunEnds()
+        self._unfolded = 0
+        by_model: dict[str, tuple[Buckets, Buckets]] = {}
+        tools: dict[str, ToolFigures] = {}
+        for tally in self._tallies.values():
+            figures = tally.take()
+            for name, tool in figures.tools.items():
+                if name in tools:
+                    tools[name].merge(tool)
+                else:
+                    tools[name] = tool
+            if not figures.steps:
                 continue
-            model = tally.model
-            name = self._name(tally.agent)
-            self.steps.labels(name).inc(len(steps))
-            walls = list(zip(*map(_walls_of, steps), strict=True))  # a column per phase, in C
-            cpus = [sum(column) for column in zip(*map(_cpus_of, steps), strict=True)]
-            model_walls, ttfts = by_model.setdefault(model, (_Buckets(), _Buckets()))
-            for i, (phase, wall, cpu) in enumerate(zip(STEP_PHASES, walls, cpus, strict=True)):
-                buckets = _Buckets()
-                buckets.add(wall)
-                buckets.observe_into(self.phase_wall.labels(name, phase))
-                self.phase_cpu.labels(name, phase).inc(cpu / 1e9)
-                if i == model_i:  # the model call histogram counts the same values
-                    model_walls.merge(buckets)
-            ttfts.add([t for t in map(_ttft_of, steps) if t])
-            if tally.results:
-                results = sorted(tally.results, key=_name_of)  # in C: no Python loop
-                for tool_name, group in itertools.groupby(results, _name_of):
-                    by_tool.setdefault(tool_name, []).extend(group)
+            agent = tally.agent
+            self.steps.labels(agent).inc(figures.steps)
+            for phase, walls, cpu_ns in zip(STEP_PHASES, figures.walls, figures.cpu_ns,
+                                            strict=True):
+                if any(walls.counts):  # none when the engine keeps no profiles
+                    walls.observe_into(self.phase_wall.labels(agent, phase))
+                    self.phase_cpu.labels(agent, phase).inc(cpu_ns / 1e9)
+            model_walls, ttfts = by_model.setdefault(tally.model, (Buckets(), Buckets()))
+            model_walls.merge(figures.walls[_MODEL])  # the model calls' latencies
+            ttfts.merge(figures.ttft)
         for model, (model_walls, ttfts) in by_model.items():
-            name = self._name(model)
-            model_walls.observe_into(self.model.labels(name))
-            ttfts.observe_into(self.ttft.labels(name))
-        for tool_name, tool_results in by_tool.items():
-            self._fold_tool(self._tool(tool_name), tool_results)
+            model_walls.observe_into(self.model.labels(model))
+            ttfts.observe_into(self.ttft.labels(model))
+        for tool_name, tool in tools.items():
+            name = self._tool(tool_name)
+            tool.buckets.observe_into(self.tool.labels(name))
+            for outcome, n in tool.outcomes.items():
+                self.tool_calls.labels(name, outcome).inc(n)
+            if tool.retries > 0:
+                self.tool_retries.labels(name).inc(tool.retries)
         waits: dict[str, list[int]] = {}
-        for record in finished:
-            if record.profile is not None:
-                waits.setdefault(record.pool, []).append(record.profile.admit_ns)
-        for pool, values in waits.items():
-            _observe_many(self.queue_wait.labels(self._name(pool)), values)
-        ends: dict[tuple[str, str, str], int] = {}
+        runs: dict[tuple[str, str, str], int] = {}
         tokens: dict[str, list[int]] = {}
-        for record in finished:
-            key = (record.agent, record.status, record.reason or "")
-            ends[key] = ends.get(key, 0) + 1
-            usage = record.usage
-            counts = tokens.get(record.agent)
-            if counts is None:
-                tokens[record.agent] = [usage.input_tokens, usage.output_tokens]
-            else:
-                counts[0] += usage.input_tokens
-                counts[1] += usage.output_tokens
-        for (agent, status, reason), n in ends.items():
-            self.runs.labels(self._name(agent), status, reason).inc(n)
+        for (agent_name, status, reason, pool), end in ends.ends.items():
+            agent = self._name(agent_name)
+            waits.setdefault(self._name(pool), []).extend(end.waits)
+            key = (agent, status, reason or "")
+            runs[key] = runs.get(key, 0) + end.runs
+            counts = tokens.setdefault(agent, [0, 0])
+            counts[0] += end.tokens_in
+            counts[1] += end.tokens_out
+        for pool, values in waits.items():
+            _observe_many(self.queue_wait.labels(pool), values)
+        for (agent, status, reason), n in runs.items():
+            self.runs.labels(agent, status, reason).inc(n)
         for agent, (tokens_in, tokens_out) in tokens.items():
-            self.tokens.labels(self._name(agent), "input").inc(tokens_in)
-            self.tokens.labels(self._name(agent), "output").inc(tokens_out)
-
-    def _fold_tool(self, tool: str, results: list[ToolResult]) -> None:
-        _observe_many(self.tool.labels(tool), map(_wall_of, results))
-        ok = sum(map(_ok_of, results))
-        if ok:
-            self.tool_calls.labels(tool, "ok").inc(ok)
-        if ok < len(results):
-            failed: dict[str, int] = {}
-            for r in results:
-                if not r.ok:
-                    failed[r.error or "error"] = failed.get(r.error or "error", 0) + 1
-            for outcome, n in failed.items():
-                self.tool_calls.labels(tool, outcome).inc(n)
-        attempts = list(map(_attempts_of, results))
-        retries = sum(attempts) - (len(attempts) - attempts.count(0))  # refused: no attempt
-        if retries > 0:
-            self.tool_retries.labels(tool).inc(retries)
+            self.tokens.labels(agent, "input").inc(tokens_in)
+            self.tokens.labels(agent, "output").inc(tokens_out)
 
     # -- sampling the components ------------------------------------------------------------
 

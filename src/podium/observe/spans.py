@@ -43,12 +43,9 @@ _LOW_64 = (1 << 64) - 1  # the bits of a trace id that TraceIdRatioBased compare
 
 
 def _root_decider(sampler: Sampler) -> Callable[[int], bool] | None:
-    """How a parent-based sampler decides a root span, called directly (no context look-ups,
-    no result object per run): Podium's rate-limited default, or the standard ratio ones;
-    None for any other sampler (then it is called)."""
-    if isinstance(sampler, RateLimitedSampler):
-        take = sampler.take
-        return lambda trace_id: take()
+    """How a parent-based ratio sampler decides a root span, called directly (no context
+    look-ups, no result object per run); None for any other sampler (then it is called).
+    Podium's rate-limited default is asked before a trace id is drawn (see open_run)."""
     bound = _parent_based_root_bound(sampler)
     if bound is None:
         return None
@@ -121,6 +118,10 @@ class SdkSpans:
         self._resource = tracer.resource
         self._scope = InstrumentationScope("podium")
         self._root_decides = _root_decider(tracer.sampler)
+        #: Podium's default sampler decides a root run without its trace id: most runs of a
+        #: busy process are then turned down with no id drawn.
+        sampler = tracer.sampler
+        self._root_take = sampler.take if isinstance(sampler, RateLimitedSampler) else None
         is_random = getattr(self._ids, "is_trace_id_random", None)  # SDK 1.39+
         self._random_ids = bool(is_random()) if callable(is_random) else False
 
@@ -134,11 +135,16 @@ class SdkSpans:
         parent_sc = trace.get_current_span(parent).get_span_context() if parent else None
         if parent_sc is not None and not parent_sc.is_valid:
             parent_sc = None
+        take, decides = self._root_take, self._root_decides
+        if take is not None and parent_sc is None and not take():  # no trace id drawn
+            return None, None
         trace_id = parent_sc.trace_id if parent_sc else self._ids.generate_trace_id()
         trace_state = parent_sc.trace_state if parent_sc else None
-        decides = self._root_decides
-        if decides is not None:  # a parent-based sampler we know, decided without calling it
-            sampled = parent_sc.trace_flags.sampled if parent_sc else decides(trace_id)
+        if take is not None or decides is not None:  # parent-based ones we know: decided here
+            if parent_sc is not None:
+                sampled = parent_sc.trace_flags.sampled
+            else:
+                sampled = decides is None or decides(trace_id)  # (take() said yes)
             if not sampled:
                 return parent_sc, None
             attributes = run_attributes(agent, record)

@@ -10,9 +10,9 @@ outcome, attempts). Message content is never recorded.
 Whether a run is traced is decided once, when it starts (head-based sampling by the
 provider's sampler). The spans of a traced run are built from the step's profile when the
 step is checkpointed (their start and end times are the measured ones), so tracing adds
-nothing inside a step; an untraced run costs one lookup per step; and with tracing off
-nothing at all: this module imports OpenTelemetry only when :func:`tracer_from_env` finds
-it configured.
+nothing inside a step; an untraced run costs one sampling decision and nothing per step;
+and with tracing off nothing at all: this module imports OpenTelemetry only when
+:func:`tracer_from_env` finds it configured.
 
 When Podium installs the SDK itself (``OTEL_*`` configured, no provider installed by the
 application) and ``OTEL_TRACES_SAMPLER`` is unset, it samples with
@@ -46,9 +46,9 @@ from podium.errors import ConfigError
 
 if TYPE_CHECKING:
     from podium.agent import Agent
+    from podium.engine.hook import StepHook, TokenCounts
     from podium.engine.profile import StepProfile
     from podium.engine.records import RunRecord
-    from podium.messages import Usage
     from podium.observe.spans import RunSpan
     from podium.tools.executor import ToolResult
     from podium.tools.tool import ToolContext
@@ -159,8 +159,9 @@ class RunTracer:
 
     Sampling is decided once per run, when it starts, by the provider's sampler (head-based;
     with ``parentbased_*`` samplers a run whose stored ``traceparent`` is sampled is always
-    traced): an unsampled run then costs one dictionary lookup per step. A sampled run's
-    spans are built from each step's measured profile when the step is checkpointed."""
+    traced): an unsampled run then costs nothing per step (the engine is told not to call).
+    A sampled run's spans are built from each step's measured profile when the step is
+    checkpointed."""
 
     def __init__(self, provider: Any = None) -> None:
         from opentelemetry import trace
@@ -199,8 +200,9 @@ class RunTracer:
         return {"traceparent": f"00-{span.trace_id:032x}-{span.span_id:016x}-"
                                f"{span.trace_flags:02x}"}
 
-    def run_started(self, agent: Agent, record: RunRecord) -> None:
-        """Decide the run's sampling, and let its model and tool calls carry its context."""
+    def run_started(self, agent: Agent, record: RunRecord) -> StepHook | None:
+        """Decide the run's sampling, and let its model and tool calls carry its context;
+        a sampled run's steps become spans (:meth:`step`)."""
         meta = record.metadata
         parent = None
         if "traceparent" in meta:  # the configured propagators read it (W3C by default)
@@ -208,16 +210,18 @@ class RunTracer:
         context, run = self._spans.open_run(agent.name, record, parent)
         if context is not None:  # unsampled runs pass their caller's decision on
             _TRACEPARENT.set(context)
-        if run is not None:
-            run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
-            self._runs[record.run_id] = run
+        if run is None:
+            return None  # not sampled: nothing to hear of its steps
+        run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
+        self._runs[record.run_id] = run
+        return self.step
 
     def step(
         self,
         agent: Agent,
         record: RunRecord,
         profile: StepProfile,
-        usage: Usage,
+        usage: TokenCounts,
         results: Sequence[tuple[int, ToolResult]],
     ) -> None:
         run = self._runs.get(record.run_id)
