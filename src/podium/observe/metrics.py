@@ -84,10 +84,10 @@ class _Filer:
         if profile.ttft_ns:
             tally.ttfts.append(profile.ttft_ns)
         for _, result in results:  # usually one; a list per tool, not one per call
-            walls = tally.tools.get(result.name)
-            if walls is None:
-                walls = tally.tools[result.name] = []
-            walls.append(result.wall_ns)
+            try:
+                tally.tools[result.name].append(result.wall_ns)
+            except KeyError:  # the tool's first call since the last compaction
+                tally.tools[result.name] = [result.wall_ns]
             if not result.ok or result.attempts != 1:  # failed, retried or refused: rare
                 tally.odd.append(result)
         if tally.steps >= COMPACT_AT:  # while its figures are still in the CPU's caches

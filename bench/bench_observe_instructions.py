@@ -1,0 +1,114 @@
+"""Instructions per step of the observability hooks, counted by callgrind.
+
+The companion of ``bench_engine_instructions.py`` for ``bench_engine_overhead.py
+--observe``: the overhead benchmark's agent (six tool steps and an answer, an instant
+model and tool, uvloop), all runs at once, with the Prometheus metrics hook, the tracer
+or both, under ``valgrind --tool=callgrind`` with ``--small`` and ``--large`` runs; the
+difference divided by the extra steps is what one more step costs, start-up and imports
+cancelled out. The tracer samples with Podium's rate limit set to trace the first run
+only: every other run is the untraced case a busy process sees.
+
+    python bench/bench_observe_instructions.py [--small 200] [--large 1200]
+        [--parts off,metrics,tracing,both]
+
+The clocks are counters (every read advances about 1 µs): the steps' timings, and with
+them the metrics' bucketing work, are then the same in every run and like a native run's
+rather than valgrind's fifty times slower ones. Automatic garbage collection is off (a
+full collection comes or not with tiny differences) and done between the two batches.
+Needs valgrind (``apt-get install valgrind``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+STEPS = 7
+
+
+async def _workload(parts: str, runs: int) -> None:
+    walls, cpus = itertools.count(10**9, 997), itertools.count(10**9, 991)
+    time.perf_counter_ns = lambda: next(walls)  # before podium binds them
+    time.thread_time_ns = lambda: next(cpus)
+    from prometheus_client import CollectorRegistry
+
+    from bench_engine_overhead import podium_agent
+    from podium.engine.driver import Engine
+    from podium.engine.hook import combine
+    from podium.observe.metrics import RunMetrics
+    from podium.store.memory import MemoryRunStore
+
+    gc.disable()
+    metrics = RunMetrics(CollectorRegistry()) if parts in ("metrics", "both") else None
+    tracer: Any = None
+    if parts in ("tracing", "both"):
+        from opentelemetry.sdk.trace import TracerProvider
+
+        from podium.observe.sampling import RateLimitedSampler
+        from podium.observe.tracing import RunTracer
+
+        tracer = RunTracer(TracerProvider(sampler=RateLimitedSampler(0.0, 1.0)))
+    hook = combine(metrics, tracer)
+    agent = podium_agent()
+    for batch in (20, runs):  # the first to warm up
+        async with Engine(MemoryRunStore()) as engine:
+            engine.hook = hook
+            records = await asyncio.gather(*(engine.run(agent, "Find podium")
+                                             for _ in range(batch)))
+        assert all(r.steps == STEPS for r in records)
+        if metrics is not None:
+            metrics.fold()
+        gc.collect()
+
+
+def _count(parts: str, runs: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={os.path.join(tmp, 'cg.out')}",
+             sys.executable, __file__, "--inner", parts, str(runs)],
+            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+            check=True,
+        )
+    match = re.search(r"refs:\s+([\d,]+)", out.stderr)
+    if match is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    return int(match.group(1).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--small", type=int, default=200)
+    parser.add_argument("--large", type=int, default=1200)
+    parser.add_argument("--parts", default="off,metrics,tracing,both")
+    parser.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        import uvloop
+
+        uvloop.run(_workload(args.inner[0], int(args.inner[1])))
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("needs valgrind: apt-get install valgrind")
+    per_step: dict[str, float] = {}
+    for parts in args.parts.split(","):
+        extra = _count(parts, args.large) - _count(parts, args.small)
+        per_step[parts] = extra / ((args.large - args.small) * STEPS)
+        over = ""
+        if "off" in per_step and parts != "off":
+            over = f"  ({per_step[parts] / per_step['off'] - 1:+.1%} over off)"
+        print(f"{parts:>8}: {per_step[parts] / 1e3:6.1f}k instructions per step{over}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
