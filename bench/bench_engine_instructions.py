@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
+
+from _callgrind import per_step as instructions_per_step
+from _callgrind import require_valgrind
 
 STEPS = 7
 
@@ -48,30 +45,6 @@ async def _workload(loop: str, runs: int) -> None:
     await engine.aclose()
 
 
-def _count(loop: str, runs: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={os.path.join(tmp, 'cg.out')}",
-                sys.executable,
-                __file__,
-                "--inner",
-                loop,
-                str(runs),
-            ],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
-            check=True,
-        )
-    match = re.search(r"refs:\s+([\d,]+)", out.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
-    return int(match.group(1).replace(",", ""))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=200)
@@ -84,12 +57,10 @@ def main() -> None:
 
         uvloop.run(_workload(args.inner[0], int(args.inner[1])))
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("needs valgrind: apt-get install valgrind")
+    require_valgrind()
     per_step: dict[str, float] = {}
     for loop in args.loops.split(","):
-        extra = _count(loop, args.large) - _count(loop, args.small)
-        per_step[loop] = extra / ((args.large - args.small) * STEPS)
+        per_step[loop] = instructions_per_step(__file__, loop, args.small, args.large, STEPS)
         print(f"{loop:>8}: {per_step[loop] / 1e3:6.1f}k instructions per step", flush=True)
     hand = per_step.get("hand")
     if hand:

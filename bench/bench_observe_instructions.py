@@ -24,14 +24,11 @@ import argparse
 import asyncio
 import gc
 import itertools
-import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
 from typing import Any
+
+from _callgrind import per_step as instructions_per_step
+from _callgrind import require_valgrind
 
 STEPS = 7
 
@@ -71,20 +68,6 @@ async def _workload(parts: str, runs: int) -> None:
         gc.collect()
 
 
-def _count(parts: str, runs: int) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={os.path.join(tmp, 'cg.out')}",
-             sys.executable, __file__, "--inner", parts, str(runs)],
-            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"},
-            check=True,
-        )
-    match = re.search(r"refs:\s+([\d,]+)", out.stderr)
-    if match is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
-    return int(match.group(1).replace(",", ""))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", type=int, default=200)
@@ -97,12 +80,10 @@ def main() -> None:
 
         uvloop.run(_workload(args.inner[0], int(args.inner[1])))
         return
-    if shutil.which("valgrind") is None:
-        raise SystemExit("needs valgrind: apt-get install valgrind")
+    require_valgrind()
     per_step: dict[str, float] = {}
     for parts in args.parts.split(","):
-        extra = _count(parts, args.large) - _count(parts, args.small)
-        per_step[parts] = extra / ((args.large - args.small) * STEPS)
+        per_step[parts] = instructions_per_step(__file__, parts, args.small, args.large, STEPS)
         over = ""
         if "off" in per_step and parts != "off":
             over = f"  ({per_step[parts] / per_step['off'] - 1:+.1%} over off)"
