@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -116,6 +116,19 @@ async def check_completed_once(store: RedisRunStore, ids: Iterable[str]) -> None
         assert sum(isinstance(e, RunFinished) for e in entries) == 1, run_id
         steps = Counter(e.step for e in entries if isinstance(e, StepCommitted))
         assert all(n == 1 for n in steps.values()), (run_id, steps)
+
+
+def redis_config(
+    directory: Path, redis_url: str, agents: Sequence[str], keys: Mapping[str, str]
+) -> Path:
+    """``directory/podium.toml``: a server on ``redis_url`` serving ``agents`` (import
+    paths), with one API key per entry of ``keys`` (key → tenant)."""
+    text = f'[server]\nredis = "{redis_url}"\n'
+    text += "".join(f'\n[[agents]]\npath = "{agent}"\n' for agent in agents)
+    text += "".join(f'\n[[keys]]\nkey = "{k}"\ntenant = "{t}"\n' for k, t in keys.items())
+    config = directory / "podium.toml"
+    config.write_text(text)
+    return config
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .harness import WorkerProcess, effect_lines, serving, wait_until
+from .harness import WorkerProcess, effect_lines, redis_config, serving, wait_until
 from .redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -29,13 +29,8 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
-    config = tmp_path / "podium.toml"
-    agents = "".join(f'\n[[agents]]\npath = "{a}"\n' for a in AGENTS)
-    config.write_text(
-        f'[server]\nredis = "{private_redis.url}"\n{agents}'
-        f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
-        f'\n[[keys]]\nkey = "{KEY}-other"\ntenant = "t2"\n'
-    )
+    keys = {KEY: "t1", f"{KEY}-other": "t2"}
+    config = redis_config(tmp_path, private_redis.url, AGENTS, keys)
     with serving(config, tmp_path / "serve.log") as url:
         yield url
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .harness import WorkerProcess, serving
+from .harness import WorkerProcess, redis_config, serving
 from .redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -32,12 +32,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
-    config = tmp_path / "podium.toml"
-    config.write_text(
-        f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
-        f'\n[[agents]]\npath = "{SLOW}"\n'
-        f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
-    )
+    config = redis_config(tmp_path, private_redis.url, [AGENT, SLOW], {KEY: "t1"})
     with serving(config, tmp_path / "serve.log") as url:
         yield url
 

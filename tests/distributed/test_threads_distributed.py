@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from .app import TOOL_STEPS
-from .harness import WorkerProcess, effect_lines, serving, wait_until
+from .harness import WorkerProcess, effect_lines, redis_config, serving, wait_until
 from .redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -34,11 +34,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
-    config = tmp_path / "podium.toml"
-    config.write_text(
-        f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
-        f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
-    )
+    config = redis_config(tmp_path, private_redis.url, [AGENT], {KEY: "t1"})
     with serving(config, tmp_path / "serve.log") as url:
         yield url
 

@@ -18,7 +18,7 @@ import pytest
 from serve_process import start_serve
 
 from .app import TALKY_ANSWER
-from .harness import ROOT, WorkerProcess
+from .harness import ROOT, WorkerProcess, redis_config
 from .redis_server import RedisServer, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -34,11 +34,7 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
-    config = tmp_path / "podium.toml"
-    config.write_text(
-        f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
-        f'\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n'
-    )
+    config = redis_config(tmp_path, private_redis.url, [AGENT], {KEY: "t1"})
     port = free_port()
     serving = start_serve(
         ["--config", str(config), "--port", str(port)],
