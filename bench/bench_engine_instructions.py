@@ -19,11 +19,9 @@ costs ~1k instructions a step when it happens).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 
-from _callgrind import per_step as instructions_per_step
-from _callgrind import require_valgrind
+from _callgrind import per_step_cli
 
 STEPS = 7
 
@@ -46,24 +44,11 @@ async def _workload(loop: str, runs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", type=int, default=200)
-    parser.add_argument("--large", type=int, default=1200)
-    parser.add_argument("--loops", default="hand,noprof,default")
-    parser.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.inner:
-        import uvloop
-
-        uvloop.run(_workload(args.inner[0], int(args.inner[1])))
-        return
-    require_valgrind()
-    per_step: dict[str, float] = {}
-    for loop in args.loops.split(","):
-        per_step[loop] = instructions_per_step(__file__, loop, args.small, args.large, STEPS)
-        print(f"{loop:>8}: {per_step[loop] / 1e3:6.1f}k instructions per step", flush=True)
-    hand = per_step.get("hand")
-    if hand:
+    per_step = per_step_cli(
+        __doc__ or "", __file__, _workload, "loops", "hand,noprof,default", STEPS
+    )
+    hand = per_step.get("hand") if per_step else None
+    if per_step and hand:
         for loop, count in per_step.items():
             if loop != "hand":
                 print(f"{loop:>8} / hand: {count / hand:.2f}×")

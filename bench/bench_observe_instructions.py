@@ -20,15 +20,13 @@ Needs valgrind (``apt-get install valgrind``).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import itertools
 import time
 from typing import Any
 
-from _callgrind import per_step as instructions_per_step
-from _callgrind import require_valgrind
+from _callgrind import per_step_cli
 
 STEPS = 7
 
@@ -69,26 +67,14 @@ async def _workload(parts: str, runs: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small", type=int, default=200)
-    parser.add_argument("--large", type=int, default=1200)
-    parser.add_argument("--parts", default="off,metrics,tracing,both")
-    parser.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.inner:
-        import uvloop
-
-        uvloop.run(_workload(args.inner[0], int(args.inner[1])))
-        return
-    require_valgrind()
-    per_step: dict[str, float] = {}
-    for parts in args.parts.split(","):
-        per_step[parts] = instructions_per_step(__file__, parts, args.small, args.large, STEPS)
-        over = ""
-        if "off" in per_step and parts != "off":
-            over = f"  ({per_step[parts] / per_step['off'] - 1:+.1%} over off)"
-        print(f"{parts:>8}: {per_step[parts] / 1e3:6.1f}k instructions per step{over}",
-              flush=True)
+    per_step = per_step_cli(
+        __doc__ or "", __file__, _workload, "parts", "off,metrics,tracing,both", STEPS
+    )
+    off = per_step.get("off") if per_step else None
+    if per_step and off:
+        for parts, count in per_step.items():
+            if parts != "off":
+                print(f"{parts:>8} over off: {count / off - 1:+.1%}")
 
 
 if __name__ == "__main__":
