@@ -100,6 +100,20 @@ class TokenSubscription:
             self._on_close(self)
 
 
+def drop_subscriber(subs: dict[str, list[TokenSubscription]], sub: TokenSubscription) -> bool:
+    """Take ``sub`` out of ``subs`` (run id → its subscriptions); True when that left its
+    run with none (the run's entry is then gone too)."""
+    run_subs = subs.get(sub.run_id)
+    if run_subs is None:
+        return False
+    if sub in run_subs:
+        run_subs.remove(sub)
+    if run_subs:
+        return False
+    del subs[sub.run_id]
+    return True
+
+
 class TokenChannel(AsyncCloseable, abc.ABC):
     """Where a run's token deltas go while someone listens.
 

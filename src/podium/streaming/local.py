@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from podium.streaming.base import DEFAULT_BUFFER, TokenChannel, TokenDelta, TokenSubscription
+from podium.streaming.base import (
+    DEFAULT_BUFFER,
+    TokenChannel,
+    TokenDelta,
+    TokenSubscription,
+    drop_subscriber,
+)
 
 __all__ = ("LocalTokenChannel",)
 
@@ -33,10 +39,4 @@ class LocalTokenChannel(TokenChannel):
         return sub
 
     def _unsubscribe(self, sub: TokenSubscription) -> None:
-        subs = self._subs.get(sub.run_id)
-        if subs is None:
-            return
-        if sub in subs:
-            subs.remove(sub)
-        if not subs:
-            del self._subs[sub.run_id]
+        drop_subscriber(self._subs, sub)

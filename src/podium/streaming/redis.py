@@ -32,7 +32,13 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from podium.lifecycle import stop_task
-from podium.streaming.base import DEFAULT_BUFFER, TokenChannel, TokenDelta, TokenSubscription
+from podium.streaming.base import (
+    DEFAULT_BUFFER,
+    TokenChannel,
+    TokenDelta,
+    TokenSubscription,
+    drop_subscriber,
+)
 
 __all__ = ("RedisTokenChannel",)
 
@@ -154,13 +160,7 @@ class RedisTokenChannel(TokenChannel):
         return sub
 
     def _unsubscribe(self, sub: TokenSubscription) -> None:
-        subs = self._subs.get(sub.run_id)
-        if subs is None:
-            return
-        if sub in subs:
-            subs.remove(sub)
-        if not subs:
-            del self._subs[sub.run_id]
+        if drop_subscriber(self._subs, sub):
             task = asyncio.get_running_loop().create_task(self._quiet_sync(sub.run_id))
             self._syncs.add(task)
             task.add_done_callback(self._syncs.discard)
