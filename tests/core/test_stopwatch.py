@@ -68,3 +68,27 @@ def test_the_sampled_stopwatch_reads_the_cpu_clock_on_few_slices() -> None:
         sw.close_step(profile)
     sw.finish()
     assert reads <= 2 * (slices // SAMPLE_EVERY + 1), reads
+
+
+def test_a_resumed_run_files_new_steps_after_its_replayed_ones_and_never_rescales_those() -> None:
+    """The held steps are a range of the run's own profile list: a run resumed from its
+    journal starts with the replayed profiles in it, and only the steps it runs now are
+    held and settled (with a fake clock at half speed, so settling rescales them)."""
+    from podium.engine.profile import StepProfile
+
+    replayed = [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]
+    steps = list(replayed)
+    sw = Stopwatch.start(half_speed_clock, steps=steps)
+    for step in (2, 3, 4):
+        spin(100_000)
+        sw.lap(0)
+        profile = sw.snapshot(step, 0, 0)
+        sw.close_step(profile)
+    assert [p.step for p in steps] == [0, 1, 2, 3, 4]
+    sw.finish()
+    assert steps[:2] == [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]
+    for p in steps[2:]:
+        assert p.wall_ns[0] > 0
+        assert 0.35 < p.cpu_ns[0] / p.wall_ns[0] < 0.65, p  # settled at the clock's rate
+    sw.finish()  # nothing held any more: a second finish changes nothing
+    assert len(steps) == 5
