@@ -34,8 +34,6 @@ PHASE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
                  0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: The same bounds in nanoseconds, the unit the profiles measure in.
 BOUNDS_NS = tuple(int(b * 1e9) for b in PHASE_BUCKETS)
-#: Values :class:`Buckets` looks at to guess whether one bucket holds most of a batch.
-_SAMPLE = 16
 #: Steps a tally files before compacting them (a few hundred: still in the CPU's caches).
 COMPACT_AT = 256
 
@@ -48,11 +46,10 @@ def bucket_of(value_ns: int) -> int:
 class Buckets:
     """Bucket counts and the sum of many nanosecond values, with no Python loop per value.
 
-    The values of one phase mostly fall in one bucket (CPU slices in the lowest, a
-    backend's latencies in one or two neighbours). When their maximum and minimum say all
-    do, that is all; when a sample says most do, that bucket is counted by what C-level
-    filters leave out and only the others are sorted; else all are sorted (in C) and cut
-    with one bisect per bucket bound."""
+    The values are sorted (in C: for a few hundred ints, cheaper than the two C-level
+    passes a filter by bounds takes, and a filter misses as soon as one outlier shows) and
+    cut with one bisect per bucket bound between the smallest and the largest; the values
+    of one phase mostly fall in one bucket or two, so that is a bisect or two."""
 
     __slots__ = ("counts", "total_ns")
 
@@ -64,37 +61,16 @@ class Buckets:
         n = len(values_ns)
         if not n:
             return
-        self.total_ns += sum(values_ns)
-        guess = bucket_of(values_ns[n // 2])
-        low = BOUNDS_NS[guess - 1] if guess else -1
-        high = BOUNDS_NS[guess] if guess < len(BOUNDS_NS) else None
-        # All in one bucket (a batch of similar steps, often): told by max and min, in C.
-        if (high is None or max(values_ns) <= high) and (not guess or min(values_ns) > low):
-            self.counts[guess] += n
-            return
-        sample = values_ns[:: n // _SAMPLE + 1]  # about _SAMPLE values, spread out
-        inside = len(sample) - sum(map(low.__ge__, sample))
-        if high is not None:
-            inside -= sum(map(high.__lt__, sample))
-        if inside * 4 < len(sample) * 3:  # no bucket dominates
-            self._cut(sorted(values_ns))
-            return
-        rest: list[int] = list(filter(low.__ge__, values_ns)) if guess else []
-        if high is not None:
-            rest += filter(high.__lt__, values_ns)
-        self.counts[guess] += n - len(rest)
-        if rest:
-            rest.sort()
-            self._cut(rest)
-
-    def _cut(self, ordered: list[int]) -> None:
-        """Count sorted values (``le`` buckets: a value on a bound is in that bound's)."""
-        counts, seen = self.counts, 0
-        for i, bound in enumerate(BOUNDS_NS):
-            upto = bisect.bisect_right(ordered, bound, seen)
+        ordered = sorted(values_ns)
+        self.total_ns += sum(ordered)
+        counts, bisect_right = self.counts, bisect.bisect_right
+        first, last = bucket_of(ordered[0]), bucket_of(ordered[-1])
+        seen = 0
+        for i in range(first, last):  # `le` buckets: a value on a bound is in that bound's
+            upto = bisect_right(ordered, BOUNDS_NS[i], seen)
             counts[i] += upto - seen
             seen = upto
-        counts[-1] += len(ordered) - seen
+        counts[last] += n - seen
 
     def merge(self, other: Buckets) -> None:
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
