@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 
@@ -18,14 +19,15 @@ def require_valgrind() -> None:
         raise SystemExit("needs valgrind: apt-get install valgrind")
 
 
-def instructions(script: str, *args: str) -> int:
-    """Instructions that ``python script args…`` executes (valgrind's ``refs``), with a
-    fixed hash seed so that two runs of it agree."""
+def _counts(script: str, args: Sequence[str], cache: bool) -> tuple[int, int]:
+    """Instructions and (with ``cache``) level-1 data-cache misses of ``python script
+    args…``; the cache simulated is this machine's (valgrind reads its geometry)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [
                 "valgrind",
                 "--tool=callgrind",
+                f"--cache-sim={'yes' if cache else 'no'}",
                 f"--callgrind-out-file={os.path.join(tmp, 'cg.out')}",
                 sys.executable,
                 script,
@@ -36,19 +38,29 @@ def instructions(script: str, *args: str) -> int:
             env={**os.environ, "PYTHONHASHSEED": "0"},
             check=True,
         )
-    match = re.search(r"refs:\s+([\d,]+)", out.stderr)
-    if match is None:
+    refs = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if refs is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{out.stderr[-2000:]}")
+    misses = re.search(r"D1\s+misses:\s+([\d,]+)", out.stderr) if cache else None
+    if cache and misses is None:
+        raise SystemExit(f"no D1 miss count in valgrind's output:\n{out.stderr[-2000:]}")
+    return _number(refs), 0 if misses is None else _number(misses)
+
+
+def _number(match: re.Match[str]) -> int:
     return int(match.group(1).replace(",", ""))
 
 
-def per_step(script: str, variant: str, small: int, large: int, steps: int) -> float:
-    """Instructions one more step costs: ``script --inner variant N`` run with ``large``
-    and ``small`` runs of ``steps`` steps, start-up and imports cancelled out."""
-    extra = instructions(script, "--inner", variant, str(large)) - instructions(
-        script, "--inner", variant, str(small)
-    )
-    return extra / ((large - small) * steps)
+def per_step(
+    script: str, variant: str, small: int, large: int, steps: int, cache: bool = False
+) -> tuple[float, float]:
+    """Instructions and (with ``cache``) D1 misses one more step costs: ``script --inner
+    variant N`` run with ``large`` and ``small`` runs of ``steps`` steps, start-up and
+    imports cancelled out."""
+    big = _counts(script, ("--inner", variant, str(large)), cache)
+    few = _counts(script, ("--inner", variant, str(small)), cache)
+    extra = (large - small) * steps
+    return (big[0] - few[0]) / extra, (big[1] - few[1]) / extra
 
 
 def per_step_cli(
@@ -59,24 +71,44 @@ def per_step_cli(
     default: str,
     steps: int,
 ) -> dict[str, float] | None:
-    """The command line both instruction benches share: ``--small``, ``--large`` and
-    ``--OPTION`` (variants, comma-separated). Measures each variant's instructions per
-    step and prints it as it comes; None when this process is the ``--inner`` run (it
-    has run ``workload(variant, runs)`` under uvloop)."""
+    """The command line both instruction benches share: ``--small``, ``--large``,
+    ``--OPTION`` (variants, comma-separated) and ``--cache``. Measures each variant's
+    instructions per step and prints it as it comes; None when this process is the
+    ``--inner`` run (it has run ``workload(variant, runs)`` under uvloop).
+
+    ``--cache`` also simulates this machine's caches and prints the level-1 data-cache
+    misses per step: how much more than its cache a step touches (code, objects, types),
+    which instruction counts do not show and CPU time does. Automatic garbage collection
+    is off in those runs (a collection comes or not with tiny differences, and each
+    sweeps the young objects through the cache)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--small", type=int, default=200)
     parser.add_argument("--large", type=int, default=1200)
     parser.add_argument(f"--{option}", default=default)
+    parser.add_argument("--cache", action="store_true")
     parser.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
         import uvloop
 
+        if os.environ.get(_GC_OFF):
+            gc.disable()
         uvloop.run(workload(args.inner[0], int(args.inner[1])))
         return None
     require_valgrind()
+    if args.cache:
+        os.environ[_GC_OFF] = "1"  # for the inner runs
     counts: dict[str, float] = {}
     for variant in getattr(args, option).split(","):
-        counts[variant] = per_step(script, variant, args.small, args.large, steps)
-        print(f"{variant:>8}: {counts[variant] / 1e3:6.1f}k instructions per step", flush=True)
+        counts[variant], misses = per_step(
+            script, variant, args.small, args.large, steps, args.cache
+        )
+        line = f"{variant:>8}: {counts[variant] / 1e3:6.1f}k instructions per step"
+        if args.cache:
+            line += f", {misses:6.0f} D1 misses per step"
+        print(line, flush=True)
     return counts
+
+
+#: Set for the ``--inner`` runs of ``--cache``: automatic garbage collection off.
+_GC_OFF = "PODIUM_CALLGRIND_GC_OFF"
