@@ -13,6 +13,9 @@ import tempfile
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+#: Set for the ``--inner`` runs of ``--cache``: automatic garbage collection off.
+_GC_OFF = "PODIUM_CALLGRIND_GC_OFF"
+
 
 def require_valgrind() -> None:
     if shutil.which("valgrind") is None:
@@ -109,6 +112,3 @@ def per_step_cli(
         print(line, flush=True)
     return counts
 
-
-#: Set for the ``--inner`` runs of ``--cache``: automatic garbage collection off.
-_GC_OFF = "PODIUM_CALLGRIND_GC_OFF"
