@@ -73,11 +73,14 @@ def per_step_cli(
     option: str,
     default: str,
     steps: int,
-) -> dict[str, float] | None:
+    baseline: str,
+    versus: Callable[[float, float], str],
+) -> None:
     """The command line both instruction benches share: ``--small``, ``--large``,
     ``--OPTION`` (variants, comma-separated) and ``--cache``. Measures each variant's
-    instructions per step and prints it as it comes; None when this process is the
-    ``--inner`` run (it has run ``workload(variant, runs)`` under uvloop).
+    instructions per step and prints it as it comes, then each other variant against
+    ``baseline`` (``versus(count, baseline_count)``). The ``--inner`` run (this process
+    under valgrind) runs ``workload(variant, runs)`` under uvloop instead.
 
     ``--cache`` also simulates this machine's caches and prints the level-1 data-cache
     misses per step: how much more than its cache a step touches (code, objects, types),
@@ -97,7 +100,7 @@ def per_step_cli(
         if os.environ.get(_GC_OFF):
             gc.disable()
         uvloop.run(workload(args.inner[0], int(args.inner[1])))
-        return None
+        return
     require_valgrind()
     if args.cache:
         os.environ[_GC_OFF] = "1"  # for the inner runs
@@ -110,5 +113,9 @@ def per_step_cli(
         if args.cache:
             line += f", {misses:6.0f} D1 misses per step"
         print(line, flush=True)
-    return counts
+    base = counts.get(baseline)
+    if base:
+        for variant, count in counts.items():
+            if variant != baseline:
+                print(f"{variant:>8} {versus(count, base)}")
 

@@ -49,14 +49,10 @@ async def _workload(loop: str, runs: int) -> None:
 
 
 def main() -> None:
-    per_step = per_step_cli(
-        __doc__ or "", __file__, _workload, "loops", "hand,noprof,default", STEPS
+    per_step_cli(
+        __doc__ or "", __file__, _workload, "loops", "hand,noprof,default", STEPS,
+        baseline="hand", versus=lambda count, hand: f"/ hand: {count / hand:.2f}×",
     )
-    hand = per_step.get("hand") if per_step else None
-    if per_step and hand:
-        for loop, count in per_step.items():
-            if loop != "hand":
-                print(f"{loop:>8} / hand: {count / hand:.2f}×")
 
 
 if __name__ == "__main__":

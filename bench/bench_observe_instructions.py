@@ -82,14 +82,10 @@ async def _workload(parts: str, runs: int) -> None:
 
 
 def main() -> None:
-    per_step = per_step_cli(
-        __doc__ or "", __file__, _workload, "parts", "off,metrics,tracing,both", STEPS
+    per_step_cli(
+        __doc__ or "", __file__, _workload, "parts", "off,metrics,tracing,both", STEPS,
+        baseline="off", versus=lambda count, off: f"over off: {count / off - 1:+.1%}",
     )
-    off = per_step.get("off") if per_step else None
-    if per_step and off:
-        for parts, count in per_step.items():
-            if parts != "off":
-                print(f"{parts:>8} over off: {count / off - 1:+.1%}")
 
 
 if __name__ == "__main__":
