@@ -92,3 +92,103 @@ def test_a_resumed_run_files_new_steps_after_its_replayed_ones_and_never_rescale
         assert 0.35 < p.cpu_ns[0] / p.wall_ns[0] < 0.65, p  # settled at the clock's rate
     sw.finish()  # nothing held any more: a second finish changes nothing
     assert len(steps) == 5
+
+
+class FakeClocks:
+    """A wall clock the test moves by hand and a CPU clock that runs with it except while
+    the thread waits: what a real loop thread's two clocks do."""
+
+    def __init__(self) -> None:
+        self.wall = 1_000
+        self.cpu = 0
+        self.waiting = False
+
+    def advance(self, ns: int) -> None:
+        self.wall += ns
+        if not self.waiting:
+            self.cpu += ns
+
+    def perf(self) -> int:
+        return self.wall
+
+    def thread(self) -> int:
+        return self.cpu
+
+
+@pytest.fixture
+def clocks(monkeypatch: pytest.MonkeyPatch) -> FakeClocks:
+    fake = FakeClocks()
+    monkeypatch.setattr(stopwatch, "_perf", fake.perf)
+    return fake
+
+
+def test_laps_in_order_give_each_phase_the_time_since_the_last_boundary(clocks: FakeClocks) -> None:
+    sw = Stopwatch.start(clocks.thread)
+    for phase, ns in enumerate((10, 20, 30, 40, 50)):
+        clocks.advance(ns)
+        sw.lap(phase)
+    profile = sw.snapshot(0, 1, 0)
+    assert profile is not None
+    assert profile.wall_ns == (10, 20, 30, 40, 50, 0)  # the checkpoint has not ended yet
+    clocks.advance(60)
+    sw.close_step(profile)
+    assert profile.wall_ns == profile.cpu_ns == (10, 20, 30, 40, 50, 60)
+    clocks.advance(7)  # the next step starts where the last one ended
+    sw.lap(0)
+    clocks.advance(3)
+    sw.lap(1)
+    clocks.advance(3)
+    sw.lap(1)  # a phase that ends again goes on
+    nxt = sw.snapshot(1, 0, 0)
+    assert nxt is not None and nxt.wall_ns == (7, 6, 0, 0, 0, 0)
+    sw.finish()
+    assert profile.cpu_ns == (10, 20, 30, 40, 50, 60)  # exact already: no rescaling
+
+
+def test_waiting_in_a_phase_is_its_wall_time_and_not_its_cpu(clocks: FakeClocks) -> None:
+    sw = Stopwatch.start(clocks.thread)
+    clocks.advance(10)
+    sw.lap(0)
+    clocks.advance(5)  # the model call's first slice
+    sw.suspend(1)
+    clocks.waiting = True
+    clocks.advance(1_000)
+    clocks.waiting = False
+    sw.resume(1)
+    clocks.advance(5)
+    sw.lap(1)
+    clocks.advance(10)
+    sw.lap(2)
+    clocks.advance(2)  # an instant tool
+    sw.lap(3)
+    sw.add_cpu(3, 7)  # and CPU it did off the loop
+    clocks.advance(3)
+    sw.lap(4)
+    profile = sw.snapshot(0, 1, 0)
+    clocks.advance(20)  # the checkpoint waits for the store
+    sw.suspend(5)
+    clocks.waiting = True
+    clocks.advance(500)
+    clocks.waiting = False
+    sw.resume(5)
+    clocks.advance(1)
+    sw.close_step(profile)
+    assert profile is not None
+    assert profile.wall_ns == (10, 1_010, 10, 2, 3, 521)
+    assert profile.cpu_ns == (10, 10, 10, 2 + 7, 3, 21)
+    assert sw.steps == [profile]
+
+
+def test_a_profile_off_stopwatch_reads_no_clock() -> None:
+    from podium.engine.stopwatch import NoStopwatch
+
+    def no_clock() -> int:
+        raise AssertionError("profile=False reads no clock")
+
+    sw = NoStopwatch.start(no_clock)
+    sw.lap(0)
+    sw.suspend(1)
+    sw.resume(1)
+    assert sw.snapshot(0, 0, 0) is None
+    sw.close_step(None)
+    sw.finish()

@@ -231,19 +231,20 @@ class Stopwatch(msgspec.Struct, gc=False):
             sink = self.sink
             # Provisional figures within the tolerance of the slice's CPU stay as they are.
             rescale = abs(spent - total) > self.tolerance * total
-            for profile in self.steps[first:end]:
-                if rescale:
-                    a, b, c, d, e, f = profile.cpu_ns
-                    profile.cpu_ns = (
-                        spent * a // total,
-                        spent * b // total,
-                        spent * c // total,
-                        spent * d // total,
-                        spent * e // total,
-                        spent * f // total,
-                    )
-                if sink is not None:
-                    sink(profile)
+            if rescale or sink is not None:  # else there is nothing to do for them
+                for profile in self.steps[first:end]:
+                    if rescale:
+                        a, b, c, d, e, f = profile.cpu_ns
+                        profile.cpu_ns = (
+                            spent * a // total,
+                            spent * b // total,
+                            spent * c // total,
+                            spent * d // total,
+                            spent * e // total,
+                            spent * f // total,
+                        )
+                    if sink is not None:
+                        sink(profile)
         for p in _PHASES:
             r = ran[p]
             if r:
