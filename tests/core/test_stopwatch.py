@@ -12,6 +12,7 @@ import time
 import pytest
 
 from podium.engine import stopwatch
+from podium.engine.profile import StepProfile
 from podium.engine.stopwatch import SAMPLE_EVERY, SampledStopwatch, Stopwatch
 
 
@@ -192,3 +193,77 @@ def test_a_profile_off_stopwatch_reads_no_clock() -> None:
     assert sw.snapshot(0, 0, 0) is None
     sw.close_step(None)
     sw.finish()
+
+
+@pytest.fixture
+def calibration(monkeypatch: pytest.MonkeyPatch) -> stopwatch._Calibration:
+    fresh = stopwatch._Calibration()
+    monkeypatch.setattr(stopwatch, "_calibration", fresh)
+    return fresh
+
+
+def waited_step(clocks: FakeClocks, sw: Stopwatch, step: int) -> StepProfile | None:
+    """10 ns assembling, a model call that runs 5, waits 1,000 and runs 5 more, 10 parsing,
+    an instant tool with 7 ns of CPU off the loop, 3 merging and a 4 ns checkpoint."""
+    clocks.advance(10)
+    sw.lap(0)
+    clocks.advance(5)
+    sw.suspend(1)
+    clocks.waiting = True
+    clocks.advance(1_000)
+    clocks.waiting = False
+    sw.resume(1)
+    clocks.advance(5)
+    sw.lap(1)
+    clocks.advance(10)
+    sw.lap(2)
+    sw.lap(3)
+    sw.add_cpu(3, 7)
+    clocks.advance(3)
+    sw.lap(4)
+    profile = sw.snapshot(step, 1, 0)
+    clocks.advance(4)
+    sw.close_step(profile)
+    return profile
+
+
+def test_sampled_figures_are_running_time_and_the_aggregator_hears_each_step_as_it_closes(
+    clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    heard: list[StepProfile] = []
+    sw = SampledStopwatch.start(clocks.thread, heard.append)
+    profile = waited_step(clocks, sw, 0)
+    assert profile is not None and heard == [profile]
+    assert profile.wall_ns == (10, 1_010, 10, 0, 3, 4)
+    assert profile.cpu_ns == (10, 10, 10, 7, 3, 4)  # waiting is not CPU; off-loop CPU is
+    clocks.advance(20)  # an instant step: one tuple for both figures
+    for phase in range(5):
+        sw.lap(phase)
+    instant = sw.snapshot(1, 0, 0)
+    clocks.advance(2)
+    sw.close_step(instant)
+    assert instant is not None and instant.wall_ns == (20, 0, 0, 0, 0, 2)
+    assert instant.cpu_ns is instant.wall_ns
+    assert heard == [profile, instant]
+
+
+def test_sampled_figures_scale_by_the_ratio_measured_on_one_slice_in_so_many(
+    clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    """The thread gets half its running time (the OS preempts it): the measured slices
+    say so, and every step's CPU follows, measured slice or not."""
+
+    def half_cpu() -> int:
+        return clocks.cpu // 2
+
+    sw = SampledStopwatch.start(half_cpu)
+    profiles = [waited_step(clocks, sw, step) for step in range(20 * SAMPLE_EVERY)]
+    ratio = calibration.ratio  # what the last step closed with
+    sw.finish()
+    assert 0.45 < ratio < 0.55, ratio  # halves of small spans round either way
+    last = profiles[-1]
+    assert last is not None and last.wall_ns == (10, 1_010, 10, 0, 3, 4)
+    assert last.cpu_ns == (
+        int(10 * ratio), int(10 * ratio), int(10 * ratio), 7, int(3 * ratio), int(4 * ratio)
+    )
+    assert all(p is not None and p.cpu_ns[1] <= 10 for p in profiles)  # never the wait

@@ -17,11 +17,12 @@ in place when the slice closes. The aggregator (``sink``) is given each step
 once its figures are exact; metrics hooks see them as of the step's end. The
 profile journaled with a step is the provisional one.
 
-The engine's default is :class:`SampledStopwatch`, which reads the CPU clock
-around one slice in :data:`SAMPLE_EVERY` and scales the others' running time by
-the ratio measured on those; :class:`Stopwatch` (``clock="thread"``) reads it
-around every slice. ``Engine(profile=False)`` uses :class:`NoStopwatch`: no
-clock is read at all.
+The engine's default is :class:`SampledStopwatch`, which splits no slice: it
+estimates each phase's CPU as its running time times the thread's CPU/running
+ratio, measured with the CPU clock around one slice in :data:`SAMPLE_EVERY`;
+:class:`Stopwatch` (``clock="thread"``) reads it around every slice, for the exact
+split above. ``Engine(profile=False)`` uses :class:`NoStopwatch`: no clock is
+read at all.
 """
 
 from __future__ import annotations
@@ -271,45 +272,138 @@ class _Calibration:
 _calibration = _Calibration()
 
 
-class SampledStopwatch(Stopwatch, gc=False):
-    """The default (``clock="sampled"``): the CPU clock is read around one slice in
-    :data:`SAMPLE_EVERY`; another slice's CPU is its running time times the thread's
-    CPU/running ratio measured on those (1.0 unless the OS preempts the thread).
+# ``SampledStopwatch.t[21]``: the perf time the measured slice began (``t[19]`` holds the
+# CPU clock then, -1 while no slice is measured).
+_SLICE_START = 21
 
-    On a virtual machine a CPU-clock read costs 0.5–3 µs, and a step that waits for
-    its model and a tool has at least three slices; ``clock="thread"`` reads it around
-    every slice, for exact figures per step at that price.
+
+class SampledStopwatch(Stopwatch, gc=False):
+    """The default (``clock="sampled"``): each phase's CPU is its running time (its wall
+    time less its waits) times the loop thread's CPU/running ratio, plus the CPU booked
+    from off the loop. The ratio is measured with the CPU clock around one synchronous
+    slice in :data:`SAMPLE_EVERY` (a moving average shared by every run of the process:
+    preemption is the thread's, not a run's); it is 1.0 unless the OS preempts the thread.
+
+    So no slice is accounted for phase by phase: a wait costs two wall-clock reads, and
+    a step's figures are final when it closes (the aggregator hears of it then). Within
+    ``tolerance`` of 1.0 the ratio is taken as 1.0, and a step that never waited shares
+    one tuple for its wall and CPU figures. On a virtual machine a CPU-clock read costs
+    0.5–3 µs (more under load), and a step that waits for its model and a tool has at
+    least three slices; ``clock="thread"`` reads it around every slice, for exact figures
+    per step at that price.
     """
 
     tolerance: float = 0.02  # an estimate already: 2 % is within its error
 
+    @classmethod
+    def start(
+        cls,
+        clock: Callable[[], int],
+        sink: Callable[[StepProfile], None] | None = None,
+        steps: list[StepProfile] | None = None,
+    ) -> Stopwatch:
+        sw = cls(clock, sink, steps=[] if steps is None else steps)
+        now = _perf()
+        sw.t[_MARK] = now
+        sw._begin_slice(now)
+        return sw
+
+    def suspend(self, phase: int) -> None:
+        t = self.t
+        now = _perf()
+        t[phase] += now - t[_MARK]
+        t[_MARK] = now
+        if t[_SLICE_CPU] >= 0:
+            self._calibrate(now)
+
+    def resume(self, phase: int) -> None:
+        t = self.t
+        now = _perf()
+        waited = now - t[_MARK]
+        t[phase] += waited
+        t[12 + phase] += waited
+        t[_MARK] = now
+        t[_SPLIT] = 1
+        self._begin_slice(now)
+
+    def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
+        t = self.t
+        wall = tuple(t[0:6])
+        if not t[_SPLIT] and _calibration.ratio >= 1.0 - self.tolerance:
+            return StepProfile(step, wall, wall, tool_calls, ttft_ns)
+        return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
+
+    def close_step(self, profile: StepProfile | None) -> None:
+        t = self.t
+        now = _perf()
+        t[_CHECKPOINT] += now - t[_MARK]
+        t[_MARK] = now
+        if profile is not None:
+            wall = tuple(t[0:6])
+            if not t[_SPLIT] and _calibration.ratio >= 1.0 - self.tolerance:
+                profile.wall_ns = profile.cpu_ns = wall
+            else:
+                profile.wall_ns = wall
+                profile.cpu_ns = self._cpu(wall)
+            steps = self.steps
+            if not steps or steps[-1] is not profile:
+                steps.append(profile)
+            if self.sink is not None:
+                self.sink(profile)
+        if t[_SPLIT]:
+            t[0:18] = _ZEROS
+            t[_SPLIT] = 0
+        else:
+            t[0:6] = _ZERO6
+
     def settle(self) -> None:
-        """Book the time so far; no clock is read (the figures are estimates): the held
-        steps are settled by :meth:`finish`, or when the run next waits."""
+        """Book the time so far; no clock is read (the figures are estimates)."""
         t = self.t
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
         t[_MARK] = now
 
-    def _open_slice(self) -> None:
+    def finish(self) -> None:
+        """The drive stops: a slice being measured ends here."""
+        if self.t[_SLICE_CPU] >= 0:
+            self._calibrate(_perf())
+
+    def _cpu(self, wall: tuple[int, ...]) -> tuple[int, ...]:
+        """CPU per phase: running time times the ratio, plus CPU booked from off the loop."""
+        t = self.t
+        ratio = _calibration.ratio
+        if ratio >= 1.0 - self.tolerance:  # spelled out: a comprehension is a call on 3.11
+            return (
+                wall[0] - t[12] + t[6],
+                wall[1] - t[13] + t[7],
+                wall[2] - t[14] + t[8],
+                wall[3] - t[15] + t[9],
+                wall[4] - t[16] + t[10],
+                wall[5] - t[17] + t[11],
+            )
+        return tuple([int((wall[p] - t[12 + p]) * ratio) + t[6 + p] for p in _PHASES])
+
+    def _begin_slice(self, now: int) -> None:
+        """A synchronous slice starts at ``now``: measure it if it is the one in
+        :data:`SAMPLE_EVERY`."""
         cal = _calibration
         cal.slices += 1
-        self.t[_SLICE_CPU] = self.clock() if cal.slices % SAMPLE_EVERY == 0 else -1
-
-    def _slice_cpu(self, running: int, reopen: bool) -> int:
         t = self.t
-        started = t[_SLICE_CPU]
-        cal = _calibration
-        if started < 0:
-            spent = int(running * cal.ratio)
+        if cal.slices % SAMPLE_EVERY == 0:
+            t[_SLICE_START] = now
+            t[_SLICE_CPU] = self.clock()
         else:
-            now: int = self.clock()
-            spent = now - started
-            if running > 0:  # a moving average over the measured slices, at most 1
-                cal.ratio = 0.8 * cal.ratio + 0.2 * min(1.0, spent / running)
-        if reopen:
-            self._open_slice()
-        return spent
+            t[_SLICE_CPU] = -1
+
+    def _calibrate(self, now: int) -> None:
+        """The measured slice ends at ``now``: fold its CPU/running ratio into the average."""
+        t = self.t
+        spent = self.clock() - t[_SLICE_CPU]
+        running = now - t[_SLICE_START]
+        t[_SLICE_CPU] = -1
+        if running > 0:  # a moving average over the measured slices, at most 1
+            cal = _calibration
+            cal.ratio = 0.8 * cal.ratio + 0.2 * min(1.0, spent / running)
 
 
 class NoStopwatch(Stopwatch, gc=False):
