@@ -191,3 +191,55 @@ async def test_an_engine_without_profiles_still_counts_its_steps_and_tools() -> 
     assert parsed[key] == 3
     assert not any(name.startswith("podium_step_phase") and value
                    for (name, _), value in parsed.items())
+
+
+@pytest.mark.parametrize("alike", [True, False])
+def test_run_ends_count_what_one_observation_per_run_does(alike: bool) -> None:
+    # Runs that all ended alike are counted in bulk; mixed ones (agents, statuses, pools,
+    # runs without a profile) one by one: the scrape is the same as observing each run.
+    from podium.engine.profile import RunProfile
+
+    rng = random.Random(alike)
+    registry = CollectorRegistry()
+    metrics = RunMetrics(registry)
+    r = CollectorRegistry()
+    runs = Counter("podium_runs_finished", "", ["agent", "status", "reason"], registry=r)
+    tokens = Counter("podium_model_tokens", "", ["agent", "kind"], registry=r)
+    wait = Histogram("podium_queue_wait_seconds", "", ["pool"], buckets=PHASE_BUCKETS,
+                     registry=r)
+    for i in range(300):
+        record = RunRecord(f"run_{i}", "support", "go", status="completed",
+                           usage=Usage(rng.randint(1, 900), rng.randint(1, 90)),
+                           profile=RunProfile(admit_ns=rng.choice([0, rng.randint(1, 10**9)])))
+        if not alike:
+            record.agent = rng.choice(["support", "writer"])
+            record.status = rng.choice(["completed", "failed"])
+            record.reason = None if record.status == "completed" else "max_steps"
+            record.pool = rng.choice(["default", "batch"])
+            record.profile = rng.choice([record.profile, None])
+        metrics.run_finished(record)
+        runs.labels(record.agent, record.status, record.reason or "").inc()
+        tokens.labels(record.agent, "input").inc(record.usage.input_tokens)
+        tokens.labels(record.agent, "output").inc(record.usage.output_tokens)
+        if record.profile is not None:
+            wait.labels(record.pool).observe(record.profile.admit_ns / 1e9)
+    metrics.fold()
+    ours, theirs = _samples(generate_latest(registry).decode()), _samples(
+        generate_latest(r).decode())
+    for key, value in theirs.items():
+        assert ours.get(key) == pytest.approx(value, rel=1e-9, abs=1e-9), key
+
+
+def test_unprofiled_steps_are_compacted_as_they_are_filed() -> None:
+    # Without profiles nothing is added to the phase figures that a run start checks: the
+    # steps' own count triggers the compaction (the tool latencies stay bounded).
+    metrics = RunMetrics(CollectorRegistry())
+    agent = _agent("support", "small")
+    record = RunRecord("run_1", agent.name, "go")
+    on_step = metrics.run_started(agent, record)
+    result = ToolResult("c0", "lookup", "ok", wall_ns=1_000)
+    for step in range(COMPACT_AT + 1):
+        on_step(agent, record, StepProfile(step, (), (), 1, 0), Usage(0, 0), [(0, result)])
+    (tally,) = metrics._tallies.values()
+    assert tally.figures.steps == COMPACT_AT
+    assert len(tally.tools["lookup"]) < 3  # the calls of the steps since

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
@@ -33,65 +33,35 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 from podium.engine.profile import STEP_PHASES
 from podium.lifecycle import stop_task
 from podium.observe.tally import (
-    COMPACT_AT,
+    END_ITEMS,
     PHASE_BUCKETS,
+    TIMED_FULL,
     Buckets,
-    RunEnds,
     StepTally,
     ToolFigures,
+    count_ends,
 )
 
 if TYPE_CHECKING:
     from podium.agent import Agent
-    from podium.engine.hook import StepHook, TokenCounts
-    from podium.engine.profile import StepProfile
+    from podium.engine.hook import StepHook
     from podium.engine.records import RunRecord
     from podium.observe.blocking import BlockingDetector
     from podium.observe.looplag import LoopLagMonitor
     from podium.queue.base import RunQueue
-    from podium.tools.executor import ToolResult
     from podium.worker.worker import Worker
 
 __all__ = ("PHASE_BUCKETS", "RunMetrics")
 
 _MAX_TOOLS = 64
 _MAX_NAMES = 32
-#: Runs that may start with nobody folding (no loop task) before the next to start folds
+#: Runs that may end with nobody folding (no loop task) before the next to end folds
 #: (:meth:`RunMetrics.start` folds every second): memory stays bounded.
 _FOLD_AT = 4096
+_ENDS_FULL = _FOLD_AT * END_ITEMS
 _MODEL = STEP_PHASES.index("model")
 #: Agent objects whose filing function is kept (more: agents made per request; forgotten).
 _MAX_FILERS = 1024
-
-
-class _Filer:
-    """Files the steps of one agent object's runs under its tally: :meth:`step` is what
-    the engine calls at each step (after a hand-off the other agent's tally is looked up)."""
-
-    __slots__ = ("agent", "tally", "tally_of")
-
-    def __init__(self, agent: Agent, tally_of: Callable[[Agent], StepTally]) -> None:
-        self.agent = agent
-        self.tally = tally_of(agent)
-        self.tally_of = tally_of
-
-    def step(self, agent: Agent, record: RunRecord, profile: StepProfile, usage: TokenCounts,
-             results: Sequence[tuple[int, ToolResult]]) -> None:
-        tally = self.tally if agent is self.agent else self.tally_of(agent)
-        tally.steps += 1
-        tally.walls += profile.wall_ns  # C-level extends, from the profile as the step ends
-        tally.cpus += profile.cpu_ns
-        if profile.ttft_ns:
-            tally.ttfts.append(profile.ttft_ns)
-        for _, result in results:  # usually one; a list per tool, not one per call
-            try:
-                tally.tools[result.name].append(result.wall_ns)
-            except KeyError:  # the tool's first call since the last compaction
-                tally.tools[result.name] = [result.wall_ns]
-            if not result.ok or result.attempts != 1:  # failed, retried or refused: rare
-                tally.odd.append(result)
-        if tally.steps >= COMPACT_AT:  # while its figures are still in the CPU's caches
-            tally.compact()
 
 
 def _observe_many(child: Any, values_ns: Sequence[int]) -> None:
@@ -119,9 +89,8 @@ class RunMetrics:
         depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
         self._tallies: dict[tuple[str, str], StepTally] = {}
-        self._filers: dict[int, StepHook] = {}
-        self._unfolded = 0  # runs started since the last fold
-        self._ends = RunEnds()
+        self._filers: dict[int, tuple[StepHook, StepTally]] = {}
+        self._ends: list[Any] = []  # the runs that ended since the last fold (count_ends)
         self._task: asyncio.Task[None] | None = None
         self._sources: dict[str, Any] = {}
         self._last: dict[str, float] = {}
@@ -192,16 +161,37 @@ class RunMetrics:
 
     def run_started(self, agent: Agent, record: RunRecord) -> StepHook:
         """What the run's steps call: the filing function of its agent (made once per agent
-        object, so nothing is looked up or allocated per run)."""
+        object, so nothing is looked up or allocated per run). Its tally is compacted here
+        once full: asked per run, not per step; the runs of a busy agent start as often as
+        they file, so the steps are still in the CPU's caches. (With nobody folding, what a
+        tally holds is bounded by the steps of the runs since its agent's last run start,
+        and by the fold that every ``_FOLD_AT`` runs ending do.)"""
         # By id: any agent object will do (the filer holds it, so its id is not reused).
-        step = self._filers.get(id(agent))
-        if step is None:
+        filer = self._filers.get(id(agent))
+        if filer is None:
+            filer = self._filer(agent)
+        step, tally = filer
+        if len(tally.phases) >= TIMED_FULL:
+            tally.compact()
+        return step
+
+    def _filer(self, agent: Agent) -> tuple[StepHook, StepTally]:
+        """The filing function of ``agent``'s steps and its tally (made on its first run;
+        also asked for the steps an agent takes over by a hand-off)."""
+        filer = self._filers.get(id(agent))
+        if filer is None:
             if len(self._filers) >= _MAX_FILERS:  # agents made per request: start afresh
                 self._filers.clear()
-            step = self._filers[id(agent)] = _Filer(agent, self._tally).step
-        self._unfolded += 1
-        if self._unfolded >= _FOLD_AT:  # nobody folds (no loop task): memory stays bounded
-            self.fold()
+            tally = self._tally(agent)
+            filer = self._filers[id(agent)] = (tally.filer(agent, self._step_of), tally)
+        return filer
+
+    def _step_of(self, agent: Agent) -> StepHook:
+        """For a step after a hand-off (rare): the other agent's filing function, its
+        tally compacted when full (it may start no runs of its own)."""
+        step, tally = self._filer(agent)
+        if len(tally.phases) >= TIMED_FULL:
+            tally.compact()
         return step
 
     def _tally(self, agent: Agent) -> StepTally:
@@ -214,7 +204,11 @@ class RunMetrics:
         return tally
 
     def run_finished(self, record: RunRecord) -> None:
-        self._ends.add(record)
+        ends, usage, profile = self._ends, record.usage, record.profile
+        ends.extend((record.agent, record.status, record.reason, record.pool, usage.input_tokens,
+                     usage.output_tokens, -1 if profile is None else profile.admit_ns))
+        if len(ends) >= _ENDS_FULL:  # nobody folds (no loop task): memory stays bounded
+            self.fold()
 
     # -- folding ----------------------------------------------------------------------------
 
@@ -232,8 +226,7 @@ class RunMetrics:
 
     def fold(self) -> None:
         """Move what the hook collected into the Prometheus metrics."""
-        ends, self._ends = self._ends, RunEnds()
-        self._unfolded = 0
+        ends, self._ends = count_ends(self._ends), []
         by_model: dict[str, tuple[Buckets, Buckets]] = {}
         tools: dict[str, ToolFigures] = {}
         for tally in self._tallies.values():
@@ -268,7 +261,7 @@ class RunMetrics:
         waits: dict[str, list[int]] = {}
         runs: dict[tuple[str, str, str], int] = {}
         tokens: dict[str, list[int]] = {}
-        for (agent_name, status, reason, pool), end in ends.ends.items():
+        for (agent_name, status, reason, pool), end in ends.items():
             agent = self._name(agent_name)
             waits.setdefault(self._name(pool), []).extend(end.waits)
             key = (agent, status, reason or "")

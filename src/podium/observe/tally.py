@@ -1,13 +1,18 @@
 """What the metrics hook files per step, and the bulk arithmetic that folds it.
 
-The hook runs once per step on the engine's hot path. It appends the step's twelve
-phase figures to two flat lists of its (agent, model) (``+=`` of the profile's tuples:
-C-level, no object made) and each tool call's latency to a list per tool; only a call
-that failed or did not succeed at its first attempt is kept whole. Every
-:data:`COMPACT_AT` steps, while those figures are still in the CPU's caches, they are
-compacted into :class:`StepFigures`: a strided slice per phase, bucketed and summed in
-C, no Python loop per value. The metrics fold reads those every second. (Folding a
-second's worth of profiles at once, long gone from the caches, cost more than the hook.)
+The hook runs once per step on the engine's hot path: a closure per agent (see
+:meth:`StepTally.filer`) over its (agent, model)'s lists, so it reads and writes no
+attribute of its own. It adds the step's twelve phase figures to one flat list (two
+``+=`` of the profile's tuples: C-level, no object made) and each tool call's latency to
+a list per tool; only a call that failed or did not succeed at its first attempt is kept
+whole. About every :data:`COMPACT_AT` steps (checked as each run starts, not at every
+step), while those figures are still in the CPU's caches, they are compacted into
+:class:`StepFigures`: a strided slice per phase, bucketed and summed in C, no Python loop
+per value. The metrics fold reads those every second. (Folding a second's worth of
+profiles at once, long gone from the caches, cost more than the hook.)
+
+A run's end is filed as seven items of a flat list (:data:`END_ITEMS`) and counted at
+the fold (:func:`count_ends`): with C-level slices and sums when the runs ended alike.
 
 The CPU figures are the step's as it ended (see :mod:`podium.engine.stopwatch`): exact
 for a step that waited, its running time for one that did not (equal to its CPU unless
@@ -17,17 +22,31 @@ the OS preempted the thread).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podium.engine.profile import STEP_PHASES
 
 if TYPE_CHECKING:
+    from podium.agent import Agent
+    from podium.engine.hook import StepHook, TokenCounts
+    from podium.engine.profile import StepProfile
     from podium.engine.records import RunRecord
     from podium.tools.executor import ToolResult
 
-__all__ = ("BOUNDS_NS", "COMPACT_AT", "PHASE_BUCKETS", "Buckets", "RunEnds", "StepFigures",
-           "StepTally", "ToolFigures")
+__all__ = (
+    "BOUNDS_NS",
+    "COMPACT_AT",
+    "END_ITEMS",
+    "PHASE_BUCKETS",
+    "TIMED_FULL",
+    "Buckets",
+    "Ended",
+    "StepFigures",
+    "StepTally",
+    "ToolFigures",
+    "count_ends",
+)
 
 #: Seconds; from a 50 µs CPU slice to a minute-long tool call.
 PHASE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -36,6 +55,11 @@ PHASE_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
 BOUNDS_NS = tuple(int(b * 1e9) for b in PHASE_BUCKETS)
 #: Steps a tally files before compacting them (a few hundred: still in the CPU's caches).
 COMPACT_AT = 256
+#: Figures a timed step files (wall and CPU per phase).
+_PER_STEP = 2 * len(STEP_PHASES)
+#: :attr:`StepTally.phases` holds :data:`COMPACT_AT` steps' figures: time to compact.
+TIMED_FULL = COMPACT_AT * _PER_STEP
+
 
 
 def bucket_of(value_ns: int) -> int:
@@ -58,10 +82,13 @@ class Buckets:
         self.total_ns = 0
 
     def add(self, values_ns: Sequence[int]) -> None:
-        n = len(values_ns)
+        self.add_sorted(sorted(values_ns))
+
+    def add_sorted(self, ordered: list[int]) -> None:
+        """:meth:`add` of values already in order."""
+        n = len(ordered)
         if not n:
             return
-        ordered = sorted(values_ns)
         self.total_ns += sum(ordered)
         counts, bisect_right = self.counts, bisect.bisect_right
         first, last = bucket_of(ordered[0]), bucket_of(ordered[-1])
@@ -98,7 +125,7 @@ class ToolFigures:
         self.outcomes: dict[str, int] = {}
         self.retries = 0
 
-    def add(self, walls_ns: list[int], odd: list[ToolResult]) -> None:
+    def add(self, walls_ns: Sequence[int], odd: Sequence[ToolResult]) -> None:
         """``walls_ns``: every call's latency; ``odd``: the calls that did not succeed at
         their first attempt (failed, retried, refused), the only ones read one by one."""
         self.buckets.add(walls_ns)
@@ -148,21 +175,23 @@ class StepFigures:
 
 
 class StepTally:
-    """The steps of one (agent, model): filed by the metrics hook as each ends, compacted
-    into :attr:`figures` every :data:`COMPACT_AT` steps and when the metrics fold."""
+    """The steps of one (agent, model): filed by the function :meth:`filer` makes as each
+    ends, compacted into :attr:`figures` about every :data:`COMPACT_AT` steps and when the
+    metrics fold."""
 
-    __slots__ = ("agent", "cpus", "figures", "model", "odd", "steps", "tools", "ttfts", "walls")
+    __slots__ = ("agent", "figures", "model", "odd", "phases", "tools", "ttfts", "untimed")
 
     def __init__(self, agent: str, model: str) -> None:
         self.agent = agent
         self.model = model
         self.figures = StepFigures()
-        #: Steps filed since the last compaction.
-        self.steps = 0
-        #: Six figures a step (STEP_PHASES order), wall and CPU nanoseconds; none for a step
-        #: the engine kept no profile of (``Engine(profile=False)``): counted, not timed.
-        self.walls: list[int] = []
-        self.cpus: list[int] = []
+        # The filing functions hold these: the compaction empties them in place.
+        #: Twelve figures a step: its six phases' wall, then CPU nanoseconds (STEP_PHASES
+        #: order), as the step ended.
+        self.phases: list[int] = []
+        #: The steps the engine kept no profile of (``Engine(profile=False)``): counted,
+        #: not timed (one item each).
+        self.untimed: list[None] = []
         #: Times to first token of the streamed model calls.
         self.ttfts: list[int] = []
         #: Per tool, its calls' latencies; and the calls that failed or took other than one
@@ -170,17 +199,59 @@ class StepTally:
         self.tools: dict[str, list[int]] = {}
         self.odd: list[ToolResult] = []
 
+    def filer(self, owner: Agent, other: Callable[[Agent], StepHook]) -> StepHook:
+        """The function that files the steps of ``owner``'s runs here: what the engine
+        calls at each step. A step of another agent (after a hand-off) goes to
+        ``other(agent)``'s.
+
+        The lists and the dict it files into are bound in the closure: no attribute of the
+        tally read or written, the phases' figures added with two C-level ``+=`` of the
+        profile's tuples. Whether to compact timed steps is asked per run, not per step
+        (:meth:`~podium.observe.metrics.RunMetrics.run_started`, by :data:`TIMED_FULL`)."""
+        phases, untimed, tools, compact = self.phases, self.untimed, self.tools, self.compact
+        file_ttft, file_untimed, file_odd = self.ttfts.append, untimed.append, self.odd.append
+
+        def step(agent: Agent, record: RunRecord, profile: StepProfile, usage: TokenCounts,
+                 results: Sequence[tuple[int, ToolResult]]) -> None:
+            nonlocal phases  # ``+=`` rebinds it, to the same list
+            if agent is not owner:  # a hand-off: the rest of the run is the other agent's
+                other(agent)(agent, record, profile, usage, results)
+                return
+            wall = profile.wall_ns
+            if not wall:  # Engine(profile=False): counted, not timed
+                file_untimed(None)
+                if len(untimed) >= COMPACT_AT:
+                    compact()
+            phases += wall  # as the step ended: a CPU tuple is replaced, not changed, when
+            phases += profile.cpu_ns  # the stopwatch makes it exact
+            if profile.ttft_ns:
+                file_ttft(profile.ttft_ns)
+            for _, result in results:  # usually one; a list per tool, not one per call
+                try:
+                    tools[result.name].append(result.wall_ns)
+                except KeyError:  # the tool's first call since the last compaction
+                    tools[result.name] = [result.wall_ns]
+                if not result.ok or result.attempts != 1:  # failed, retried or refused: rare
+                    file_odd(result)
+
+        return step
+
     def compact(self) -> None:
         """Fold the steps filed since the last call into :attr:`figures`."""
-        figures, n = self.figures, len(STEP_PHASES)
-        walls, cpus = self.walls, self.cpus
-        figures.steps += self.steps
-        if walls:
+        figures, phases, n = self.figures, self.phases, _PER_STEP
+        figures.steps += len(phases) // n + len(self.untimed)
+        self.untimed.clear()
+        if phases:
             for i, buckets in enumerate(figures.walls):
-                buckets.add(walls[i::n])
-            figures.cpu_ns = [total + sum(cpus[i::n]) for i, total in enumerate(figures.cpu_ns)]
+                ordered = phases[i::n]
+                ordered.sort()
+                buckets.add_sorted(ordered)
+            figures.cpu_ns = [total + sum(phases[i::n])
+                              for i, total in enumerate(figures.cpu_ns, len(STEP_PHASES))]
+            phases.clear()
         if self.ttfts:
             figures.ttft.add(self.ttfts)
+            self.ttfts.clear()
         if self.tools:
             odd: dict[str, list[ToolResult]] = {}
             for result in self.odd:
@@ -189,9 +260,9 @@ class StepTally:
                 tool = figures.tools.get(name)
                 if tool is None:
                     tool = figures.tools[name] = ToolFigures()
-                tool.add(tool_walls, odd.get(name, []))
-        self.steps = 0
-        self.walls, self.cpus, self.ttfts, self.tools, self.odd = [], [], [], {}, []
+                tool.add(tool_walls, odd.get(name, ()))
+            self.tools.clear()
+            self.odd.clear()
 
     def take(self) -> StepFigures:
         """The figures of the steps filed since the last call; the tally starts afresh."""
@@ -200,33 +271,49 @@ class StepTally:
         return figures
 
 
-class RunEnds:
-    """The runs that ended since the last fold, counted as each ends (while its record is
-    in the CPU's caches). By (agent, status, reason, pool): how many, their tokens (input,
-    output) and the time each waited in the queue."""
+#: Items :meth:`~podium.observe.metrics.RunMetrics.run_finished` files per run: its agent,
+#: status, reason and pool, its input and output tokens, and the time it waited in the queue
+#: (-1: the engine kept no profile).
+END_ITEMS = 7
 
-    __slots__ = ("ends",)
+EndKey = tuple[str, str, "str | None", str]
 
-    def __init__(self) -> None:
-        self.ends: dict[tuple[str, str, str | None, str], _End] = {}
 
-    def add(self, record: RunRecord) -> None:
-        key = (record.agent, record.status, record.reason, record.pool)
-        end = self.ends.get(key)
+def count_ends(ends: list[Any]) -> dict[EndKey, Ended]:
+    """The runs filed in ``ends`` (:data:`END_ITEMS` each) by (agent, status, reason,
+    pool): how many, their tokens and their queue waits. In C-level passes when they all
+    ended alike (one agent, one pool, completed: the usual case)."""
+    n = END_ITEMS
+    keys: list[EndKey] = list(zip(ends[0::n], ends[1::n], ends[2::n], ends[3::n], strict=True))
+    if len(dict.fromkeys(keys)) <= 1:
+        if not keys:
+            return {}
+        return {keys[0]: Ended(len(keys), sum(ends[4::n]), sum(ends[5::n]), _waits(ends[6::n]))}
+    out: dict[EndKey, Ended] = {}
+    for key, tokens_in, tokens_out, wait in zip(keys, ends[4::n], ends[5::n], ends[6::n],
+                                                 strict=True):
+        end = out.get(key)
         if end is None:
-            end = self.ends[key] = _End()
+            end = out[key] = Ended(0, 0, 0, [])
         end.runs += 1
-        usage = record.usage
-        end.tokens_in += usage.input_tokens
-        end.tokens_out += usage.output_tokens
-        profile = record.profile
-        if profile is not None:
-            end.waits.append(profile.admit_ns)
+        end.tokens_in += tokens_in
+        end.tokens_out += tokens_out
+        if wait >= 0:
+            end.waits.append(wait)
+    return out
 
 
-class _End:
+def _waits(waits: list[int]) -> list[int]:
+    return [w for w in waits if w >= 0] if -1 in waits else waits
+
+
+class Ended:
+    """Some runs that ended alike: how many, their tokens and queue waits (nanoseconds)."""
+
     __slots__ = ("runs", "tokens_in", "tokens_out", "waits")
 
-    def __init__(self) -> None:
-        self.runs = self.tokens_in = self.tokens_out = 0
-        self.waits: list[int] = []  # admission nanoseconds
+    def __init__(self, runs: int, tokens_in: int, tokens_out: int, waits: list[int]) -> None:
+        self.runs = runs
+        self.tokens_in = tokens_in
+        self.tokens_out = tokens_out
+        self.waits = waits

@@ -176,6 +176,7 @@ class RunTracer:
         self._status = (Status, StatusCode)
         self.tracer = (provider or trace.get_tracer_provider()).get_tracer("podium")
         self._spans = spans_for(self.tracer)
+        self._root_take = self._spans.root_take
         #: The sampled runs being driven by this process (unsampled ones are not kept).
         self._runs: dict[str, RunSpan] = {}
         #: Spans opened early for child runs: (run, step) -> (step span, its start, {call
@@ -204,10 +205,14 @@ class RunTracer:
         """Decide the run's sampling, and let its model and tool calls carry its context;
         a sampled run's steps become spans (:meth:`step`)."""
         meta = record.metadata
-        parent = None
         if "traceparent" in meta:  # the configured propagators read it (W3C by default)
             parent = self._extract({k: meta[k] for k in TRACE_KEYS if k in meta})
-        context, run = self._spans.open_run(agent.name, record, parent)
+            context, run = self._spans.open_run(agent.name, record, parent)
+        else:
+            take = self._root_take
+            if take is not None and not take():  # Podium's default sampler turns it down:
+                return None  # what most runs of a busy process cost (nothing to propagate)
+            context, run = self._spans.open_run(agent.name, record, None, take is not None)
         if context is not None:  # unsampled runs pass their caller's decision on
             _TRACEPARENT.set(context)
         if run is None:
@@ -282,7 +287,10 @@ class RunTracer:
                         context=span)
 
     def run_finished(self, record: RunRecord) -> None:
-        run = self._runs.pop(record.run_id, None)
+        runs = self._runs
+        if not runs:  # no sampled run being driven: the usual case
+            return
+        run = runs.pop(record.run_id, None)
         if run is None:  # not sampled
             return
         if self._open:  # a step cut short (cancelled while its children ran): end its spans
