@@ -263,7 +263,6 @@ def test_sampled_figures_scale_by_the_ratio_measured_on_one_slice_in_so_many(
     assert 0.45 < ratio < 0.55, ratio  # halves of small spans round either way
     last = profiles[-1]
     assert last is not None and last.wall_ns == (10, 1_010, 10, 0, 3, 4)
-    assert last.cpu_ns == (
-        int(10 * ratio), int(10 * ratio), int(10 * ratio), 7, int(3 * ratio), int(4 * ratio)
-    )
+    expected = (10 * ratio, 10 * ratio, 10 * ratio, 7, 3 * ratio, 4 * ratio)
+    assert all(abs(c - e) <= 1 for c, e in zip(last.cpu_ns, expected, strict=True)), last
     assert all(p is not None and p.cpu_ns[1] <= 10 for p in profiles)  # never the wait

@@ -262,10 +262,12 @@ class _Calibration:
     """The loop thread's CPU per running nanosecond, from the slices measured (shared by
     every run of the process: preemption is the thread's, not a run's)."""
 
-    __slots__ = ("ratio", "slices")
+    __slots__ = ("ratio", "scale", "slices")
 
     def __init__(self) -> None:
         self.ratio = 1.0
+        #: ``ratio`` in fixed point (times 2**16): CPU figures are scaled in integers.
+        self.scale = 1 << 16
         self.slices = 0
 
 
@@ -371,8 +373,8 @@ class SampledStopwatch(Stopwatch, gc=False):
     def _cpu(self, wall: tuple[int, ...]) -> tuple[int, ...]:
         """CPU per phase: running time times the ratio, plus CPU booked from off the loop."""
         t = self.t
-        ratio = _calibration.ratio
-        if ratio >= 1.0 - self.tolerance:  # spelled out: a comprehension is a call on 3.11
+        # Spelled out, in integers: a comprehension is a call on 3.11, a float an object.
+        if _calibration.ratio >= 1.0 - self.tolerance:
             return (
                 wall[0] - t[12] + t[6],
                 wall[1] - t[13] + t[7],
@@ -381,7 +383,15 @@ class SampledStopwatch(Stopwatch, gc=False):
                 wall[4] - t[16] + t[10],
                 wall[5] - t[17] + t[11],
             )
-        return tuple([int((wall[p] - t[12 + p]) * ratio) + t[6 + p] for p in _PHASES])
+        q = _calibration.scale
+        return (
+            ((wall[0] - t[12]) * q >> 16) + t[6],
+            ((wall[1] - t[13]) * q >> 16) + t[7],
+            ((wall[2] - t[14]) * q >> 16) + t[8],
+            ((wall[3] - t[15]) * q >> 16) + t[9],
+            ((wall[4] - t[16]) * q >> 16) + t[10],
+            ((wall[5] - t[17]) * q >> 16) + t[11],
+        )
 
     def _begin_slice(self, now: int) -> None:
         """A synchronous slice starts at ``now``: measure it if it is the one in
@@ -403,7 +413,8 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_SLICE_CPU] = -1
         if running > 0:  # a moving average over the measured slices, at most 1
             cal = _calibration
-            cal.ratio = 0.8 * cal.ratio + 0.2 * min(1.0, spent / running)
+            cal.ratio = ratio = 0.8 * cal.ratio + 0.2 * min(1.0, spent / running)
+            cal.scale = int(ratio * 65536)
 
 
 class NoStopwatch(Stopwatch, gc=False):
