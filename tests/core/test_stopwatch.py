@@ -123,6 +123,41 @@ def clocks(monkeypatch: pytest.MonkeyPatch) -> FakeClocks:
     return fake
 
 
+def wait(clocks: FakeClocks, sw: Stopwatch, phase: int, ns: int) -> None:
+    """``phase`` waits ``ns``: wall time, no CPU."""
+    sw.suspend(phase)
+    clocks.waiting = True
+    clocks.advance(ns)
+    clocks.waiting = False
+    sw.resume(phase)
+
+
+def waited_step(
+    clocks: FakeClocks, sw: Stopwatch, step: int, store_wait: int = 0
+) -> StepProfile | None:
+    """10 ns assembling, a model call that runs 5, waits 1,000 and runs 5 more, 10 parsing,
+    an instant tool that did 7 ns of CPU off the loop, 3 merging, and a 4 ns checkpoint
+    (after waiting ``store_wait`` for the store)."""
+    clocks.advance(10)
+    sw.lap(0)
+    clocks.advance(5)
+    wait(clocks, sw, 1, 1_000)
+    clocks.advance(5)
+    sw.lap(1)
+    clocks.advance(10)
+    sw.lap(2)
+    sw.lap(3)
+    sw.add_cpu(3, 7)
+    clocks.advance(3)
+    sw.lap(4)
+    profile = sw.snapshot(step, 1, 0)
+    if store_wait:
+        wait(clocks, sw, 5, store_wait)
+    clocks.advance(4)
+    sw.close_step(profile)
+    return profile
+
+
 def test_laps_in_order_give_each_phase_the_time_since_the_last_boundary(clocks: FakeClocks) -> None:
     sw = Stopwatch.start(clocks.thread)
     for phase, ns in enumerate((10, 20, 30, 40, 50)):
@@ -148,35 +183,10 @@ def test_laps_in_order_give_each_phase_the_time_since_the_last_boundary(clocks: 
 
 def test_waiting_in_a_phase_is_its_wall_time_and_not_its_cpu(clocks: FakeClocks) -> None:
     sw = Stopwatch.start(clocks.thread)
-    clocks.advance(10)
-    sw.lap(0)
-    clocks.advance(5)  # the model call's first slice
-    sw.suspend(1)
-    clocks.waiting = True
-    clocks.advance(1_000)
-    clocks.waiting = False
-    sw.resume(1)
-    clocks.advance(5)
-    sw.lap(1)
-    clocks.advance(10)
-    sw.lap(2)
-    clocks.advance(2)  # an instant tool
-    sw.lap(3)
-    sw.add_cpu(3, 7)  # and CPU it did off the loop
-    clocks.advance(3)
-    sw.lap(4)
-    profile = sw.snapshot(0, 1, 0)
-    clocks.advance(20)  # the checkpoint waits for the store
-    sw.suspend(5)
-    clocks.waiting = True
-    clocks.advance(500)
-    clocks.waiting = False
-    sw.resume(5)
-    clocks.advance(1)
-    sw.close_step(profile)
+    profile = waited_step(clocks, sw, 0, store_wait=500)
     assert profile is not None
-    assert profile.wall_ns == (10, 1_010, 10, 2, 3, 521)
-    assert profile.cpu_ns == (10, 10, 10, 2 + 7, 3, 21)
+    assert profile.wall_ns == (10, 1_010, 10, 0, 3, 504)
+    assert profile.cpu_ns == (10, 10, 10, 7, 3, 4)  # waiting is not CPU; off-loop CPU is
     assert sw.steps == [profile]
 
 
@@ -200,31 +210,6 @@ def calibration(monkeypatch: pytest.MonkeyPatch) -> stopwatch._Calibration:
     fresh = stopwatch._Calibration()
     monkeypatch.setattr(stopwatch, "_calibration", fresh)
     return fresh
-
-
-def waited_step(clocks: FakeClocks, sw: Stopwatch, step: int) -> StepProfile | None:
-    """10 ns assembling, a model call that runs 5, waits 1,000 and runs 5 more, 10 parsing,
-    an instant tool with 7 ns of CPU off the loop, 3 merging and a 4 ns checkpoint."""
-    clocks.advance(10)
-    sw.lap(0)
-    clocks.advance(5)
-    sw.suspend(1)
-    clocks.waiting = True
-    clocks.advance(1_000)
-    clocks.waiting = False
-    sw.resume(1)
-    clocks.advance(5)
-    sw.lap(1)
-    clocks.advance(10)
-    sw.lap(2)
-    sw.lap(3)
-    sw.add_cpu(3, 7)
-    clocks.advance(3)
-    sw.lap(4)
-    profile = sw.snapshot(step, 1, 0)
-    clocks.advance(4)
-    sw.close_step(profile)
-    return profile
 
 
 def test_sampled_figures_are_running_time_and_the_aggregator_hears_each_step_as_it_closes(

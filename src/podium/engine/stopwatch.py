@@ -297,19 +297,6 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     tolerance: float = 0.02  # an estimate already: 2 % is within its error
 
-    @classmethod
-    def start(
-        cls,
-        clock: Callable[[], int],
-        sink: Callable[[StepProfile], None] | None = None,
-        steps: list[StepProfile] | None = None,
-    ) -> Stopwatch:
-        sw = cls(clock, sink, steps=[] if steps is None else steps)
-        now = _perf()
-        sw.t[_MARK] = now
-        sw._begin_slice(now)
-        return sw
-
     def suspend(self, phase: int) -> None:
         t = self.t
         now = _perf()
@@ -326,7 +313,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[12 + phase] += waited
         t[_MARK] = now
         t[_SPLIT] = 1
-        self._begin_slice(now)
+        self._open_slice()
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
@@ -393,14 +380,14 @@ class SampledStopwatch(Stopwatch, gc=False):
             ((wall[5] - t[17]) * q >> 16) + t[11],
         )
 
-    def _begin_slice(self, now: int) -> None:
-        """A synchronous slice starts at ``now``: measure it if it is the one in
-        :data:`SAMPLE_EVERY`."""
+    def _open_slice(self) -> None:
+        """A synchronous slice starts (at ``t[_MARK]``, just stamped): measure it if it is
+        the one in :data:`SAMPLE_EVERY`."""
         cal = _calibration
         cal.slices += 1
         t = self.t
         if cal.slices % SAMPLE_EVERY == 0:
-            t[_SLICE_START] = now
+            t[_SLICE_START] = t[_MARK]
             t[_SLICE_CPU] = self.clock()
         else:
             t[_SLICE_CPU] = -1
