@@ -10,8 +10,9 @@ report gives the median CPU µs per step of each and their ratio.
         [--observe [both|metrics|tracing]] [--sample RATIO]
 
 ``--observe`` also measures the engine with Prometheus metrics and OpenTelemetry
-tracing on (spans batched and exported over OTLP/HTTP to a sink in this process,
-so the export's CPU is counted too) and reports its overhead over both off. Tracing
+tracing on (spans batched and exported over OTLP/HTTP to a sink in another process,
+as a collector is: the export's CPU, encoding and request, is counted, the collector's
+is not) and reports its overhead over both off. Tracing
 samples as ``podium serve`` and ``podium worker`` do by default (parent-based, up to one
 root run a second, a burst of ten: see podium.observe.sampling); ``--sample R`` traces a
 share R of the runs instead (``parentbased_traceidratio``; 1 traces every run).
@@ -135,27 +136,19 @@ class Observability:
     """Metrics and tracing as a serving process runs them, with a real OTLP exporter."""
 
     def __init__(self, parts: str = "both", sample: float | None = None) -> None:
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        import subprocess
 
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from prometheus_client import CollectorRegistry
 
-        class Sink(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.sink = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
-        threading.Thread(target=self.sink.serve_forever, daemon=True).start()
-        endpoint = f"http://127.0.0.1:{self.sink.server_port}/v1/traces"
+        self.sink = subprocess.Popen(
+            [sys.executable, "-c", _SINK], stdout=subprocess.PIPE, text=True
+        )
+        assert self.sink.stdout is not None
+        port = int(self.sink.stdout.readline())
+        endpoint = f"http://127.0.0.1:{port}/v1/traces"
         from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
         self.parts = parts
@@ -192,6 +185,31 @@ class Observability:
             await self._metrics.stop()
         self.provider.force_flush()
 
+    def close(self) -> None:
+        self.provider.shutdown()
+        self.sink.terminate()
+        self.sink.wait()
+
+
+# The OTLP collector stand-in: answers every export with 200 and prints its port first.
+_SINK = """
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Sink(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+print(server.server_port, flush=True)
+server.serve_forever()
+"""
+
 
 async def main_async(
     runs: int, rounds: int, observe: str | None = None, sample: float | None = None,
@@ -223,6 +241,8 @@ async def main_async(
         if obs is not None and not observed_first:
             gc.collect()
             observed.append((await measure_podium(agent, runs, obs))[0])
+    if obs is not None:
+        obs.close()
     h, o = statistics.median(hand), statistics.median(ours)
     # Each round measures both loops back to back; the median of those per-round ratios is
     # the figure least moved by a noisy neighbour on a shared machine.
