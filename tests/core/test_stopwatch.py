@@ -251,3 +251,26 @@ def test_sampled_figures_scale_by_the_ratio_measured_on_one_slice_in_so_many(
     expected = (10 * ratio, 10 * ratio, 10 * ratio, 7, 3 * ratio, 4 * ratio)
     assert all(abs(c - e) <= 1 for c, e in zip(last.cpu_ns, expected, strict=True)), last
     assert all(p is not None and p.cpu_ns[1] <= 10 for p in profiles)  # never the wait
+
+
+def test_a_resumed_run_on_the_sampled_stopwatch_appends_to_its_replayed_steps(
+    clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    """A run resumed after its worker died: the journal's profiles come first, untouched;
+    the final step, filed before the run's record is written, is not filed twice."""
+    replayed = [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]
+    steps = list(replayed)
+    sw = SampledStopwatch.start(clocks.thread, steps=steps)
+    waited_step(clocks, sw, 2)
+    clocks.advance(10)  # the final step: settled and filed, then its checkpoint closes
+    sw.lap(0)
+    sw.settle()
+    final = sw.snapshot(3, 0, 0)
+    assert final is not None
+    steps.append(final)
+    clocks.advance(5)
+    sw.close_step(final)
+    sw.finish()
+    assert [p.step for p in steps] == [0, 1, 2, 3]
+    assert steps[:2] == [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]
+    assert final.wall_ns == final.cpu_ns == (10, 0, 0, 0, 0, 5)

@@ -14,9 +14,10 @@ profiles at once, long gone from the caches, cost more than the hook.)
 A run's end is filed as seven items of a flat list (:data:`END_ITEMS`) and counted at
 the fold (:func:`count_ends`): with C-level slices and sums when the runs ended alike.
 
-The CPU figures are the step's as it ended (see :mod:`podium.engine.stopwatch`): exact
-for a step that waited, its running time for one that did not (equal to its CPU unless
-the OS preempted the thread).
+The CPU figures are the step's as it ended (see :mod:`podium.engine.stopwatch`): with
+the default clock, its running time times the thread's measured CPU/running ratio; with
+``clock="thread"``, exact for a step that waited and its running time for one that did
+not (equal to its CPU unless the OS preempted the thread).
 """
 
 from __future__ import annotations
