@@ -16,6 +16,7 @@ from podium import (
     tool,
 )
 from podium.engine.profile import PHASES, STEP_PHASES, percentile
+from podium.engine.stopwatch import CpuClock
 
 
 def test_phase_names() -> None:
@@ -76,7 +77,8 @@ async def lookup(query: str) -> str:
 
 
 @pytest.mark.anyio
-async def test_every_phase_of_every_step_is_recorded() -> None:
+@pytest.mark.parametrize("clock", ["sampled", "thread"])
+async def test_every_phase_of_every_step_is_recorded(clock: CpuClock) -> None:
     agent = Agent(
         "t",
         SimulatedModel(
@@ -86,7 +88,7 @@ async def test_every_phase_of_every_step_is_recorded() -> None:
         tools=[lookup],
     )
     agg = ProfileAggregator()
-    async with Engine(aggregator=agg) as engine:
+    async with Engine(aggregator=agg, clock=clock) as engine:
         records = [await engine.run(agent, "go") for _ in range(3)]
     for record in records:
         profile = record.profile
@@ -97,6 +99,7 @@ async def test_every_phase_of_every_step_is_recorded() -> None:
             assert all(w >= 0 for w in s.wall_ns)
             assert all(c >= 0 for c in s.cpu_ns)
             assert s.wall_ns[1] >= 5_000_000  # the model phase waited (uvloop timers are coarse)
+            assert s.cpu_ns[1] < s.wall_ns[1] / 2  # and waiting is not CPU
         assert [s.tool_calls for s in profile.steps] == [1, 1, 1, 0]
         totals = profile.phase_totals()
         assert set(totals) == set(PHASES)
