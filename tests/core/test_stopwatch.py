@@ -274,3 +274,19 @@ def test_a_resumed_run_on_the_sampled_stopwatch_appends_to_its_replayed_steps(
     assert [p.step for p in steps] == [0, 1, 2, 3]
     assert steps[:2] == [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]
     assert final.wall_ns == final.cpu_ns == (10, 0, 0, 0, 0, 5)
+
+
+@pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
+def test_a_wait_with_nothing_run_before_it_is_still_not_cpu(
+    kind: type[Stopwatch], clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    """A coarse clock: the slice before the wait ran for 0 ns. The step still waited."""
+    sw = kind.start(clocks.thread)
+    wait(clocks, sw, 1, 1_000)
+    clocks.advance(5)
+    sw.lap(1)
+    profile = sw.snapshot(0, 0, 0)
+    sw.close_step(profile)
+    assert profile is not None
+    assert profile.wall_ns == (0, 1_005, 0, 0, 0, 0)
+    assert profile.cpu_ns == (0, 5, 0, 0, 0, 0)

@@ -134,6 +134,7 @@ class Stopwatch(msgspec.Struct, gc=False):
         t[phase] += waited
         t[12 + phase] += waited
         t[_MARK] = now
+        t[_SPLIT] = 1  # the step waited: its wall time is not all CPU
         self._open_slice()
 
     def add_cpu(self, phase: int, ns: int) -> None:
@@ -304,16 +305,6 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_MARK] = now
         if t[_SLICE_CPU] >= 0:
             self._calibrate(now)
-
-    def resume(self, phase: int) -> None:
-        t = self.t
-        now = _perf()
-        waited = now - t[_MARK]
-        t[phase] += waited
-        t[12 + phase] += waited
-        t[_MARK] = now
-        t[_SPLIT] = 1
-        self._open_slice()
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
