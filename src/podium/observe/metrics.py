@@ -166,18 +166,12 @@ class RunMetrics:
         they file, so the steps are still in the CPU's caches. (With nobody folding, what a
         tally holds is bounded by the steps of the runs since its agent's last run start,
         and by the fold that every ``_FOLD_AT`` runs ending do.)"""
-        # By id: any agent object will do (the filer holds it, so its id is not reused).
-        filer = self._filers.get(id(agent))
-        if filer is None:
-            filer = self._filer(agent)
-        step, tally = filer
-        if len(tally.phases) >= TIMED_FULL:
-            tally.compact()
-        return step
+        return self._step_of(agent)
 
     def _filer(self, agent: Agent) -> tuple[StepHook, StepTally]:
         """The filing function of ``agent``'s steps and its tally (made on its first run;
         also asked for the steps an agent takes over by a hand-off)."""
+        # By id: any agent object will do (the filer holds it, so its id is not reused).
         filer = self._filers.get(id(agent))
         if filer is None:
             if len(self._filers) >= _MAX_FILERS:  # agents made per request: start afresh
@@ -187,8 +181,8 @@ class RunMetrics:
         return filer
 
     def _step_of(self, agent: Agent) -> StepHook:
-        """For a step after a hand-off (rare): the other agent's filing function, its
-        tally compacted when full (it may start no runs of its own)."""
+        """``agent``'s filing function, its tally compacted when full: as a run starts, and
+        for a step after a hand-off (the other agent may start no runs of its own)."""
         step, tally = self._filer(agent)
         if len(tally.phases) >= TIMED_FULL:
             tally.compact()

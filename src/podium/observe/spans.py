@@ -121,24 +121,22 @@ class SdkSpans:
         #: Podium's default sampler decides a root run without its trace id: most runs of a
         #: busy process are then turned down with no id drawn.
         sampler = tracer.sampler
-        #: Podium's default sampler's root decision (None for another sampler): a tracer
-        #: asks it first, and passes ``taken=True`` to :meth:`open_run` when it said yes.
-        self.root_take = sampler.take if isinstance(sampler, RateLimitedSampler) else None
+        self._root_take = sampler.take if isinstance(sampler, RateLimitedSampler) else None
         is_random = getattr(self._ids, "is_trace_id_random", None)  # SDK 1.39+
         self._random_ids = bool(is_random()) if callable(is_random) else False
 
     def open_run(
-        self, agent: str, record: RunRecord, parent: Context | None, taken: bool = False
+        self, agent: str, record: RunRecord, parent: Context | None
     ) -> tuple[SpanContext | None, RunSpan | None]:
         """Decide the run's sampling (once, as ``start_span`` would with the provider's
         sampler): the span context its calls should propagate, and a :class:`RunSpan` when
         it is recorded. An unsampled run passes on its caller's context (or none), and
-        allocates nothing else. ``taken``: :attr:`root_take` was asked and said yes."""
+        allocates nothing else."""
         parent_sc = trace.get_current_span(parent).get_span_context() if parent else None
         if parent_sc is not None and not parent_sc.is_valid:
             parent_sc = None
-        take, decides = self.root_take, self._root_decides
-        if take is not None and parent_sc is None and not taken and not take():  # no id drawn
+        take, decides = self._root_take, self._root_decides
+        if take is not None and parent_sc is None and not take():  # no trace id drawn
             return None, None
         trace_id = parent_sc.trace_id if parent_sc else self._ids.generate_trace_id()
         trace_state = parent_sc.trace_state if parent_sc else None
@@ -208,14 +206,12 @@ class SdkSpans:
 class ApiSpans:
     """Spans through the plain OpenTelemetry API (any tracer implementation)."""
 
-    root_take = None  # the tracer's sampler decides, in start_span
-
     def __init__(self, tracer: trace.Tracer) -> None:
         self._tracer = tracer
         self._reserved: dict[int, trace.Span] = {}  # live spans by span id, see reserve()
 
     def open_run(
-        self, agent: str, record: RunRecord, parent: Context | None, taken: bool = False
+        self, agent: str, record: RunRecord, parent: Context | None
     ) -> tuple[SpanContext | None, RunSpan | None]:
         attributes = run_attributes(agent, record)
         start_ns = _ns(record.started_at)

@@ -62,7 +62,6 @@ _PER_STEP = 2 * len(STEP_PHASES)
 TIMED_FULL = COMPACT_AT * _PER_STEP
 
 
-
 def bucket_of(value_ns: int) -> int:
     """The index of the bucket of ``value_ns`` (``le`` buckets; the last is +Inf)."""
     return bisect.bisect_left(BOUNDS_NS, value_ns)

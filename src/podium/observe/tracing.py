@@ -176,7 +176,6 @@ class RunTracer:
         self._status = (Status, StatusCode)
         self.tracer = (provider or trace.get_tracer_provider()).get_tracer("podium")
         self._spans = spans_for(self.tracer)
-        self._root_take = self._spans.root_take
         #: The sampled runs being driven by this process (unsampled ones are not kept).
         self._runs: dict[str, RunSpan] = {}
         #: Spans opened early for child runs: (run, step) -> (step span, its start, {call
@@ -205,14 +204,10 @@ class RunTracer:
         """Decide the run's sampling, and let its model and tool calls carry its context;
         a sampled run's steps become spans (:meth:`step`)."""
         meta = record.metadata
+        parent = None
         if "traceparent" in meta:  # the configured propagators read it (W3C by default)
             parent = self._extract({k: meta[k] for k in TRACE_KEYS if k in meta})
-            context, run = self._spans.open_run(agent.name, record, parent)
-        else:
-            take = self._root_take
-            if take is not None and not take():  # Podium's default sampler turns it down:
-                return None  # what most runs of a busy process cost (nothing to propagate)
-            context, run = self._spans.open_run(agent.name, record, None, take is not None)
+        context, run = self._spans.open_run(agent.name, record, parent)
         if context is not None:  # unsampled runs pass their caller's decision on
             _TRACEPARENT.set(context)
         if run is None:
