@@ -290,3 +290,11 @@ def test_a_wait_with_nothing_run_before_it_is_still_not_cpu(
     assert profile is not None
     assert profile.wall_ns == (0, 1_005, 0, 0, 0, 0)
     assert profile.cpu_ns == (0, 5, 0, 0, 0, 0)
+
+
+def test_a_mistyped_clock_is_refused_with_the_choices() -> None:
+    from podium.engine.driver import Engine
+    from podium.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="sampled, thread, wall"):
+        Engine(clock="smapled")  # type: ignore[arg-type]

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from podium.engine.profile import StepProfile
+from podium.errors import ConfigError
 
 __all__ = ("SAMPLE_EVERY", "CpuClock", "NoStopwatch", "SampledStopwatch", "Stopwatch", "cpu_clock")
 
@@ -51,6 +52,8 @@ _ZEROS = (0,) * 18
 def cpu_clock(kind: CpuClock) -> Callable[[], int]:
     """``thread`` and ``sampled``: the loop thread's CPU time. ``wall``: the monotonic
     clock, equal to CPU time for synchronous slices unless the OS preempts the thread."""
+    if kind not in get_args(CpuClock):  # a typo would silently pick the exact, costly clock
+        raise ConfigError(f"clock={kind!r}: choose one of {', '.join(get_args(CpuClock))}")
     return time.perf_counter_ns if kind == "wall" else time.thread_time_ns
 
 
