@@ -130,13 +130,22 @@ async def test_a_worker_serves_metrics_that_move_while_runs_execute(
         )
         assert value(before, "podium_runs_finished_total") == 0
         await _submit(redis_url, prefix, 12)
-        after = await _scrape_until(
-            port, lambda p: value(p, "podium_runs_finished_total", status="completed") == 12
-        )
-        assert value(after, "podium_steps_total", agent="support") == 24
-        assert value(after, "podium_step_phase_seconds_count", phase="checkpoint") == 24
-        assert value(after, "podium_tool_calls_total", tool="lookup", outcome="ok") == 12
-        assert value(after, "podium_queue_wait_seconds_count", pool="default") == 12
+        # A scrape through the supervisor reads its children's files one after another (in
+        # the order the directory lists them), so a child that folds mid-scrape may show
+        # its runs counter and not yet its histograms: wait until every figure is in.
+        expected = {
+            ("podium_runs_finished_total", ("status", "completed")): 12,
+            ("podium_steps_total", ("agent", "support")): 24,
+            ("podium_step_phase_seconds_count", ("phase", "checkpoint")): 24,
+            ("podium_tool_calls_total", ("tool", "lookup"), ("outcome", "ok")): 12,
+            ("podium_queue_wait_seconds_count", ("pool", "default")): 12,
+        }
+
+        def figures(p: Parsed) -> dict[tuple[Any, ...], float]:
+            return {k: value(p, k[0], **dict(k[1:])) for k in expected}
+
+        after = await _scrape_until(port, lambda p: figures(p) == expected)
+        assert figures(after) == expected
         assert value(after, "podium_process_cpu_seconds_total") > 0
         assert ("podium_queue_waiting", frozenset({("pool", "default")})) in after
         assert ("podium_event_loop_blocked_total", frozenset()) in after
