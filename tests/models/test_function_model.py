@@ -1,0 +1,57 @@
+"""FunctionModel: every shape of reply function a user may hand it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+
+import pytest
+
+from podium import Agent, Engine, FunctionModel, tool
+from podium.messages import Message
+from podium.models.base import ModelRequest, ModelResponse
+from podium.models.function import tool_call_reply
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+async def lookup(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: What to look up.
+    """
+    return f"found {query}"
+
+
+def _reply(messages: Sequence[Message]) -> ModelResponse | str:
+    if messages[-1].role == "tool":
+        return f"answer: {messages[-1].content}"
+    return tool_call_reply(("lookup", '{"query": "A-1"}'))
+
+
+async def _async_reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+    await asyncio.sleep(0)
+    return _reply(messages)
+
+
+def _sync_returning_awaitable(
+    messages: Sequence[Message], request: ModelRequest
+) -> Awaitable[ModelResponse | str]:
+    # A plain function that hands back a coroutine (a wrapped async client, say).
+    return _async_reply(messages, request)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda messages, request: _reply(messages), _async_reply, _sync_returning_awaitable],
+    ids=["sync", "async", "sync-returning-awaitable"],
+)
+async def test_every_kind_of_reply_function_drives_a_run(fn: object) -> None:
+    async with Engine() as engine:
+        record = await engine.run(Agent("fm", FunctionModel(fn), tools=[lookup]), "go")  # type: ignore[arg-type]
+    assert record.status == "completed", record.error
+    assert record.output == "answer: found A-1"
+    assert record.steps == 2
+    assert record.usage.requests == 2
