@@ -93,6 +93,18 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("bench-zero-concurrency", ("bench", "--concurrency", "0"), "--concurrency"),
     ("bench-unknown-tool", ("bench", "--scenario", "{scenario}"), "'nope'"),
     ("bench-missing-scenario", ("bench", "--scenario", "/no/such.toml"), "scenario"),
+    # Refused before the load test, not after it (a million runs would pass the timeout).
+    (
+        "bench-report-missing-dir",
+        ("bench", "--runs", "1000000", "--report", "/no/such/r.html"),
+        "directory '/no/such' does not exist",
+    ),
+    ("bench-report-is-dir", ("bench", "--runs", "1000000", "--report", "{tmp}"), "a directory"),
+    (
+        "runs-profile-report-missing-dir",
+        ("runs", "profile", "--store", "{db}", "--report", "/no/such/p.html"),
+        "does not exist",
+    ),
     ("unknown-command", ("frobnicate",), "invalid choice"),
     ("config-unknown-key", ("serve", "--config", "{bad_toml}"), "colour"),
 ]
@@ -111,7 +123,7 @@ def test_mistake_is_one_line(
     db = tmp_path / "runs.db"
     values = {
         "not_sqlite": str(not_sqlite), "busy_port": str(busy_port), "scenario": str(scenario),
-        "toml": str(toml), "bad_toml": str(bad_toml), "db": str(db),
+        "toml": str(toml), "bad_toml": str(bad_toml), "db": str(db), "tmp": str(tmp_path),
     }
     if "{db}" in args:  # an existing store without that run
         assert podium("run", "react", "hi", "--store", str(db), "-q", cwd=tmp_path).returncode == 0

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from podium.agent import Agent
-from podium.cli.common import check_sqlite_path, positive_int
+from podium.cli.common import check_output_file, check_sqlite_path, positive_int
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
@@ -69,6 +69,8 @@ def main(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)  # a ConfigError is one line, from main()
     if args.store != "memory":
         check_sqlite_path(args.store)
+    if args.report:
+        check_output_file(args.report, "--report")
     runs = args.runs or scenario.load.runs
     concurrency = min(args.concurrency or scenario.load.concurrency, runs)
     agent = build_agent(scenario)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from podium.cli.common import write_output_file
 from podium.engine.records import RunRecord
 from podium.errors import ConfigError
 from podium.observe.html import SweepPoint, profile_report, sweet_spot
@@ -105,7 +105,7 @@ def write_report(
 ) -> None:
     page = profile_report(records, title=f"podium bench — {report.scenario}",
                           summary=summary_rows(report), sweep=points)
-    Path(path).write_text(page, encoding="utf-8")
+    write_output_file(path, "--report", page)
 
 
 def run_on(loop_name: str) -> Callable[[Any], BenchReport]:

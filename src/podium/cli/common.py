@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -26,11 +27,13 @@ __all__ = (
     "Parser",
     "RawHelpFormatter",
     "UserError",
+    "check_output_file",
     "check_redis_url",
     "check_sqlite_path",
     "log_level",
     "missing_extra",
     "positive_int",
+    "write_output_file",
 )
 
 EXIT_USAGE = 2
@@ -99,6 +102,29 @@ def log_level(value: str) -> str:
             f"unknown log level {value!r}; use one of: {', '.join(_LEVELS)}"
         )
     return value.upper()
+
+
+def check_output_file(path: str, option: str) -> None:
+    """Refuse, before any work, a file a command writes only at its end (a report): a
+    load test of minutes must not end in a traceback about a directory that is not
+    there."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{option} {path!r} is a directory, not a file")
+    parent = p.parent
+    if not parent.is_dir():
+        raise UserError(f"{option} {path!r}: directory {str(parent)!r} does not exist")
+    if not os.access(parent if not p.exists() else p, os.W_OK):
+        raise UserError(f"{option} {path!r}: permission denied")
+
+
+def write_output_file(path: str, option: str, text: str) -> None:
+    """Write what :func:`check_output_file` allowed; a failure since (a full disk, the
+    directory removed) is one line, not a traceback."""
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{option} {path!r}: {exc.strerror or exc}") from None
 
 
 def check_sqlite_path(path: str) -> None:

@@ -15,7 +15,6 @@ import asyncio
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -23,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from podium.cli.common import check_output_file, write_output_file
 from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
@@ -110,6 +110,8 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
         err = Console(stderr=True)
         try:
+            if getattr(args, "report", None):  # written at the end: refused before the query
+                check_output_file(args.report, "--report")
             store = open_store(args.store, redis=args.redis, prefix=args.prefix)
             return asyncio.run(_with_store(store, verb, args))
         except (ConfigError, PodiumError) as exc:
@@ -379,7 +381,7 @@ async def _profile(store: RunStore, args: argparse.Namespace, console: Console) 
         from podium.observe.html import profile_report
 
         page = profile_report(runs, title=f"Podium runs — {store_label(args)}")
-        Path(args.report).write_text(page, encoding="utf-8")  # noqa: ASYNC240 - a CLI, no peers
+        write_output_file(args.report, "--report", page)
     if args.json:
         _json(summary)
         return 0
