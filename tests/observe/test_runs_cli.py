@@ -24,10 +24,10 @@ from .conftest import subprocess_env
 pytestmark = pytest.mark.anyio
 
 
-def podium(*args: str) -> subprocess.CompletedProcess[str]:
+def podium(*args: str, columns: str = "200") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "podium.cli.main", "runs", *args],
-        capture_output=True, text=True, env=subprocess_env(COLUMNS="200"), timeout=60,
+        capture_output=True, text=True, env=subprocess_env(COLUMNS=columns), timeout=60,
     )
 
 
@@ -73,6 +73,12 @@ async def test_list_filters_by_status_tenant_agent_and_time(
     table = podium("list", *args, "--status", "queued")
     assert table.returncode == 0, table.stderr
     assert records[3].run_id in table.stdout and "queued" in table.stdout
+    # Piped output on an 80-column default: whole rows, each a run id and its figures.
+    narrow = podium("list", *args, columns="80")
+    assert narrow.returncode == 0, narrow.stderr
+    for r in records:
+        row = next(line for line in narrow.stdout.splitlines() if r.run_id in line)
+        assert r.status in row and r.tenant in row, row
 
 
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])

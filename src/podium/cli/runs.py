@@ -161,11 +161,15 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
     if args.json:
         _json([msgspec.structs.replace(r, profile=None) for r in runs])
         return 0
+    if not console.is_terminal:  # piped to grep or a file: whole rows, never cut to 80
+        console = Console(highlight=False, width=1000)
     table = Table(title=f"{len(runs)} run(s)", title_justify="left", box=None)
+    # A run id cut short cannot be pasted into `podium runs show`: its column never shrinks.
+    ids = max((len(r.run_id) for r in runs), default=3)
     for col in ("run", "agent", "tenant", "status", "reason", "steps", "created", "wall ms",
                 "tokens"):
         table.add_column(col, justify="right" if col in ("steps", "wall ms", "tokens") else "left",
-                         no_wrap=col in ("run", "created"))
+                         no_wrap=col in ("run", "created"), min_width=ids if col == "run" else None)
     style = {
         "completed": "green", "failed": "red", "cancelled": "yellow", "running": "cyan",
         "waiting": "magenta",
