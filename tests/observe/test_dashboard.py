@@ -132,6 +132,12 @@ async def test_dashboard_data_needs_an_operator_key(server: str) -> None:
         assert ok.status_code == 200, ok.text
         overview = json.loads(ok.text)
         assert overview["tenant"] is None and overview["backends"] == []  # all tenants
+        # An unknown run: the API's error body, as every other 404 (a client reads one shape).
+        missing = await client.get("/dashboard/data?run=run_nope",
+                                   headers={"Authorization": f"Bearer {KEY}"})
+        assert missing.status_code == 404
+        assert missing.json()["error"]["type"] == "not_found"
+        assert "run_nope" in missing.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import ModelTurn, StepRecord, ToolOutcome
+from podium.gateway.errors import ApiError
 from podium.observe.inspect import aggregate, step_timeline
 
 if TYPE_CHECKING:
@@ -159,8 +160,8 @@ def dashboard_routes(gw: Gateway) -> list[Route]:
         run_id = request.query_params.get("run")
         if run_id:
             found = await _run(gw, run_id)
-            if found is None:
-                return _json({"error": f"no run {run_id!r}"}, 404)
+            if found is None:  # the gateway's error body, as every other 404 of the API
+                raise ApiError(404, "not_found", f"no run {run_id!r}", field="run")
             return _json(found)
         return _json(await _overview(gw, request.query_params.get("tenant") or None))
 
