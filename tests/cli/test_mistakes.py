@@ -106,6 +106,25 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
         "does not exist",
     ),
     ("unknown-command", ("frobnicate",), "invalid choice"),
+    ("serve-port-range", ("serve", "--agent", "react", "--port", "99999"), "0 (any free one)"),
+    ("serve-port-busy", ("serve", "--agent", "react", "--port", "{busy_port}"), "cannot listen"),
+    ("serve-unknown-host", ("serve", "--agent", "react", "--host", "no-such-host.invalid"),
+     "cannot listen on no-such-host.invalid"),
+    ("sim-server-port-range", ("sim-server", "--port", "-1"), "to 65535"),
+    ("worker-metrics-port-range", ("worker", "--agent", "react", "--metrics-port", "70000"),
+     "to 65535"),
+    (
+        "worker-metrics-port-busy",
+        ("worker", "--agent", "react", "--prefix", "mistakes-busy", "--metrics-port",
+         "{busy_port}"),
+        "cannot listen",
+    ),
+    (
+        "supervisor-metrics-port-busy",
+        ("worker", "--agent", "react", "--prefix", "mistakes-busy", "--procs", "2",
+         "--metrics-port", "{busy_port}"),
+        "cannot listen",
+    ),
     ("config-unknown-key", ("serve", "--config", "{bad_toml}"), "colour"),
 ]
 

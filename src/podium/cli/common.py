@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -28,10 +29,12 @@ __all__ = (
     "RawHelpFormatter",
     "UserError",
     "check_output_file",
+    "check_port_free",
     "check_redis_url",
     "check_sqlite_path",
     "log_level",
     "missing_extra",
+    "port_number",
     "positive_int",
     "write_output_file",
 )
@@ -90,6 +93,35 @@ def positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def port_number(value: str) -> int:
+    """An argparse type: a TCP port, 0 (any free one) to 65535. Out of range, uvicorn
+    would announce the server and hang, and a bind would raise a traceback."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {value!r}") from None
+    if not 0 <= n <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 (any free one) to 65535, got {n}")
+    return n
+
+
+def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
+    """Refuse, before anything starts, a port out of range or one another process
+    listens on (0 is always free), and a host that is not this machine's. The server
+    binds again later; a port taken in between still fails there, as one line too."""
+    if not 0 <= port <= 65535:
+        raise UserError(f"{what} {port}: a port is 0 (any free one) to 65535")
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
+            probe.bind(address)
+    except OSError as exc:  # socket.gaierror included: a host that does not resolve
+        raise UserError(f"{what} {port}: cannot listen on {host}: {exc.strerror or exc}") from None
 
 
 _LEVELS = ("debug", "info", "warning", "error", "critical")

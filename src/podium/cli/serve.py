@@ -11,10 +11,12 @@ from typing import Any
 from podium.cli.common import (
     RawHelpFormatter,
     UserError,
+    check_port_free,
     check_redis_url,
     check_sqlite_path,
     configure_logging,
     log_level,
+    port_number,
 )
 from podium.config import load_config
 from podium.factory import model_from_option, parse_agent_option, with_model
@@ -51,7 +53,7 @@ def register(subparsers: Any) -> None:
     parser.formatter_class = RawHelpFormatter
     parser.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
     parser.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="listen port (default: server.port, 8000)")
+    parser.add_argument("--port", type=port_number, help="listen port (default: server.port, 8000)")
     parser.add_argument("--redis", metavar="URL", help="distributed mode: Redis store and queue")
     parser.add_argument("--prefix", help="prefix of every Redis key (default: server.prefix)")
     parser.add_argument("--ttl", type=float, metavar="S",
@@ -114,6 +116,7 @@ def serve(args: argparse.Namespace) -> int:
         if args.ttl < 0:
             raise UserError("--ttl must be 0 (never) or positive")
         server.ttl_s = args.ttl
+    check_port_free(server.port, "port", server.host)  # the flag's or podium.toml's
     if server.redis:
         check_redis_url(server.redis)
     elif server.store.startswith("sqlite:"):

@@ -8,7 +8,7 @@ import contextlib
 import sys
 from typing import Any
 
-from podium.cli.common import UserError, positive_int
+from podium.cli.common import UserError, port_number, positive_int
 from podium.models.sim_batching import BatchingConfig
 from podium.models.sim_server import SimServerConfig, build_app
 
@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--host", default="127.0.0.1", help="listen address")
-    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
+    p.add_argument("--port", type=port_number, default=8000, help="0 picks a free port (printed)")
     p.add_argument("--model", default="podium-sim", help="the model id it serves")
     p.add_argument("--capacity", type=positive_int, default=64, help="sequences decoded at once")
     p.add_argument("--step-ms", type=float, default=15.0, help="decode step time at batch size 0")

@@ -13,7 +13,15 @@ import importlib
 import os
 import sys
 
-from podium.cli.common import RawHelpFormatter, UserError, check_redis_url, log_level, positive_int
+from podium.cli.common import (
+    RawHelpFormatter,
+    UserError,
+    check_port_free,
+    check_redis_url,
+    log_level,
+    port_number,
+    positive_int,
+)
 from podium.config import load_config
 from podium.factory import worker_agents
 
@@ -84,7 +92,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--threads", type=positive_int, default=None,
                    help="thread-pool size for sync tools (default: physical cores of the node)")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
-    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+    p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                    help="serve Prometheus metrics on PORT (with --procs: one endpoint for all)")
     p.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
                    help="debug, info, warning, error")
@@ -114,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
         prefix=args.prefix or server.prefix, finished_ttl_s=ttl, threads=args.threads,
         use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,
     )
+    if args.metrics_port is not None:
+        check_port_free(args.metrics_port, "--metrics-port")
     print(f"podium worker: pool {args.pool!r} serves {', '.join(agents)}",
           file=sys.stderr, flush=True)
     if args.procs == 0:

@@ -15,6 +15,8 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from podium.errors import ConfigError
+
 if TYPE_CHECKING:
     from podium.engine.driver import Engine
     from podium.observe.blocking import BlockingDetector
@@ -38,8 +40,6 @@ def start_metrics(
     """Collect (and, given a port, serve) this worker's metrics; None when off."""
     if config.metrics_port is None and not config.metrics:
         return None
-    from prometheus_client import start_http_server
-
     from podium.observe.looplag import LoopLagMonitor
     from podium.observe.metrics import RunMetrics
 
@@ -50,10 +50,22 @@ def start_metrics(
     metrics.start(worker=worker, queue=queue, pool=config.pool, lag=lag, blocking=blocking,
                   own_lag=True, agents=list(worker.agents.values()))
     if config.metrics_port is not None:
-        server, _ = start_http_server(config.metrics_port)
+        server = _listen(config.metrics_port, None)
         print(f"podium worker metrics on :{server.server_port}/metrics", file=sys.stderr,
               flush=True)
     return metrics
+
+
+def _listen(port: int, registry: Any) -> Any:
+    """prometheus-client's HTTP server on ``port``; a port taken is one line, not a
+    traceback from socketserver."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    try:
+        server, _ = start_http_server(port, registry=registry or REGISTRY)
+    except OSError as exc:
+        raise ConfigError(f"--metrics-port {port}: cannot listen: {exc.strerror or exc}") from None
+    return server
 
 
 class SupervisorMetrics:
@@ -67,13 +79,17 @@ class SupervisorMetrics:
     def start(cls, port: int | None) -> SupervisorMetrics | None:
         if port is None:
             return None
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
         from prometheus_client.multiprocess import MultiProcessCollector
 
         directory = tempfile.mkdtemp(prefix="podium-metrics-")
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
-        server, _ = start_http_server(port, registry=registry)
+        try:
+            server = _listen(port, registry)
+        except ConfigError:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         print(f"podium worker metrics on :{server.server_port}/metrics (all processes)",
               file=sys.stderr, flush=True)
         return cls(directory, server)
