@@ -253,6 +253,36 @@ def test_sampled_figures_scale_by_the_ratio_measured_on_one_slice_in_so_many(
     assert all(p is not None and p.cpu_ns[1] <= 10 for p in profiles)  # never the wait
 
 
+def test_an_instant_step_on_a_preempted_thread_is_scaled_in_its_snapshot_and_when_closed(
+    clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    """No wait in the step (one slice): the journaled snapshot and the closed figures are
+    the wall times times the ratio; closing changes only the checkpoint's."""
+    calibration.ratio, calibration.scale = 0.75, 3 << 14  # the thread got 3/4 of its time
+    heard: list[StepProfile] = []
+    sw = SampledStopwatch.start(clocks.thread, heard.append)
+    for phase, ns in enumerate((400, 800, 40, 80, 4)):
+        clocks.advance(ns)
+        sw.lap(phase)
+    clocks.advance(8)
+    snap = sw.snapshot(0, 1, 0)
+    assert snap is not None
+    assert snap.wall_ns == (400, 800, 40, 80, 4, 0)
+    assert snap.cpu_ns == (300, 600, 30, 60, 3, 0)
+    journaled = snap.cpu_ns
+    clocks.advance(12)
+    sw.close_step(snap)
+    assert snap.wall_ns == (400, 800, 40, 80, 4, 20)
+    assert snap.cpu_ns == (300, 600, 30, 60, 3, 15)
+    assert journaled == (300, 600, 30, 60, 3, 0)  # the journaled tuple is not changed
+    assert heard == [snap] and sw.steps == [snap]
+    clocks.advance(100)  # the next step, also instant, starts from zero
+    sw.lap(0)
+    nxt = sw.snapshot(1, 0, 0)
+    sw.close_step(nxt)
+    assert nxt is not None and nxt.cpu_ns == (75, 0, 0, 0, 0, 0)
+
+
 def test_a_resumed_run_on_the_sampled_stopwatch_appends_to_its_replayed_steps(
     clocks: FakeClocks, calibration: stopwatch._Calibration
 ) -> None:

@@ -312,22 +312,37 @@ class SampledStopwatch(Stopwatch, gc=False):
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
         wall = tuple(t[0:6])
-        if not t[_SPLIT] and _calibration.ratio >= 1.0 - self.tolerance:
+        if t[_SPLIT]:
+            return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
+        if _calibration.ratio >= 1.0 - self.tolerance:
             return StepProfile(step, wall, wall, tool_calls, ttft_ns)
-        return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
+        # One slice, nothing waited or booked from off the loop: each phase's CPU is its
+        # wall time scaled (the usual case on a busy machine, whose ratio is below 1).
+        q = _calibration.scale
+        cpu = (wall[0] * q >> 16, wall[1] * q >> 16, wall[2] * q >> 16, wall[3] * q >> 16,
+               wall[4] * q >> 16, wall[5] * q >> 16)
+        return StepProfile(step, wall, cpu, tool_calls, ttft_ns)
 
     def close_step(self, profile: StepProfile | None) -> None:
+        """As :meth:`Stopwatch.close_step`; ``profile`` is the one :meth:`snapshot` gave
+        for this step."""
         t = self.t
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
         t[_MARK] = now
         if profile is not None:
             wall = tuple(t[0:6])
-            if not t[_SPLIT] and _calibration.ratio >= 1.0 - self.tolerance:
-                profile.wall_ns = profile.cpu_ns = wall
-            else:
+            if t[_SPLIT]:
                 profile.wall_ns = wall
                 profile.cpu_ns = self._cpu(wall)
+            elif _calibration.ratio >= 1.0 - self.tolerance:
+                profile.wall_ns = profile.cpu_ns = wall
+            else:
+                # Not a wait since snapshot() (else the step would be split), so neither
+                # the ratio nor the first five phases changed: only the checkpoint grew.
+                c = profile.cpu_ns
+                profile.wall_ns = wall
+                profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], wall[5] * _calibration.scale >> 16)
             steps = self.steps
             if not steps or steps[-1] is not profile:
                 steps.append(profile)
