@@ -72,6 +72,8 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("resume-without-store", ("run", "react", "--resume", "run_x"), "--resume needs"),
     ("resume-unknown-id", ("run", "react", "--resume", "run_no", "--store", "{db}"), "no run"),
     ("run-no-input", ("run", "react"), "give an input"),
+    ("run-missing-config", ("run", "react", "hi", "--config", "/no/such.toml"), "not found"),
+    ("run-bad-config", ("run", "react", "hi", "--config", "{bad_toml}"), "colour"),
     ("run-unknown-agent", ("run", "nope", "hi"), "use package.module:attribute"),
     ("run-agent-import", ("run", "no_such_mod:agent", "hi"), "cannot import"),
     ("run-undecorated-tool", ("run", "tests.cli.cli_agents:undecorated", "hi"), "decorate"),

@@ -200,11 +200,13 @@ def _print_profile(console: Console, record: RunRecord) -> None:
 
 def _open_agent(args: argparse.Namespace) -> Agent:
     if args.agent in BUILTIN_AGENTS or ":" in args.agent:
+        # A --config named is read (and refused if missing or wrong) even when only
+        # --model would use it: a file the user points at is never silently skipped.
+        config = load_config(args.config) if args.config else None
         agent = resolve_agent(args.agent)
-        config = None
         if args.model:
-            path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
-            config = load_config(path) if path else None
+            if config is None and os.path.exists("podium.toml"):
+                config = load_config("podium.toml")
             agent = with_model(agent, model_from_option(args.model, config))
         return agent
     # A name from podium.toml's [[agents]] (built from the file, with its model).
