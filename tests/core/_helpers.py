@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from podium import FunctionModel, ModelRequest, ModelResponse, ToolContext
+from podium import FunctionModel, ModelRequest, ModelResponse, ToolContext, tool
 from podium.messages import Message
 from podium.tools import Tool
 
@@ -42,3 +42,13 @@ def journal_results(journal: Sequence[tuple[int, Any]]) -> list[Any]:
             found.append(result)
         found.extend(getattr(entry, "results", ()))
     return found
+
+
+@tool
+async def lookup(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: What to look up.
+    """
+    return f"found {query}"

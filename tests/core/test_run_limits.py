@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from _helpers import lookup
 
 from podium import (
     Agent,
@@ -19,16 +20,6 @@ from podium import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-@tool
-async def lookup(query: str) -> str:
-    """Look something up.
-
-    Args:
-        query: What to look up.
-    """
-    return f"found {query}"
 
 
 async def test_completed_run() -> None:

@@ -6,6 +6,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from _helpers import lookup
 
 from podium import (
     Agent,
@@ -13,7 +14,6 @@ from podium import (
     RunRecord,
     Scenario,
     SimulatedModel,
-    tool,
 )
 from podium.engine.records import StepCommitted
 from podium.errors import StoreError
@@ -22,16 +22,6 @@ sqlite_store = pytest.importorskip("podium.store.sqlite")
 SQLiteRunStore = sqlite_store.SQLiteRunStore
 
 pytestmark = pytest.mark.anyio
-
-
-@tool
-async def lookup(query: str) -> str:
-    """Look something up.
-
-    Args:
-        query: What to look up.
-    """
-    return f"found {query}"
 
 
 def react(steps: int = 3) -> Agent:

@@ -6,23 +6,14 @@ import asyncio
 from collections.abc import Awaitable, Sequence
 
 import pytest
+from _helpers import lookup
 
-from podium import Agent, Engine, FunctionModel, tool
+from podium import Agent, Engine, FunctionModel
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
 from podium.models.function import tool_call_reply
 
 pytestmark = pytest.mark.anyio
-
-
-@tool
-async def lookup(query: str) -> str:
-    """Look something up.
-
-    Args:
-        query: What to look up.
-    """
-    return f"found {query}"
 
 
 def _reply(messages: Sequence[Message]) -> ModelResponse | str:
