@@ -174,7 +174,12 @@ def _interrupt(proc: subprocess.Popen[str], ready: str) -> tuple[int, str, str]:
     else:
         pytest.fail(f"never ready: {''.join(seen)} {proc.stderr.read() if proc.stderr else ''}")
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # and read its pipes to the end: none is left open for a later test
+        out, err = proc.communicate()
+        pytest.fail(f"still running 60 s after Ctrl-C: {''.join(seen)}{out} {err}")
     return proc.returncode, "".join(seen) + out, err
 
 

@@ -28,20 +28,24 @@ async def test_sigkilled_worker_runs_are_resumed_exactly_once(
     effects = tmp_path / "effects.log"
     ids = [f"run-{i:03d}" for i in range(200)]
     args = ("--concurrency", "16", "--lease", "1.5", "--burst")
-    workers = [
-        WorkerProcess(tmp_path, f"w{i}", shared_redis_url, prefix, "tests.distributed.app:effects",
-                      effects, *args, tool_delay=0.05)
-        for i in range(3)
-    ]
+
+    def worker(name: str, tool_delay: float) -> WorkerProcess:
+        return WorkerProcess(tmp_path, name, shared_redis_url, prefix,
+                             "tests.distributed.app:effects", effects, *args,
+                             tool_delay=tool_delay)
+
+    # The victim works first, alone and slowly (200 runs would take it 50 s): whatever the
+    # machine's load, it is mid-run when it is killed. Started together, three workers
+    # could drain the queue in about a second, and a victim slow to claim missed it.
+    workers = [worker("w0", 1.0)]
     try:
-        for w in workers:
-            await w.wait_ready()
+        victim = workers[0]
+        await victim.wait_ready()
         async with (
             RedisRunStore(shared_redis_url, prefix=prefix) as store,
             RedisQueue(shared_redis_url, prefix=prefix) as queue,
         ):
             await submit_runs(store, queue, "effects", ids)
-            victim = workers[0]
 
             def victim_mid_runs() -> bool:
                 done = Counter(k.split(":")[0] for k, pid in effect_lines(effects)
@@ -49,6 +53,10 @@ async def test_sigkilled_worker_runs_are_resumed_exactly_once(
                 return sum(done.values()) >= 20 and any(0 < n < TOOL_STEPS for n in done.values())
 
             await wait_until(victim_mid_runs, 30, "the victim to be mid-run")
+            workers += [worker(f"w{i}", 0.05) for i in (1, 2)]  # they claim beside it
+            for w in workers[1:]:
+                await w.wait_ready()
+            assert victim_mid_runs()  # its last runs take 4 s after the others drain the queue
             victim.signal(signal.SIGKILL)
             assert await victim.wait_exit() == -signal.SIGKILL
             for w in workers[1:]:

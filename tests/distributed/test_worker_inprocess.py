@@ -48,7 +48,9 @@ async def test_stalled_worker_is_fenced_off(
     shared_redis_url: str, prefix: str, effects_log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that stops heartbeating loses its run to another; its late checkpoint is refused."""
-    monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "0.4")
+    # The stalled worker's call must still be in flight when the taker claims (0.3 s after
+    # the claim and more on a loaded machine): 2 s leaves a wide margin, where 0.4 s left 0.1.
+    monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "2.0")
     async with (
         RedisRunStore(shared_redis_url, prefix=prefix) as store_a,
         RedisRunStore(shared_redis_url, prefix=prefix) as store_b,
