@@ -108,11 +108,10 @@ def port_number(value: str) -> int:
 
 
 def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
-    """Refuse, before anything starts, a port out of range or one another process
-    listens on (0 is always free), and a host that is not this machine's. The server
-    binds again later; a port taken in between still fails there, as one line too."""
-    if not 0 <= port <= 65535:
-        raise UserError(f"{what} {port}: a port is 0 (any free one) to 65535")
+    """Refuse, before anything starts, a port another process listens on (0 is always
+    free) and a host that is not this machine's. (Its range is checked where it is read:
+    :func:`port_number`, podium.toml's schema.) The server binds again later; a port
+    taken in between still fails there, as one line too."""
     if port == 0:
         return
     try:
