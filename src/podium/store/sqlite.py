@@ -152,11 +152,15 @@ class SQLiteRunStore(RunStore):
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self._busy_timeout_ms / 1000,  # the busy timeout, from the first statement
+        )
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal(conn)
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
-            conn.execute(f"PRAGMA busy_timeout={self._busy_timeout_ms}")
             conn.executescript(_SCHEMA)
             columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
             if "expires_at" not in columns:  # a file from before expiry existed
@@ -166,6 +170,21 @@ class SQLiteRunStore(RunStore):
             conn.close()
             raise
         return conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL. Two handles opening a new file at once (a server and a
+        CLI, two workers) race to change its journal mode, and SQLite answers the loser
+        "database is locked" at once, calling no busy handler: so it is retried here, on
+        the database thread, within the busy timeout."""
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.002)
 
     def _refuse(self, error: StoreError) -> None:
         """Fail every call with ``error`` until closed: a store that cannot open its file
