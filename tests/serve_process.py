@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 __all__ = ("Serving", "sim_server", "start_serve")
 
 READY = "Uvicorn running on"
+ANNOUNCED = re.compile(r"^podium: serving .* on (http://\S+) in ")
 
 
 class Serving:
@@ -41,6 +43,14 @@ class Serving:
     @property
     def log(self) -> str:
         return "".join(self.lines)
+
+    @property
+    def url(self) -> str:
+        """Where it said it serves (``http://HOST:PORT``), read from its log."""
+        for line in self.lines:
+            if match := ANNOUNCED.match(line):
+                return match.group(1)
+        raise AssertionError("podium serve announced no URL:\n" + self.log)
 
     def stop(self, timeout: float = 15) -> None:
         """Terminate it if it still runs (kill past ``timeout``); read its last lines."""

@@ -112,6 +112,10 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("serve-port-busy", ("serve", "--agent", "react", "--port", "{busy_port}"), "cannot listen"),
     ("serve-unknown-host", ("serve", "--agent", "react", "--host", "no-such-host.invalid"),
      "cannot listen on no-such-host.invalid"),
+    # With port 0 there was no probe before the bind: uvicorn's own failure, in many lines.
+    ("serve-port-0-host-not-ours",  # 192.0.2.1: TEST-NET-1, no machine's address
+     ("serve", "--agent", "react", "--host", "192.0.2.1", "--port", "0"),
+     "port 0: cannot listen on 192.0.2.1"),
     ("sim-server-port-range", ("sim-server", "--port", "-1"), "to 65535"),
     ("worker-metrics-port-range", ("worker", "--agent", "react", "--metrics-port", "70000"),
      "to 65535"),

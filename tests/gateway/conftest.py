@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -57,13 +56,6 @@ async def gateway_client(
             yield gw, client
     finally:
         await gw.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 SERVER_CONFIG = f"""
@@ -123,23 +115,23 @@ def podium_server(
     env: Mapping[str, str] | None = None,
     preexec_fn: Callable[[], None] | None = None,
 ) -> Iterator[ServerProcess]:
-    """Start ``podium serve`` and wait for its start-up line (read, not polled)."""
+    """Start ``podium serve`` on a port the OS picks and wait for its start-up line (read,
+    not polled); its URL is the one it announces."""
     path = tmp / "podium.toml"
     path.write_text(config)
-    port = free_port()
     child_env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
         **(env or {}),
     }
     serving = start_serve(
-        ["--config", str(path), "--port", str(port), "--log-level", "info"],
+        ["--config", str(path), "--port", "0", "--log-level", "info"],
         cwd=tmp,
         env=child_env,
         preexec_fn=preexec_fn,
     )
     try:
-        yield ServerProcess(serving.proc, f"http://127.0.0.1:{port}", serving.lines)
+        yield ServerProcess(serving.proc, serving.url, serving.lines)
     finally:
         serving.stop()
 

@@ -24,14 +24,17 @@ from podium.errors import ConfigError
 __all__ = (
     "EXIT_INTERRUPTED",
     "EXIT_USAGE",
+    "LISTEN_BACKLOG",
     "HelpFormatter",
     "Parser",
     "RawHelpFormatter",
     "UserError",
+    "bind_listeners",
     "check_output_file",
     "check_port_free",
     "check_redis_url",
     "check_sqlite_path",
+    "host_port",
     "log_level",
     "missing_extra",
     "port_number",
@@ -41,6 +44,7 @@ __all__ = (
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+LISTEN_BACKLOG = 2048  # uvicorn's default
 
 #: Optional dependencies, by the module a missing extra leaves out.
 EXTRAS: dict[str, str] = {"redis": "redis", "hiredis": "redis", "tokenizers": "hf"}
@@ -107,11 +111,25 @@ def port_number(value: str) -> int:
     return n
 
 
+def host_port(host: str, port: int) -> str:
+    """``HOST:PORT`` as a URL writes it: an IPv6 literal in brackets.
+
+    >>> host_port("::1", 8000)
+    '[::1]:8000'
+    """
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _cannot_listen(what: str, port: int, host: str, exc: OSError) -> UserError:
+    return UserError(f"{what} {port}: cannot listen on {host}: {exc.strerror or exc}")
+
+
 def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
     """Refuse, before anything starts, a port another process listens on (0 is always
     free) and a host that is not this machine's. (Its range is checked where it is read:
     :func:`port_number`, podium.toml's schema.) The server binds again later; a port
-    taken in between still fails there, as one line too."""
+    taken in between still fails there, as one line too. A server that takes a socket
+    should use :func:`bind_listeners` instead: no gap between the check and the bind."""
     if port == 0:
         return
     try:
@@ -120,7 +138,43 @@ def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
             probe.bind(address)
     except OSError as exc:  # socket.gaierror included: a host that does not resolve
-        raise UserError(f"{what} {port}: cannot listen on {host}: {exc.strerror or exc}") from None
+        raise _cannot_listen(what, port, host, exc) from None
+
+
+def bind_listeners(host: str, port: int, what: str = "port") -> list[socket.socket]:
+    """TCP sockets bound to every address ``host`` resolves to, all on one port: the
+    one given, or with ``port`` 0 the one the OS picked for the first (read it with
+    ``sockets[0].getsockname()[1]``). Not listening yet: call ``listen`` when connections
+    should queue. A port taken, a host that is not this machine's or does not resolve is
+    a :class:`UserError` (``port 80: cannot listen on HOST: reason``).
+
+    The options are the ones the event loop's ``create_server`` sets when a server binds
+    its own (SO_REUSEADDR, IPv6 sockets IPv6-only so ``localhost`` can take both
+    families), and the sockets are not inherited by the processes the server starts.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except OSError as exc:  # socket.gaierror: a host that does not resolve
+        raise _cannot_listen(what, port, host, exc) from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):  # in order, once each
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.set_inheritable(False)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:  # one URL reaches every address
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise _cannot_listen(what, port, host, exc) from None
+    return sockets
 
 
 _LEVELS = ("debug", "info", "warning", "error", "critical")

@@ -5,21 +5,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podium.cli.common import (
+    LISTEN_BACKLOG,
     RawHelpFormatter,
     UserError,
-    check_port_free,
+    bind_listeners,
     check_redis_url,
     check_sqlite_path,
     configure_logging,
+    host_port,
     log_level,
     port_number,
 )
 from podium.config import load_config
 from podium.factory import model_from_option, parse_agent_option, with_model
+
+if TYPE_CHECKING:
+    from podium.config import Config
 
 __all__ = ("register", "serve")
 
@@ -53,7 +59,8 @@ def register(subparsers: Any) -> None:
     parser.formatter_class = RawHelpFormatter
     parser.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
     parser.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
-    parser.add_argument("--port", type=port_number, help="listen port (default: server.port, 8000)")
+    parser.add_argument("--port", type=port_number,
+                        help="listen port, 0: any free one, printed (default: server.port, 8000)")
     parser.add_argument("--redis", metavar="URL", help="distributed mode: Redis store and queue")
     parser.add_argument("--prefix", help="prefix of every Redis key (default: server.prefix)")
     parser.add_argument("--ttl", type=float, metavar="S",
@@ -93,7 +100,7 @@ def raise_fd_limit() -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from podium.gateway.auth import KeyRing, generate_key, hash_key
+    from podium.gateway.auth import hash_key
 
     if args.hash_key:
         print(hash_key(args.hash_key))
@@ -116,7 +123,21 @@ def serve(args: argparse.Namespace) -> int:
         if args.ttl < 0:
             raise UserError("--ttl must be 0 (never) or positive")
         server.ttl_s = args.ttl
-    check_port_free(server.port, "port", server.host)  # the flag's or podium.toml's
+    # Bound now, the port the flag or podium.toml names is ours, or one line says why; and
+    # with port 0 the port the OS picked is known before it is announced.
+    listeners = bind_listeners(server.host, server.port, "port")
+    try:
+        return _serve(args, config, listeners)
+    finally:
+        for sock in listeners:  # uvicorn closes them too when it shuts down
+            sock.close()
+
+
+def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.socket]) -> int:
+    """Load the agents, then serve them on ``listeners`` (bound, not yet listening)."""
+    from podium.gateway.auth import KeyRing, generate_key
+
+    server = config.server
     if server.redis:
         check_redis_url(server.redis)
     elif server.store.startswith("sqlite:"):
@@ -143,6 +164,7 @@ def serve(args: argparse.Namespace) -> int:
         )
     import uvicorn
 
+    from podium.cli._uvicorn_server import BoundServer
     from podium.gateway.app import create_app
     from podium.gateway.guard import ConnectionLimits, guarded_protocol
     from podium.gctune import tune_for_serving
@@ -157,18 +179,22 @@ def serve(args: argparse.Namespace) -> int:
 
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
     mode = f"distributed ({server.redis})" if server.redis else f"embedded ({server.store})"
+    port = listeners[0].getsockname()[1]
+    url = f"http://{host_port(server.host, port)}"
+    for sock in listeners:  # from now on a connection waits for the app instead of failing
+        sock.listen(LISTEN_BACKLOG)
     print(
-        f"podium: serving {', '.join(gateway.agents)} on http://{server.host}:{server.port} "
-        f"in {mode} mode",
+        f"podium: serving {', '.join(gateway.agents)} on {url} in {mode} mode",
         file=sys.stderr,
         flush=True,
     )
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
-    uv = uvicorn.Server(
+    uv = BoundServer(
         uvicorn.Config(
             create_app(gateway),
             host=server.host,
-            port=server.port,
+            port=port,
+            backlog=LISTEN_BACKLOG,
             loop=loop,
             lifespan="on",
             http=guarded_protocol(limits),
@@ -176,13 +202,14 @@ def serve(args: argparse.Namespace) -> int:
             log_level=args.log_level.lower(),
             access_log=False,
             timeout_graceful_shutdown=int(server.drain_grace_s) or None,
-        )
+        ),
+        url,
     )
     try:
-        uv.run()
+        uv.run(sockets=listeners)
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
         print("podium serve: stopped (interrupted)", file=sys.stderr, flush=True)
         return 130
     if not uv.started:
-        raise UserError(f"could not listen on {server.host}:{server.port} (see the log above)")
+        raise UserError(f"could not serve on {url} (see the log above)")
     return 0

@@ -8,7 +8,7 @@ import contextlib
 import sys
 from typing import Any
 
-from podium.cli.common import UserError, port_number, positive_int
+from podium.cli.common import UserError, host_port, port_number, positive_int
 from podium.models.sim_batching import BatchingConfig
 from podium.models.sim_server import SimServerConfig, build_app
 
@@ -128,7 +128,7 @@ async def serve(config: SimServerConfig, host: str, port: int) -> None:
     server: Any = site._server  # an asyncio.Server once started
     if server is not None and server.sockets:
         bound = server.sockets[0].getsockname()[1]
-    print(f"listening on http://{host}:{bound}", flush=True)
+    print(f"listening on http://{host_port(host, bound)}", flush=True)
     try:
         await asyncio.Event().wait()
     finally:
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             runner(serve(config, args.host, args.port))
     except OSError as exc:  # the port is taken, or the address is not ours
-        where = f"{args.host}:{args.port}"
+        where = host_port(args.host, args.port)
         raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None
     print("sim-server stopped", file=sys.stderr)
     return 0
