@@ -224,12 +224,15 @@ class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 class AdaptiveConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """The AIMD limiter on the admitted rate, driven by process CPU and event-loop lag.
+    """The AIMD limiter on the admitted rate, driven by CPU load and event-loop lag.
 
     Every ``interval_s`` it samples the serving process's CPU utilization (1.0
-    = one core busy) and the loop lag p99. Above ``cpu_threshold`` or
-    ``lag_threshold_ms`` the limit is multiplied by ``decrease``; below both it
-    grows by ``increase`` × ``max_rate`` per interval, up to ``max_rate``.
+    = one core busy), its event loop thread's CPU demand (the share of the interval
+    that thread ran or waited to run: 1.0 when the loop is saturated, even on a
+    shared machine or under a CPU quota that gives it part of a core; Linux) and the
+    loop lag p99. When the larger CPU figure is above ``cpu_threshold``, or the lag
+    above ``lag_threshold_ms``, the limit is multiplied by ``decrease``; below both
+    it grows by ``increase`` × ``max_rate`` per interval, up to ``max_rate``.
     """
 
     enabled: bool = True

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -10,7 +13,13 @@ import pytest
 
 from conftest import KEY_B, gateway_client
 from podium.config import AdaptiveConfig, LimitsConfig, PoolConfig
-from podium.gateway.admission import Admission, AimdController, BacklogGate, TokenBucket
+from podium.gateway.admission import (
+    Admission,
+    AimdController,
+    BacklogGate,
+    TokenBucket,
+    thread_cpu_demand,
+)
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
 
@@ -74,6 +83,83 @@ def test_aimd_lowers_the_limit_under_load_and_raises_it_back() -> None:
         clock.now += 1
         aimd.step()
     assert aimd.limit == 100 and aimd.statistics().decreases == 1
+
+
+def test_aimd_counts_a_loop_that_waits_for_its_cpu_as_load() -> None:
+    # A shared machine: the process gets 40 % of a core, but its loop thread was running
+    # or waiting to run for 95 % of the interval.
+    clock, cpu, demand = FakeClock(), FakeClock(), FakeClock()
+    cfg = AdaptiveConfig(max_rate=100, min_rate=1, decrease=0.5, increase=0.1, interval_s=1)
+    aimd = AimdController(cfg, cpu_clock=cpu, demand_clock=demand, clock=clock)
+    aimd.step()  # the first step takes the demand clock's baseline
+    clock.now += 1
+    cpu.now += 0.4
+    demand.now += 0.95
+    aimd.step()
+    stats = aimd.statistics()
+    assert stats.overloaded and stats.cpu_utilization == pytest.approx(0.4)
+    assert stats.cpu_demand == pytest.approx(0.95) and aimd.limit == pytest.approx(50)
+    clock.now += 1
+    cpu.now += 0.4
+    demand.now += 0.5  # no longer waiting: the same 40 % is not overload
+    aimd.step()
+    assert not aimd.statistics().overloaded and aimd.limit == pytest.approx(60)
+
+
+def test_aimd_without_scheduler_statistics_goes_by_process_cpu() -> None:
+    clock, cpu = FakeClock(), FakeClock()
+    cfg = AdaptiveConfig(max_rate=100, min_rate=1, decrease=0.5, increase=0.1, interval_s=1)
+    aimd = AimdController(cfg, cpu_clock=cpu, demand_clock=lambda: None, clock=clock)
+    aimd.step()
+    clock.now += 1
+    cpu.now += 0.5
+    aimd.step()
+    assert aimd.statistics().cpu_demand == 0.0 and not aimd.overloaded
+    clock.now += 1
+    cpu.now += 0.9
+    aimd.step()
+    assert aimd.overloaded
+
+
+def _share_one_cpu_with_a_burner() -> tuple[int, subprocess.Popen[str]]:
+    """Pin this thread to one CPU and start a process spinning on the same one."""
+    if thread_cpu_demand() is None:
+        pytest.skip("no scheduler statistics for threads (not Linux)")
+    cpu = min(os.sched_getaffinity(0))
+    burner = subprocess.Popen(
+        [sys.executable, "-c",
+         f"import os; os.sched_setaffinity(0, {{{cpu}}}); print('spinning', flush=True)\n"
+         "while True: pass"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert burner.stdout is not None and burner.stdout.readline() == "spinning\n"
+    return cpu, burner
+
+
+def test_aimd_sees_a_saturated_loop_that_gets_half_a_core() -> None:
+    # The case process CPU cannot show: this thread spins (a saturated loop) while another
+    # process spins on the same CPU, so it gets about half of it; the default threshold.
+    cfg = AdaptiveConfig(max_rate=100, interval_s=1)
+    aimd = AimdController(cfg)
+    before = os.sched_getaffinity(0)
+    cpu, burner = _share_one_cpu_with_a_burner()
+    try:
+        os.sched_setaffinity(0, {cpu})  # this thread only (Linux affinity is per thread)
+        aimd.step()
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+        aimd.step()
+    finally:
+        os.sched_setaffinity(0, before)
+        burner.kill()
+        burner.wait()
+        assert burner.stdout is not None
+        burner.stdout.close()
+    stats = aimd.statistics()
+    assert stats.cpu_utilization < 0.75, stats  # only a share of the core …
+    assert stats.cpu_demand > cfg.cpu_threshold, stats  # … but the loop never idled
+    assert stats.overloaded and aimd.limit < cfg.max_rate
 
 
 @pytest.mark.anyio

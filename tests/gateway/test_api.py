@@ -268,6 +268,7 @@ async def test_metrics_export_requests_admission_and_queues() -> None:
             "podium_event_loop_lag_p99_seconds",
             "podium_queue_waiting",
             "podium_process_cpu_utilization",
+            "podium_event_loop_cpu_demand",
             "podium_run_duration_seconds_count",
         ):
             assert name in text

@@ -9,8 +9,11 @@ Three tiers, checked in this order for every new run:
 2. **Token buckets**, per tenant and per pool (rate and burst from the
    config): ``rate_limited``, with ``Retry-After`` computed from the bucket.
 3. **The adaptive limit**: an AIMD controller lowers the admitted rate while
-   the serving process's CPU utilization or event-loop lag is over its
-   threshold, and raises it again as they recover: ``overloaded``.
+   the serving process's CPU load or event-loop lag is over its threshold, and
+   raises it again as they recover: ``overloaded``. CPU load is the larger of the
+   process's CPU utilization and its loop thread's CPU demand (the time it ran or
+   waited to run): on a shared machine or under a container's CPU quota a
+   saturated loop gets only a share of a core, and only the demand shows it.
 
 Tokens are taken only when every tier admits the run (a refused run costs
 the tenant nothing). Each limiter reports ``statistics()``; the metrics read
@@ -155,19 +158,40 @@ class AimdStatistics(msgspec.Struct, frozen=True):
     overloaded: bool
     decreases: int
     increases: int
+    #: Share of the last interval the loop thread ran or waited to run (0.0: not measured).
+    cpu_demand: float = 0.0
 
 
 def _process_cpu() -> float:
     return time.process_time()
 
 
+#: The calling thread's scheduler statistics (Linux): nanoseconds on a CPU, nanoseconds
+#: runnable but waiting for one, timeslices.
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def thread_cpu_demand() -> float | None:
+    """Seconds the calling thread has run or waited to run (None where the kernel does
+    not say). Waiting counts as demand: a thread that could run and did not is short of
+    CPU, whether another process took it or a cgroup's quota ran out."""
+    try:
+        with open(_SCHEDSTAT, "rb") as stats:
+            ran, waited = stats.read().split()[:2]
+        return (int(ran) + int(waited)) / 1e9
+    except (OSError, ValueError):  # not Linux, or no scheduler statistics
+        return None
+
+
 class AimdController:
     """Additive-increase, multiplicative-decrease limit on the admitted rate.
 
-    Each :meth:`step` (every ``interval_s`` when started) samples CPU
-    utilization of this process since the previous step and the recent loop
-    lag. Overloaded: the limit becomes ``min(limit, admitted rate) ×
-    decrease``. Otherwise it grows by ``increase × max_rate`` up to ``max_rate``.
+    Each :meth:`step` (every ``interval_s`` when started) samples, since the previous
+    step, the CPU utilization of this process and the CPU demand of the thread that
+    steps (the loop's: the time it ran or waited to run), and the recent loop lag.
+    Overloaded: either CPU figure over ``cpu_threshold`` or the lag over its own; the
+    limit becomes ``min(limit, admitted rate) × decrease``. Otherwise it grows by
+    ``increase × max_rate`` up to ``max_rate``.
     """
 
     def __init__(
@@ -176,18 +200,23 @@ class AimdController:
         lag: LoopLagMonitor | None = None,
         *,
         cpu_clock: Clock = _process_cpu,
+        demand_clock: Callable[[], float | None] = thread_cpu_demand,
         clock: Clock = time.monotonic,
     ) -> None:
         self.config = config
         self.lag = lag
         self._cpu_clock = cpu_clock
+        # Read on the loop thread only (start and step run there): it is that thread's.
+        self._demand_clock = demand_clock
         self._clock = clock
         self.limit = config.max_rate
         self.bucket = TokenBucket(self.limit, max(1.0, self.limit), clock=clock)
         self._cpu0 = cpu_clock()
         self._t0 = clock()
         self._admitted0 = 0
+        self._demand0: float | None = None
         self.cpu_utilization = 0.0
+        self.cpu_demand = 0.0
         self.loop_lag_ms = 0.0
         self.overloaded = False
         self.decreases = 0
@@ -202,13 +231,16 @@ class AimdController:
         now, cpu = self._clock(), self._cpu_clock()
         dt = max(1e-6, now - self._t0)
         self.cpu_utilization = max(0.0, (cpu - self._cpu0) / dt)
+        demand, before = self._demand_clock(), self._demand0
+        self.cpu_demand = 0.0  # where the kernel does not say (or no baseline yet)
+        if demand is not None and before is not None:
+            self.cpu_demand = max(0.0, demand - before) / dt
         admitted = self.bucket.admitted
         admitted_rate = (admitted - self._admitted0) / dt
-        self._t0, self._cpu0, self._admitted0 = now, cpu, admitted
+        self._t0, self._cpu0, self._demand0, self._admitted0 = now, cpu, demand, admitted
         self.loop_lag_ms = self.lag.recent_ms() if self.lag is not None else 0.0
-        self.overloaded = (
-            self.cpu_utilization > cfg.cpu_threshold or self.loop_lag_ms > cfg.lag_threshold_ms
-        )
+        cpu_load = max(self.cpu_utilization, self.cpu_demand)
+        self.overloaded = cpu_load > cfg.cpu_threshold or self.loop_lag_ms > cfg.lag_threshold_ms
         old = self.limit
         if self.overloaded:
             base = min(self.limit, admitted_rate) if admitted_rate > 0 else self.limit
@@ -230,6 +262,7 @@ class AimdController:
     def start(self) -> None:
         if self.config.enabled and (self._task is None or self._task.done()):
             self._t0, self._cpu0 = self._clock(), self._cpu_clock()
+            self._demand0 = self._demand_clock()
             self._task = asyncio.get_running_loop().create_task(self._run(), name="podium-aimd")
 
     async def stop(self) -> None:
@@ -245,6 +278,7 @@ class AimdController:
             self.overloaded,
             self.decreases,
             self.increases,
+            self.cpu_demand,
         )
 
 

@@ -47,6 +47,12 @@ class _StatisticsCollector(Collector):
             a.cpu_utilization,
         )
         yield _gauge(
+            "podium_event_loop_cpu_demand",
+            "Share of the last interval the event loop's thread ran or waited to run "
+            "(1.0: saturated, even when it got only part of a core).",
+            a.cpu_demand,
+        )
+        yield _gauge(
             "podium_admission_overloaded", "1 while the limiter sees overload.", float(a.overloaded)
         )
         lag = gw.lag.statistics()
