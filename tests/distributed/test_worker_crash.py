@@ -54,9 +54,13 @@ async def test_sigkilled_worker_runs_are_resumed_exactly_once(
 
             await wait_until(victim_mid_runs, 30, "the victim to be mid-run")
             workers += [worker(f"w{i}", 0.05) for i in (1, 2)]  # they claim beside it
-            for w in workers[1:]:
-                await w.wait_ready()
-            assert victim_mid_runs()  # its last runs take 4 s after the others drain the queue
+            # The victim's runs move in lockstep (claimed together, 1 s a tool call): after
+            # each batch's last call, for about a second, none is part-way until the next
+            # batch's first call. So the kill waits for a part-way run again, as soon as the
+            # first survivor is ready: the queue still holds most runs then, and whichever
+            # batch the victim holds is part-way within a second or two.
+            await workers[1].wait_ready()
+            await wait_until(victim_mid_runs, 30, "the victim to be mid-run beside a survivor")
             victim.signal(signal.SIGKILL)
             assert await victim.wait_exit() == -signal.SIGKILL
             for w in workers[1:]:
