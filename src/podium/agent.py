@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import inspect
+import typing
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,6 +58,12 @@ class ContextPolicy:
             raise ConfigError("token budgets must be positive")
         if self.keep_last_turns < 1:
             raise ConfigError("keep_last_turns must be at least 1")
+        if self.compaction not in ("model", "extractive"):
+            raise ConfigError(
+                f"compaction must be 'model' or 'extractive', not {self.compaction!r}"
+            )
+        if self.summary_max_tokens < 1:
+            raise ConfigError("summary_max_tokens must be at least 1")
 
 
 class Agent:
@@ -135,20 +143,40 @@ class Agent:
         approval_timeout_s: float | None = None,
         deadline_while_waiting: Literal["pause", "count"] = "count",
     ) -> None:
-        if max_steps < 1:
-            raise ConfigError("max_steps must be at least 1")
-        if max_tool_calls < 1:
-            raise ConfigError("max_tool_calls must be at least 1")
-        if deadline_s is not None and not deadline_s > 0:
-            raise ConfigError("deadline_s must be positive (or None for no deadline)")
-        if max_parallel_children < 1:
-            raise ConfigError("max_parallel_children must be at least 1")
-        for t in tools:
-            if not isinstance(t, Tool):  # the types say it is one; a plain function is common
-                what = getattr(t, "__name__", type(t).__name__)  # type: ignore[unreachable]
+        _check_texts(name, instructions)
+        _check_model(name, model)
+        tools = _tool_list(name, tools)
+        for what, count, least in (
+            ("max_steps", max_steps, 1),
+            ("max_tool_calls", max_tool_calls, 1),
+            ("max_parallel_children", max_parallel_children, 1),
+            ("max_invalid_tool_calls", max_invalid_tool_calls, 0),
+            ("model_retries", model_retries, 0),
+            ("output_retries", output_retries, 0),
+        ):
+            if isinstance(count, bool) or not isinstance(count, int) or count < least:
                 raise ConfigError(
-                    f"agent {name!r}: tool {what!r} is not a tool: decorate the function with @tool"
+                    f"agent {name!r}: {what} must be a whole number of at least {least}, "
+                    f"not {count!r}"
                 )
+        if deadline_s is not None and not _positive(deadline_s):
+            raise ConfigError(
+                f"agent {name!r}: deadline_s must be positive seconds (math.inf or None for "
+                f"no deadline), not {deadline_s!r}"
+            )
+        for what, value, kind in (
+            ("context", context, ContextPolicy),
+            ("settings", settings, ModelSettings),
+            ("screening", screening, ScreeningPolicy),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise ConfigError(
+                    f"agent {name!r}: {what} takes a {kind.__name__}(...), not {value!r}"
+                )
+        if isinstance(tags, str):  # tuple("prod") would be ("p", "r", "o", "d")
+            raise ConfigError(f"agent {name!r}: tags takes a list of strings: tags=[{tags!r}]")
+        if isinstance(handoffs, Agent):
+            raise ConfigError(f"agent {name!r}: handoffs takes a list of agents: handoffs=[...]")
         if approval_timeout_s is not None and not approval_timeout_s > 0:
             raise ConfigError("approval_timeout_s must be positive (or None for none)")
         if deadline_while_waiting not in ("pause", "count"):
@@ -160,8 +188,6 @@ class Agent:
             raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
         if output_mode not in ("auto", "native", "tool"):
             raise ConfigError(f"agent {name!r}: output_mode must be 'auto', 'native' or 'tool'")
-        if output_retries < 0:
-            raise ConfigError(f"agent {name!r}: output_retries must be 0 or more")
         if output_type is not None and FINAL_TOOL in names:
             raise ConfigError(
                 f"agent {name!r}: a tool named {FINAL_TOOL!r} clashes with the final-answer "
@@ -272,6 +298,83 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
+
+
+def _positive(seconds: object) -> bool:
+    return (
+        isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
+    )  # NaN is not > 0
+
+
+def _check_texts(name: object, instructions: object) -> None:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"an agent's name is a non-empty string, not {name!r}")
+    if not isinstance(instructions, str):
+        hint = " (tools go in tools=[...])" if isinstance(instructions, (list, tuple)) else ""
+        raise ConfigError(
+            f"agent {name!r}: instructions must be a string, not "
+            f"{type(instructions).__name__}{hint}"
+        )
+
+
+def _check_model(agent: str, model: object) -> None:
+    """Refuse what is not a model instance, saying what to pass instead."""
+    if isinstance(model, Model):
+        if not _returns_coroutine(model.request):  # the engine awaits its reply
+            raise ConfigError(
+                f"agent {agent!r}: {type(model).__name__}.request must be an async def "
+                "(or a def annotated to return a Coroutine)"
+            )
+        return
+    if isinstance(model, str):
+        hint = (
+            f"a model name needs its server: OpenAIChatModel(base_url, {model!r}) from "
+            "podium.models (or a [[models]] entry of podium.toml and podium run --model)"
+        )
+    elif isinstance(model, type) and issubclass(model, Model):
+        hint = f"pass an instance, {model.__name__}(...), not the class"
+    elif callable(model):
+        hint = "a reply function goes in FunctionModel(fn)"
+    else:
+        hint = "pass a Model: SimulatedModel, FunctionModel, OpenAIChatModel..."
+    raise ConfigError(f"agent {agent!r}: model {model!r} is not a Model: {hint}")
+
+
+def _returns_coroutine(method: Any) -> bool:
+    """An ``async def``, or a plain ``def`` declared to return a coroutine (one that
+    delegates without awaiting); a ``def`` declared to return a reply, or not declared,
+    is the forgotten ``async``."""
+    if inspect.iscoroutinefunction(method):
+        return True
+    try:
+        returns = typing.get_type_hints(method).get("return")
+    except Exception:  # unreadable hints: not ours to refuse
+        return True
+    return typing.get_origin(returns) is Coroutine  # the engine drives it with send()
+
+
+def _tool_list(agent: str, tools: object) -> tuple[Tool[Any, Any], ...]:
+    """``tools`` as a tuple (read once: a generator is spent by the first look), refused
+    unless it is a collection of tools."""
+    if isinstance(tools, Tool):
+        raise ConfigError(f"agent {agent!r}: tools takes a list: tools=[{tools.name}]")
+    if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Iterable):
+        raise ConfigError(
+            f"agent {agent!r}: tools takes a list of tools, not {type(tools).__name__}"
+        )
+    listed = tuple(tools)
+    for t in listed:
+        if isinstance(t, Agent):
+            raise ConfigError(
+                f"agent {agent!r}: {t!r} is an agent, not a tool: pass {t.name}.as_tool() "
+                "(it answers as a child run) or handoffs=[...] (it takes the conversation over)"
+            )
+        if not isinstance(t, Tool):  # a plain function is the common case
+            what = getattr(t, "__name__", type(t).__name__)
+            raise ConfigError(
+                f"agent {agent!r}: tool {what!r} is not a tool: decorate the function with @tool"
+            )
+    return listed
 
 
 @functools.cache

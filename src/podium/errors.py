@@ -22,7 +22,9 @@
 
 Control flow inside a tool is kept apart from failures: a tool raises
 :class:`RetryableToolError` to ask for a retry with backoff; any other exception
-becomes an error observation the model sees, never a crash of the run.
+(``SystemExit`` and other ``BaseException`` subclasses too, but ``KeyboardInterrupt``
+and a cancellation of the run) becomes an error observation the model sees, never a
+crash of the run or of its worker.
 """
 
 from __future__ import annotations

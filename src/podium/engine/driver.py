@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import Token
@@ -56,6 +57,7 @@ from podium.engine.stopwatch import (
 )
 from podium.engine.token_stream import stream_model
 from podium.errors import (
+    ConfigError,
     DecisionError,
     ModelError,
     ModelReplyError,
@@ -107,6 +109,49 @@ def _blocked(verdict: ScreenVerdict) -> str:
 _ENDED_OUTSIDE_KEPT = 4096
 
 
+def _check_parts(store: object, executor: object) -> None:
+    """Refuse at ``Engine(...)`` what would fail at its first run."""
+    if store is not None and not isinstance(store, RunStore):
+        if isinstance(store, (str, os.PathLike)):
+            hint = f"a file is a store once opened: Engine(SQLiteRunStore({str(store)!r}))"
+        elif isinstance(store, type):
+            hint = f"pass an instance, {store.__name__}(...), not the class"
+        else:
+            hint = "pass a MemoryRunStore, SQLiteRunStore or RedisRunStore"
+        raise ConfigError(f"Engine(store={store!r}) is not a RunStore: {hint}")
+    if executor is not None and not isinstance(executor, ToolExecutor):
+        raise ConfigError(
+            f"Engine(executor={executor!r}) is not a ToolExecutor: to bring your own pool, "
+            "pass ToolExecutor(thread_pool=...)"
+        )
+
+
+def _check_run(
+    agent: object, user_input: object, run_id: object, tenant: object, deadline_s: object
+) -> None:
+    """Refuse a run's arguments before anything is stored (a run that never starts)."""
+    if not isinstance(agent, Agent):
+        raise ConfigError(f"engine.run(agent, user_input): {agent!r} is not an Agent")
+    if not isinstance(user_input, str):
+        raise ConfigError(
+            f"a run's input is the user's message as a string, not {type(user_input).__name__} "
+            "(a conversation goes on with thread_id=...)"
+        )
+    if run_id is not None and not isinstance(run_id, str):
+        raise ConfigError(f"run_id must be a string (or None for a new one), not {run_id!r}")
+    if not isinstance(tenant, str) or not tenant:
+        raise ConfigError(f"tenant must be a non-empty string, not {tenant!r}")
+    if deadline_s is not None and (
+        not isinstance(deadline_s, (int, float))
+        or isinstance(deadline_s, bool)
+        or not deadline_s > 0
+    ):
+        raise ConfigError(
+            f"deadline_s must be positive seconds (math.inf: none; None: the agent's), "
+            f"not {deadline_s!r}"
+        )
+
+
 class _Paused(Exception):
     """The run stopped at a step boundary on request (a drain); it stays ``running``."""
 
@@ -151,6 +196,7 @@ class Engine(AsyncCloseable):
         observers: Sequence[Observer] = (),
         profile: bool = True,
     ) -> None:
+        _check_parts(store, executor)
         self.store = store or MemoryRunStore()
         self._own_store = store is None
         self.executor = executor or ToolExecutor()
@@ -200,6 +246,7 @@ class Engine(AsyncCloseable):
         new); it starts when the thread's earlier runs have ended, from their history.
         ``egress`` narrows where its tools may connect (the tenant's policy).
         """
+        _check_run(agent, user_input, run_id, tenant, deadline_s)
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,

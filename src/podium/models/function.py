@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 
+from podium.errors import ConfigError, ModelError
 from podium.messages import Message, ToolCall, Usage
 from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode
 
@@ -29,7 +30,8 @@ class FunctionModel(Model):
     """A model whose reply is ``fn(messages, request)`` (sync or async).
 
     Return a string for a final answer, or a :class:`ModelResponse` (see
-    :func:`tool_call_reply`) to call tools. Example::
+    :func:`tool_call_reply`) to call tools; anything else fails the run with reason
+    ``model_error``. Example::
 
         def reply(messages, request):
             if messages[-1].role == "tool":
@@ -46,6 +48,7 @@ class FunctionModel(Model):
         name: str | None = None,
         structured_output: OutputMode = "native",
     ) -> None:
+        _check_arity(fn)
         self.fn = fn
         #: How agents with an ``output_type`` ask it: ``"native"``, the function returns the
         #: JSON text; ``"tool"``, it calls ``final_result`` (``request.settings.output``).
@@ -61,8 +64,31 @@ class FunctionModel(Model):
             result = await result
         if isinstance(result, str):
             result = ModelResponse(content=result)
+        elif not isinstance(result, ModelResponse):
+            raise ModelError(
+                f"{self.name}: the reply function returned {result!r:.80}; return a str "
+                "(the final answer) or a ModelResponse (tool_call_reply(...) to call tools)"
+            )
         if result.usage.requests == 0:
             result.usage = Usage(request.prompt_tokens, max(1, len(result.content) // 4), 0, 1)
         if not result.model:
             result.model = self.name
         return result
+
+
+def _check_arity(fn: object) -> None:
+    """Refuse at construction what could not be called as ``fn(messages, request)``."""
+    if not callable(fn):
+        raise ConfigError(f"FunctionModel takes a function fn(messages, request), not {fn!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or extension callable: nothing to read
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        what = getattr(fn, "__name__", type(fn).__name__)
+        raise ConfigError(
+            f"FunctionModel calls fn(messages, request); {what}{signature} cannot take "
+            "those two arguments"
+        ) from None

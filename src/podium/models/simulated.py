@@ -117,6 +117,14 @@ class Scenario(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     output_tokens: int | None = None
     output: Any = None
 
+    def __post_init__(self) -> None:
+        for step in self.steps:
+            if not isinstance(step, SimStep):  # decoding checks this; a constructor does not
+                raise ConfigError(f"a Scenario's steps are SimStep(...), not {step!r}")
+            for call in step.tool_calls:
+                if not isinstance(call, SimToolCall):
+                    raise ConfigError(f"a SimStep's tool_calls are SimToolCall(...), not {call!r}")
+
     @classmethod
     def react(
         cls,
@@ -165,6 +173,11 @@ class SimulatedModel(Model):
     ) -> None:
         if capacity is not None and capacity < 1:
             raise ConfigError("capacity must be at least 1 (or None for unbounded)")
+        if scenario is not None and not isinstance(scenario, Scenario) and not callable(scenario):
+            raise ConfigError(
+                f"SimulatedModel takes a Scenario or a policy function, not {scenario!r} "
+                "(a fixed answer: SimulatedModel(Scenario(final=...)))"
+            )
         self.name = name
         #: It honours both ways of asking for structured output; this says which agents pick.
         self.structured_output = structured_output

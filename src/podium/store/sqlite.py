@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -32,7 +33,13 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
-from podium.errors import RunNotFoundError, StaleRunError, StoreError, ThreadNotFoundError
+from podium.errors import (
+    ConfigError,
+    RunNotFoundError,
+    StaleRunError,
+    StoreError,
+    ThreadNotFoundError,
+)
 from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.notify import JournalNotifier
@@ -116,6 +123,11 @@ class SQLiteRunStore(RunStore):
         finished_ttl_s: float | None = None,
     ) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise ConfigError(
+                f"{self.path} is a directory: SQLiteRunStore takes the database file's path, "
+                f"e.g. {str(self.path / 'runs.sqlite')!r}"
+            )
         self.finished_ttl_s = finished_ttl_s
         self._next_purge = 0.0  # owned by the database thread
         self._synchronous = synchronous
@@ -142,13 +154,33 @@ class SQLiteRunStore(RunStore):
         if self._closed:
             raise StoreError(f"{self.path}: store is closed")
         loop = asyncio.get_running_loop()
-        if self._thread is None:
-            self._loop = loop
-            self._thread = threading.Thread(target=self._serve, name="podium-sqlite", daemon=True)
-            self._thread.start()
+        if loop is not self._loop:
+            self._bind(loop)
         future: asyncio.Future[T] = loop.create_future()
         self._ops.put((fn, future))
         return future
+
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Serve ``loop``: the first one, or the next once it has closed (a script calling
+        ``asyncio.run`` twice); the database thread answers on the loop bound now."""
+        if self._loop is not None and not self._loop.is_closed():
+            raise StoreError(
+                f"{self.path}: this store serves another event loop, still open; "
+                "open one SQLiteRunStore per loop"
+            )
+        self._loop = loop
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name="podium-sqlite", daemon=True)
+            self._thread.start()
+
+    def _answer(
+        self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+    ) -> None:
+        """Hand ``outcomes`` to the loop (from the database thread). A loop closed since
+        has nobody left to hear them."""
+        assert self._loop is not None
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            self._loop.call_soon_threadsafe(self._resolve, outcomes)
 
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,7 +228,7 @@ class SQLiteRunStore(RunStore):
                 return
             outcome: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
             outcome = [(op[1], None, error)]
-            self._loop.call_soon_threadsafe(self._resolve, outcome)
+            self._answer(outcome)
 
     def _serve(self) -> None:
         try:
@@ -251,8 +283,7 @@ class SQLiteRunStore(RunStore):
             self._held = held_before
             error = StoreError(f"{self.path}: {exc}")
             outcomes = [(future, None, error) for _, future in batch]
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._resolve, outcomes)
+        self._answer(outcomes)
 
     def _resolve(
         self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import time
 import types
@@ -72,7 +73,10 @@ def render_result(value: Any) -> str:
 
 def _call_in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, int]:
     c0 = time.thread_time_ns()
-    value = fn(**kwargs)
+    try:
+        value = fn(**kwargs)
+    except StopIteration as exc:  # a future cannot carry it: the call would never end
+        raise RuntimeError(f"the tool raised StopIteration({exc})") from None
     return value, time.thread_time_ns() - c0
 
 
@@ -82,7 +86,10 @@ def _call_in_process(module: str, qualname: str, kwargs: dict[str, Any]) -> tupl
     for part in qualname.split("."):
         target = getattr(target, part)
     fn = target.fn if isinstance(target, Tool) else target
-    value = fn(**kwargs)
+    try:
+        value = fn(**kwargs)
+    except StopIteration as exc:  # as in _call_in_thread
+        raise RuntimeError(f"the tool raised StopIteration({exc})") from None
     return value, time.thread_time_ns() - c0
 
 
@@ -153,7 +160,9 @@ class ToolExecutor:
             if type(value) is str:
                 return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
             return self._execute(tool, args, ctx, t0, _First(value, None))
-        except Exception as exc:
+        except BaseException as exc:
+            if _escapes(exc):
+                raise
             return self._execute(tool, args, ctx, t0, _First(None, exc))
         return _continue(self, tool, args, ctx, t0, coro, pending, task)
 
@@ -214,14 +223,16 @@ class ToolExecutor:
                     f"error: tool {tool.name!r} timed out after {policy.timeout_s}s",
                 )
                 retryable = policy.retry_on_timeout
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit too: a CLI's main() made a tool
+                if _escapes(exc):
+                    raise
                 failure = ("exception", _describe(tool, exc))
                 retryable = isinstance(exc, policy.retry_on)
             else:
                 try:
                     content = render_result(value)
                 except (msgspec.EncodeError, TypeError) as exc:
-                    failure = ("unserializable", _describe(tool, exc))
+                    failure = ("unserializable", _unserializable(tool, value, exc))
                     retryable = False
                 else:
                     if breaker is not None:
@@ -355,12 +366,19 @@ def _continue_gen(
             if type(value) is str:
                 return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
             first = _First(value, None)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             # Ours if the deadline fired and nothing else cancelled the task meanwhile.
-            if deadline is None or not deadline.fired or task is None or task.uncancel():
+            if deadline is not None and deadline.fired and task is not None:
+                if task.uncancel():
+                    raise
+                first = _First(None, TimeoutError())
+            elif _escapes(exc):
                 raise
-            first = _First(None, TimeoutError())
-        except Exception as exc:
+            else:
+                first = _First(None, exc)
+        except BaseException as exc:
+            if _escapes(exc):
+                raise
             first = _First(None, exc)
     finally:
         if deadline is not None:
@@ -374,3 +392,24 @@ _continue = types.coroutine(_continue_gen)
 
 def _describe(tool: Tool[Any, Any], exc: BaseException) -> str:
     return f"error: tool {tool.name!r} failed: {type(exc).__name__}: {exc}"
+
+
+def _escapes(exc: BaseException) -> bool:
+    """Whether what a tool call raised goes on up instead of becoming its failure: Ctrl-C,
+    a coroutine being closed, or a cancellation of the task running the call. Everything
+    else a tool raises is its failure, ``SystemExit`` and a cancellation it raised itself
+    (awaiting a task it had cancelled) included: one tool cannot stop a worker."""
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is None or task.cancelling() > 0
+    return isinstance(exc, (KeyboardInterrupt, GeneratorExit))
+
+
+def _unserializable(tool: Tool[Any, Any], value: Any, exc: BaseException) -> str:
+    if inspect.iscoroutine(value):
+        value.close()  # never to be awaited: closed here, without a "never awaited" warning
+        return f"error: tool {tool.name!r} returned a coroutine it did not await (a tool bug)"
+    return (
+        f"error: tool {tool.name!r} returned a {type(value).__name__}, which cannot be sent "
+        f"as JSON ({exc})"
+    )

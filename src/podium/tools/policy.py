@@ -51,10 +51,12 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if self.retries < 0:
             raise ConfigError("retries must be >= 0")
-        if self.timeout_s is not None and self.timeout_s <= 0:
+        if self.timeout_s is not None and not self.timeout_s > 0:  # NaN too: it never fires
             raise ConfigError("timeout_s must be positive or None")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise ConfigError("max_concurrency must be >= 1 or None")
+        if self.max_result_tokens is not None and self.max_result_tokens < 1:
+            raise ConfigError("max_result_tokens must be >= 1 or None (the agent's limit)")
 
 
 def backoff_delay(

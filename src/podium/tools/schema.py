@@ -83,9 +83,20 @@ def build_args_struct(
             continue
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ToolDefinitionError(f"tool {name!r}: *args/**kwargs cannot become a schema")
+        if param.kind is param.POSITIONAL_ONLY:  # tools are called with keyword arguments
+            raise ToolDefinitionError(
+                f"tool {name!r}: parameter {param.name!r} is positional-only; the model's "
+                "arguments are passed by name: remove the '/'"
+            )
         if param.name not in hints:
-            raise ToolDefinitionError(f"tool {name!r}: parameter {param.name!r} needs a type hint")
+            hint = ""
+            if param.name in ("self", "cls"):
+                hint = " (a method? decorate it on an instance instead: tool(obj.method))"
+            raise ToolDefinitionError(
+                f"tool {name!r}: parameter {param.name!r} needs a type hint{hint}"
+            )
         annotation = hints[param.name]
+        _check_param(name, param, annotation)
         if param.default is inspect.Parameter.empty:
             fields.append((param.name, annotation))
         else:
@@ -101,6 +112,31 @@ def build_args_struct(
         gc=False,
     )
     return struct, tuple(names)
+
+
+def _check_param(tool: str, param: inspect.Parameter, annotation: Any) -> None:
+    """Refuse a parameter the model could not be told about: a type with no JSON Schema,
+    or a default that is not a JSON value (the schema shows it)."""
+    try:
+        msgspec.json.schema(annotation)
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"tool {tool!r}: parameter {param.name!r}: type {_type_name(annotation)} has no "
+            "JSON Schema; use str, int, float, bool, a list or dict of them, a msgspec "
+            f"Struct, a dataclass or a TypedDict ({str(exc).splitlines()[-1]})"
+        ) from exc
+    if param.default is not inspect.Parameter.empty:
+        try:
+            msgspec.json.encode(param.default)
+        except Exception as exc:
+            raise ToolDefinitionError(
+                f"tool {tool!r}: parameter {param.name!r}: its default {param.default!r} is "
+                "not a JSON value (the model is shown it); use None, a number, a string..."
+            ) from exc
+
+
+def _type_name(annotation: Any) -> str:
+    return annotation.__qualname__ if isinstance(annotation, type) else repr(annotation)
 
 
 def schema_for(struct: type[msgspec.Struct], descriptions: dict[str, str]) -> dict[str, Any]:

@@ -9,14 +9,16 @@ idempotency key ``run_id:step:call``.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import msgspec
 
-from podium.errors import ToolDefinitionError
+from podium.errors import ConfigError, ToolDefinitionError
 from podium.models.base import ToolDefinition
 from podium.security.sandbox import Sandbox
 from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy
@@ -66,10 +68,15 @@ class Tool(Generic[P, R]):
         policy: ToolPolicy | None = None,
         requires_approval: ApprovalPolicy = False,
     ) -> None:
+        _refuse_non_function(fn, name)
         self.fn = fn
         self.name = name or fn.__name__
         if not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ToolDefinitionError(f"tool name {self.name!r}: use letters, digits, _ and -")
+            lam = not name and fn.__name__ == "<lambda>"
+            hint = " (a lambda has no name: use a def, or pass name=...)" if lam else ""
+            raise ToolDefinitionError(
+                f"tool name {self.name!r}: use letters, digits, _ and -{hint}"
+            )
         self.policy = policy or ToolPolicy()
         self.is_async = inspect.iscoroutinefunction(fn)
         if self.policy.cpu_bound and self.is_async:
@@ -80,6 +87,12 @@ class Tool(Generic[P, R]):
         skip = frozenset({self.context_param}) if self.context_param else frozenset()
         self.args_type, self.param_names = build_args_struct(fn, self.name, skip)
         self.parameters = schema_for(self.args_type, doc.params)
+        unknown = [a for a in self.policy.secret_args if a not in self.param_names]
+        if unknown:  # a misspelt secret would be journaled in clear
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: secret_args names {', '.join(map(repr, unknown))}, which "
+                f"is not a parameter (its parameters: {', '.join(self.param_names) or 'none'})"
+            )
         self.definition = ToolDefinition(self.name, self.description, self.parameters)
         self._decoder = msgspec.json.Decoder(self.args_type)
         self.breaker = CircuitBreaker(self.policy.breaker) if self.policy.breaker else None
@@ -119,13 +132,63 @@ class Tool(Generic[P, R]):
         return f"Tool({self.name!r})"
 
 
+def _refuse_non_function(fn: object, name: str | None) -> None:
+    """A tool is a function, a bound method or a wrapper of one (``functools.cache``);
+    what cannot work is refused here, saying what to write instead (the executor calls
+    ``fn(**arguments)`` and sends its result, so a generator could not work)."""
+    if isinstance(fn, Tool):
+        raise ToolDefinitionError(f"{fn!r} is a tool already: pass it as it is")
+    if isinstance(fn, type):
+        raise ToolDefinitionError(
+            f"@tool takes a function, not the class {fn.__name__}: decorate a function, "
+            "or a method on an instance: tool(obj.method)"
+        )
+    if isinstance(fn, functools.partial):
+        raise ToolDefinitionError(
+            "@tool cannot take a functools.partial (it has no name, docstring or type hints "
+            "of its own, and its bound arguments would show in the schema): write a def that "
+            "calls the function and decorate that"
+        )
+    if not callable(fn):
+        raise ToolDefinitionError(
+            f"@tool takes a function (def or async def), not {type(fn).__name__} {fn!r}"
+        )
+    own_name = getattr(fn, "__name__", None)
+    if not isinstance(own_name, str):
+        raise ToolDefinitionError(
+            f"@tool takes a function, and a {type(fn).__name__} object is not one: decorate "
+            'its method instead, e.g. tool(name="...")(obj.__call__)'
+        )
+    if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ToolDefinitionError(
+            f"tool {name or own_name!r} is a generator: a tool returns its result "
+            "(collect the items into a list and return that)"
+        )
+
+
+def _check_options(secret_args: object, breaker: object) -> None:
+    if isinstance(secret_args, str):  # tuple("api_key") would be ("a", "p", "i", ...)
+        raise ConfigError(
+            f"secret_args takes a tuple of parameter names: secret_args=({secret_args!r},)"
+        )
+    if isinstance(breaker, bool):  # True is an int: it would mean a threshold of 1
+        raise ConfigError(
+            "breaker takes a failure threshold (e.g. breaker=5) or a BreakerPolicy, not a bool"
+        )
+
+
 def _find_context_param(fn: Callable[..., Any]) -> str | None:
+    """The parameter annotated ``ToolContext`` (or ``ToolContext | None``), if any."""
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = {}
     for pname, hint in hints.items():
         if hint is ToolContext:
+            return pname
+        if typing.get_origin(hint) in (typing.Union, types.UnionType) and ToolContext in (
+            typing.get_args(hint)
+        ):  # optional so the function can be called without one: still not the model's
             return pname
     return None
 
@@ -199,6 +262,7 @@ def tool(
     run before the call until a human approves, rejects or edits it (see
     ``docs/approvals.md``).
     """
+    _check_options(secret_args, breaker)
     kwargs: dict[str, Any] = {
         "timeout_s": timeout,
         "retries": retries,
