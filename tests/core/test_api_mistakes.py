@@ -520,3 +520,92 @@ def test_a_sqlite_store_serves_one_asyncio_run_after_another(tmp_path: Path) -> 
     second = asyncio.run(asyncio.wait_for(engine.run(agent, "two"), 5))
     assert (first.status, second.status) == ("completed", "completed")
     asyncio.run(store.aclose())
+
+
+class _Buggy(Model):
+    """A custom model with a bug: raises ``exc``, or returns ``reply`` (not a ModelResponse),
+    at once or after waiting (another path through the engine); ``stream`` for the path of
+    a run someone listens to."""
+
+    def __init__(
+        self, exc: BaseException | None = None, reply: object = None, *, wait: bool = False
+    ) -> None:
+        self.name = "buggy"
+        self.exc, self.reply, self.wait = exc, reply, wait
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        if self.wait:
+            await asyncio.sleep(0.001)
+        if self.exc is not None:
+            raise self.exc
+        return self.reply  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["at-once", "after-waiting"])
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        (lambda wait: _Buggy(KeyError("choices"), wait=wait), "buggy raised KeyError: 'choices'"),
+        (lambda wait: _Buggy(reply="hello", wait=wait), "buggy: request() returned str 'hello'"),
+        (lambda wait: _Buggy(reply=None, wait=wait), "buggy: request() returned NoneType None"),
+    ],
+    ids=["raises", "returns-str", "returns-none"],
+)
+@anyio
+async def test_a_model_with_a_bug_fails_its_run_instead_of_leaving_it_running(
+    model: Callable[[bool], Model], says: str, wait: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = Agent("a", model(wait), "")
+    async with Engine() as engine:
+        record = await engine.run(agent, "go")
+        stored = await engine.store.get(record.run_id)
+    assert (record.status, record.reason) == ("failed", "model_error")
+    assert record.error is not None and says in record.error, record.error
+    assert stored is not None and stored.status == "failed"  # not left "running"
+    if "raised" in says:  # the bug's traceback is in the log
+        assert any(r.exc_info and r.name == "podium.engine" for r in caplog.records)
+
+
+@anyio
+async def test_a_reply_function_that_raises_fails_its_run() -> None:
+    def reply(messages: Sequence[Message], request: ModelRequest) -> str:
+        return {"a": 1}["b"]  # type: ignore[no-any-return]
+
+    async with Engine() as engine:
+        record = await engine.run(Agent("a", FunctionModel(reply, name="fn"), ""), "go")
+    assert (record.status, record.reason, record.error) == (
+        "failed", "model_error", "ModelError: fn raised KeyError: 'b'"
+    )
+
+
+@anyio
+async def test_a_streaming_model_with_a_bug_fails_its_run() -> None:
+    from podium.models.base import StreamDelta
+    from podium.streaming import LocalTokenChannel
+
+    class BuggyStream(_Buggy):
+        async def stream(self, request: ModelRequest) -> Any:  # type: ignore[override]
+            yield StreamDelta(content="hel")
+            raise ValueError("bad chunk")
+
+    agent = Agent("a", BuggyStream(), "")
+    channel = LocalTokenChannel()
+    async with Engine() as engine:
+        engine.tokens = channel
+        record = await engine.create(agent, "go")
+        listener = await channel.subscribe(record.run_id)
+        try:
+            done = await engine.execute(agent, record)
+        finally:
+            listener.close()
+    assert (done.status, done.reason) == ("failed", "model_error")
+    assert done.error is not None and "buggy raised ValueError: bad chunk" in done.error
+
+
+@anyio
+async def test_a_model_whose_service_is_away_still_raises_for_the_worker_to_wait_out() -> None:
+    # An OSError is a service away, not a bug: the worker backs off and resumes the run.
+    agent = Agent("a", _Buggy(ConnectionRefusedError("down")), "")
+    async with Engine() as engine:
+        with pytest.raises(ConnectionRefusedError):
+            await engine.run(agent, "go")

@@ -24,6 +24,7 @@ from podium.engine import approvals, decisions
 from podium.engine.children import attach
 from podium.engine.handoff import handed_off
 from podium.engine.hook import EngineHook
+from podium.engine.model_faults import model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
@@ -528,9 +529,15 @@ class Engine(AsyncCloseable):
                             response = answered.value
                         except ModelReplyError:
                             response = await self._call_model(agent, request, sw, 1)
+                        except (ModelError, OSError):
+                            raise
+                        except Exception as exc:  # a bug in the model's code
+                            raise model_fault(agent.model, exc) from exc
                         else:
                             response = await self._wait_model(agent, request, sw, coro, pending)
                         del coro  # a finished coroutine is one more object for the collector
+                    if not isinstance(response, ModelResponse):  # a custom model's mistake
+                        raise not_a_reply(agent.model, response)
                     sw.lap(_MODEL)
                     state.attained_s += sw.t[_MODEL] / 1e9
                     # parse
@@ -793,6 +800,10 @@ class Engine(AsyncCloseable):
         except ModelReplyError:
             if agent.model_retries < 1:
                 raise
+        except (ModelError, OSError):
+            raise
+        except Exception as exc:  # a bug in the model's code
+            raise model_fault(agent.model, exc) from exc
         finally:
             sw.resume(_MODEL)
         return await self._call_model(agent, request, sw, 1)
@@ -1137,6 +1148,10 @@ class Engine(AsyncCloseable):
                     raise
                 attempt += 1
                 continue
+            except (ModelError, OSError):
+                raise
+            except Exception as exc:  # a bug in the model's code
+                raise model_fault(agent.model, exc) from exc
             return response
 
     async def _run_one(
@@ -1222,7 +1237,12 @@ class Engine(AsyncCloseable):
                 response, _ = await self._eager(agent.model.request(request), sw, _MERGE)
             except ModelError:
                 response = None
-            if response is not None and response.content.strip():
+            except OSError:
+                raise
+            except Exception as exc:  # a bug in the model's code: summarize without it
+                model_fault(agent.model, exc)
+                response = None
+            if isinstance(response, ModelResponse) and response.content.strip():
                 summary = ctx.tokenizer.truncate(response.content, policy.summary_max_tokens)
                 method = "model"
                 state.add_usage(response.usage)

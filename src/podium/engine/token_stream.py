@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 
 from podium.agent import Agent
+from podium.engine.model_faults import model_fault
 from podium.engine.stopwatch import Stopwatch
-from podium.errors import ModelReplyError
+from podium.errors import ModelError, ModelReplyError
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.security.redact import redactor_for
 from podium.streaming.base import TokenChannel, TokenDelta
@@ -43,6 +44,10 @@ async def stream_model(
             if attempt >= agent.model_retries:
                 raise
             attempt += 1
+        except (ModelError, OSError):  # a backend's failure; a service away (the channel's)
+            raise
+        except Exception as exc:  # a bug in the model's code
+            raise model_fault(agent.model, exc) from exc
 
 
 async def _stream_once(
