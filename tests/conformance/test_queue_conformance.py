@@ -44,7 +44,10 @@ async def test_claim_waits_for_a_submit(queues: QueueBackend) -> None:
     waiting = asyncio.create_task(a.claim("w1", block_s=10))
     await asyncio.sleep(0.05)
     await b.submit(QueueItem("r1", "agent"))
-    assert [c.item.run_id for c in await waiting] == ["r1"]
+    (claim,) = await waiting
+    assert claim.item.run_id == "r1"
+    # Claimed when it arrived, not when the wait began: its queue wait is never negative.
+    assert claim.claimed_at >= claim.item.enqueued_at
     assert await a.claim("w1", block_s=0.05) == []  # nothing more: returns when the wait ends
 
 

@@ -16,10 +16,14 @@ from conftest import KEY_A, KEY_B, ServerProcess
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 async def call_agent(
     server: ServerProcess, key: str, agent: str, text: str
 ) -> types.CallToolResult:
-    headers = {"Authorization": f"Bearer {key}"}
+    # An instrumented client sends its W3C trace context: the run continues that trace.
+    headers = {"Authorization": f"Bearer {key}", "traceparent": TRACEPARENT}
     async with (
         create_mcp_http_client(headers=headers) as client,
         streamable_http_client(f"{server.url}/mcp", http_client=client) as streams,
@@ -44,6 +48,7 @@ async def test_an_mcp_client_runs_a_durable_agent(server: ServerProcess) -> None
         runs = http.get("/v1/runs", params={"agent": "react", "limit": "100"}).json()["data"]
     mine = [r for r in runs if r["input"] == text]
     assert len(mine) == 1 and mine[0]["status"] == "completed", runs
+    assert mine[0]["metadata"] == {"via": "mcp", "traceparent": TRACEPARENT}
     with server.client(KEY_A) as http:
         events = http.get(f"/v1/runs/{mine[0]['id']}/events").text
     assert "lookup" in events

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import threading
 import time
+import traceback
 
 import pytest
 
 from podium import Agent, Engine, FunctionModel, tool, tool_call_reply
-from podium.observe.blocking import BlockingDetector, BlockingEvent, detector_from_env
+from podium.observe.blocking import (
+    NO_CALLBACK,
+    BlockingDetector,
+    BlockingEvent,
+    _culprit,
+    detector_from_env,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +72,22 @@ async def test_a_loop_that_never_blocks_counts_nothing() -> None:
     detector.stop()
     assert detector.statistics().blocks == 0
     assert not detector.running
+
+
+async def test_a_loop_starved_between_callbacks_is_not_blamed_on_the_code_that_started_it() -> (
+    None
+):
+    """When the process gets no CPU (a busy host, a container's CPU limit) or another thread
+    holds the GIL, the watchdog samples the loop's thread waiting inside the loop: the stall
+    names no callback, not the frame that called ``asyncio.run`` (``podium serve``'s)."""
+    loop_thread = threading.get_ident()
+
+    def sample_the_loop() -> traceback.StackSummary:
+        return traceback.extract_stack(sys._current_frames()[loop_thread])
+
+    await asyncio.to_thread(lambda: None)  # the executor's thread exists: no start to wait on
+    waiting = await asyncio.to_thread(sample_the_loop)  # the loop waits for it meanwhile
+    assert _culprit(waiting) == NO_CALLBACK, waiting.format()
 
 
 def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

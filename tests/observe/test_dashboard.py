@@ -201,3 +201,41 @@ def test_the_throughput_series_counts_recent_runs_per_second() -> None:
     assert round(sum(series) * 5) == 3  # the run of 500 s ago is outside the two minutes
     # The newest 500 runs reach back only 8 s: the series starts there, not at zero.
     assert len(_throughput(runs[:3], 1_000.0, full=True)) == 2
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_a_stuck_run_stays_at_the_top_however_many_runs_came_after_it() -> None:
+    """The longest-running table answers "is anything stuck?": a run running for an hour
+    is listed even when far more than the newest 500 runs have been created since."""
+    import time
+
+    from podium.config import load_config
+    from podium.engine.records import RunRecord
+    from podium.gateway.app import create_app
+    from podium.gateway.runtime import build_gateway
+    from podium.gateway.service import ServedAgent
+    from podium.store.memory import MemoryRunStore
+
+    from .observe_agents import support
+
+    store = MemoryRunStore()
+    now = time.time()
+    stuck = RunRecord("run_stuck", "support", "A-1?", status="running", created_at=now - 3600,
+                      started_at=now - 3600)
+    await store.create(stuck)
+    for i in range(600):  # newer runs, finished
+        await store.create(RunRecord(f"run_done_{i}", "support", "A-1?", status="completed",
+                                     created_at=now - 60 + i / 100, finished_at=now))
+    config = load_config(None, {"PODIUM_KEYS": f"{KEY}=ops:admin"})
+    gw = build_gateway(config, [ServedAgent(support())], store=store)
+    await gw.start()
+    try:
+        transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://podium.test") as http:
+            data = (await http.get("/dashboard/data",
+                                   headers={"Authorization": f"Bearer {KEY}"})).json()
+    finally:
+        await gw.stop()
+    assert data["statuses"] == {"completed": 500}  # the newest 500 runs, as documented
+    assert [r["run_id"] for r in data["running"]] == ["run_stuck"]
+    assert data["running"][0]["elapsed_s"] >= 3600

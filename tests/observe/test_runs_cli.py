@@ -97,8 +97,10 @@ async def test_show_prints_the_messages_and_the_step_timeline(
     assert [t["step"] for t in shown["timeline"]] == [0, 1]
     starts = [t["start_ms"] for t in shown["timeline"]]
     assert starts[1] >= starts[0]
-    missing = podium("show", "run_nope", *args)
-    assert missing.returncode == 2 and "no run" in missing.stderr
+    for verb in ("show", "tail"):
+        missing = podium(verb, "run_nope", *args)
+        assert missing.returncode == 2, missing
+        assert "error: no run 'run_nope' in this store" in missing.stderr, missing.stderr
 
 
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
@@ -147,3 +149,25 @@ def test_a_missing_store_is_an_error_not_a_new_file(tmp_path: Path) -> None:
     assert out.returncode == 2 and "no such SQLite store" in out.stderr
     assert not path.exists()
     assert podium("list").returncode == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("list", "--redis", "localhost:6379"), "Redis URL 'localhost:6379' is malformed"),
+        (("show", "run_x", "--store", "redis://h:port6379/0"), "is malformed"),
+        (("list", "--store", "x.sqlite", "--since", "last week"), "is not a time"),
+        (("list", "--store", "x.sqlite", "--limit", "0"), "--limit: must be at least 1"),
+    ],
+    ids=["redis-url", "store-url", "since", "limit"],
+)
+def test_clumsy_input_is_one_line_not_a_traceback(
+    args: tuple[str, ...], said: str, tmp_path: Path
+) -> None:
+    (tmp_path / "x.sqlite").write_bytes(b"")
+    out = subprocess.run(
+        [sys.executable, "-m", "podium.cli.main", "runs", *args], cwd=tmp_path,
+        capture_output=True, text=True, env=subprocess_env(COLUMNS="200"), timeout=60,
+    )
+    assert out.returncode == 2, out
+    assert "Traceback" not in out.stderr and said in out.stderr, out.stderr

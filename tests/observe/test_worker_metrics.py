@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 import httpx
@@ -182,6 +183,40 @@ async def test_the_gateway_exports_its_embedded_engines_steps() -> None:
     assert value(parsed, "podium_tool_calls_total", tool="lookup", outcome="ok") == 3
     assert value(parsed, "podium_runs_finished_total", status="completed") == 3
     assert value(parsed, "podium_http_requests_total") >= 3  # the gateway's own metrics too
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_a_gateway_in_front_of_workers_counts_its_own_stalls_and_cpu(
+    redis_url: str, prefix: str
+) -> None:
+    """With no engine of its own (workers drive the runs) the gateway still exports its
+    loop's stalls, its CPU and its context switches, as every serving process does."""
+    from podium.config import load_config
+    from podium.gateway.app import create_app
+    from podium.gateway.auth import KeyRing
+    from podium.gateway.service import Gateway, ServedAgent
+    from podium.observe.blocking import BlockingDetector
+
+    config = load_config(None, {"PODIUM_KEYS": "pk_metrics_test=ops:admin"})
+    gw = Gateway(config, [ServedAgent(support())], RedisRunStore(redis_url, prefix=prefix),
+                 RedisQueue(redis_url, prefix=prefix), KeyRing(config.keys))
+    stalled = asyncio.Event()
+    gw.blocking = BlockingDetector(20, on_block=lambda event: stalled.set())
+    await gw.start()
+    try:
+        time.sleep(0.1)  # noqa: ASYNC251 - a stall of the gateway's own loop
+        await stalled.wait()
+        transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))
+        async with httpx.AsyncClient(transport=transport, base_url="http://podium.test",
+                                     headers={"Authorization": "Bearer pk_metrics_test"}) as c:
+            parsed = samples((await c.get("/metrics")).text)
+    finally:
+        await gw.stop()
+    assert gw.engine is None and gw.run_metrics is None
+    assert value(parsed, "podium_event_loop_blocked_total") >= 1
+    assert value(parsed, "podium_process_cpu_seconds_total") > 0
+    assert ("podium_context_switches_total", frozenset({("kind", "voluntary")})) in parsed
+    assert ("podium_context_switches_total", frozenset({("kind", "involuntary")})) in parsed
 
 
 async def test_backend_occupancy_and_queue_wait_are_sampled() -> None:

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from podium.cli.common import check_output_file, write_output_file
+from podium.cli.common import check_output_file, check_redis_url, positive_int, write_output_file
 from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
@@ -80,7 +80,8 @@ def register(sub: Any) -> None:
         q.add_argument("--tenant")
         q.add_argument("--since", metavar="WHEN", help="created after: 15m, 2h, 1d, ISO, epoch")
         q.add_argument("--until", metavar="WHEN", help="created before (same forms)")
-        q.add_argument("--limit", type=int, default=limit, help=f"at most N runs ({limit})")
+        q.add_argument("--limit", type=positive_int, default=limit,
+                       help=f"at most N runs ({limit})")
 
     q = verbs.add_parser("list", help="runs, newest first, filtered")
     common(q)
@@ -112,6 +113,9 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
         try:
             if getattr(args, "report", None):  # written at the end: refused before the query
                 check_output_file(args.report, "--report")
+            redis = args.redis or (args.store if "://" in (args.store or "") else None)
+            if redis is not None:  # a typo is one line, not redis-py's traceback
+                check_redis_url(redis)
             store = open_store(args.store, redis=args.redis, prefix=args.prefix)
             return asyncio.run(_with_store(store, verb, args))
         except (ConfigError, PodiumError) as exc:
@@ -335,11 +339,10 @@ def _print_timeline(console: Console, timeline: list[Any]) -> None:
 
 async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> int:
     async def run() -> int:
-        record = await store.get(args.run_id)
+        record = await _get(store, args.run_id)
         if not args.json:
-            if record is not None:
-                _header(console, record)
-                console.print(f"[bold]user[/bold]: {escape(record.input)}")
+            _header(console, record)
+            console.print(f"[bold]user[/bold]: {escape(record.input)}")
             console.print(f"[dim]following {args.run_id}…[/dim]")
         status = "unknown"
         async for item in follow(store, args.run_id):

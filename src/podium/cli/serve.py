@@ -147,6 +147,10 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
     from podium.gateway.runtime import build_gateway, load_agents
 
     served = load_agents(config)
+    # After the agents' modules: an application may install its own tracer provider there.
+    from podium.observe.otel_env import check_tracing_env
+
+    check_tracing_env()  # a bad OTEL_* setting is one line now, not a traceback at start-up
     if args.model:
         model = model_from_option(args.model, config)
         for s in served:

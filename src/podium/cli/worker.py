@@ -24,6 +24,7 @@ from podium.cli.common import (
 )
 from podium.config import load_config
 from podium.factory import worker_agents
+from podium.observe.otel_env import check_tracing_env
 
 __all__ = ("register",)
 
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         importlib.import_module(module)
     # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
     agents = worker_agents(config, args.agent, args.pool)
+    check_tracing_env()  # a bad OTEL_* setting: one line here, not each child's traceback
     ttl = server.ttl_s if args.ttl is None else args.ttl
     if ttl < 0:
         raise UserError("--ttl must be 0 (never) or positive")

@@ -361,7 +361,9 @@ def _routes(gw: Gateway) -> list[Route]:
         _query(request, frozenset())
         key = idempotency_key(request)
         body = await read_json(request, openai_facade.ChatRequest, max_body, body_timeout)
-        return await openai_facade.complete(gw, tenant, body, idempotency_key=key)
+        return await openai_facade.complete(
+            gw, tenant, body, idempotency_key=key, headers=request.headers
+        )
 
     async def healthz(request: Request) -> Response:
         return json_response(Health("ok"))

@@ -5,7 +5,8 @@ operator's key (``admin = true``) from its URL fragment (``/dashboard#key=pk_…
 never sent to the server in a URL) or asks for it, then polls ``/dashboard/data``
 with it every second and draws what it gets with inline SVG: runs per status (of
 every tenant, or ``#tenant=NAME``'s), throughput, where a step's time goes, the
-longest-running runs, model backend occupancy, queue depths. ``#run=ID`` shows one
+longest-running runs (however many runs started since), model backend occupancy, queue
+depths. ``#run=ID`` shows one
 run's step timeline and messages. No script or style is fetched from anywhere.
 
 The runs and queues are read from the store and the queue, so the page is the same
@@ -38,6 +39,9 @@ __all__ = ("dashboard_routes",)
 
 _RECENT = 500  # the newest runs the page summarizes
 _LONGEST = 10
+#: Running runs searched for the longest-running (the store lists newest first): a run
+#: stuck for an hour is older than the newest _RECENT, so it is looked for among these.
+_RUNNING = 2000
 _WINDOW_S, _BUCKET_S = 120, 5  # the throughput plot: two minutes in 5-second steps
 
 
@@ -97,7 +101,7 @@ async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
          "wait_ms": summary.phases[name].wait_ms_total / steps}
         for name in STEP_PHASES
     ]
-    running = sorted((r for r in runs if r.status == "running"),
+    running = sorted(await gw.store.list(tenant=tenant, status="running", limit=_RUNNING),
                      key=lambda r: r.started_at or now)[:_LONGEST]
     queues = {}
     for pool in gw.pools:

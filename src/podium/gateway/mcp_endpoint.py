@@ -25,6 +25,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from podium.gateway.errors import ApiError
+from podium.observe.tracing import submit_context
 
 if TYPE_CHECKING:
     from podium.gateway.service import Gateway
@@ -86,7 +87,9 @@ def _runner(gateway: Gateway, name: str) -> Callable[..., Awaitable[str]]:
             raise ToolError("no HTTP request to authenticate")
         try:
             tenant = gateway.keys.authenticate(request.headers)
-            record, _ = await gateway.submit(tenant, name, input, {"via": "mcp"})
+            with submit_context(gateway.tracer, request.headers, {"via": "mcp"}, name,
+                                "/mcp") as metadata:
+                record, _ = await gateway.submit(tenant, name, input, metadata)
             record = await gateway.wait(record.run_id, gateway.config.server.wait_timeout_s)
         except ApiError as exc:  # refused (rate, backlog): the client reads why
             raise ToolError(f"{exc.type}: {exc}") from exc

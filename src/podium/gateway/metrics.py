@@ -8,6 +8,7 @@ gateway has its own registry (several can live in one test process).
 
 from __future__ import annotations
 
+import resource
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -105,6 +106,31 @@ class _StatisticsCollector(Collector):
             active.add_metric([worker.pool, w.consumer], w.active)
         yield active
         yield _screen_verdicts()
+        if gw.run_metrics is None:  # no engine here (workers drive the runs): counted below
+            yield from _process_counters(gw)
+
+
+def _process_counters(gw: Gateway) -> Iterator[Metric]:
+    """The counters a process that drives runs exports through its ``RunMetrics``, read at
+    scrape time for a gateway in front of workers: its loop's stalls, CPU, context switches."""
+    if gw.blocking is not None:
+        yield CounterMetricFamily(
+            "podium_event_loop_blocked",
+            "Callbacks that held the event loop past the blocking threshold.",
+            value=gw.blocking.statistics().blocks,
+        )
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    yield CounterMetricFamily(
+        "podium_process_cpu_seconds",
+        "CPU time of the process (user+system).",
+        value=usage.ru_utime + usage.ru_stime,
+    )
+    switches = CounterMetricFamily(
+        "podium_context_switches", "Context switches of the process.", labels=["kind"]
+    )
+    switches.add_metric(["voluntary"], usage.ru_nvcsw)
+    switches.add_metric(["involuntary"], usage.ru_nivcsw)
+    yield switches
 
 
 def _screen_verdicts() -> CounterMetricFamily:

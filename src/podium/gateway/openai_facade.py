@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import msgspec
 from starlette.responses import Response, StreamingResponse
@@ -56,6 +56,7 @@ from podium.gateway.schemas import (
     ChunkDelta,
 )
 from podium.gateway.service import Gateway
+from podium.observe.tracing import submit_context
 from podium.streaming.base import TokenSubscription
 
 __all__ = ("ChatRequest", "complete", "input_from_messages")
@@ -106,11 +107,17 @@ def _check_completed(record: RunRecord) -> None:
 
 
 async def complete(
-    gw: Gateway, tenant: Tenant, body: ChatRequest, *, idempotency_key: str | None = None
+    gw: Gateway,
+    tenant: Tenant,
+    body: ChatRequest,
+    *,
+    idempotency_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Response:
     """Run the agent ``body.model`` on the conversation and answer like OpenAI would.
 
-    With ``idempotency_key`` a retried request answers from the run the first made.
+    With ``idempotency_key`` a retried request answers from the run the first made; the
+    run continues the W3C trace context (``traceparent``) of the request's ``headers``.
     """
     fmt = body.response_format
     wants_json = fmt is not None and fmt.type != "text"
@@ -132,16 +139,19 @@ async def complete(
     # structured answer is sent whole, once validated (a client parses the JSON at once).
     tokens = await gw.listen(run_id) if body.stream and not structured else None
     try:
-        record, _ = await gw.submit(
-            tenant,
-            body.model,
-            user_input,
-            body.metadata or {},
-            field="model",
-            idempotency_key=idempotency_key,
-            run_id=run_id,
-            thread_id=body.thread_id,
-        )
+        with submit_context(
+            gw.tracer, headers or {}, body.metadata or {}, body.model, "/v1/chat/completions"
+        ) as metadata:
+            record, _ = await gw.submit(
+                tenant,
+                body.model,
+                user_input,
+                metadata,
+                field="model",
+                idempotency_key=idempotency_key,
+                run_id=run_id,
+                thread_id=body.thread_id,
+            )
     except BaseException:
         if tokens is not None:
             tokens.close()

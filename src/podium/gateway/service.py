@@ -140,11 +140,13 @@ class Gateway:
     # -- lifecycle --------------------------------------------------------------------------
 
     async def start(self) -> None:
+        # OTEL_* configured: spans, trace context to workers. First: importing the SDK and
+        # its exporter holds the loop ~0.1 s, a stall of start-up, not of serving.
+        self.tracer = tracer_from_env()
         self.lag.start()
         self.blocking = self.blocking or detector_from_env()
         if self.blocking is not None:
             self.blocking.start()
-        self.tracer = tracer_from_env()  # OTEL_* configured: spans, trace context to workers
         if self.engine is not None and self.run_metrics is None:  # engine steps on /metrics
             self.run_metrics = RunMetrics(self.metrics.registry, own_gauges=False)
             self.run_metrics.start(queue=self.queue, blocking=self.blocking,

@@ -17,7 +17,11 @@ detector makes it visible, cheaply:
 A stall longer than ``threshold + interval`` is always caught; a shorter one
 past the threshold is caught when it straddles a heartbeat. A call that holds
 the GIL the whole time (a long C routine) is counted without a stack: the
-watchdog cannot run until it lets go.
+watchdog cannot run until it lets go. A loop late with no callback running (its
+thread sampled waiting inside the loop itself) was starved, not blocked by its
+code: the process got no CPU (a busy host, a container's CPU limit) or another
+thread held the GIL; it is counted and said so, never blamed on the frame that
+started the loop.
 
 Example::
 
@@ -59,6 +63,13 @@ ENV_VAR = "PODIUM_BLOCKING_MS"
 
 _STDLIB = (sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"])
 _OWN_FILE = __file__
+#: Where a loop's thread waits between callbacks: asyncio's own loop (its selector), or,
+#: for uvloop (no Python frames of its own), the frame that runs it.
+_IN_LOOP = ("selectors.py",)
+_RUNS_LOOP = ("run_until_complete(", "run_forever(")
+NO_CALLBACK = ("no callback (the loop was starved: no CPU for the process, a busy host or a "
+               "CPU limit, or another thread holding the GIL)")
+NO_STACK = "unknown (no stack sampled: a call held the GIL, or the process got no CPU)"
 
 
 class BlockingEvent(msgspec.Struct, frozen=True):
@@ -82,8 +93,18 @@ def _is_library(filename: str) -> bool:
     return filename == _OWN_FILE or filename.startswith(_STDLIB) or filename.startswith("<")
 
 
+def _waiting_in_loop(inner: traceback.FrameSummary) -> bool:
+    """Whether the loop thread's innermost frame is the loop waiting for its next callback."""
+    if inner.filename.startswith(_STDLIB) and inner.filename.endswith(_IN_LOOP):
+        return True
+    return any(call in (inner.line or "") for call in _RUNS_LOOP)
+
+
 def _culprit(frames: traceback.StackSummary) -> str:
-    """The innermost frame outside the standard library: the code to fix."""
+    """The innermost frame outside the standard library: the code to fix; none when the
+    loop's thread was waiting in the loop itself (no callback held it)."""
+    if frames and _waiting_in_loop(frames[-1]):
+        return NO_CALLBACK
     chosen = None
     for frame in reversed(frames):
         if not _is_library(frame.filename):
@@ -92,7 +113,7 @@ def _culprit(frames: traceback.StackSummary) -> str:
     if chosen is None and frames:
         chosen = frames[-1]
     if chosen is None:
-        return "unknown (no stack sampled: the call held the GIL)"
+        return NO_STACK
     return f"{chosen.name} ({chosen.filename}:{chosen.lineno})"
 
 

@@ -69,17 +69,18 @@ _MODEL, _TOOLS = STEP_PHASES.index("model"), STEP_PHASES.index("tools")
 TRACE_KEYS = ("traceparent", "tracestate")
 
 
-def tracing_configured(env: dict[str, str] | None = None) -> bool:
-    """Whether the standard ``OTEL_*`` variables ask for traces (an OTLP endpoint, or a
-    traces exporter other than ``none``), or ``PODIUM_TRACING=1``."""
+def tracing_configured(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard ``OTEL_*`` variables ask for traces (a traces exporter other
+    than ``none``, or, with ``OTEL_TRACES_EXPORTER`` unset, an OTLP endpoint), or
+    ``PODIUM_TRACING=1``; never with ``OTEL_SDK_DISABLED=true``."""
     e = os.environ if env is None else env
-    if e.get("OTEL_SDK_DISABLED", "").lower() == "true":
+    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     if e.get("PODIUM_TRACING", "") in ("1", "true"):
         return True
-    exporter = e.get("OTEL_TRACES_EXPORTER", "")
-    if exporter and exporter.lower() != "none":
-        return True
+    exporter = e.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:  # "none": no traces, whatever endpoint is set (for metrics or logs, say)
+        return any(name.strip() not in ("", "none") for name in exporter.split(","))
     return bool(e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
@@ -88,24 +89,22 @@ def tracer_from_env() -> RunTracer | None:
 
     Uses the global tracer provider if the application installed one; otherwise installs
     an SDK provider exporting OTLP over HTTP, configured by the standard ``OTEL_*``
-    variables (endpoint, headers, service name, sampler; without ``OTEL_TRACES_SAMPLER``
-    Podium's rate-limited, parent-based sampler: see :func:`default_sampler`)."""
+    variables (exporter, endpoint, headers, resource, sampler; without
+    ``OTEL_TRACES_SAMPLER`` Podium's rate-limited, parent-based sampler: see
+    :func:`default_sampler`, and :mod:`podium.observe.otel_env` for what is followed). A
+    setting Podium would not follow is a :class:`~podium.errors.ConfigError`."""
     if not tracing_configured():
         return None
+    from podium.observe.otel_env import check_tracing_env
+
+    check_tracing_env()  # the SDK missing is a ConfigError, not an ImportError
     from opentelemetry import trace
 
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider):  # nobody configured one: we do
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from podium.observe.otel_env import install_provider
 
-        sdk = TracerProvider(sampler=default_sampler(), resource=Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME", "podium")}))
-        sdk.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-        trace.set_tracer_provider(sdk)
-        provider = sdk
+        provider = install_provider()
     return RunTracer(provider)
 
 
@@ -324,10 +323,14 @@ def child_trace_context(
 
 @contextlib.contextmanager
 def submit_context(
-    tracer: RunTracer | None, headers: Mapping[str, str], metadata: Mapping[str, str], agent: str
+    tracer: RunTracer | None,
+    headers: Mapping[str, str],
+    metadata: Mapping[str, str],
+    agent: str,
+    route: str = "/v1/runs",
 ) -> Iterator[dict[str, str]]:
     """The metadata a run submitted through the gateway carries: the caller's W3C trace
-    context, continued by a ``POST /v1/runs`` server span when the gateway traces. The
+    context, continued by a ``POST {route}`` server span when the gateway traces. The
     worker that drives the run (any process, via the queue) parents its run span there."""
     meta = dict(metadata)
     if tracer is None:
@@ -340,8 +343,8 @@ def submit_context(
     from opentelemetry.propagate import extract, inject
 
     span = tracer.tracer.start_span(
-        "POST /v1/runs", context=extract(headers), kind=tracer._kind.SERVER,
-        attributes={"http.request.method": "POST", "http.route": "/v1/runs",
+        f"POST {route}", context=extract(headers), kind=tracer._kind.SERVER,
+        attributes={"http.request.method": "POST", "http.route": route,
                     "gen_ai.agent.name": agent},
     )
     inject(meta, context=tracer._trace.set_span_in_context(span))

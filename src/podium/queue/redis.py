@@ -210,6 +210,9 @@ class RedisQueue(RunQueue):
             streams: Any = await self.client.xreadgroup(
                 _GROUP, consumer, {key: ">"}, count=count - len(claims), block=block
             )
+            # Stamped when the read returns: a run that arrived while it blocked was claimed
+            # now, not when the wait began (its queue wait would read as none).
+            now = time.time()
             for _, rows in streams or ():
                 for entry_id, fields in rows:
                     claims.append(self._claim_of(consumer, entry_id, fields, 1, now))

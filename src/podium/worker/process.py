@@ -153,12 +153,15 @@ async def _serve(config: WorkerConfig) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    # OTEL_* configured: spans. Before the detector starts (importing the SDK holds the loop
+    # ~0.1 s: a stall of start-up, not of serving) and before start-up objects are frozen.
+    tracer = tracer_from_env()
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
     blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
     if blocking is not None:
         blocking.start()
     metrics = start_metrics(config, engine, worker, queue, blocking)
-    engine.hook = combine(engine.hook, tracer_from_env())  # OTEL_* configured: spans
+    engine.hook = combine(engine.hook, tracer)
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
