@@ -159,7 +159,7 @@ class Agent:
                     f"agent {name!r}: {what} must be a whole number of at least {least}, "
                     f"not {count!r}"
                 )
-        if deadline_s is not None and not _positive(deadline_s):
+        if deadline_s is not None and not positive_seconds(deadline_s):
             raise ConfigError(
                 f"agent {name!r}: deadline_s must be positive seconds (math.inf or None for "
                 f"no deadline), not {deadline_s!r}"
@@ -300,7 +300,8 @@ class Agent:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
 
 
-def _positive(seconds: object) -> bool:
+def positive_seconds(seconds: object) -> bool:
+    """A positive number of seconds (``math.inf`` included; NaN, a bool, a string not)."""
     return (
         isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds > 0
     )  # NaN is not > 0

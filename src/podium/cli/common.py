@@ -132,13 +132,8 @@ def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
     should use :func:`bind_listeners` instead: no gap between the check and the bind."""
     if port == 0:
         return
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do
-            probe.bind(address)
-    except OSError as exc:  # socket.gaierror included: a host that does not resolve
-        raise _cannot_listen(what, port, host, exc) from None
+    for probe in bind_listeners(host, port, what):  # the server's own bind, let go at once
+        probe.close()
 
 
 def bind_listeners(host: str, port: int, what: str = "port") -> list[socket.socket]:

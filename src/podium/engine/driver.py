@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from podium.agent import Agent
+from podium.agent import Agent, positive_seconds
 from podium.engine import approvals, decisions
 from podium.engine.children import attach
 from podium.engine.handoff import handed_off
@@ -142,11 +142,7 @@ def _check_run(
         raise ConfigError(f"run_id must be a string (or None for a new one), not {run_id!r}")
     if not isinstance(tenant, str) or not tenant:
         raise ConfigError(f"tenant must be a non-empty string, not {tenant!r}")
-    if deadline_s is not None and (
-        not isinstance(deadline_s, (int, float))
-        or isinstance(deadline_s, bool)
-        or not deadline_s > 0
-    ):
+    if deadline_s is not None and not positive_seconds(deadline_s):
         raise ConfigError(
             f"deadline_s must be positive seconds (math.inf: none; None: the agent's), "
             f"not {deadline_s!r}"
