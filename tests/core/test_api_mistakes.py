@@ -10,7 +10,8 @@ import functools
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+import types
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from podium import (
 from podium.errors import ToolDefinitionError
 from podium.messages import Message
 from podium.store.sqlite import SQLiteRunStore
-from podium.tools import ToolExecutor
+from podium.tools import ToolExecutor, ToolResult
 
 anyio = pytest.mark.anyio
 
@@ -254,10 +255,20 @@ def _cancelled_inside() -> None:
         (lambda: _sys_exit(2), "SystemExit: 2"),
         (lambda: _raise(_LibraryStop("stop")), "_LibraryStop: stop"),
         (_cancelled_inside, "CancelledError"),
+        (lambda: _raise(GeneratorExit("bye")), "GeneratorExit(bye)"),
+        (lambda: _raise(StopIteration("end")), "StopIteration"),
+        (lambda: _raise(StopAsyncIteration("end")), "StopAsyncIteration: end"),
     ],
-    ids=["sys-exit", "base-exception", "own-cancellation"],
+    ids=[
+        "sys-exit",
+        "base-exception",
+        "own-cancellation",
+        "generator-exit",
+        "stop-iteration",
+        "stop-async-iteration",
+    ],
 )
-@pytest.mark.parametrize("kind", ["async", "async-suspending", "sync"])
+@pytest.mark.parametrize("kind", ["async", "async-suspending", "async-limited", "sync"])
 @anyio
 async def test_a_base_exception_from_a_tool_is_its_failure_not_the_workers(
     raised: Callable[[], None], says: str, kind: str
@@ -294,12 +305,43 @@ def _failing(kind: str, raised: Callable[[], None]) -> Any:
 
     async def fail_async() -> str:
         """Fail."""
-        if kind == "async-suspending":
+        if kind != "async":
             await asyncio.sleep(0)
         raised()
         return "unreachable"
 
-    return tool(name="fail")(fail_async)
+    # A concurrency limit takes the call off the inline path: started in an attempt of its own.
+    limit = 1 if kind == "async-limited" else None
+    return tool(name="fail", max_concurrency=limit)(fail_async)
+
+
+@types.coroutine
+def _suspend() -> Generator[None, None, None]:
+    yield
+
+
+@anyio
+async def test_a_tool_call_being_closed_closes_the_tool_instead_of_failing_it() -> None:
+    closed: list[bool] = []
+
+    @tool
+    async def waits() -> str:
+        """Waits."""
+        try:
+            await _suspend()
+        finally:
+            closed.append(True)
+        return "unreachable"
+
+    executor = ToolExecutor()
+    call = executor.start(waits, args(waits), ctx())
+    assert not isinstance(call, ToolResult)
+    waiting: Any = call
+    waiting.send(None)
+    waiting.close()  # as the collector closes a call whose task was dropped
+    assert closed == [True]
+    assert executor.failures == 0  # the closing went through, not taken for a failure
+    executor.close()
 
 
 def test_ctrl_c_in_a_tool_still_stops_the_program() -> None:
@@ -548,8 +590,12 @@ class _Buggy(Model):
         (lambda wait: _Buggy(KeyError("choices"), wait=wait), "buggy raised KeyError: 'choices'"),
         (lambda wait: _Buggy(reply="hello", wait=wait), "buggy: request() returned str 'hello'"),
         (lambda wait: _Buggy(reply=None, wait=wait), "buggy: request() returned NoneType None"),
+        (
+            lambda wait: _Buggy(GeneratorExit("bye"), wait=wait),
+            "buggy raised RuntimeError: coroutine raised GeneratorExit(bye)",
+        ),
     ],
-    ids=["raises", "returns-str", "returns-none"],
+    ids=["raises", "returns-str", "returns-none", "raises-generator-exit"],
 )
 @anyio
 async def test_a_model_with_a_bug_fails_its_run_instead_of_leaving_it_running(

@@ -78,7 +78,7 @@ from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
-from podium.tools.eager import continuation, start_eagerly
+from podium.tools.eager import continuation, own_exit, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
 
 __all__ = ("Engine", "Observer", "new_run_id")
@@ -529,6 +529,8 @@ class Engine(AsyncCloseable):
                             raise
                         except Exception as exc:  # a bug in the model's code
                             raise model_fault(agent.model, exc) from exc
+                        except GeneratorExit as own:  # the model's own: nothing closes it here
+                            raise model_fault(agent.model, own_exit(own)) from own
                         else:
                             response = await self._wait_model(agent, request, sw, coro, pending)
                         del coro  # a finished coroutine is one more object for the collector

@@ -17,11 +17,18 @@ import types
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any, TypeVar
 
-__all__ = ("continuation", "start_eagerly")
+__all__ = ("continuation", "own_exit", "start_eagerly")
 
 T = TypeVar("T")
 
 _NOT_DONE: Any = object()
+
+
+def own_exit(exc: GeneratorExit) -> RuntimeError:
+    """What a ``GeneratorExit`` that a coroutine raised of its own (not from being closed)
+    becomes: a ``RuntimeError``, as Python makes a coroutine's ``StopIteration`` one
+    (PEP 479), so that it cannot pass for the closing of whatever awaits the coroutine."""
+    return RuntimeError(f"coroutine raised GeneratorExit({exc})")
 
 
 def _resume(coro: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T]:
@@ -29,13 +36,19 @@ def _resume(coro: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T
         while True:
             try:
                 sent = yield pending
-            except GeneratorExit:
+            except GeneratorExit:  # this generator is being closed: so is the coroutine
                 coro.close()
                 raise
             except BaseException as exc:  # cancellation and errors go into the coroutine
-                pending = coro.throw(exc)
+                try:
+                    pending = coro.throw(exc)
+                except GeneratorExit as own:
+                    raise own_exit(own) from own
             else:
-                pending = coro.send(sent)
+                try:
+                    pending = coro.send(sent)
+                except GeneratorExit as own:
+                    raise own_exit(own) from own
     except StopIteration as stop:  # caught here, inside the generator (PEP 479)
         result: T = stop.value
         return result
@@ -59,4 +72,6 @@ def start_eagerly(coro: Coroutine[Any, Any, T]) -> tuple[T, None] | tuple[Any, A
         pending = coro.send(None)
     except StopIteration as stop:
         return stop.value, None
+    except GeneratorExit as own:
+        raise own_exit(own) from own
     return _NOT_DONE, continuation(coro, pending)

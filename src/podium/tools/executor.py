@@ -25,7 +25,7 @@ import msgspec
 from podium.errors import Interrupt
 from podium.security.screen import ScreenVerdict
 from podium.tools.deadlines import arm_deadline, with_deadline
-from podium.tools.eager import start_eagerly
+from podium.tools.eager import own_exit, start_eagerly
 from podium.tools.policy import backoff_delay
 from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
@@ -77,6 +77,8 @@ def _call_in_thread(fn: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any
         value = fn(**kwargs)
     except StopIteration as exc:  # a future cannot carry it: the call would never end
         raise RuntimeError(f"the tool raised StopIteration({exc})") from None
+    except GeneratorExit as exc:  # or it would pass for the awaiting coroutine's closing
+        raise RuntimeError(f"the tool raised GeneratorExit({exc})") from None
     return value, time.thread_time_ns() - c0
 
 
@@ -90,6 +92,8 @@ def _call_in_process(module: str, qualname: str, kwargs: dict[str, Any]) -> tupl
         value = fn(**kwargs)
     except StopIteration as exc:  # as in _call_in_thread
         raise RuntimeError(f"the tool raised StopIteration({exc})") from None
+    except GeneratorExit as exc:
+        raise RuntimeError(f"the tool raised GeneratorExit({exc})") from None
     return value, time.thread_time_ns() - c0
 
 
@@ -160,6 +164,8 @@ class ToolExecutor:
             if type(value) is str:
                 return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
             return self._execute(tool, args, ctx, t0, _First(value, None))
+        except GeneratorExit as own:  # the tool's own: nothing is closing it here
+            return self._execute(tool, args, ctx, t0, _First(None, own_exit(own)))
         except BaseException as exc:
             if _escapes(exc):
                 raise
@@ -354,13 +360,19 @@ def _continue_gen(
             while True:
                 try:
                     sent = yield pending
-                except GeneratorExit:
+                except GeneratorExit:  # this call is being closed: so is the tool's coroutine
                     coro.close()
                     raise
                 except BaseException as exc:  # cancellation and errors go into the coroutine
-                    pending = coro.throw(exc)
+                    try:
+                        pending = coro.throw(exc)
+                    except GeneratorExit as own:  # raised by the tool, not a closing
+                        raise own_exit(own) from own
                 else:
-                    pending = coro.send(sent)
+                    try:
+                        pending = coro.send(sent)
+                    except GeneratorExit as own:
+                        raise own_exit(own) from own
         except StopIteration as stop:
             value = stop.value
             if type(value) is str:
@@ -398,7 +410,9 @@ def _escapes(exc: BaseException) -> bool:
     """Whether what a tool call raised goes on up instead of becoming its failure: Ctrl-C,
     a coroutine being closed, or a cancellation of the task running the call. Everything
     else a tool raises is its failure, ``SystemExit`` and a cancellation it raised itself
-    (awaiting a task it had cancelled) included: one tool cannot stop a worker."""
+    (awaiting a task it had cancelled) included: one tool cannot stop a worker. (A
+    ``GeneratorExit`` the tool raised itself reaches here as a ``RuntimeError``: see
+    :func:`~podium.tools.eager.own_exit`.)"""
     if isinstance(exc, asyncio.CancelledError):
         task = asyncio.current_task()
         return task is None or task.cancelling() > 0
