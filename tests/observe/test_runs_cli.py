@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -171,3 +172,42 @@ def test_clumsy_input_is_one_line_not_a_traceback(
     )
     assert out.returncode == 2, out
     assert "Traceback" not in out.stderr and said in out.stderr, out.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("store", "said"),
+    [
+        ("redis", "error: redis unavailable: "),
+        ("missing", "no such SQLite store"),
+        ("directory", "is a directory, not a SQLite store"),
+        ("not-sqlite", "cannot open as a SQLite database: file is not a database"),
+    ],
+    ids=["redis-down", "missing", "directory", "not-sqlite"],
+)
+@pytest.mark.parametrize(
+    "verb", [("list",), ("show", "run_x"), ("tail", "run_x"), ("profile",)],
+    ids=["list", "show", "tail", "profile"],
+)
+def test_a_store_that_cannot_be_reached_is_one_line(
+    verb: tuple[str, ...], store: str, said: str, tmp_path: Path
+) -> None:
+    (tmp_path / "not.sqlite").write_text("this is not a database\n")
+    spec = {
+        "redis": f"redis://127.0.0.1:{_free_port()}/0",  # nothing listens there
+        "missing": f"sqlite:{tmp_path / 'typo.sqlite'}",
+        "directory": str(tmp_path),
+        "not-sqlite": str(tmp_path / "not.sqlite"),
+    }[store]
+    # 80 columns: a long message is still one line, never wrapped into two.
+    out = podium(*verb, "--store", spec, columns="80")
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert out.returncode == 2, out
+    assert "Traceback" not in out.stderr
+    assert len(lines) == 1, out.stderr
+    assert said in lines[0] and lines[0].count("unavailable") <= 1, lines[0]

@@ -109,7 +109,7 @@ Verb = Callable[[RunStore, argparse.Namespace, Console], Coroutine[Any, Any, int
 
 def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
-        err = Console(stderr=True)
+        err = Console(stderr=True, soft_wrap=True)  # one line, however narrow the terminal
         try:
             if getattr(args, "report", None):  # written at the end: refused before the query
                 check_output_file(args.report, "--report")

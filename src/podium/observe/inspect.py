@@ -51,6 +51,8 @@ def open_store(spec: str | None, *, redis: str | None = None, prefix: str = "pod
     if not spec:
         raise ConfigError("give a store: --store sqlite:PATH (or a file path) or --redis URL")
     path = Path(spec.removeprefix("sqlite:"))
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, not a SQLite store")
     if not path.is_file():
         raise ConfigError(f"{path}: no such SQLite store")
     from podium.store.sqlite import SQLiteRunStore

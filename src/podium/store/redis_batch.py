@@ -220,7 +220,9 @@ class Autopipeline:
         op.retries += 1
         if op.retries > self.retries or self._overdue(op, time.monotonic()):
             if not op.fut.done():
-                op.fut.set_exception(RedisConnectionError(f"redis unavailable: {why}"))
+                # What went wrong, without "redis unavailable": the store and the queue
+                # translate the error and say that themselves.
+                op.fut.set_exception(RedisConnectionError(why))
             return
 
         def again() -> None:
@@ -284,7 +286,9 @@ class Autopipeline:
                 except (OSError, TimeoutError, RedisConnectionError) as exc:
                     self._protocol = None
                     failures += 1
-                    error = RedisConnectionError(f"redis unavailable: {exc}")
+                    error = RedisConnectionError(
+                        str(exc) or f"no connection to {self.host}:{self.port} in time"
+                    )
                     if failures > self.retries:
                         self._fail_queued(error)
                     else:
