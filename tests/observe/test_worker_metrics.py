@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -151,6 +152,46 @@ async def test_a_worker_serves_metrics_that_move_while_runs_execute(
         assert ("podium_queue_waiting", frozenset({("pool", "default")})) in after
         assert ("podium_event_loop_blocked_total", frozenset()) in after
         assert ("podium_lease_reclaims_total", frozenset({("pool", "default")})) in after
+    finally:
+        await _stop(proc)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+@pytest.mark.parametrize("procs", [None, 2], ids=["one-process", "supervisor"])
+async def test_the_metrics_port_is_the_workers_from_its_first_line(
+    redis_url: str, prefix: str, procs: int | None
+) -> None:
+    """Bound (and listening) before the worker says it serves, not checked then bound later:
+    another process cannot take the port in between and fail the worker late."""
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "podium.cli.main", "worker", "--redis", redis_url,
+        "--prefix", prefix, "--agent", "observe_agents:support", "--log-level", "WARNING",
+        "--metrics-port", str(port), *(("--procs", str(procs)) if procs else ()),
+        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        first = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+        assert first.startswith("podium worker: pool 'default' serves"), first
+        with socket.socket() as rival:  # another server, as eager as ours to share a port
+            rival.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            with pytest.raises(OSError, match="in use"):
+                rival.bind(("0.0.0.0", port))
+                rival.listen()
+        while True:
+            line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+            assert line, "worker exited before serving metrics"
+            if "/metrics" in line:
+                assert f"metrics on :{port}/metrics" in line, line
+                break
+        await _scrape_until(port, lambda p: value(p, "podium_worker_capacity") > 0)
     finally:
         await _stop(proc)
 

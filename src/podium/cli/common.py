@@ -31,7 +31,6 @@ __all__ = (
     "UserError",
     "bind_listeners",
     "check_output_file",
-    "check_port_free",
     "check_redis_url",
     "check_sqlite_path",
     "host_port",
@@ -122,18 +121,6 @@ def host_port(host: str, port: int) -> str:
 
 def _cannot_listen(what: str, port: int, host: str, exc: OSError) -> UserError:
     return UserError(f"{what} {port}: cannot listen on {host}: {exc.strerror or exc}")
-
-
-def check_port_free(port: int, what: str, host: str = "0.0.0.0") -> None:
-    """Refuse, before anything starts, a port another process listens on (0 is always
-    free) and a host that is not this machine's. (Its range is checked where it is read:
-    :func:`port_number`, podium.toml's schema.) The server binds again later; a port
-    taken in between still fails there, as one line too. A server that takes a socket
-    should use :func:`bind_listeners` instead: no gap between the check and the bind."""
-    if port == 0:
-        return
-    for probe in bind_listeners(host, port, what):  # the server's own bind, let go at once
-        probe.close()
 
 
 def bind_listeners(host: str, port: int, what: str = "port") -> list[socket.socket]:

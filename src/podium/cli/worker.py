@@ -14,9 +14,10 @@ import os
 import sys
 
 from podium.cli.common import (
+    LISTEN_BACKLOG,
     RawHelpFormatter,
     UserError,
-    check_port_free,
+    bind_listeners,
     check_redis_url,
     log_level,
     port_number,
@@ -124,10 +125,19 @@ def run(args: argparse.Namespace) -> int:
         prefix=args.prefix or server.prefix, finished_ttl_s=ttl, threads=args.threads,
         use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,
     )
+    # Bound and listening now, before any child starts: the port is ours from here on (a
+    # scrape waits in the backlog until the endpoint serves), or one line says why not.
+    # Checked now and bound later, another process could take it in between.
+    metrics = None
     if args.metrics_port is not None:
-        check_port_free(args.metrics_port, "--metrics-port")
-    print(f"podium worker: pool {args.pool!r} serves {', '.join(agents)}",
-          file=sys.stderr, flush=True)
-    if args.procs == 0:
-        return serve(worker)
-    return supervise(worker, args.procs)
+        [metrics] = bind_listeners("0.0.0.0", args.metrics_port, "--metrics-port")
+        metrics.listen(LISTEN_BACKLOG)
+    try:
+        print(f"podium worker: pool {args.pool!r} serves {', '.join(agents)}",
+              file=sys.stderr, flush=True)
+        if args.procs == 0:
+            return serve(worker, metrics_socket=metrics)
+        return supervise(worker, args.procs, metrics_socket=metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()

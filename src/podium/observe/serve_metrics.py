@@ -5,15 +5,23 @@ process. With ``--procs N`` the supervisor serves P instead: each child
 writes its values to files in a private directory (prometheus-client's
 multiprocess mode, ``PROMETHEUS_MULTIPROC_DIR``) and the supervisor sums them
 per scrape; a child that dies is marked dead so its live gauges drop out.
+
+The endpoint serves on a socket ``podium worker`` bound (and set listening) before
+anything else started, so the port it announces is the one it holds from its start.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import threading
+from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from podium.errors import ConfigError
 
@@ -25,7 +33,7 @@ if TYPE_CHECKING:
     from podium.worker.process import WorkerConfig
     from podium.worker.worker import Worker
 
-__all__ = ("SupervisorMetrics", "start_metrics")
+__all__ = ("SupervisorMetrics", "WorkerMetrics", "start_metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -36,8 +44,10 @@ def start_metrics(
     worker: Worker,
     queue: RunQueue,
     blocking: BlockingDetector | None,
-) -> RunMetrics | None:
-    """Collect (and, given a port, serve) this worker's metrics; None when off."""
+    sock: socket.socket | None = None,
+) -> WorkerMetrics | None:
+    """Collect (and, given a port, serve) this worker's metrics; None when off. ``sock``:
+    the port, bound already (else it is bound here)."""
     if config.metrics_port is None and not config.metrics:
         return None
     from podium.observe.looplag import LoopLagMonitor
@@ -49,22 +59,65 @@ def start_metrics(
     lag.start()
     metrics.start(worker=worker, queue=queue, pool=config.pool, lag=lag, blocking=blocking,
                   own_lag=True, agents=list(worker.agents.values()))
+    server = None
     if config.metrics_port is not None:
-        server = _listen(config.metrics_port, None)
+        server = _listen(config.metrics_port, None, sock)
         print(f"podium worker metrics on :{server.server_port}/metrics", file=sys.stderr,
               flush=True)
-    return metrics
+    return WorkerMetrics(metrics, server)
 
 
-def _listen(port: int, registry: Any) -> Any:
-    """prometheus-client's HTTP server on ``port``; a port taken is one line, not a
-    traceback from socketserver."""
-    from prometheus_client import REGISTRY, start_http_server
+class WorkerMetrics:
+    """A worker process's metrics and the endpoint serving them (None: its supervisor's)."""
 
-    try:
-        server, _ = start_http_server(port, registry=registry or REGISTRY)
-    except OSError as exc:
-        raise ConfigError(f"--metrics-port {port}: cannot listen: {exc.strerror or exc}") from None
+    def __init__(self, metrics: RunMetrics, server: _MetricsServer | None) -> None:
+        self.metrics = metrics
+        self._server = server
+
+    async def stop(self) -> None:
+        """A last flush, then the endpoint closed."""
+        await self.metrics.stop()
+        server, self._server = self._server, None
+        if server is not None:
+            await asyncio.to_thread(server.shutdown)  # waits out the thread's poll interval
+            server.server_close()
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged."""
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    """prometheus-client's WSGI server (a thread per scrape), serving a socket that is
+    bound already instead of binding one of its own."""
+
+    daemon_threads = True
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.address_family = sock.family
+        super().__init__(sock.getsockname()[:2], _QuietHandler, bind_and_activate=False)
+        self.socket.close()  # the unbound one socketserver made: the given one serves
+        self.socket = sock
+        host, port = sock.getsockname()[:2]
+        self.server_address = (host, port)
+        self.server_name, self.server_port = host, port  # no reverse DNS lookup at start
+        self.setup_environ()
+
+
+def _listen(port: int, registry: Any, sock: socket.socket | None = None) -> _MetricsServer:
+    """Serve ``registry`` (the default one if None) at ``/metrics`` on ``sock``, or on
+    ``port`` bound here; a port taken is one line, not a traceback from socketserver."""
+    from prometheus_client import REGISTRY, make_wsgi_app
+
+    if sock is None:
+        from podium.cli.common import LISTEN_BACKLOG, bind_listeners
+
+        [sock] = bind_listeners("0.0.0.0", port, "--metrics-port")  # or a ConfigError
+        sock.listen(LISTEN_BACKLOG)
+    server = _MetricsServer(sock)
+    server.set_app(make_wsgi_app(registry or REGISTRY))
+    threading.Thread(target=server.serve_forever, name="podium-metrics", daemon=True).start()
     return server
 
 
@@ -76,7 +129,10 @@ class SupervisorMetrics:
         self._server = server
 
     @classmethod
-    def start(cls, port: int | None) -> SupervisorMetrics | None:
+    def start(
+        cls, port: int | None, sock: socket.socket | None = None
+    ) -> SupervisorMetrics | None:
+        """Serve ``port`` (on ``sock`` when it is bound already); None without a port."""
         if port is None:
             return None
         from prometheus_client import CollectorRegistry
@@ -86,7 +142,7 @@ class SupervisorMetrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         try:
-            server = _listen(port, registry)
+            server = _listen(port, registry, sock)
         except ConfigError:
             shutil.rmtree(directory, ignore_errors=True)
             raise

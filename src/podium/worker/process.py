@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -83,8 +84,11 @@ def _loop_factory(use_uvloop: bool) -> Callable[[], asyncio.AbstractEventLoop] |
     return factory
 
 
-def serve(config: WorkerConfig) -> int:
-    """Run one worker process until drained (or, in burst mode, until the pool is empty)."""
+def serve(config: WorkerConfig, *, metrics_socket: socket.socket | None = None) -> int:
+    """Run one worker process until drained (or, in burst mode, until the pool is empty).
+
+    ``metrics_socket``: where to serve ``config.metrics_port``'s endpoint, bound (and
+    listening) by the caller; without it the port is bound when the worker starts."""
     logging.basicConfig(
         level=config.log_level, stream=sys.stderr,
         format=f"%(asctime)s worker[{os.getpid()}] %(levelname)s %(message)s",
@@ -92,10 +96,10 @@ def serve(config: WorkerConfig) -> int:
     if config.cpu is not None:
         _pin({config.cpu})
     with asyncio.Runner(loop_factory=_loop_factory(config.use_uvloop)) as runner:
-        return runner.run(_serve(config))
+        return runner.run(_serve(config, metrics_socket))
 
 
-async def _serve(config: WorkerConfig) -> int:
+async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> int:
     # Imported here so that `podium --help` never needs redis.
     from redis.exceptions import RedisError
 
@@ -160,7 +164,7 @@ async def _serve(config: WorkerConfig) -> int:
     blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
     if blocking is not None:
         blocking.start()
-    metrics = start_metrics(config, engine, worker, queue, blocking)
+    metrics = start_metrics(config, engine, worker, queue, blocking, metrics_socket)
     engine.hook = combine(engine.hook, tracer)
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
@@ -202,17 +206,24 @@ def _spawn(
     )
 
 
-def supervise(config: WorkerConfig, procs: int | None = None) -> int:
+def supervise(
+    config: WorkerConfig,
+    procs: int | None = None,
+    *,
+    metrics_socket: socket.socket | None = None,
+) -> int:
     """Start ``procs`` pinned worker processes (default: one per CPU) and wait for them.
 
     SIGTERM/SIGINT is forwarded to every child (each drains); a child that dies
     is restarted after a second, except in burst mode or while stopping.
-    Returns 0 if every child exited cleanly.
+    Returns 0 if every child exited cleanly. ``metrics_socket``: as in :func:`serve`,
+    the children's endpoint, served by this process.
     """
     from podium.observe.serve_metrics import SupervisorMetrics
 
     placements = place_workers(read_topology(), procs)
-    shared = SupervisorMetrics.start(config.metrics_port)  # one endpoint for all children
+    # One endpoint for all children, up before the first of them starts.
+    shared = SupervisorMetrics.start(config.metrics_port, metrics_socket)
     if shared is not None:
         config = msgspec.structs.replace(config, metrics_port=None, metrics=True)
     env = shared.child_env() if shared is not None else None
