@@ -328,6 +328,34 @@ async def test_list_by_tenant_status_and_agent(backend: StoreBackend) -> None:
     assert [r.run_id for r in await store.list(tenant="t3")] == []
 
 
+async def test_list_within_a_time_window(backend: StoreBackend) -> None:
+    """``since``/``until`` bound ``created_at`` (both inclusive) in the store, before the
+    limit: the window reaches runs however many newer ones there are."""
+    store = backend.store()
+    for i in range(6):
+        r = RunRecord(f"w{i}", "a" if i % 2 else "b", "x", tenant="t1" if i < 4 else "t2",
+                      created_at=1000.0 + i)
+        await store.create(r)
+        if i % 3 == 0:
+            r.status = "completed"
+            await store.update(r)
+
+    async def ids(**kwargs: object) -> list[str]:
+        return [r.run_id for r in await store.list(**kwargs)]  # type: ignore[arg-type]
+
+    assert await ids(since=1002.0, until=1004.0) == ["w4", "w3", "w2"]
+    assert await ids(since=1003.5) == ["w5", "w4"]
+    assert await ids(until=1001.0) == ["w1", "w0"]
+    assert await ids(until=1003.0, limit=2) == ["w3", "w2"]  # the newest two in the window
+    assert await ids(since=1001.0, tenant="t1") == ["w3", "w2", "w1"]
+    assert await ids(since=1000.0, until=1003.0, status="completed") == ["w3", "w0"]
+    assert await ids(tenant="t2", status="completed", until=1004.0) == []
+    assert await ids(agent="a", until=1004.0) == ["w3", "w1"]
+    assert await ids(since=1000.5, until=1000.9) == []
+    assert await ids(since=1004.0, until=1002.0) == []  # an empty window, not an error
+    assert await ids(since=None, until=None) == [f"w{i}" for i in range(5, -1, -1)]
+
+
 async def test_finished_runs_expire(backend: StoreBackend) -> None:
     store = backend.store(finished_ttl_s=0.2)
     done = await started(store, "e1")

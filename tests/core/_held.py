@@ -79,8 +79,12 @@ class HeldStore(RunStore):
         status: str | None = None,
         agent: str | None = None,
         limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
-        return await self.inner.list(tenant=tenant, status=status, agent=agent, limit=limit)
+        return await self.inner.list(
+            tenant=tenant, status=status, agent=agent, limit=limit, since=since, until=until
+        )
 
     async def wait_journal(self, run_id: str, after: int, timeout: float) -> list[JournalItem]:
         return await self.inner.wait_journal(run_id, after, timeout)

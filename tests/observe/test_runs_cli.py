@@ -16,7 +16,10 @@ from observe_agents import support
 from runs_fixture import fill
 
 from podium.engine.driver import Engine
+from podium.engine.records import RunRecord
+from podium.observe.inspect import RunFilter, find_runs
 from podium.store.base import RunStore
+from podium.store.memory import MemoryRunStore
 from podium.store.redis import RedisRunStore
 from podium.store.sqlite import SQLiteRunStore
 
@@ -142,6 +145,17 @@ async def test_tail_follows_a_live_run_to_its_end(
     text = rest.decode()
     assert "→ lookup" in text and "It shipped." in text
     assert text.rstrip().endswith(f"{record.run_id} completed")
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_the_time_window_reaches_past_the_newest_ten_thousand_runs() -> None:
+    store = MemoryRunStore()
+    for i in range(10_050):
+        await store.create(RunRecord(f"r{i}", "a", "x", created_at=1000.0 + i))
+    oldest = await find_runs(store, RunFilter(until=1002.0))
+    assert [r.run_id for r in oldest] == ["r2", "r1", "r0"]
+    window = await find_runs(store, RunFilter(since=1010.0, until=1020.0, limit=3))
+    assert [r.run_id for r in window] == ["r20", "r19", "r18"]
 
 
 def test_a_missing_store_is_an_error_not_a_new_file(tmp_path: Path) -> None:

@@ -90,19 +90,12 @@ class RunFilter(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def find_runs(store: RunStore, flt: RunFilter) -> list[RunRecord]:
-    """Runs matching ``flt``, newest first."""
-    timed = flt.since is not None or flt.until is not None
-    # Stores filter by status/agent/tenant; a time window is applied here, over a wider page.
-    fetch = max(flt.limit * 20, 10_000) if timed else flt.limit
-    runs = await store.list(tenant=flt.tenant, status=flt.status, agent=flt.agent, limit=fetch)
-    if timed:
-        runs = [
-            r
-            for r in runs
-            if (flt.since is None or r.created_at >= flt.since)
-            and (flt.until is None or r.created_at <= flt.until)
-        ]
-    return runs[: flt.limit]
+    """Runs matching ``flt``, newest first (the store applies every filter, the time
+    window included)."""
+    return await store.list(
+        tenant=flt.tenant, status=flt.status, agent=flt.agent, limit=flt.limit,
+        since=flt.since, until=flt.until,
+    )
 
 
 def aggregate(runs: Sequence[RunRecord]) -> ProfileAggregator:

@@ -84,8 +84,13 @@ class RunStore(AsyncCloseable, abc.ABC):
         status: str | None = None,
         agent: str | None = None,
         limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, filtered by tenant, status and agent."""
+        """Runs, newest first, filtered by tenant, status and agent, and created within
+        ``since``..``until`` (epoch seconds, both inclusive; None: unbounded). The store
+        applies the window before ``limit``: the newest ``limit`` runs *in* the window,
+        however many newer runs there are."""
 
     async def wait_journal(
         self, run_id: str, after: int, timeout: float

@@ -134,6 +134,8 @@ class MemoryRunStore(RunStore):
         status: str | None = None,
         agent: str | None = None,
         limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
         self._expire()
         found = [
@@ -142,6 +144,8 @@ class MemoryRunStore(RunStore):
             if (tenant is None or r.tenant == tenant)
             and (status is None or r.status == status)
             and (agent is None or r.agent == agent)
+            and (since is None or r.created_at >= since)
+            and (until is None or r.created_at <= until)
         ]
         found.sort(key=lambda r: r.created_at, reverse=True)
         return [_copy(r) for r in found[: max(limit, 0)]]

@@ -614,6 +614,8 @@ class RedisRunStore(RunStore):
         status: str | None = None,
         agent: str | None = None,
         limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
         if tenant is not None and status is not None:
             key = f"{self._idx}ts:{tenant}:{_bucket(status)}"
@@ -625,10 +627,13 @@ class RedisRunStore(RunStore):
             key = f"{self._idx}all"
         found: list[RunRecord] = []
         start, page = 0, max(limit, 50)
+        # The indexes are scored by created_at: a time window is a range of scores.
+        high = "+inf" if until is None else until
+        low = "-inf" if since is None else since
         async with translate_errors():
             while len(found) < limit:
-                ids: list[bytes] = await cast(Any, self.client).zrevrange(
-                    key, start, start + page - 1
+                ids: list[bytes] = await cast(Any, self.client).zrevrangebyscore(
+                    key, high, low, start=start, num=page
                 )
                 if not ids:
                     break

@@ -63,6 +63,8 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at);
 -- Waiting runs (parked on a human) are found by status: the sweep of their deadlines.
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, created_at);
+-- The newest runs, and runs within a time window, found without a scan of every run.
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at);
 CREATE TABLE IF NOT EXISTS journal (
     run_id TEXT NOT NULL,
     seq    INTEGER NOT NULL,
@@ -492,6 +494,8 @@ class SQLiteRunStore(RunStore):
         status: str | None = None,
         agent: str | None = None,
         limit: int = 100,
+        since: float | None = None,
+        until: float | None = None,
     ) -> list[RunRecord]:
         clauses: list[str] = []
         params: list[Any] = []
@@ -499,6 +503,12 @@ class SQLiteRunStore(RunStore):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if since is not None:
+            clauses.append("created_at >= ?")
+            params.append(since)
+        if until is not None:
+            clauses.append("created_at <= ?")
+            params.append(until)
         clauses.append(_LIVE)
         params.append(time.time())
         where = " AND ".join(clauses)
