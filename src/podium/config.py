@@ -187,6 +187,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     (default ``/health``, then ``/v1/models``). ``structured_output`` is how agents
     with an ``output_type`` ask this server: ``"native"`` (``response_format``) or
     ``"tool"`` (a final-answer tool, for servers without ``response_format``).
+    ``provider`` is the ``gen_ai.provider.name`` of its traces (default ``"openai"``).
     """
 
     name: str
@@ -202,6 +203,7 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     timeout_s: Positive | None = None
     extra_body: dict[str, Any] = msgspec.field(default_factory=dict)
     structured_output: Literal["native", "tool"] = "native"
+    provider: str = "openai"
 
 
 class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -153,6 +153,7 @@ def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
         extra_body=cfg.extra_body,
         timeouts=timeouts,
         structured_output=cfg.structured_output,
+        provider=cfg.provider,
     )
     if cfg.health_path is not None:
         import yarl

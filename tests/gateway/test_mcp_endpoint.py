@@ -20,7 +20,7 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 async def call_agent(
-    server: ServerProcess, key: str, agent: str, text: str
+    server: ServerProcess, key: str, agent: str, text: str, meta: dict[str, str] | None = None
 ) -> types.CallToolResult:
     # An instrumented client sends its W3C trace context: the run continues that trace.
     headers = {"Authorization": f"Bearer {key}", "traceparent": TRACEPARENT}
@@ -34,7 +34,7 @@ async def call_agent(
         assert {"react", "slow", "sleepy"} <= {t.name for t in listed.tools}
         react = next(t for t in listed.tools if t.name == "react")
         assert react.input_schema["required"] == ["input"]
-        return await session.call_tool(agent, {"input": text})
+        return await session.call_tool(agent, {"input": text}, meta=meta)  # type: ignore[arg-type]
 
 
 async def test_an_mcp_client_runs_a_durable_agent(server: ServerProcess) -> None:
@@ -55,6 +55,21 @@ async def test_an_mcp_client_runs_a_durable_agent(server: ServerProcess) -> None
     with server.client(KEY_B) as http:
         theirs = http.get("/v1/runs", params={"agent": "react", "limit": "100"}).json()["data"]
     assert all(r["input"] != text for r in theirs)
+
+
+async def test_the_trace_context_in_the_calls_meta_is_preferred_to_the_header(
+    server: ServerProcess,
+) -> None:
+    # The OpenTelemetry conventions for MCP: the call's own context is in params._meta
+    # (one HTTP request is not one MCP call); the header's is the transport's.
+    in_meta = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    text = f"what is podium? (traced over mcp {uuid.uuid4().hex})"
+    result = await call_agent(server, KEY_A, "react", text, {"traceparent": in_meta})
+    assert not result.is_error, result
+    with server.client(KEY_A) as http:
+        runs = http.get("/v1/runs", params={"agent": "react", "limit": "100"}).json()["data"]
+    (mine,) = [r for r in runs if r["input"] == text]
+    assert mine["metadata"] == {"via": "mcp", "traceparent": in_meta}
 
 
 def test_mcp_needs_the_api_key(server: ServerProcess) -> None:

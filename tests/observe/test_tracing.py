@@ -349,6 +349,54 @@ async def test_model_calls_carry_the_runs_traceparent() -> None:
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
     c = run.context
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
+    # An OpenAI-compatible endpoint is the "openai" provider (the wire format it speaks).
+    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat "))
+    for span in (run, chat):
+        assert span.attributes is not None
+        assert span.attributes["gen_ai.provider.name"] == "openai"
+        assert span.attributes["gen_ai.request.model"] == model.name
+
+
+@pytest.mark.parametrize("api", ["sdk", "other"])
+async def test_run_and_chat_spans_name_the_genai_provider(api: str) -> None:
+    tracer, exporter = _tracer(api)
+    async with Engine() as engine:
+        engine.hook = tracer
+        await engine.run(support(), "where is A-1?")
+    finished = exporter.get_finished_spans()
+    run = next(s for s in finished if s.name == "invoke_agent support")
+    chats = [s for s in finished if s.name == "chat scripted"]
+    assert len(chats) == 2
+    for span in (run, *chats):
+        assert span.attributes is not None
+        # A model answering inside Podium (function-backed, simulated) is "podium".
+        assert span.attributes["gen_ai.provider.name"] == "podium"
+        assert span.attributes["gen_ai.request.model"] == "scripted"
+    assert run.attributes is not None
+    assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert run.attributes["gen_ai.agent.name"] == "support"
+
+
+def test_the_provider_of_endpoints_pools_and_configured_models() -> None:
+    from podium.config import Config, ModelConfig
+    from podium.factory import build_models
+    from podium.models.openai import OpenAIChatModel
+    from podium.models.pool import Backend, BackendPool
+    from podium.models.simulated import SimulatedModel
+
+    vllm = OpenAIChatModel("http://127.0.0.1:8000/v1", "qwen")
+    groq = OpenAIChatModel("http://127.0.0.1:8001/v1", "llama", provider="groq")
+    assert (vllm.provider, groq.provider, SimulatedModel().provider) == ("openai", "groq", "podium")
+    same = BackendPool([Backend(vllm, name="a"), Backend(OpenAIChatModel(
+        "http://127.0.0.1:8002/v1", "qwen"), name="b")])
+    assert same.provider == "openai"
+    mixed = BackendPool([Backend(vllm, name="a"), Backend(groq, name="b")])
+    assert mixed.provider == "podium.pool"
+    config = Config(models=[ModelConfig(name="ds", model="deepseek-chat", provider="deepseek",
+                                        base_url="http://127.0.0.1:8003/v1")])
+    assert build_models(config, {})["ds"].provider == "deepseek"
+    plain = Config(models=[ModelConfig(name="q", model="qwen", base_url="http://127.0.0.1:8004/v1")])
+    assert build_models(plain, {})["q"].provider == "openai"
 
 
 async def test_a_child_runs_span_nests_under_its_parents_execute_tool_span() -> None:

@@ -6,6 +6,8 @@ tenant, admission, :meth:`Gateway.submit`, a worker, :meth:`Gateway.wait`), so t
 journaled, resumable and listed in ``/v1/runs`` for the caller's tenant like any other.
 The endpoint is stateless (no MCP session kept between requests) and answers in JSON, so
 any gateway replica can serve any request; the API key is checked on every request.
+A W3C trace context in the call's ``params._meta`` (the OpenTelemetry conventions for
+MCP), else in the request's ``traceparent`` header, is continued by the run.
 """
 
 from __future__ import annotations
@@ -87,8 +89,9 @@ def _runner(gateway: Gateway, name: str) -> Callable[..., Awaitable[str]]:
             raise ToolError("no HTTP request to authenticate")
         try:
             tenant = gateway.keys.authenticate(request.headers)
+            # The call's own trace context (params._meta) is preferred to the request's.
             with submit_context(gateway.tracer, request.headers, {"via": "mcp"}, name,
-                                "/mcp") as metadata:
+                                "/mcp", ctx.request_context.meta) as metadata:
                 record, _ = await gateway.submit(tenant, name, input, metadata)
             record = await gateway.wait(record.run_id, gateway.config.server.wait_timeout_s)
         except ApiError as exc:  # refused (rate, backlog): the client reads why

@@ -160,6 +160,12 @@ class Model(AsyncCloseable, abc.ABC):
     """
 
     name: str = "model"
+    #: The GenAI provider its calls go to, as traces name it (``gen_ai.provider.name``):
+    #: one of the OpenTelemetry GenAI conventions' well-known values (``"openai"``,
+    #: ``"anthropic"``, ``"azure.ai.openai"``…) when one applies. ``"podium"``, the
+    #: default, is a model that answers inside this process (the simulated and
+    #: function-backed ones); a backend of your own says which provider it calls.
+    provider: str = "podium"
     #: How this backend is asked for structured output (see :data:`OutputMode`): a
     #: backend that may not know ``response_format`` gets a final-answer tool.
     structured_output: OutputMode = "tool"

@@ -68,6 +68,9 @@ class OpenAIChatModel(Model):
     ``structured_output`` is how agents with an ``output_type`` ask this server:
     ``"native"`` (OpenAI's ``response_format`` with a JSON Schema: OpenAI, vLLM, SGLang,
     llama.cpp, Ollama) or ``"tool"`` (a final-answer tool, for servers without it).
+    ``provider`` is the ``gen_ai.provider.name`` its traces carry: ``"openai"`` (the wire
+    format, whoever serves it, as the GenAI conventions suggest) unless you name another
+    (``"azure.ai.openai"``, ``"deepseek"``, ``"groq"``…).
 
     Example::
 
@@ -100,10 +103,12 @@ class OpenAIChatModel(Model):
         server: str | None = None,
         health_paths: Sequence[str] | None = None,
         structured_output: OutputMode = "native",
+        provider: str = "openai",
     ) -> None:
         if structured_output not in ("native", "tool"):
             raise ConfigError("structured_output must be 'native' or 'tool'")
         self.structured_output = structured_output
+        self.provider = provider
         base = base_url.rstrip("/")
         self.base_url = base
         self.model = model

@@ -112,6 +112,9 @@ class BackendPool(Model):
         # A call may land on any backend: ask natively only if every one of them can.
         native = all(b.model.structured_output == "native" for b in self.backends)
         self.structured_output = "native" if native else "tool"
+        # Traces name the backends' provider; a pool mixing providers names itself.
+        providers = {b.model.provider for b in self.backends}
+        self.provider = providers.pop() if len(providers) == 1 else "podium.pool"
         for b in self.backends:
             if hasattr(b.model, "failover_statuses"):
                 # a restarting server answers 503 on every path: send the call elsewhere

@@ -33,6 +33,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from podium.observe.sampling import RateLimitedSampler
 
 if TYPE_CHECKING:
+    from podium.agent import Agent
     from podium.engine.records import RunRecord
 
 __all__ = ("ApiSpans", "RunSpan", "SdkSpans", "run_attributes", "spans_for")
@@ -71,11 +72,15 @@ def _parent_based_root_bound(sampler: Sampler) -> int | None:
     return root.bound if standard == description else None
 
 
-def run_attributes(agent: str, record: RunRecord) -> dict[str, Any]:
-    """The attributes a run span starts with (GenAI conventions; never message content)."""
+def run_attributes(agent: Agent, record: RunRecord) -> dict[str, Any]:
+    """The attributes a run span starts with (GenAI conventions; never message content):
+    those a sampler may read (operation, agent, provider, model) are there from the start."""
+    model = agent.model
     return {
         "gen_ai.operation.name": "invoke_agent",
-        "gen_ai.agent.name": agent,
+        "gen_ai.agent.name": agent.name,
+        "gen_ai.provider.name": model.provider,
+        "gen_ai.request.model": model.name,
         "gen_ai.conversation.id": record.run_id,
         "podium.run.id": record.run_id,
         "podium.tenant": record.tenant,
@@ -126,7 +131,7 @@ class SdkSpans:
         self._random_ids = bool(is_random()) if callable(is_random) else False
 
     def open_run(
-        self, agent: str, record: RunRecord, parent: Context | None
+        self, agent: Agent, record: RunRecord, parent: Context | None
     ) -> tuple[SpanContext | None, RunSpan | None]:
         """Decide the run's sampling (once, as ``start_span`` would with the provider's
         sampler): the span context its calls should propagate, and a :class:`RunSpan` when
@@ -150,7 +155,7 @@ class SdkSpans:
             attributes = run_attributes(agent, record)
         else:
             attributes = run_attributes(agent, record)
-            result = self._sampler.should_sample(parent, trace_id, f"invoke_agent {agent}",
+            result = self._sampler.should_sample(parent, trace_id, f"invoke_agent {agent.name}",
                                                  SpanKind.INTERNAL, attributes)
             decision = result.decision
             if not decision.is_recording():  # type: ignore[no-untyped-call]
@@ -211,11 +216,11 @@ class ApiSpans:
         self._reserved: dict[int, trace.Span] = {}  # live spans by span id, see reserve()
 
     def open_run(
-        self, agent: str, record: RunRecord, parent: Context | None
+        self, agent: Agent, record: RunRecord, parent: Context | None
     ) -> tuple[SpanContext | None, RunSpan | None]:
         attributes = run_attributes(agent, record)
         start_ns = _ns(record.started_at)
-        span = self._tracer.start_span(f"invoke_agent {agent}", context=parent,
+        span = self._tracer.start_span(f"invoke_agent {agent.name}", context=parent,
                                        kind=SpanKind.INTERNAL, start_time=start_ns,
                                        attributes=attributes)
         context = span.get_span_context()

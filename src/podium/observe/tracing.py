@@ -28,8 +28,14 @@ step's) gets its context when the child starts (:func:`child_trace_context`), an
 finished with the step, so the child's trace context exists while it runs.
 
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
-stores the request's) continues that trace, in whichever worker drives it; the
-run's model calls send its own ``traceparent`` to the backend.
+stores the request's; an MCP ``tools/call`` to Podium's servers, its ``params._meta``'s)
+continues that trace, in whichever worker drives it. The run's own context goes out with
+its calls: a ``traceparent`` (and ``tracestate``) header on model calls and HTTP tools
+(:func:`trace_headers`), and ``params._meta`` on MCP tool calls (:func:`trace_meta`).
+
+The spans carry ``gen_ai.provider.name``: the model's ``provider`` (``"openai"`` for an
+OpenAI-compatible endpoint unless it names another, ``"podium"`` for the simulated and
+function-backed models, a pool its backends' common one).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -58,8 +65,10 @@ __all__ = (
     "child_trace_context",
     "default_sampler",
     "inject_traceparent",
+    "meta_carrier",
     "submit_context",
     "trace_headers",
+    "trace_meta",
     "tracer_from_env",
     "tracing_configured",
 )
@@ -139,14 +148,52 @@ _TRACEPARENT: contextvars.ContextVar[Any] = contextvars.ContextVar(
 )
 
 
+#: A W3C ``traceparent`` (version 00's layout; a later version may append fields).
+_W3C_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-|$)")
+_MAX_META_VALUE = 8192  # the W3C baggage limit; tracestate's is 512
+
+
+def _w3c(parent: Any) -> dict[str, str]:
+    """A span context as W3C trace-context fields (``tracestate`` only when it has one)."""
+    fields = {"traceparent": f"00-{parent.trace_id:032x}-{parent.span_id:016x}-"
+                             f"{parent.trace_flags:02x}"}
+    if parent.trace_state:
+        fields["tracestate"] = parent.trace_state.to_header()
+    return fields
+
+
 def trace_headers(headers: dict[str, str]) -> dict[str, str]:
-    """``headers`` plus the current run's ``traceparent`` when it is traced; the same dict,
-    untouched, when not (one context-variable read: nothing to pay with tracing off)."""
+    """``headers`` plus the current run's ``traceparent`` (and ``tracestate``) when it is
+    traced; the same dict, untouched, when not (one context-variable read: nothing to pay
+    with tracing off)."""
     parent = _TRACEPARENT.get()
     if parent is None:
         return headers
-    return {**headers, "traceparent": f"00-{parent.trace_id:032x}-{parent.span_id:016x}-"
-                                      f"{parent.trace_flags:02x}"}
+    return {**headers, **_w3c(parent)}
+
+
+def trace_meta() -> dict[str, str] | None:
+    """The current run's trace context for an MCP request's ``params._meta``
+    (``traceparent``, and ``tracestate`` when it has one: the OpenTelemetry semantic
+    conventions for MCP, SEP-414), or None when the run is not traced (one
+    context-variable read)."""
+    parent = _TRACEPARENT.get()
+    return None if parent is None else _w3c(parent)
+
+
+def meta_carrier(meta: Mapping[str, Any] | None, headers: Mapping[str, str]) -> Mapping[str, str]:
+    """Where an MCP server reads a ``tools/call``'s trace context: the request's
+    ``params._meta`` when it carries a W3C ``traceparent`` (the semantic conventions prefer
+    it to the transport's: one HTTP request is not one MCP call), else the HTTP ``headers``.
+    Values from ``_meta`` are bounded as headers are (they may be stored with the run)."""
+    if not meta:
+        return headers
+    traceparent = meta.get("traceparent")
+    if not (isinstance(traceparent, str) and len(traceparent) <= _MAX_META_VALUE
+            and _W3C_TRACEPARENT.match(traceparent)):
+        return headers
+    return {k: v for k in (*TRACE_KEYS, "baggage")
+            if isinstance(v := meta.get(k), str) and len(v) <= _MAX_META_VALUE}
 
 
 def _ns(ts: float | None) -> int:
@@ -206,9 +253,10 @@ class RunTracer:
         parent = None
         if "traceparent" in meta:  # the configured propagators read it (W3C by default)
             parent = self._extract({k: meta[k] for k in TRACE_KEYS if k in meta})
-        context, run = self._spans.open_run(agent.name, record, parent)
-        if context is not None:  # unsampled runs pass their caller's decision on
-            _TRACEPARENT.set(context)
+        context, run = self._spans.open_run(agent, record, parent)
+        # Unsampled runs pass their caller's decision on; None too: a task that drives runs
+        # one after another must not send an earlier run's context.
+        _TRACEPARENT.set(context)
         if run is None:
             return None  # not sampled: nothing to hear of its steps
         run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
@@ -246,6 +294,7 @@ class RunTracer:
         model = agent.model.name
         chat: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": agent.model.provider,
             "gen_ai.request.model": model,
             "gen_ai.usage.input_tokens": usage.input_tokens - run.tokens_in,
             "gen_ai.usage.output_tokens": usage.output_tokens - run.tokens_out,
@@ -328,24 +377,36 @@ def submit_context(
     metadata: Mapping[str, str],
     agent: str,
     route: str = "/v1/runs",
+    mcp_meta: Mapping[str, Any] | None = None,
 ) -> Iterator[dict[str, str]]:
     """The metadata a run submitted through the gateway carries: the caller's W3C trace
     context, continued by a ``POST {route}`` server span when the gateway traces. The
-    worker that drives the run (any process, via the queue) parents its run span there."""
+    worker that drives the run (any process, via the queue) parents its run span there.
+
+    ``mcp_meta`` is an MCP ``tools/call``'s ``params._meta``: a trace context there is
+    the caller's (:func:`meta_carrier`), and the HTTP request's own, if it differs, is
+    linked to the span."""
+    carrier = meta_carrier(mcp_meta, headers)
     meta = dict(metadata)
     if tracer is None:
         for key in TRACE_KEYS:
-            value = headers.get(key)
+            value = carrier.get(key)
             if value:
                 meta.setdefault(key, value)
         yield meta
         return
     from opentelemetry.propagate import extract, inject
 
+    links = None
+    if carrier is not headers and headers.get("traceparent"):
+        transport = tracer._trace.get_current_span(extract(headers)).get_span_context()
+        if transport.is_valid:
+            links = [tracer._trace.Link(transport)]
     span = tracer.tracer.start_span(
-        f"POST {route}", context=extract(headers), kind=tracer._kind.SERVER,
+        f"POST {route}", context=extract(carrier), kind=tracer._kind.SERVER,
         attributes={"http.request.method": "POST", "http.route": route,
                     "gen_ai.agent.name": agent},
+        links=links,
     )
     inject(meta, context=tracer._trace.set_span_in_context(span))
     try:

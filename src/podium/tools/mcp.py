@@ -15,6 +15,10 @@ shared by every run (calls are multiplexed on it); a session whose connection fa
 dropped and the next call reconnects, so a crashed stdio server is started again. A call
 that fails because the connection did raises :class:`~podium.errors.RetryableToolError`,
 so a tool with ``retries`` tries again on a fresh session.
+
+A traced run's ``tools/call`` carries its W3C trace context in ``params._meta``
+(``traceparent``, ``tracestate``), as the OpenTelemetry semantic conventions for MCP say,
+over stdio and HTTP alike: an instrumented server continues the run's trace.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import keyword
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from mcp import ClientSession, types
@@ -35,6 +39,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from podium.errors import PodiumError, RetryableToolError
 from podium.models.base import ToolDefinition
+from podium.observe.tracing import trace_meta
 from podium.security.egress import EgressPolicy
 from podium.tools.mcp_http import guarded_http_client
 from podium.tools.policy import BreakerPolicy
@@ -255,7 +260,10 @@ class MCPServer:
         held = self._session()
         session = await held.get()
         try:
-            result = await session.call_tool(name, arguments)
+            # A traced run's context goes in params._meta (the OpenTelemetry conventions for
+            # MCP): the session is shared by every run, so it cannot go on the transport.
+            meta = cast("types.RequestParamsMeta | None", trace_meta())  # an open TypedDict
+            result = await session.call_tool(name, arguments, meta=meta)
         except Exception as exc:  # the connection failed (a crash mid-call): reconnect next
             self._drop(held)
             raise RetryableToolError(
