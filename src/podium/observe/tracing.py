@@ -255,8 +255,10 @@ class RunTracer:
             parent = self._extract({k: meta[k] for k in TRACE_KEYS if k in meta})
         context, run = self._spans.open_run(agent, record, parent)
         # Unsampled runs pass their caller's decision on; None too: a task that drives runs
-        # one after another must not send an earlier run's context.
-        _TRACEPARENT.set(context)
+        # one after another must not send an earlier run's context. (A set costs a context
+        # copy: skipped when there is nothing to change, the usual untraced run.)
+        if context is not None or _TRACEPARENT.get() is not None:
+            _TRACEPARENT.set(context)
         if run is None:
             return None  # not sampled: nothing to hear of its steps
         run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
