@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ("Serving", "sim_server", "start_serve")
+__all__ = ("Serving", "free_port", "mcp_http_server", "sim_server", "start_serve")
 
 READY = "Uvicorn running on"
 ANNOUNCED = re.compile(r"^podium: serving .* on (http://\S+) in ")
@@ -109,3 +111,36 @@ def sim_server(*args: str) -> Iterator[str]:
         proc.terminate()
         proc.wait(10)
         proc.stdout.close()
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def mcp_http_server(script: str) -> Iterator[str]:
+    """``python script http PORT``, an MCP server over streamable HTTP: its URL once it
+    accepts connections (it prints nothing reliable to wait for), stopped on exit."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, script, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(300):  # bounded: 15 s
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    why = proc.stderr.read().decode() if proc.stderr else "died"
+                    raise RuntimeError(why) from None
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stderr:
+            proc.stderr.close()

@@ -307,18 +307,21 @@ async def test_follow_a_run_with_wait_journal(backend: StoreBackend) -> None:
         await reader.wait_journal("no-such-run", -1, 10.0)
 
 
+async def _six_runs(store: RunStore, prefix: str) -> None:
+    """Runs ``{prefix}0`` to ``{prefix}5``, created a second apart from 1000.0: agents b,
+    a alternating; tenant t1 for the first four, t2 after; 0 and 3 completed, 4 running."""
+    for i in range(6):
+        r = RunRecord(f"{prefix}{i}", "a" if i % 2 else "b", "x",
+                      tenant="t1" if i < 4 else "t2", created_at=1000.0 + i)
+        await store.create(r)
+        if i % 3 == 0 or i == 4:
+            r.status = "completed" if i % 3 == 0 else "running"
+            await store.update(r)
+
+
 async def test_list_by_tenant_status_and_agent(backend: StoreBackend) -> None:
     store = backend.store()
-    for i in range(6):
-        r = RunRecord(f"l{i}", "a" if i % 2 else "b", "x", tenant="t1" if i < 4 else "t2",
-                      created_at=1000.0 + i)
-        await store.create(r)
-        if i % 3 == 0:
-            r.status = "completed"
-            await store.update(r)
-        elif i == 4:
-            r.status = "running"
-            await store.update(r)
+    await _six_runs(store, "l")
     assert [r.run_id for r in await store.list()] == [f"l{i}" for i in range(5, -1, -1)]
     assert [r.run_id for r in await store.list(tenant="t1")] == ["l3", "l2", "l1", "l0"]
     assert [r.run_id for r in await store.list(status="completed")] == ["l3", "l0"]
@@ -332,13 +335,7 @@ async def test_list_within_a_time_window(backend: StoreBackend) -> None:
     """``since``/``until`` bound ``created_at`` (both inclusive) in the store, before the
     limit: the window reaches runs however many newer ones there are."""
     store = backend.store()
-    for i in range(6):
-        r = RunRecord(f"w{i}", "a" if i % 2 else "b", "x", tenant="t1" if i < 4 else "t2",
-                      created_at=1000.0 + i)
-        await store.create(r)
-        if i % 3 == 0:
-            r.status = "completed"
-            await store.update(r)
+    await _six_runs(store, "w")
 
     async def ids(**kwargs: object) -> list[str]:
         return [r.run_id for r in await store.list(**kwargs)]  # type: ignore[arg-type]

@@ -9,10 +9,7 @@ to Podium's own MCP servers (the gateway's ``/mcp``, :func:`agents_mcp_server`) 
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from podium.messages import Message
 from podium.observe.tracing import RunTracer
 from podium.security import EgressPolicy
 from podium.tools.mcp import MCPServer
+from serve_process import mcp_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -45,34 +43,10 @@ def _tracer(ratio: float = 1.0) -> tuple[RunTracer, InMemorySpanExporter]:
     return RunTracer(provider), exporter
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, SERVER, "http", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        for _ in range(300):  # ready when it accepts connections
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    why = proc.stderr.read().decode() if proc.stderr else "died"
-                    raise RuntimeError(why) from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stderr:
-            proc.stderr.close()
+    with mcp_http_server(SERVER) as url:
+        yield url
 
 
 def _server(transport: str, http_url: str) -> MCPServer:

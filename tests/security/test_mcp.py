@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from podium.security import EgressDenied, EgressPolicy
 from podium.security.screen import ScreeningPolicy
 from podium.tools import ToolContext, ToolExecutor
 from podium.tools.mcp import MCPServer
+from serve_process import mcp_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -139,38 +137,10 @@ async def test_mcp_results_pass_the_injection_screen() -> None:
         await server.aclose()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def http_server() -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, DEMO, "http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        # Ready when it accepts connections (bounded: the process prints nothing reliable).
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    why = proc.stderr.read().decode() if proc.stderr else "died"
-                    raise RuntimeError(why) from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if proc.stderr:
-            proc.stderr.close()
+    with mcp_http_server(DEMO) as url:
+        yield url
 
 
 async def test_streamable_http_server(http_server: str) -> None:
