@@ -349,12 +349,14 @@ async def test_model_calls_carry_the_runs_traceparent() -> None:
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
     c = run.context
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
-    # An OpenAI-compatible endpoint is the "openai" provider (the wire format it speaks).
+    # An OpenAI-compatible endpoint is the "openai" provider (the wire format it speaks),
+    # and the model asked for is the id sent in the request, not Podium's name for it.
     chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat "))
+    assert chat.name == "chat qwen" and model.name != "qwen"
     for span in (run, chat):
         assert span.attributes is not None
         assert span.attributes["gen_ai.provider.name"] == "openai"
-        assert span.attributes["gen_ai.request.model"] == model.name
+        assert span.attributes["gen_ai.request.model"] == "qwen"
 
 
 @pytest.mark.parametrize("api", ["sdk", "other"])
@@ -392,6 +394,9 @@ def test_the_provider_of_endpoints_pools_and_configured_models() -> None:
     assert same.provider == "openai"
     mixed = BackendPool([Backend(vllm, name="a"), Backend(groq, name="b")])
     assert mixed.provider == "podium.pool"
+    # the model asked for: the backends' common id, else the pool's own name
+    assert (same.traced_model, mixed.traced_model) == ("qwen", mixed.name)
+    assert SimulatedModel().traced_model == SimulatedModel().name
     config = Config(models=[ModelConfig(name="ds", model="deepseek-chat", provider="deepseek",
                                         base_url="http://127.0.0.1:8003/v1")])
     assert build_models(config, {})["ds"].provider == "deepseek"

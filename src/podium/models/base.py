@@ -166,6 +166,15 @@ class Model(AsyncCloseable, abc.ABC):
     #: default, is a model that answers inside this process (the simulated and
     #: function-backed ones); a backend of your own says which provider it calls.
     provider: str = "podium"
+    #: The model its calls ask for, as traces name it (``gen_ai.request.model``, and the
+    #: ``chat {model}`` span): the id sent to the backend where there is one (an
+    #: OpenAI-compatible endpoint's ``model``); else, None, the model's :attr:`name`.
+    request_model: str | None = None
+
+    @property
+    def traced_model(self) -> str:
+        """:attr:`request_model`, or :attr:`name` when it has none."""
+        return self.request_model or self.name
     #: How this backend is asked for structured output (see :data:`OutputMode`): a
     #: backend that may not know ``response_format`` gets a final-answer tool.
     structured_output: OutputMode = "tool"

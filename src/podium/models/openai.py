@@ -112,6 +112,7 @@ class OpenAIChatModel(Model):
         base = base_url.rstrip("/")
         self.base_url = base
         self.model = model
+        self.request_model = model
         self.name = name or f"{model}@{yarl.URL(base).authority}"
         self.streaming = stream
         self.timeouts = timeouts or Timeouts()

@@ -115,6 +115,9 @@ class BackendPool(Model):
         # Traces name the backends' provider; a pool mixing providers names itself.
         providers = {b.model.provider for b in self.backends}
         self.provider = providers.pop() if len(providers) == 1 else "podium.pool"
+        # And the model they are asked for, when they all ask for the same one.
+        asked = {b.model.traced_model for b in self.backends}
+        self.request_model = asked.pop() if len(asked) == 1 else None
         for b in self.backends:
             if hasattr(b.model, "failover_statuses"):
                 # a restarting server answers 503 on every path: send the call elsewhere

@@ -80,7 +80,7 @@ def run_attributes(agent: Agent, record: RunRecord) -> dict[str, Any]:
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": agent.name,
         "gen_ai.provider.name": model.provider,
-        "gen_ai.request.model": model.name,
+        "gen_ai.request.model": model.traced_model,
         "gen_ai.conversation.id": record.run_id,
         "podium.run.id": record.run_id,
         "podium.tenant": record.tenant,

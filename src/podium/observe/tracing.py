@@ -293,7 +293,7 @@ class RunTracer:
             ),
         }, context=opened[0] if opened else None)
         model_start = start + wall[0]
-        model = agent.model.name
+        model = agent.model.traced_model
         chat: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.provider.name": agent.model.provider,
