@@ -152,6 +152,31 @@ async def test_list_filters_by_status_and_agent() -> None:
         assert bad.status_code == 422 and bad.json()["error"]["field"] == "status"
 
 
+async def test_list_within_a_time_window() -> None:
+    async with gateway_client() as (_, client):
+        made = [(await client.post("/v1/runs", json={"agent": "react", "input": "q",
+                                                      "wait": True})).json()
+                for _ in range(3)]
+        first, second, third = (run["created_at"] for run in made)
+        assert first <= second <= third
+
+        async def ids(**params: object) -> list[str]:
+            r = await client.get("/v1/runs", params=params)
+            assert r.status_code == 200, r.text
+            return [x["id"] for x in r.json()["data"]]
+
+        everything = await ids()
+        assert await ids(since=f"{first:.6f}".rstrip("0")) == everything
+        assert set(await ids(since=repr(second))) == {made[1]["id"], made[2]["id"]}
+        assert set(await ids(until=repr(first))) == {made[0]["id"]}
+        assert await ids(since=f"{third + 60:.0f}") == []
+        assert await ids(since=repr(third), until=repr(first)) == ([] if first < third else
+                                                                  [made[0]["id"]])
+        for bad in ("yesterday", "-1", "1e9", "nan", "1.", "9" * 13, ""):
+            r = await client.get("/v1/runs", params={"since": bad})
+            assert r.status_code == 422 and r.json()["error"]["field"] == "since", bad
+
+
 async def test_agents_lists_tools_with_schemas() -> None:
     async with gateway_client() as (_, client):
         data = (await client.get("/v1/agents")).json()["data"]

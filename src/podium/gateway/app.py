@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
@@ -35,7 +36,7 @@ from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
 from podium.gateway.live import LiveFrames, follow_live
 from podium.gateway.metrics import CONTENT_TYPE
-from podium.gateway.openapi import openapi_document
+from podium.gateway.openapi import EPOCH_PATTERN, openapi_document
 from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
 from podium.gateway.schemas import (
     AgentList,
@@ -193,6 +194,20 @@ def _limit(query: Mapping[str, str]) -> int:
     return int(digits)
 
 
+_EPOCH = re.compile(EPOCH_PATTERN)
+
+
+def _epoch(query: Mapping[str, str], name: str) -> float | None:
+    """A time bound of a listing: epoch seconds (``1733250000`` or ``1733250000.5``)."""
+    raw = query.get(name)
+    if raw is None:
+        return None
+    if not _EPOCH.fullmatch(raw):
+        raise ApiError(422, "invalid_request",
+                       f"{name} must be epoch seconds (digits, an optional fraction)", field=name)
+    return float(raw)
+
+
 def _thread_id(request: Request) -> str:
     try:
         return check_thread_id(request.path_params["thread_id"])
@@ -268,7 +283,7 @@ def _routes(gw: Gateway) -> list[Route]:
 
     async def list_runs(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
-        query = _query(request, frozenset({"status", "agent", "limit"}))
+        query = _query(request, frozenset({"status", "agent", "limit", "since", "until"}))
         status = query.get("status")
         if status is not None and status not in _STATUSES:
             raise ApiError(
@@ -278,7 +293,8 @@ def _routes(gw: Gateway) -> list[Route]:
                 field="status",
             )
         records = await gw.store.list(
-            tenant=tenant.name, status=status, agent=query.get("agent"), limit=_limit(query)
+            tenant=tenant.name, status=status, agent=query.get("agent"), limit=_limit(query),
+            since=_epoch(query, "since"), until=_epoch(query, "until"),
         )
         return json_response(RunList("list", [run_out(r) for r in records]))
 

@@ -112,6 +112,8 @@ _THREAD_ID = {
         "pattern": THREAD_ID_PATTERN,
     },
 }
+#: Epoch seconds as the run listing takes them (gateway.app's ``_EPOCH``).
+EPOCH_PATTERN = r"^[0-9]{1,12}(\.[0-9]{1,9})?$"
 _LIMIT = {
     "name": "limit",
     "in": "query",
@@ -161,6 +163,17 @@ def _paths() -> dict[str, Any]:
                         "schema": {"type": "string"},
                     },
                     _LIMIT,
+                    *(
+                        {
+                            "name": bound,
+                            "in": "query",
+                            "required": False,
+                            "description": f"Runs created {word} this time (epoch seconds, "
+                            "inclusive).",
+                            "schema": {"type": "string", "pattern": EPOCH_PATTERN},
+                        }
+                        for bound, word in (("since", "at or after"), ("until", "at or before"))
+                    ),
                 ],
                 "responses": {
                     "200": {"description": "Runs.", "content": _json("RunList")},
