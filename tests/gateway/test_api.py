@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import httpx
 import msgspec
@@ -166,7 +167,9 @@ async def test_list_within_a_time_window() -> None:
             return [x["id"] for x in r.json()["data"]]
 
         everything = await ids()
-        assert await ids(since=f"{first:.6f}".rstrip("0")) == everything
+        # Bounds rounded down, so the first run is inside: a whole second and a decimal one.
+        assert await ids(since=str(math.floor(first))) == everything
+        assert await ids(since=f"{first - 0.0005:.3f}") == everything
         assert set(await ids(since=repr(second))) == {made[1]["id"], made[2]["id"]}
         assert set(await ids(until=repr(first))) == {made[0]["id"]}
         assert await ids(since=f"{third + 60:.0f}") == []
