@@ -328,3 +328,31 @@ def test_a_mistyped_clock_is_refused_with_the_choices() -> None:
 
     with pytest.raises(ConfigError, match="sampled, thread, wall"):
         Engine(clock="smapled")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("ratio", "scale"), [(1.0, 1 << 16), (0.75, 3 << 14)])
+def test_a_checkpoint_that_waits_after_the_snapshot_is_waiting_on_the_sampled_stopwatch(
+    clocks: FakeClocks, calibration: stopwatch._Calibration, ratio: float, scale: int
+) -> None:
+    """The store makes the checkpoint wait after the journaled snapshot: closing works out
+    the checkpoint's CPU again (its running time, scaled, plus CPU booked off the loop) and
+    keeps the other phases' figures, whether or not the step waited before."""
+    calibration.ratio, calibration.scale = ratio, scale
+    sw = SampledStopwatch.start(clocks.thread)
+    waited = waited_step(clocks, sw, 0, store_wait=500)
+    assert waited is not None and waited.wall_ns == (10, 1_010, 10, 0, 3, 504)
+    q = ratio
+    assert waited.cpu_ns == (int(10 * q), int(10 * q), int(10 * q), 7, int(3 * q), int(4 * q))
+    # An instant step whose checkpoint alone waits, with CPU booked off the loop in it.
+    clocks.advance(40)
+    sw.lap(0)
+    snap = sw.snapshot(1, 0, 0)
+    assert snap is not None and snap.cpu_ns == (int(40 * q), 0, 0, 0, 0, 0)
+    clocks.advance(2)
+    wait(clocks, sw, 5, 300)
+    sw.add_cpu(5, 9)
+    clocks.advance(6)
+    sw.close_step(snap)
+    assert snap.wall_ns == (40, 0, 0, 0, 0, 308)
+    assert snap.cpu_ns == (int(40 * q), 0, 0, 0, 0, int(8 * q) + 9)
+    assert sw.steps == [waited, snap]

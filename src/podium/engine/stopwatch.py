@@ -309,6 +309,23 @@ class SampledStopwatch(Stopwatch, gc=False):
         if t[_SLICE_CPU] >= 0:
             self._calibrate(now)
 
+    def resume(self, phase: int) -> None:
+        # Stopwatch.resume with the slice's opening inlined: at every real wait.
+        t = self.t
+        now = _perf()
+        waited = now - t[_MARK]
+        t[phase] += waited
+        t[12 + phase] += waited
+        t[_MARK] = now
+        t[_SPLIT] = 1
+        cal = _calibration
+        cal.slices += 1
+        if cal.slices % SAMPLE_EVERY == 0:
+            t[_SLICE_START] = now
+            t[_SLICE_CPU] = self.clock()
+        else:
+            t[_SLICE_CPU] = -1
+
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
         wall = tuple(t[0:6])
@@ -333,8 +350,15 @@ class SampledStopwatch(Stopwatch, gc=False):
         if profile is not None:
             wall = tuple(t[0:6])
             if t[_SPLIT]:
+                # Only the checkpoint changed since snapshot() (its first five phases were
+                # over), so only its CPU is worked out again; the others stand as estimated.
+                c, w5 = profile.cpu_ns, wall[5]
+                if _calibration.ratio >= 1.0 - self.tolerance:
+                    cpu5 = w5 - t[17] + t[11]
+                else:
+                    cpu5 = ((w5 - t[17]) * _calibration.scale >> 16) + t[11]
                 profile.wall_ns = wall
-                profile.cpu_ns = self._cpu(wall)
+                profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], cpu5)
             elif _calibration.ratio >= 1.0 - self.tolerance:
                 profile.wall_ns = profile.cpu_ns = wall
             else:
