@@ -67,3 +67,16 @@ async def test_show_of_a_ten_thousand_step_run_is_bounded(tmp_path: Path) -> Non
     assert len(text) < 400_000 and seconds < 15, (len(text), seconds)  # was 4.9 MB in 20 s
     assert "journal entries not shown (--json prints them all)" in text
     assert "9,800 steps not shown" in text and "9999" in text  # the last step is there
+
+
+def test_podium_run_prints_a_hostile_run_as_text() -> None:
+    """The live view of ``podium run`` (steps, calls, results as they happen)."""
+    out = subprocess.run([sys.executable, "-m", "podium.cli.main", "run",
+                          "hostile_agents:hostile", f"input {HOSTILE}"],
+                         capture_output=True, text=True, timeout=120,
+                         env=subprocess_env(FORCE_COLOR="1", COLUMNS="200"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    steps = out.stdout.split("answer")[0]  # the answer is the model's text, as written
+    assert not [raw for raw in RAW if raw in steps], steps
+    assert "\\x1b[2J" in steps and "[bold red]not bold[/]" in steps
+    assert "<script>window.pwned=1" in steps  # the name of the tool the model invented

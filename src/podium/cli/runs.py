@@ -20,9 +20,9 @@ from typing import Any
 import msgspec
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from podium.cli.common import check_output_file, check_redis_url, positive_int, write_output_file
+from podium.cli.textline import line as _t
 from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
@@ -41,7 +41,7 @@ from podium.engine.records import (
 )
 from podium.errors import ConfigError, PodiumError
 from podium.messages import Message
-from podium.observe.display import clip, keep_ends, terminal_safe
+from podium.observe.display import clip, keep_ends
 from podium.observe.inspect import (
     RunFilter,
     StepTiming,
@@ -67,19 +67,6 @@ _TEXT_LIMIT, _BRIEF_LIMIT = 4000, 300
 #: Journal entries and timeline rows ``show`` prints of a long run: the first and last
 #: halves, with a line saying how many are left out (10,000 steps would take a minute).
 _ENTRIES_LIMIT, _TIMELINE_LIMIT = 400, 200
-
-#: A piece of a printed line: text, or (text, rich style).
-Part = str | tuple[str, str]
-
-
-def _t(*parts: Part) -> Text:
-    """One line from trusted styles and untrusted text. A run's text comes from users,
-    models and tools: built as :class:`~rich.text.Text` it is never read as markup
-    (``[bold]`` prints as typed) and its control characters print as escapes, so ANSI
-    sequences in it cannot drive the terminal."""
-    return Text.assemble(*(terminal_safe(p) if isinstance(p, str) else (terminal_safe(p[0]), p[1])
-                           for p in parts))
-
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
