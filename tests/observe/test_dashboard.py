@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import re
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,7 +10,7 @@ import httpx
 import pytest
 from chromium import SVG_STATS, open_page
 
-from .conftest import subprocess_env
+from .conftest import serving
 
 pytestmark = pytest.mark.anyio
 
@@ -41,30 +37,8 @@ tenant = "acme"
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[str]:
-    config = tmp_path / "podium.toml"
-    config.write_text(CONFIG)
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "podium.cli.main", "serve", "--config", str(config),
-        "--host", "127.0.0.1", "--port", "0", "--log-level", "info",
-        env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    url = None
-    seen = []
-    while url is None:
-        line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
-        seen.append(line)
-        assert line, "".join(seen)
-        found = re.search(r"(http://127\.0\.0\.1:\d+)", line)
-        if found and "Uvicorn running" in line:
-            url = found[1]
-    drain = asyncio.create_task(proc.stderr.read())
-    try:
+    async with serving(CONFIG, tmp_path) as url:
         yield url
-    finally:
-        proc.terminate()
-        await asyncio.wait_for(proc.wait(), 30)
-        await drain
 
 
 async def _submit(url: str, n: int) -> list[str]:

@@ -10,11 +10,11 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from podium.agent import Agent
 from podium.cli.common import EXIT_INTERRUPTED, RawHelpFormatter, UserError, check_sqlite_path
+from podium.cli.textline import line
 from podium.config import load_config
 from podium.engine.approvals import PendingApproval
 from podium.engine.driver import Engine
@@ -41,6 +41,7 @@ from podium.factory import (
     with_model,
 )
 from podium.messages import Message, Usage
+from podium.observe.display import terminal_safe
 from podium.tools.executor import ToolResult
 
 __all__ = ("EXIT_WAITING", "register")
@@ -132,35 +133,35 @@ class _Printer:
             self._turn(entry.step, entry.message)
         elif isinstance(entry, OutputRejected):
             self._turn(entry.step, entry.message)
-            c.print(f"  [yellow]output rejected[/yellow]: {escape(entry.error)}")
+            c.print(line("  ", ("output rejected", "yellow"), ": ", entry.error))
             self._timings(entry.profile)
         elif isinstance(entry, ToolOutcome):
             self._result(entry.result)
         elif isinstance(entry, StepCommitted):
             self._timings(entry.profile)
         elif isinstance(entry, Compacted):
-            c.print(
-                f"  [magenta]context compacted[/magenta] ({entry.method}): "
-                f"messages {entry.start}–{entry.end} → 1 summary"
-            )
+            c.print(line("  ", ("context compacted", "magenta"), f" ({entry.method}): "
+                         f"messages {entry.start}–{entry.end} → 1 summary"))
         elif isinstance(entry, ApprovalRequested):
             what = (
-                f"asks: {escape(entry.question or '')}"
+                f"asks: {entry.question or ''}"
                 if entry.kind == "interrupt"
-                else f"waits for approval ({escape(entry.arguments[:200])})"
+                else f"waits for approval ({entry.arguments[:200]})"
             )
-            c.print(f"  [magenta]⏸ {entry.tool}[/magenta] {what} [dim](call {entry.call_id})[/dim]")
+            c.print(line("  ", (f"⏸ {entry.tool}", "magenta"), f" {what} ",
+                         (f"(call {entry.call_id})", "dim")))
         elif isinstance(entry, ApprovalDecided):
-            c.print(f"  [magenta]✓ {entry.decision}[/magenta] [dim](call {entry.call_id})[/dim]")
+            c.print(line("  ", (f"✓ {entry.decision}", "magenta"), " ",
+                         (f"(call {entry.call_id})", "dim")))
         elif isinstance(entry, RunFinished) and entry.status != "completed":
-            c.print(f"[red]run {entry.status}[/red]: {escape(entry.error or entry.reason or '')}")
+            c.print(line((f"run {entry.status}", "red"), ": ", entry.error or entry.reason or ""))
 
     def _turn(self, step: int, message: Message) -> None:
         self.console.rule(f"{self.label}step {step}", align="left", style="dim")
         if message.content and message.tool_calls:
-            self.console.print(f"  [italic]{escape(message.content)}[/italic]")
+            self.console.print(line("  ", (message.content, "italic")))
         for call in message.tool_calls:
-            self.console.print(f"  [cyan]→ {call.name}[/cyan]({escape(call.arguments[:200])})")
+            self.console.print(line("  ", (f"→ {call.name}", "cyan"), f"({call.arguments[:200]})"))
 
     def _timings(self, profile: StepProfile | None) -> None:
         if profile is None or not profile.wall_ns:
@@ -176,10 +177,10 @@ class _Printer:
         style = "green" if result.ok else "red"
         text = result.content.replace("\n", " ")
         more = "…" if len(text) > 160 else ""
-        self.console.print(
-            f"  [{style}]← {result.name}[/{style}] {escape(text[:160])}{more} "
-            f"[dim]({result.wall_ns / 1e6:.1f} ms, {result.attempts} attempt(s))[/dim]"
-        )
+        self.console.print(line(
+            "  ", (f"← {result.name}", style), f" {text[:160]}{more} ",
+            (f"({result.wall_ns / 1e6:.1f} ms, {result.attempts} attempt(s))", "dim"),
+        ))
 
 
 def _print_profile(console: Console, record: RunRecord) -> None:
@@ -264,9 +265,11 @@ def main(args: argparse.Namespace) -> int:
         _print_profile(console, record)
         if record.status == "completed":
             console.rule("answer", align="left")
-            # print(), not rich: the answer is the user's text, unwrapped and unstyled.
+            # print(), not rich: the answer is the user's text, unwrapped and unstyled; on a
+            # terminal its control characters are shown, not obeyed (piped, it is as written).
             sys.stdout.flush()
-            print(record.output or "", flush=True)
+            answer = record.output or ""
+            print(terminal_safe(answer) if sys.stdout.isatty() else answer, flush=True)
         u = record.usage
         console.print(
             f"[dim]{record.run_id} {record.status} in {record.steps} steps; "
@@ -350,7 +353,7 @@ async def _run(
             record = await engine.create(agent, args.input)
             started.append(record.run_id)
             if verbose:
-                console.print(f"[bold]{escape(agent.name)}[/bold] run {record.run_id}")
+                console.print(line((agent.name, "bold"), f" run {record.run_id}"))
             record = await engine.execute(agent, record)
         interactive = verbose and sys.stdin.isatty()
         while record.status == "waiting":  # parked on a human: decide here, if we may
@@ -430,4 +433,4 @@ async def _prompt(
                 continue
             return
         except DecisionError as exc:
-            console.print(f"[red]{escape(str(exc))}[/red]")
+            console.print(line((str(exc), "red")))

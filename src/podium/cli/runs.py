@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from podium.cli.common import check_output_file, check_redis_url, positive_int, write_output_file
+from podium.cli.textline import line as _t
 from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import (
@@ -41,8 +41,10 @@ from podium.engine.records import (
 )
 from podium.errors import ConfigError, PodiumError
 from podium.messages import Message
+from podium.observe.display import clip, keep_ends
 from podium.observe.inspect import (
     RunFilter,
+    StepTiming,
     aggregate,
     find_runs,
     follow,
@@ -59,7 +61,12 @@ _STATUSES = RUN_STATUSES
 #: One colour per step phase on the timeline bars.
 _PHASE_STYLE = dict(zip(STEP_PHASES, ("blue", "magenta", "cyan", "yellow", "green", "red"),
                         strict=True))
-
+#: What ``show``/``tail`` print of one text (an input, a reply) and of a tool's result or
+#: arguments; ``--json`` prints everything.
+_TEXT_LIMIT, _BRIEF_LIMIT = 4000, 300
+#: Journal entries and timeline rows ``show`` prints of a long run: the first and last
+#: halves, with a line saying how many are left out (10,000 steps would take a minute).
+_ENTRIES_LIMIT, _TIMELINE_LIMIT = 400, 200
 
 def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
@@ -119,7 +126,7 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
             store = open_store(args.store, redis=args.redis, prefix=args.prefix)
             return asyncio.run(_with_store(store, verb, args))
         except (ConfigError, PodiumError) as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}")
+            err.print(_t(("error:", "red"), " ", str(exc)))
             return 2
         except KeyboardInterrupt:
             return 130
@@ -181,8 +188,8 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
     for r in runs:
         wall = _wall_ms(r)
         table.add_row(
-            r.run_id, escape(r.agent), escape(r.tenant),
-            f"[{style.get(r.status, 'white')}]{r.status}[/]", r.reason or "", str(r.steps),
+            _t(r.run_id), _t(r.agent), _t(r.tenant),
+            _t((r.status, style.get(r.status, "white"))), _t(r.reason or ""), str(r.steps),
             datetime.fromtimestamp(r.created_at).strftime("%m-%d %H:%M:%S"),
             f"{wall:,.1f}" if wall is not None else "-",
             f"{r.usage.total_tokens:,}",
@@ -219,14 +226,20 @@ async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> 
         console.rule("child runs", align="left", style="dim")
         for depth, child in children:
             wall = _wall_ms(child)
-            console.print(
-                f"{'  ' * depth}└ [bold]{child.run_id}[/bold] agent={escape(child.agent)} "
-                f"call={child.parent_call} status=[bold]{child.status}[/bold] steps {child.steps}"
-                + (f" wall {wall:,.1f} ms" if wall is not None else "")
-            )
+            console.print(_t(
+                f"{'  ' * depth}└ ", (child.run_id, "bold"), f" agent={child.agent} "
+                f"call={child.parent_call} status=", (child.status, "bold"),
+                f" steps {child.steps}" + (f" wall {wall:,.1f} ms" if wall is not None else ""),
+            ))
     console.rule("messages", align="left", style="dim")
-    console.print(f"[bold]user[/bold]: {escape(record.input)}")
-    for item in journal:
+    console.print(_t(("user", "bold"), ": ", clip(record.input, _TEXT_LIMIT)))
+    head, tail, left_out = keep_ends(journal, _ENTRIES_LIMIT)
+    for item in head:
+        _print_entry(console, item)
+    if left_out:
+        console.print(_t((f"… {left_out:,} journal entries not shown (--json prints them all)",
+                          "dim")))
+    for item in tail:
         _print_entry(console, item)
     _print_timeline(console, timeline)
     return 0
@@ -243,13 +256,13 @@ async def _tree(store: RunStore, record: RunRecord, depth: int = 1) -> list[tupl
 
 def _header(console: Console, r: RunRecord) -> None:
     wall = _wall_ms(r)
-    console.print(
-        f"[bold]{r.run_id}[/bold] agent={escape(r.agent)} tenant={escape(r.tenant)} "
-        f"pool={escape(r.pool)} status=[bold]{r.status}[/bold]"
-        + (f" reason={r.reason}" if r.reason else "")
+    console.print(_t(
+        (r.run_id, "bold"), f" agent={r.agent} tenant={r.tenant} pool={r.pool} status=",
+        (r.status, "bold"),
+        (f" reason={r.reason}" if r.reason else "")
         + (f" parent={r.parent_run_id} call={r.parent_call}" if r.parent_run_id else "")
-        + (f" now={escape(r.active_agent)}" if r.active_agent else "")
-    )
+        + (f" now={r.active_agent}" if r.active_agent else ""),
+    ))
     console.print(
         f"  created {_when(r.created_at)}  started {_when(r.started_at)}  "
         f"finished {_when(r.finished_at)}  steps {r.steps}"
@@ -257,7 +270,7 @@ def _header(console: Console, r: RunRecord) -> None:
         + f"  tokens {r.usage.input_tokens:,} in / {r.usage.output_tokens:,} out"
     )
     if r.error:
-        console.print(f"  [red]error[/red]: {escape(r.error)}")
+        console.print(_t("  ", ("error", "red"), ": ", clip(r.error, _TEXT_LIMIT)))
 
 
 def _print_entry(console: Console, item: JournalItem) -> None:
@@ -270,49 +283,50 @@ def _print_entry(console: Console, item: JournalItem) -> None:
         _turn(console, entry.step, entry.message)
     elif isinstance(entry, OutputRejected):
         _turn(console, entry.step, entry.message)
-        console.print(f"  [yellow]output rejected[/yellow]: {escape(entry.error)}")
+        console.print(_t("  ", ("output rejected", "yellow"), ": ",
+                         clip(entry.error, _TEXT_LIMIT)))
     elif isinstance(entry, ToolOutcome):
         _result(console, entry.result)
     elif isinstance(entry, Compacted):
-        console.print(f"  [magenta]context compacted[/magenta] ({entry.method}): "
-                      f"messages {entry.start}–{entry.end} → 1 summary")
+        console.print(_t("  ", ("context compacted", "magenta"), f" ({entry.method}): "
+                         f"messages {entry.start}–{entry.end} → 1 summary"))
     elif isinstance(entry, ApprovalRequested):
         what = f"asks: {entry.question}" if entry.kind == "interrupt" else "waits for approval"
-        console.print(f"  [magenta]⏸ {escape(entry.tool)}[/magenta] {escape(what)} "
-                      f"[dim](call {escape(entry.call_id)}, {_when(entry.ts)})[/dim]")
+        console.print(_t("  ", (f"⏸ {entry.tool}", "magenta"), " ", clip(what, _TEXT_LIMIT), " ",
+                         (f"(call {entry.call_id}, {_when(entry.ts)})", "dim")))
     elif isinstance(entry, ApprovalDecided):
-        edited = f" with {entry.arguments}" if entry.arguments else ""
-        said = f": {entry.message}" if entry.message else ""
-        console.print(f"  [magenta]✓ {entry.decision}{escape(edited + said)}[/magenta] "
-                      f"[dim](call {escape(entry.call_id)}, by {escape(entry.by or '?')}, "
-                      f"{_when(entry.ts)})[/dim]")
+        edited = f" with {clip(entry.arguments, _BRIEF_LIMIT)}" if entry.arguments else ""
+        said = f": {clip(entry.message, _TEXT_LIMIT)}" if entry.message else ""
+        console.print(_t("  ", (f"✓ {entry.decision}{edited}{said}", "magenta"), " ",
+                         (f"(call {entry.call_id}, by {entry.by or '?'}, {_when(entry.ts)})",
+                          "dim")))
     elif isinstance(entry, RunFinished):
         style = "green" if entry.status == "completed" else "red"
-        console.print(f"[{style}]run {entry.status}[/{style}]"
-                      + (f" ({entry.reason})" if entry.reason else "")
-                      + (f": {escape(entry.error)}" if entry.error else ""))
+        console.print(_t((f"run {entry.status}", style),
+                         (f" ({entry.reason})" if entry.reason else "")
+                         + (f": {clip(entry.error, _TEXT_LIMIT)}" if entry.error else "")))
 
 
 def _turn(console: Console, step: int, message: Message) -> None:
-    console.print(f"[dim]── step {step}[/dim]")
+    console.print(_t((f"── step {step}", "dim")))
     if message.content:
-        console.print(f"[bold]assistant[/bold]: {escape(message.content)}")
+        console.print(_t(("assistant", "bold"), ": ", clip(message.content, _TEXT_LIMIT)))
     for call in message.tool_calls:
-        console.print(f"  [cyan]→ {escape(call.name)}[/cyan]({escape(call.arguments[:300])})")
+        console.print(_t("  ", (f"→ {clip(call.name, _BRIEF_LIMIT)}", "cyan"),
+                         f"({clip(call.arguments, _BRIEF_LIMIT)})"))
 
 
 def _result(console: Console, result: ToolResult) -> None:
     style = "green" if result.ok else "red"
-    text = result.content.replace("\n", " ")
-    more = "…" if len(text) > 300 else ""
-    status = "" if result.ok else f" [red]{result.error}[/red]"
-    console.print(
-        f"  [{style}]← {escape(result.name)}[/{style}]{status} {escape(text[:300])}{more} "
-        f"[dim]({result.wall_ns / 1e6:.1f} ms, {result.attempts} attempt(s))[/dim]"
-    )
+    status = "" if result.ok else f" {result.error}"
+    console.print(_t(
+        "  ", (f"← {clip(result.name, _BRIEF_LIMIT)}", style), (status, "red"), " ",
+        clip(result.content, _BRIEF_LIMIT).replace("\n", " "), " ",
+        (f"({result.wall_ns / 1e6:.1f} ms, {result.attempts} attempt(s))", "dim"),
+    ))
 
 
-def _print_timeline(console: Console, timeline: list[Any]) -> None:
+def _print_timeline(console: Console, timeline: list[StepTiming]) -> None:
     if not timeline:
         return
     total = max(t.start_ms + t.total_ms for t in timeline) or 1.0
@@ -324,17 +338,27 @@ def _print_timeline(console: Console, timeline: list[Any]) -> None:
         table.add_column(f"[{_PHASE_STYLE[name]}]{name}[/]", justify="right")
     table.add_column("CPU", justify="right")
     table.add_column("bar")
-    for t in timeline:
-        bar = " " * int(t.start_ms / total * width)
-        for name, wall in zip(STEP_PHASES, t.wall_ms, strict=False):
-            cells = round(wall / total * width)
-            if cells:
-                bar += f"[{_PHASE_STYLE[name]}]{'█' * cells}[/]"
-        table.add_row(
-            str(t.step), f"{t.start_ms:.1f}", *(f"{w:.2f}" for w in t.wall_ms),
-            f"{sum(t.cpu_ms):.2f}", bar or "▏",
-        )
+    head, tail, left_out = keep_ends(timeline, _TIMELINE_LIMIT)
+    for t in head:
+        _timeline_row(table, t, total, width)
+    if left_out:
+        table.add_row("…", "", *([""] * len(STEP_PHASES)), "",
+                      f"[dim]{left_out:,} steps not shown (--json prints them all)[/dim]")
+    for t in tail:
+        _timeline_row(table, t, total, width)
     console.print(table)
+
+
+def _timeline_row(table: Table, t: StepTiming, total: float, width: int) -> None:
+    bar = " " * int(t.start_ms / total * width)
+    for name, wall in zip(STEP_PHASES, t.wall_ms, strict=False):
+        cells = round(wall / total * width)
+        if cells:
+            bar += f"[{_PHASE_STYLE[name]}]{'█' * cells}[/]"
+    table.add_row(
+        str(t.step), f"{t.start_ms:.1f}", *(f"{w:.2f}" for w in t.wall_ms),
+        f"{sum(t.cpu_ms):.2f}", bar or "▏",
+    )
 
 
 async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> int:
@@ -342,8 +366,8 @@ async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> 
         record = await _get(store, args.run_id)
         if not args.json:
             _header(console, record)
-            console.print(f"[bold]user[/bold]: {escape(record.input)}")
-            console.print(f"[dim]following {args.run_id}…[/dim]")
+            console.print(_t(("user", "bold"), ": ", clip(record.input, _TEXT_LIMIT)))
+            console.print(_t((f"following {args.run_id}…", "dim")))
         status = "unknown"
         async for item in follow(store, args.run_id):
             if args.json:
@@ -357,13 +381,14 @@ async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> 
         if final is not None:
             status = final.status
         if not args.json:
-            console.print(f"[dim]{args.run_id} {status}[/dim]")
+            console.print(_t((f"{args.run_id} {status}", "dim")))
         return 0
 
     try:
         return await asyncio.wait_for(run(), args.timeout)
     except TimeoutError:
-        Console(stderr=True).print(f"[yellow]{args.run_id} still going after {args.timeout}s")
+        Console(stderr=True).print(_t((f"{args.run_id} still going after {args.timeout}s",
+                                       "yellow")))
         return 1
 
 

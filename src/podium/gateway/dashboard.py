@@ -17,6 +17,8 @@ backend occupancy is known only where the calls are made: the gateway's own engi
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,7 @@ from starlette.routing import Route
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import ModelTurn, StepRecord, ToolOutcome
 from podium.gateway.errors import ApiError
+from podium.observe.display import clip, keep_ends
 from podium.observe.inspect import aggregate, step_timeline
 
 if TYPE_CHECKING:
@@ -43,11 +46,15 @@ _LONGEST = 10
 #: stuck for an hour is older than the newest _RECENT, so it is looked for among these.
 _RUNNING = 2000
 _WINDOW_S, _BUCKET_S = 120, 5  # the throughput plot: two minutes in 5-second steps
+# A run's page is polled every second: its size is bounded whatever the run holds (a 5 MB
+# tool result, 10,000 steps). Each cut says what it left out.
+_TEXT, _CALL = 2000, 200  # characters of a message, of a tool call's arguments
+_MESSAGES, _TIMELINE = 400, 1000  # messages and steps sent: the first and last halves
 
 
 def _json(value: Any, status: int = 200) -> Response:
     return Response(msgspec.json.encode(value), status, media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+                    headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"})
 
 
 def _throughput(finished: list[RunRecord], now: float, *, full: bool) -> list[float]:
@@ -133,30 +140,36 @@ async def _run(gw: Gateway, run_id: str) -> dict[str, Any] | None:
     if record is None:
         return None
     journal = await gw.store.journal(run_id)
-    messages: list[dict[str, str]] = [{"role": "user", "text": record.input}]
+    messages: list[dict[str, str]] = [{"role": "user", "text": clip(record.input, _TEXT)}]
     for _, entry in journal:
         if isinstance(entry, StepRecord | ModelTurn):
             m = entry.message
-            calls = ", ".join(f"{c.name}({c.arguments[:120]})" for c in m.tool_calls)
-            messages.append({"role": "assistant", "text": m.content or f"→ {calls}"})
+            calls = ", ".join(f"{clip(c.name, _CALL)}({clip(c.arguments, _CALL)})"
+                              for c in m.tool_calls)
+            messages.append({"role": "assistant", "text": clip(m.content or f"→ {calls}", _TEXT)})
         if isinstance(entry, StepRecord):
-            messages.extend({"role": f"tool {r.name}", "text": r.content[:500]}
+            messages.extend({"role": f"tool {clip(r.name, _CALL)}", "text": clip(r.content, _TEXT)}
                             for r in entry.results)
         elif isinstance(entry, ToolOutcome):
-            messages.append({"role": f"tool {entry.result.name}",
-                             "text": entry.result.content[:500]})
+            messages.append({"role": f"tool {clip(entry.result.name, _CALL)}",
+                             "text": clip(entry.result.content, _TEXT)})
+    first, last, messages_left_out = keep_ends(messages, _MESSAGES)
+    if messages_left_out:
+        first.append({"role": "…", "text": f"{messages_left_out:,} messages not shown"})
+    early, late, steps_left_out = keep_ends(step_timeline(record, journal), _TIMELINE)
     return {
         "run_id": record.run_id, "agent": record.agent, "tenant": record.tenant,
-        "status": record.status,
-        "reason": record.reason, "steps": record.steps,
-        "timeline": step_timeline(record, journal), "phases": STEP_PHASES,
-        "messages": messages,
+        "status": record.status, "done": record.done,
+        "reason": record.reason, "error": clip(record.error or "", _TEXT) or None,
+        "steps": record.steps,
+        "timeline": early + late, "steps_left_out": steps_left_out, "phases": STEP_PHASES,
+        "messages": first + last,
     }
 
 
 def dashboard_routes(gw: Gateway) -> list[Route]:
     async def page(request: Request) -> Response:
-        return HTMLResponse(_PAGE, headers={"Cache-Control": "no-store"})
+        return HTMLResponse(_PAGE, headers=_PAGE_HEADERS)
 
     async def data(request: Request) -> Response:
         # Every tenant's runs and the process-wide numbers: operators only (401 / 403).
@@ -175,11 +188,7 @@ def dashboard_routes(gw: Gateway) -> list[Route]:
     ]
 
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Podium dashboard</title><link rel="icon" href="data:,">
-<style>
+_STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:20px;color:#222}
 h1{font-size:20px;margin:0} h2{font-size:15px;margin:18px 0 6px}
 .cards{display:flex;gap:10px;flex-wrap:wrap} .card{border:1px solid #ddd;border-radius:6px;
@@ -187,7 +196,9 @@ padding:8px 14px;min-width:110px} .card b{display:block;font-size:22px}
 table{border-collapse:collapse} td,th{padding:2px 10px;text-align:left}
 th{border-bottom:1px solid #ccc} .muted{color:#777} svg{border:1px solid #eee;background:#fff}
 a{color:#2a62c9} #err{color:#b00}
-</style></head><body>
+"""
+
+_BODY = """
 <h1>Podium dashboard</h1>
 <div class="muted" id="meta">connecting…</div><div id="err"></div>
 <div id="overview">
@@ -203,16 +214,19 @@ a{color:#2a62c9} #err{color:#b00}
 </div>
 <div id="run" hidden><p><a href="#" id="back">← all runs</a></p><h2 id="run-title"></h2>
 <svg id="timeline" width="600" height="200" viewBox="0 0 600 200"></svg>
-<table id="messages"></table></div>
-<script>
+<p class="muted" id="run-note"></p><table id="messages"></table></div>
+"""
+
+_SCRIPT = """
 "use strict";
 const NS = "http://www.w3.org/2000/svg";
 const COLORS = ["#4e79a7","#f28e2b","#59a14f","#e15759","#b07aa1","#76b7b2"];
 function params() {
   const out = {};
   for (const part of location.hash.slice(1).split("&")) {
-    const [k, v] = part.split("=");
-    if (k) out[k] = decodeURIComponent(v || "");
+    const at = part.indexOf("=");
+    const k = at < 0 ? part : part.slice(0, at), v = at < 0 ? "" : part.slice(at + 1);
+    try { if (k) out[k] = decodeURIComponent(v); } catch (e) { out[k] = v; }
   }
   return out;
 }
@@ -282,7 +296,9 @@ function overview(d) {
   for (const s of ["queued", "running", "waiting", "completed", "failed", "cancelled"]) {
     const c = document.createElement("div");
     c.className = "card"; c.id = "status-" + s;
-    c.innerHTML = "<b>" + (d.statuses[s] || 0) + "</b>" + s;
+    const b = document.createElement("b");
+    b.textContent = d.statuses[s] || 0;
+    c.append(b, s);
     st.appendChild(c);
   }
   line(document.getElementById("throughput"), d.throughput);
@@ -292,7 +308,8 @@ function overview(d) {
   row(rt, ["run", "agent", "steps", "running for"], true);
   for (const r of d.running) {
     const a = document.createElement("a");
-    a.href = "#run=" + r.run_id; a.textContent = r.run_id;
+    // Encoded: an id holding "&key=" must not rewrite the fragment the page reads.
+    a.href = "#run=" + encodeURIComponent(r.run_id); a.textContent = r.run_id;
     row(rt, [a, r.agent, String(r.steps), r.elapsed_s.toFixed(1) + " s"]);
   }
   const bt = document.getElementById("backends");
@@ -334,17 +351,25 @@ function showRun(d) {
       x += w;
     });
   });
+  document.getElementById("run-note").textContent =
+    (d.error ? "error: " + d.error + " " : "") +
+    (d.steps_left_out ? d.steps_left_out + " steps in the middle not drawn" : "");
   const mt = document.getElementById("messages");
   mt.replaceChildren();
   for (const m of d.messages) row(mt, [m.role, m.text]);
 }
+let shown = null;  // the run last drawn, once it has ended: nothing more to fetch
 async function tick() {
   const p = params();
   document.getElementById("overview").hidden = !!p.run;
   document.getElementById("run").hidden = !p.run;
   try {
-    if (p.run) showRun(await get("?run=" + encodeURIComponent(p.run)));
-    else overview(await get(p.tenant ? "?tenant=" + encodeURIComponent(p.tenant) : ""));
+    if (p.run) {
+      if (shown === p.run) return;
+      const d = await get("?run=" + encodeURIComponent(p.run));
+      showRun(d);
+      shown = d.done ? p.run : null;
+    } else overview(await get(p.tenant ? "?tenant=" + encodeURIComponent(p.tenant) : ""));
     document.getElementById("err").textContent = "";
   } catch (e) {
     document.getElementById("err").textContent = "cannot load: " + e.message;
@@ -353,8 +378,29 @@ async function tick() {
 document.getElementById("back").addEventListener("click", (e) => {
   e.preventDefault(); location.hash = "";
 });
-window.addEventListener("hashchange", tick);
+window.addEventListener("hashchange", () => { shown = null; tick(); });
 tick();
 setInterval(tick, 1000);
-</script></body></html>
 """
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+_PAGE = ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
+         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+         '<title>Podium dashboard</title><link rel="icon" href="data:,">\n'
+         f"<style>{_STYLE}</style></head><body>{_BODY}<script>{_SCRIPT}</script></body></html>\n")
+#: The page draws run content (users', models', tools' text) only as text nodes; the CSP is
+#: the second wall: were markup ever to slip in, no script but the page's own (named by its
+#: hash) may run, nothing may be fetched but /dashboard/data, and no other site may frame it.
+_PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "Content-Security-Policy": (
+        f"default-src 'none'; script-src {_sha256(_SCRIPT)}; style-src {_sha256(_STYLE)}; "
+        "connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}

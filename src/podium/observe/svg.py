@@ -23,6 +23,12 @@ LEFT, RIGHT, TOP, BOTTOM = 64, 16, 32, 52
 Series = tuple[str, Sequence[tuple[float, float]]]
 
 
+def _finite(v: float) -> float:
+    """``v``, or 0 for NaN and ±inf: a figure that is not a number has no place on an axis
+    (a division by a zero duration upstream must not crash the whole report)."""
+    return v if math.isfinite(v) else 0.0
+
+
 def _fmt(v: float) -> str:
     if v == 0:
         return "0"
@@ -89,7 +95,10 @@ def line_chart(
     step: bool = False,
     markers: bool = False,
 ) -> str:
-    """Lines over a shared x axis (``step`` draws a staircase, as a CDF should be read)."""
+    """Lines over a shared x axis (``step`` draws a staircase, as a CDF should be read).
+    Points with a NaN or infinite coordinate are left out."""
+    series = [(name, [p for p in pts if math.isfinite(p[0]) and math.isfinite(p[1])])
+              for name, pts in series]
     points = [p for _, pts in series for p in pts if not log_x or p[0] > 0]
     out = _open(title)
     if not points:
@@ -158,6 +167,7 @@ def stacked_bars(
 ) -> str:
     """One horizontal bar per category, split into the named parts of ``stacks``."""
     out = _open(title)
+    stacks = [(name, [_finite(v) for v in values]) for name, values in stacks]
     totals = [sum(values[i] for _, values in stacks) for i in range(len(categories))]
     top = max(totals, default=0.0) or 1.0
     pw = W - LEFT - RIGHT - 40
@@ -195,6 +205,8 @@ def timelines(
     phase_names: Sequence[str],
 ) -> str:
     """One row per item (a run): segments ``(start, length, phase index, label)`` in ms."""
+    rows = [(name, [(_finite(s), _finite(n), p, label) for s, n, p, label in segs])
+            for name, segs in rows]
     height = max(H, TOP + BOTTOM + 22 * len(rows))
     out = _open(title, W, height)
     end = max((s + n for _, segs in rows for s, n, _, _ in segs), default=0.0) or 1.0
