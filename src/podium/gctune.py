@@ -28,6 +28,8 @@ from __future__ import annotations
 import gc
 import os
 
+from podium.errors import ConfigError
+
 __all__ = ("SERVING_THRESHOLDS", "tune_for_serving")
 
 SERVING_THRESHOLDS: tuple[int, int, int] = (50_000, 20, 100)
@@ -41,9 +43,23 @@ def tune_for_serving(thresholds: tuple[int, int, int] | None = None) -> tuple[in
     if thresholds is None:
         thresholds = SERVING_THRESHOLDS
         if setting:
-            a, b, c = (int(part) for part in setting.split(","))
-            thresholds = (a, b, c)
+            thresholds = _thresholds(setting)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)
     return thresholds
+
+
+def _thresholds(setting: str) -> tuple[int, int, int]:
+    """``PODIUM_GC=a,b,c``; anything else is one line naming the variable (it was a
+    traceback from every serving process)."""
+    parts = setting.split(",")
+    try:
+        a, b, c = (int(part) for part in parts)
+    except ValueError:
+        raise ConfigError(
+            f"PODIUM_GC: expected 'default' or three whole numbers a,b,c, got {setting!r}"
+        ) from None
+    if min(a, b, c) < 0:
+        raise ConfigError(f"PODIUM_GC: thresholds are 0 or more, got {setting!r}")
+    return a, b, c

@@ -90,7 +90,7 @@ def register(subparsers: Any) -> None:
         "at $OPENAI_BASE_URL",
     )
     parser.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
-                        help="debug, info, warning, error")
+                        help="debug, info, warning, error, critical")
     parser.add_argument("--hash-key", metavar="KEY", help="print the sha256 hash of KEY and exit")
     parser.set_defaults(handler=serve)
 

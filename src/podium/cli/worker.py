@@ -104,7 +104,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                    help="serve Prometheus metrics on PORT (with --procs: one endpoint for all)")
     p.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
-                   help="debug, info, warning, error")
+                   help="debug, info, warning, error, critical")
     p.set_defaults(handler=run)
 
 
