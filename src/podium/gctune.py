@@ -30,7 +30,7 @@ import os
 
 from podium.errors import ConfigError
 
-__all__ = ("SERVING_THRESHOLDS", "tune_for_serving")
+__all__ = ("SERVING_THRESHOLDS", "check_gc_env", "tune_for_serving")
 
 SERVING_THRESHOLDS: tuple[int, int, int] = (50_000, 20, 100)
 
@@ -48,6 +48,14 @@ def tune_for_serving(thresholds: tuple[int, int, int] | None = None) -> tuple[in
     gc.freeze()
     gc.set_threshold(*thresholds)
     return thresholds
+
+
+def check_gc_env() -> None:
+    """Refuse a bad ``PODIUM_GC`` now: the commands tune the collector only once they
+    serve, after announcing it, where a mistake would follow a "serving" line."""
+    setting = os.environ.get("PODIUM_GC", "")
+    if setting and setting != "default":
+        _thresholds(setting)
 
 
 def _thresholds(setting: str) -> tuple[int, int, int]:

@@ -26,6 +26,7 @@ from podium.cli.common import (
 )
 from podium.config import load_config
 from podium.factory import model_from_option, parse_agent_option, with_model
+from podium.gctune import check_gc_env
 
 if TYPE_CHECKING:
     from podium.config import Config
@@ -116,6 +117,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
     config = load_config(path)
+    check_gc_env()
     server = config.server
     if args.host:
         server.host = args.host

@@ -28,6 +28,7 @@ from podium.cli.common import (
 )
 from podium.config import load_config
 from podium.factory import worker_agents
+from podium.gctune import check_gc_env
 from podium.observe.otel_env import check_tracing_env
 
 __all__ = ("register",)
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
     path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
     config = load_config(path)
+    check_gc_env()  # each child tunes the collector: a bad PODIUM_GC is one line here
     server = config.server
     redis_url = args.redis or server.redis or DEFAULT_REDIS
     check_redis_url(redis_url)
