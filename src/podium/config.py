@@ -1,7 +1,9 @@
 """``podium.toml``: the settings of ``podium serve`` and ``podium worker``, typed.
 
-Every setting can also come from the environment, which wins over the file:
-``PODIUM_<SECTION>__<FIELD>`` (double underscore between levels, any case),
+Every setting of ``[server]``, ``[limits]`` and ``[pools.NAME]`` can also come from the
+environment, which wins over the file: ``PODIUM_<SECTION>__<FIELD>`` (double underscore
+between levels, any case; the value read as the field's type, see
+:mod:`podium._config_env`),
 for example ``PODIUM_SERVER__PORT=9000``, ``PODIUM_LIMITS__TENANT_RATE=50``,
 ``PODIUM_POOLS__DEFAULT__WORKERS=2`` (pool names are read in lower case).
 Two lists have a compact form:
