@@ -1,7 +1,9 @@
 """``podium.toml``: the settings of ``podium serve`` and ``podium worker``, typed.
 
-Every setting can also come from the environment, which wins over the file:
-``PODIUM_<SECTION>__<FIELD>`` (double underscore between levels, any case),
+Every setting of ``[server]``, ``[limits]`` and ``[pools.NAME]`` can also come from the
+environment, which wins over the file: ``PODIUM_<SECTION>__<FIELD>`` (double underscore
+between levels, any case; the value read as the field's type, see
+:mod:`podium._config_env`),
 for example ``PODIUM_SERVER__PORT=9000``, ``PODIUM_LIMITS__TENANT_RATE=50``,
 ``PODIUM_POOLS__DEFAULT__WORKERS=2`` (pool names are read in lower case).
 Two lists have a compact form:
@@ -39,15 +41,20 @@ Example::
 
 from __future__ import annotations
 
-import ipaddress
+import difflib
+import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
+import msgspec.inspect as mi
 
+from podium._config_checks import check_config
+from podium._config_env import apply_env
 from podium.errors import ConfigError
 
 __all__ = (
@@ -64,10 +71,13 @@ __all__ = (
     "load_config",
 )
 
-_ENV_PREFIX = "PODIUM_"
+_INT64_MAX = 2**63 - 1
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+#: A name, a path or a URL: an empty one is a mistake, never a way to say "the default"
+#: (leave the key out for that). An empty ``host`` bound every interface.
+Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -81,10 +91,10 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``podium worker --config`` reads them from the same file.
     """
 
-    host: str = "127.0.0.1"
+    host: Text = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000
-    store: str = "sqlite:podium.sqlite"
-    redis: str | None = None
+    store: Text = "sqlite:podium.sqlite"
+    redis: Text | None = None
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1)] = 1 << 20
     wait_timeout_s: Positive = 300.0
     drain_grace_s: NonNegative = 30.0
@@ -96,7 +106,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_header_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 16384
     max_headers: Annotated[int, msgspec.Meta(ge=8)] = 100
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 10000
-    prefix: str = "podium"
+    prefix: Text = "podium"
     ttl_s: NonNegative = 7 * 86_400.0
 
 
@@ -115,10 +125,10 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     conversation to) and limits.
     """
 
-    path: str | None = None
-    name: str | None = None
-    pool: str = "default"
-    model: str | None = None
+    path: Text | None = None
+    name: Text | None = None
+    pool: Text = "default"
+    model: Text | None = None
     instructions: str = ""
     description: str = ""
     tools: list[str] = msgspec.field(default_factory=list)
@@ -151,13 +161,13 @@ class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name.
     """
 
-    name: str
+    name: Text
     transport: Literal["stdio", "http"] = "stdio"
-    command: str | None = None
+    command: Text | None = None
     args: list[str] = msgspec.field(default_factory=list)
     env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
-    url: str | None = None
+    url: Text | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     timeout: Positive = 30.0
     retries: Annotated[int, msgspec.Meta(ge=0)] = 1
@@ -190,12 +200,12 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``provider`` is the ``gen_ai.provider.name`` of its traces (default ``"openai"``).
     """
 
-    name: str
-    model: str
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    name: Text
+    model: Text
+    base_url: Text | None = None
+    api_key_env: Text = "OPENAI_API_KEY"
     capacity: Annotated[int, msgspec.Meta(ge=1)] = 64
-    group: str = "default"
+    group: Text = "default"
     tags: list[str] = msgspec.field(default_factory=list)
     routing: list[RouteConfig] = msgspec.field(default_factory=list)
     health_path: str | None = None
@@ -280,9 +290,9 @@ class EgressConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
 class KeyConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An API key for a tenant: ``hash`` is ``sha256:<hex>``; ``key`` (plain) is for development."""
 
-    tenant: str
-    hash: str | None = None
-    key: str | None = None
+    tenant: Text
+    hash: Text | None = None
+    key: Text | None = None
     rate: NonNegative | None = None
     burst: NonNegative | None = None
     admin: bool = False  # an operator's key: may read /metrics (tenants' keys may not)
@@ -311,173 +321,121 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         return list(names) or ["default"]
 
 
-def _parse_scalar(text: str) -> Any:
-    """An env value as TOML would read it (numbers, booleans), else the string itself."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def _parse_pairs(text: str, what: str) -> list[tuple[str, str]]:
-    pairs: list[tuple[str, str]] = []
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        left, sep, right = item.rpartition("=")
-        if not sep or not left or not right:
-            raise ConfigError(
-                f"{what}: expected LEFT=RIGHT items separated by commas, got {item!r}"
-            )
-        pairs.append((left, right))
-    return pairs
-
-
-def _key_from_env(key: str, tenant: str) -> dict[str, Any]:
-    """One ``KEY=TENANT`` item of ``PODIUM_KEYS``; ``TENANT:admin`` marks an operator's key."""
-    name, _, role = tenant.partition(":")
-    if role not in ("", "admin"):
-        raise ConfigError(f"PODIUM_KEYS: unknown role {role!r} for tenant {name!r} (only 'admin')")
-    entry: dict[str, Any] = {"hash" if key.startswith("sha256:") else "key": key, "tenant": name}
-    if role:
-        entry["admin"] = True
-    return entry
-
-
-def apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    """Merge ``PODIUM_*`` variables into the raw settings (they win over the file)."""
-    for name, value in environ.items():
-        upper = name.upper()
-        if not upper.startswith(_ENV_PREFIX):
-            continue
-        path = [p.lower() for p in upper[len(_ENV_PREFIX) :].split("__")]
-        if path == ["agents"]:
-            data["agents"] = [{"name": n, "path": p} for n, p in _parse_pairs(value, name)]
-        elif path == ["keys"]:
-            data["keys"] = [_key_from_env(k, t) for k, t in _parse_pairs(value, name)]
-        elif path[0] in {"server", "limits", "pools"} and len(path) >= 2:
-            node = data
-            for key in path[:-1]:
-                child = node.get(key)
-                if not isinstance(child, dict):
-                    child = node[key] = {}
-                node = child
-            node[path[-1]] = _parse_scalar(value)
-    return data
-
-
 def load_config(path: str | Path | None = None, environ: Mapping[str, str] | None = None) -> Config:
-    """Read ``path`` (TOML; optional), apply ``PODIUM_*`` overrides, validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(Path(path).read_text())
-        except FileNotFoundError as exc:
-            raise ConfigError(f"config file {path} not found") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path}: {exc}") from exc
-    data = apply_env(data, os.environ if environ is None else environ)
-    try:
-        config = msgspec.convert(data, Config, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(f"config: {exc}") from exc
-    models = {m.name for m in config.models}
-    for agent in config.agents:
-        if agent.path is None and (agent.name is None or agent.model is None):
-            raise ConfigError(
-                "agents: an agent without 'path' is declared here and needs 'name' and 'model'"
-            )
-        if agent.model is not None and agent.model not in models:
-            known = ", ".join(sorted(models)) or "none"
-            raise ConfigError(
-                f"agents: {agent.name or agent.path!r} uses model {agent.model!r}, "
-                f"which no [[models]] entry names (known: {known})"
-            )
-    _check_mcp(config)
-    _check_links(config)
-    for key in config.keys:
-        if (key.hash is None) == (key.key is None):
-            raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
-        if key.hash is not None and not key.hash.startswith("sha256:"):
-            raise ConfigError(f"keys: tenant {key.tenant!r}: hash must look like sha256:<hex>")
-        for net in key.egress.allow_networks if key.egress is not None else ():
-            try:
-                ipaddress.ip_network(net)
-            except ValueError as exc:
-                raise ConfigError(f"keys: tenant {key.tenant!r}: egress: {exc}") from exc
+    """Read ``path`` (TOML; optional), apply ``PODIUM_*`` overrides, validate.
+
+    Every mistake is one :class:`ConfigError` line naming the setting and where it came
+    from (the file, or the variable that set it); nothing wrong falls back to a default.
+    """
+    data = _read(path) if path is not None else {}
+    origin = apply_env(data, os.environ if environ is None else environ, Config)
+    source = f"config file {path}" if path is not None else "config"
+    _check_numbers(data, "", origin, source)
+    config = _convert(data, origin, source)
+    check_config(config)
     return config
 
 
-def _check_mcp(config: Config) -> None:
-    """``[[mcp_servers]]`` entries complete, and every agent's MCP names known."""
-    names = [s.name for s in config.mcp_servers]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ConfigError(f"mcp_servers: two servers are named {', '.join(map(repr, dupes))}")
-    for server in config.mcp_servers:
-        if server.transport == "stdio" and not server.command:
-            raise ConfigError(f"mcp_servers: {server.name!r} (stdio) needs a 'command'")
-        if server.transport == "http" and not server.url:
-            raise ConfigError(f"mcp_servers: {server.name!r} (http) needs a 'url'")
-        for net in server.allow_networks:
+def _read(path: str | Path) -> dict[str, Any]:
+    """The file as TOML, or one line saying why it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory, not a TOML file") from None
+    except OSError as exc:  # permission denied, an I/O error
+        raise ConfigError(f"config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {exc.start}): is it a TOML file?"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+
+
+def _label(where: str, origin: Mapping[str, str], source: str) -> str:
+    """``where`` (a dotted path) prefixed by what set it: the variable, else the file."""
+    bare = re.sub(r"\[\d+\]", "", where)
+    parts = bare.split(".")
+    for n in range(len(parts), 0, -1):  # a list's items come from the variable giving it
+        var = origin.get(".".join(parts[:n]))
+        if var is not None:
+            return f"{var} ({where})"
+    return f"{source}: {where}" if where else source
+
+
+def _check_numbers(node: Any, where: str, origin: Mapping[str, str], source: str) -> None:
+    """TOML reads ``inf`` and ``nan``, and integers of any size: refuse them here, where
+    the setting can still be named (a rate of ``inf`` breaks the token bucket's sums; an
+    integer past 64 bits cannot be encoded for Redis or MessagePack)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_numbers(value, f"{where}.{key}" if where else str(key), origin, source)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_numbers(value, f"{where}[{i}]", origin, source)
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"{_label(where, origin, source)}: must be a finite number, got {node}")
+    elif isinstance(node, int) and not isinstance(node, bool) and abs(node) > _INT64_MAX:
+        raise ConfigError(
+            f"{_label(where, origin, source)}: {node} is out of range (at most {_INT64_MAX})"
+        )
+
+
+def _convert(data: dict[str, Any], origin: Mapping[str, str], source: str) -> Config:
+    """Typed settings; strict, so that ``port = "8000"`` or ``workers = 2.0`` is a mistake
+    named here rather than a value silently converted."""
+    pools = data.get("pools")
+    if isinstance(pools, dict):  # one by one: msgspec's error would not name the pool
+        for name, raw in pools.items():
             try:
-                ipaddress.ip_network(net)
-            except ValueError as exc:
-                raise ConfigError(f"mcp_servers: {server.name!r}: {exc}") from exc
-    known = ", ".join(sorted(names)) or "none"
-    for agent in config.agents:
-        label = agent.name or agent.path
-        if agent.path is not None and (agent.mcp or any(_mcp_ref(t, names) for t in agent.tools)):
-            raise ConfigError(
-                f"agents: {label!r} is imported from {agent.path!r}; only a declared agent "
-                "(no 'path') takes tools from the file"
+                msgspec.convert(raw, PoolConfig, strict=True)
+            except msgspec.ValidationError as exc:
+                raise _invalid(exc, f"pools.{name}", origin, source) from None
+    try:
+        return msgspec.convert(data, Config, strict=True)
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc, "", origin, source) from None
+
+
+def _invalid(
+    exc: msgspec.ValidationError, base: str, origin: Mapping[str, str], source: str
+) -> ConfigError:
+    """msgspec's ``Expected `int` >= 1 - at `$.pools[...].workers``` as a line that names
+    the setting, with the keys allowed where an unknown one was found."""
+    message, _, at = str(exc).partition(" - at `")
+    tail = at.rstrip("`").removeprefix("$").lstrip(".")
+    where = ".".join(p for p in (base, tail) if p)
+    unknown = re.fullmatch(r"Object contains unknown field `(.*)`", message)
+    if unknown is not None:
+        key = unknown.group(1)
+        known = _known_keys(where)
+        near = difflib.get_close_matches(key, known, 1, 0.7)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        where = f"{where}.{key}" if where else key
+        message = f"unknown key (known here: {', '.join(known)}){hint}"
+    elif message.endswith("of length >= 1"):
+        message = "must not be empty (leave the key out for its default)"
+    return ConfigError(f"{_label(where, origin, source)}: {message}")
+
+
+def _known_keys(where: str) -> list[str]:
+    """The keys a table at ``where`` (``"pools.cpu"``, ``"agents[0]"``) accepts."""
+    node: mi.Type = mi.type_info(Config)
+    for part in filter(None, re.sub(r"\[\d+\]", "", where).split(".")):
+        if isinstance(node, mi.StructType):
+            node = next(f.type for f in node.fields if f.encode_name == part)
+        elif isinstance(node, mi.DictType):
+            node = node.value_type
+        while isinstance(node, (mi.ListType, mi.UnionType)):
+            node = (
+                node.item_type
+                if isinstance(node, mi.ListType)
+                else next(t for t in node.types if not isinstance(t, mi.NoneType))
             )
-        if agent.path is not None and agent.output_type is not None:
-            raise ConfigError(
-                f"agents: {label!r} is imported from {agent.path!r}; set its output_type in "
-                "Python (only a declared agent takes output_type from the file)"
-            )
-        for name in agent.mcp:
-            if name not in names:
-                raise ConfigError(
-                    f"agents: {label!r} uses MCP server {name!r}, which no [[mcp_servers]] "
-                    f"entry names (known: {known})"
-                )
-
-
-def _check_links(config: Config) -> None:
-    """Every agent's ``subagents`` and ``handoffs`` name another declared agent; sub-agents
-    call no cycle (an agent cannot end up calling itself; hand-offs may go back and forth)."""
-    cfgs = {a.name: a for a in config.agents if a.name is not None}
-    known = ", ".join(sorted(cfgs)) or "none"
-    for agent in config.agents:
-        label = agent.name or agent.path
-        if agent.path is not None and (agent.subagents or agent.handoffs):
-            raise ConfigError(
-                f"agents: {label!r} is imported from {agent.path!r}; give it sub-agents and "
-                "hand-offs in Python (agent.as_tool(), handoffs=[...]), or declare it here"
-            )
-        for kind, names in (("sub-agent", agent.subagents), ("hand-off", agent.handoffs)):
-            for name in names:
-                if name not in cfgs:
-                    raise ConfigError(
-                        f"agents: {label!r} names {kind} {name!r}, which no [[agents]] entry "
-                        f"names (known: {known}); declare it too, so every process serving "
-                        f"{label!r} builds the same {name!r}"
-                    )
-                if name == agent.name:
-                    raise ConfigError(f"agents: {label!r} names itself as a {kind}")
-
-    def visit(name: str, path: tuple[str, ...]) -> None:
-        if name in path:
-            cycle = " -> ".join((*path[path.index(name):], name))
-            raise ConfigError(f"agents: sub-agents call each other in a cycle: {cycle}")
-        for sub in cfgs[name].subagents:
-            visit(sub, (*path, name))
-
-    for name in cfgs:
-        visit(name, ())
-
-
-def _mcp_ref(spec: str, servers: list[str]) -> bool:
-    """``SERVER:*`` or ``SERVER:TOOL`` naming an ``[[mcp_servers]]`` entry (not an import path)."""
-    left, sep, _ = spec.partition(":")
-    return bool(sep) and left in servers
+    if isinstance(node, mi.DictType):  # [pools]: the pool names are free
+        node = node.value_type
+    return [f.encode_name for f in node.fields] if isinstance(node, mi.StructType) else []

@@ -97,6 +97,10 @@ def _import(path: str, what: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{what} {path!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # the user's module failed as it ran: say which, in one line
+        raise ConfigError(
+            f"{what} {path!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from exc
     try:
         return getattr(module, attr)
     except AttributeError as exc:
@@ -110,10 +114,17 @@ def resolve_agent(spec: str) -> Agent:
         names = ", ".join(sorted(BUILTIN_AGENTS))
         raise ConfigError(f"agent {spec!r}: use package.module:attribute or one of: {names}")
     target = _import(path, "agent")
-    if callable(target) and not isinstance(target, Agent):
-        target = target()
+    made = callable(target) and not isinstance(target, Agent)
+    if made:
+        try:
+            target = target()
+        except Exception as exc:  # a factory that fails (or wants arguments): one line
+            raise ConfigError(
+                f"agent {spec!r}: calling it raised {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(target, Agent):
-        raise ConfigError(f"agent {spec!r} is a {type(target).__name__}, not an Agent")
+        verb = "returned" if made else "is"
+        raise ConfigError(f"agent {spec!r} {verb} a {type(target).__name__}, not an Agent")
     return target
 
 

@@ -28,7 +28,9 @@ from __future__ import annotations
 import gc
 import os
 
-__all__ = ("SERVING_THRESHOLDS", "tune_for_serving")
+from podium.errors import ConfigError
+
+__all__ = ("SERVING_THRESHOLDS", "check_gc_env", "tune_for_serving")
 
 SERVING_THRESHOLDS: tuple[int, int, int] = (50_000, 20, 100)
 
@@ -41,9 +43,31 @@ def tune_for_serving(thresholds: tuple[int, int, int] | None = None) -> tuple[in
     if thresholds is None:
         thresholds = SERVING_THRESHOLDS
         if setting:
-            a, b, c = (int(part) for part in setting.split(","))
-            thresholds = (a, b, c)
+            thresholds = _thresholds(setting)
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)
     return thresholds
+
+
+def check_gc_env() -> None:
+    """Refuse a bad ``PODIUM_GC`` now: the commands tune the collector only once they
+    serve, after announcing it, where a mistake would follow a "serving" line."""
+    setting = os.environ.get("PODIUM_GC", "")
+    if setting and setting != "default":
+        _thresholds(setting)
+
+
+def _thresholds(setting: str) -> tuple[int, int, int]:
+    """``PODIUM_GC=a,b,c``; anything else is one line naming the variable (it was a
+    traceback from every serving process)."""
+    parts = setting.split(",")
+    try:
+        a, b, c = (int(part) for part in parts)
+    except ValueError:
+        raise ConfigError(
+            f"PODIUM_GC: expected 'default' or three whole numbers a,b,c, got {setting!r}"
+        ) from None
+    if min(a, b, c) < 0:
+        raise ConfigError(f"PODIUM_GC: thresholds are 0 or more, got {setting!r}")
+    return a, b, c

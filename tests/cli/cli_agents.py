@@ -42,3 +42,15 @@ class Ticket(msgspec.Struct):
     title: str
     priority: int
     urgent: bool
+
+
+def broken() -> Agent:
+    """A factory that fails: its error is one line, not the factory's traceback."""
+    raise RuntimeError("no model configured")
+
+
+def not_an_agent() -> str:
+    return "an agent, honest"
+
+
+NOT_AN_AGENT = 42

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -25,13 +25,20 @@ def podium_cmd(*args: str, pre: str = "") -> list[str]:
     return [sys.executable, "-c", code, *args]
 
 
-def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+def env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child ``podium``, without its ``PODIUM_*``
+    settings (a developer's own would change what the tests see), plus ``extra``."""
+    base = {k: v for k, v in os.environ.items() if not k.upper().startswith("PODIUM_")}
+    return {**base, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200",
+            **(extra or {})}
 
 
-def podium(*args: str, cwd: Path, pre: str = "") -> subprocess.CompletedProcess[str]:
+def podium(
+    *args: str, cwd: Path, pre: str = "", extra_env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        podium_cmd(*args, pre=pre), cwd=cwd, env=env(), capture_output=True, text=True, timeout=60
+        podium_cmd(*args, pre=pre), cwd=cwd, env=env(extra_env), capture_output=True, text=True,
+        timeout=60,
     )
 
 
@@ -132,7 +139,44 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
         "cannot listen",
     ),
     ("config-unknown-key", ("serve", "--config", "{bad_toml}"), "colour"),
+    # podium.toml as a clumsy or hostile operator writes it (see FILES).
+    ("config-is-a-directory", ("serve", "--config", "{tmp}"), "is a directory"),
+    ("config-not-utf8", ("run", "react", "hi", "--config", "{binary}"), "not UTF-8"),
+    ("config-empty-path", ("worker", "--agent", "react", "--config", ""), "must not be empty"),
+    ("config-typo", ("worker", "--config", "{typo}"), "did you mean 'workers'?"),
+    ("config-string-port", ("serve", "--config", "{string_port}"), "server.port: Expected `int`"),
+    ("config-redis-http", ("serve", "--config", "{redis_http}"), "server.redis"),
+    ("config-store-scheme", ("serve", "--config", "{store_pg}"), "'sqlite:PATH' or 'memory'"),
+    ("config-duplicate-agents", ("serve", "--port", "0", "--config", "{dup_agents}"),
+     "two agents are named 'a'"),
+    ("config-agent-factory-raises", ("serve", "--port", "0", "--config", "{broken}"),
+     "raised RuntimeError: no model configured"),
+    ("config-agent-not-an-agent", ("serve", "--port", "0", "--config", "{not_agent}"),
+     "returned a str, not an Agent"),
+    ("config-agent-object-not-an-agent", ("worker", "--config", "{not_agent_object}"),
+     "is a int, not an Agent"),
+    ("config-agent-no-module", ("run", "a", "hi", "--config", "{no_module}"), "cannot import"),
+    ("serve-store-option-scheme", ("serve", "--port", "0", "--store", "pg://x"), "--store: use"),
+    ("serve-empty-prefix", ("serve", "--prefix", ""), "--prefix: must not be empty"),
+    ("serve-ttl-nan", ("serve", "--ttl", "nan"), "--ttl: must be a finite number"),
+    ("worker-ttl-inf", ("worker", "--agent", "react", "--ttl", "inf"), "finite"),
+    ("worker-grace-negative", ("worker", "--agent", "react", "--grace", "-5"), "--grace"),
+    ("worker-lease-inf", ("worker", "--agent", "react", "--lease", "inf"), "--lease"),
 ]
+
+#: Files the cases above name as {key}, written into the test's directory.
+FILES = {
+    "typo": "[pools.default]\nwokers = 2\n",
+    "string_port": '[server]\nport = "8000"\n',
+    "redis_http": '[server]\nredis = "http://127.0.0.1:6379/0"\n',
+    "store_pg": '[server]\nstore = "postgres://db/podium"\n',
+    "dup_agents": '[[agents]]\nname = "a"\npath = "react"\n'
+                  '[[agents]]\nname = "a"\npath = "research"\n',
+    "broken": '[[agents]]\npath = "tests.cli.cli_agents:broken"\n',
+    "not_agent": '[[agents]]\npath = "tests.cli.cli_agents:not_an_agent"\n',
+    "not_agent_object": '[[agents]]\npath = "tests.cli.cli_agents:NOT_AN_AGENT"\n',
+    "no_module": '[[agents]]\nname = "a"\npath = "no_such_module_here:agent"\n',
+}
 
 
 @pytest.mark.parametrize(("args", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -146,13 +190,41 @@ def test_mistake_is_one_line(
     bad_toml = tmp_path / "bad.toml"
     bad_toml.write_text('[server]\ncolour = "blue"\n')
     db = tmp_path / "runs.db"
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe")
     values = {
         "not_sqlite": str(not_sqlite), "busy_port": str(busy_port), "scenario": str(scenario),
         "toml": str(toml), "bad_toml": str(bad_toml), "db": str(db), "tmp": str(tmp_path),
+        "binary": str(binary),
     }
+    for key, text in FILES.items():
+        (tmp_path / f"{key}.toml").write_text(text)
+        values[key] = str(tmp_path / f"{key}.toml")
     if "{db}" in args:  # an existing store without that run
         assert podium("run", "react", "hi", "--store", str(db), "-q", cwd=tmp_path).returncode == 0
     out = podium(*(a.format(**values) for a in args), cwd=tmp_path)
+    assert_one_line_error(out, needle)
+
+
+@pytest.mark.parametrize(
+    ("variables", "needle"),
+    [
+        ({"PODIUM_SERVER__PORT": "eighty"}, "PODIUM_SERVER__PORT: expected a whole number"),
+        ({"PODIUM_SERVER__PORT": "99999"}, "PODIUM_SERVER__PORT (server.port)"),
+        ({"PODIUM_SERVR__PORT": "9000"}, "PODIUM_SERVR__PORT: no section 'servr'"),
+        ({"PODIUM_POOLS__DEFAULT__WOKERS": "2"}, "no setting 'wokers'"),
+        ({"PODIUM_SERVER__STORE": ""}, "PODIUM_SERVER__STORE is empty"),
+        ({"PODIUM_SERVER__REDIS": "rediss://h:1/0"}, "TLS"),
+        ({"PODIUM_AGENTS": "a=react,a=research"}, "two agents are named 'a'"),
+        ({"PODIUM_KEYS": "pk_same=acme,pk_same=other"}, "same key is given twice"),
+        ({"PODIUM_GC": "lots"}, "PODIUM_GC: expected 'default' or three whole numbers"),
+    ],
+    ids=["type", "range", "section", "field", "empty", "rediss", "dup-agents", "dup-keys", "gc"],
+)
+def test_bad_environment_is_one_line(
+    variables: dict[str, str], needle: str, tmp_path: Path
+) -> None:
+    out = podium("serve", "--port", "0", "--store", "memory", cwd=tmp_path, extra_env=variables)
     assert_one_line_error(out, needle)
 
 

@@ -33,3 +33,14 @@ def test_environment_chooses(monkeypatch: pytest.MonkeyPatch) -> None:
     before = gc.get_threshold()
     assert tune_for_serving() == before
     assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("setting", ["abc", "1,2", "1,2,3,4", "1,-2,3", "1.5,2,3"])
+def test_a_bad_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch, setting: str) -> None:
+    from podium.errors import ConfigError
+
+    monkeypatch.setenv("PODIUM_GC", setting)
+    before = gc.get_threshold()
+    with pytest.raises(ConfigError, match="PODIUM_GC"):
+        tune_for_serving()
+    assert gc.get_threshold() == before  # nothing changed on the way to the error

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,6 +79,51 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("[[keys]]\ntenant = 'x'\n", {}, "exactly one of hash or key"),
         ("[[keys]]\ntenant = 'x'\nhash = 'md5:1'\n", {}, "sha256"),
         ("[server\n", {}, "podium.toml"),
+        # A typo names the key, where it is, and what is allowed there.
+        ("[pools.cpu]\nwokers = 2\n", {}, r"pools\.cpu\.wokers: unknown key .*'workers'\?"),
+        ("wokers = 2\n", {}, "wokers: unknown key"),
+        # TOML's types are kept: nothing is converted behind the user's back.
+        ("[server]\nport = '8000'\n", {}, r"server\.port: Expected `int`, got `str`"),
+        ("[pools.cpu]\nworkers = 2.0\n", {}, r"pools\.cpu\.workers: Expected `int`"),
+        ("[server]\ndocs = 1\n", {}, r"server\.docs: Expected `bool`"),
+        ("[pools.cpu]\nconcurrency = 0\n", {}, r"pools\.cpu\.concurrency: Expected `int` >= 1"),
+        ("[pools.cpu]\nconcurrency = -3\n", {}, "concurrency"),
+        ("[pools.cpu]\nmax_queue = 99999999999999999999\n", {}, "out of range"),
+        ("[pools.cpu]\nrate = inf\n", {}, r"pools\.cpu\.rate: must be a finite number"),
+        ("[server]\nttl_s = nan\n", {}, "finite"),
+        # Empty strings are mistakes, not defaults (an empty host bound every interface).
+        ("[server]\nhost = ''\n", {}, r"server\.host: must not be empty"),
+        ("[server]\nprefix = ''\n", {}, "server.prefix: must not be empty"),
+        ("[server]\nredis = ''\n", {}, "server.redis: must not be empty"),
+        ("[[agents]]\nname = ''\npath = 'react'\n", {}, r"agents\[0\]\.name"),
+        ("[[keys]]\ntenant = 't'\nkey = ''\n", {}, r"keys\[0\]\.key"),
+        # Forms checked as the file is read, not when a server first opens them.
+        ("[server]\nstore = 'postgres://db'\n", {}, "server.store: use 'sqlite:PATH' or 'memory'"),
+        ("[server]\nstore = 'sqlite:'\n", {}, "server.store"),
+        ("[server]\nredis = 'http://h:6379/0'\n", {}, "server.redis: .*redis://"),
+        ("[server]\nredis = 'rediss://h:6379/0'\n", {}, "server.redis: .*TLS"),
+        ("[[models]]\nname = 'm'\nmodel = 'x'\nbase_url = 'gpu:8000/v1'\n", {}, "base_url"),
+        ("[[keys]]\ntenant = 'x'\nhash = 'sha256:abc'\n", {}, "64 hex"),
+        ("[[keys]]\ntenant = 'a'\nkey = 'k'\n[[keys]]\ntenant = 'b'\nkey = 'k'\n", {},
+         "same key is given twice"),
+        ("[limits.adaptive]\nmin_rate = 50\nmax_rate = 10\n", {}, "min_rate .* above max_rate"),
+        # The environment: each variable named, and read by its field's type.
+        ("", {"PODIUM_SERVER__PORT": "abc"}, "PODIUM_SERVER__PORT: expected a whole number"),
+        ("", {"PODIUM_SERVER__PORT": "80.5"}, "PODIUM_SERVER__PORT: expected a whole number"),
+        ("", {"PODIUM_SERVER__PORT": ""}, "PODIUM_SERVER__PORT is empty"),
+        ("", {"PODIUM_SERVER__PORT": "70000"}, r"PODIUM_SERVER__PORT \(server\.port\)"),
+        ("", {"PODIUM_POOLS__CPU__WORKERS": "-1"}, r"PODIUM_POOLS__CPU__WORKERS \(pools\.cpu"),
+        ("", {"PODIUM_SERVER__DOCS": "yes"}, "PODIUM_SERVER__DOCS: expected true or false"),
+        ("", {"PODIUM_SERVR__PORT": "1"}, "PODIUM_SERVR__PORT: no section 'servr'"),
+        ("", {"PODIUM_SERVER__PROT": "1"}, "PODIUM_SERVER__PROT: no setting 'prot'"),
+        ("", {"PODIUM_SERVER__PORT__X": "1"}, "PODIUM_SERVER__PORT__X"),
+        ("", {"PODIUM_MODELS__NAME": "x"}, "PODIUM_MODELS__NAME: no section 'models'"),
+        ("", {"PODIUM_SERVER": "x"}, "did you mean PODIUM_SERVER__<FIELD>"),
+        ("", {"PODIUM_AGENT": "a=react"}, "did you mean PODIUM_AGENTS"),
+        ("", {"PODIUM_LIMITS__ADAPTIVE": "1"}, "names a section"),
+        ("", {"PODIUM_LIMITS__TENANT_RATE": "inf"}, "PODIUM_LIMITS__TENANT_RATE.*finite"),
+        ("", {"PODIUM_AGENTS": " , "}, "PODIUM_AGENTS is empty"),
+        ("", {"PODIUM_SERVER__REDIS": "redis//h"}, "server.redis"),
     ],
 )
 def test_bad_settings_name_what_is_wrong(
@@ -119,3 +166,43 @@ def test_an_agent_in_the_file_and_on_the_command_line_is_served_once(tmp_path: P
     assert list(agents) == ["react"]
     with pytest.raises(ConfigError, match="two agents are named"):  # a real clash still is one
         worker_agents(config, ["react=podium.examples.research:agent"], "default")
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.write_bytes(b"[server]\nhost = '\xff'\n"), "is not UTF-8 text"),
+        (lambda p: None, "not found"),
+    ],
+    ids=["directory", "not-utf8", "missing"],
+)
+def test_a_file_that_cannot_be_read_is_one_error(make: Any, needle: str, tmp_path: Path) -> None:
+    path = tmp_path / "podium.toml"
+    make(path)
+    with pytest.raises(ConfigError, match=needle):
+        load_config(path, {})
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_an_unreadable_file_is_one_error(tmp_path: Path) -> None:
+    path = tmp_path / "podium.toml"
+    path.write_text("")
+    path.chmod(0)
+    with pytest.raises(ConfigError, match="Permission denied"):
+        load_config(path, {})
+
+
+def test_environment_values_take_their_fields_types(tmp_path: Path) -> None:
+    """A string setting keeps the variable's text as it is; numbers and booleans are read."""
+    path = tmp_path / "podium.toml"
+    path.write_text("[server]\nprefix = 'file'\nport = 1\n")
+    config = load_config(path, {
+        "PODIUM_SERVER__PREFIX": "123", "PODIUM_SERVER__HOST": "true",
+        "podium_server__port": "8080", "PODIUM_SERVER__DOCS": "FALSE",
+        "PODIUM_LIMITS__TENANT_RATE": "2", "PODIUM_POOLS__GPU__RATE": "1.5",
+        "PODIUM_GC": "default",  # read elsewhere (podium.gctune), left alone here
+    })
+    server = config.server
+    assert (server.prefix, server.host, server.port, server.docs) == ("123", "true", 8080, False)
+    assert config.limits.tenant_rate == 2.0 and config.pools["gpu"].rate == 1.5

@@ -147,7 +147,7 @@ def test_keyring_add_takes_a_policy_and_mistakes_in_the_file_are_config_errors(
     toml = tmp_path / "podium.toml"
     for body, message in [
         ("allow_networks = ['10.0.0.0/33']", "tenant 'acme': egress"),
-        ("allow_hostz = ['a']", "unknown field `allow_hostz`"),
+        ("allow_hostz = ['a']", "egress.allow_hostz: unknown key"),
         ("allow_ports = [0]", "allow_ports"),
     ]:
         toml.write_text(f'[[keys]]\ntenant = "acme"\nkey = "k"\n[keys.egress]\n{body}\n')

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from podium.agent import Agent
-from podium.cli.common import check_output_file, check_sqlite_path, positive_int
+from podium.cli.common import check_output_file, check_sqlite_path, positive_int, seconds
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
@@ -55,7 +55,7 @@ def register(sub: Any) -> None:
                       help="concurrent sessions per level (default 1,100,1000,10000)")
     over.add_argument("--rounds", type=positive_int, default=7,
                       help="alternating rounds per level (default 7)")
-    over.add_argument("--latency", type=float, default=0.0, metavar="SECONDS",
+    over.add_argument("--latency", type=seconds, default=0.0, metavar="SECONDS",
                       help="also the 20 ms model / 5 ms tool throughput at 1,000 sessions")
     over.add_argument("--no-profile", action="store_true",
                       help="Engine(profile=False): the floor without the workload profile")

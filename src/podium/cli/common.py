@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import socket
 import sys
 from pathlib import Path
 from typing import NoReturn
-from urllib.parse import urlsplit
 
+from podium._config_checks import check_redis_url  # the file's check, for the options too
 from podium.errors import ConfigError
 
 __all__ = (
@@ -36,8 +37,10 @@ __all__ = (
     "host_port",
     "log_level",
     "missing_extra",
+    "non_empty",
     "port_number",
     "positive_int",
+    "seconds",
     "write_output_file",
 )
 
@@ -96,6 +99,26 @@ def positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def non_empty(value: str) -> str:
+    """An argparse type: a string with something in it. ``--config ""`` or ``--prefix ""``
+    (an unset shell variable) would otherwise fall back to the default without a word."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def seconds(value: str) -> float:
+    """An argparse type: a finite number of seconds, 0 or more (``nan`` and ``inf``, which
+    ``float`` reads, are refused: a NaN TTL crashed the Redis store at start)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
+    return x
 
 
 def port_number(value: str) -> int:
@@ -215,25 +238,6 @@ def check_sqlite_path(path: str) -> None:
         raise UserError(f"store {path!r}: {exc.strerror or exc}") from None
     if head and head != b"SQLite format 3\x00":
         raise UserError(f"store {path!r} is not a SQLite database")
-
-
-def check_redis_url(url: str) -> None:
-    """Refuse, at once, a Redis URL that Podium cannot use (TLS, unix sockets, typos)."""
-    try:
-        parts = urlsplit(url)
-        _ = parts.port  # parses it: "host:port6379" is caught here
-    except ValueError as exc:
-        raise UserError(f"Redis URL {url!r} is malformed: {exc}") from None
-    if parts.scheme in ("rediss", "unix"):
-        raise UserError(
-            f"Redis URL {url!r}: {'TLS' if parts.scheme == 'rediss' else 'unix sockets'} "
-            "not supported yet; use a redis:// TCP URL (redis://HOST:PORT/DB)"
-        )
-    if parts.scheme != "redis" or not parts.hostname:
-        raise UserError(f"Redis URL {url!r} is malformed; use redis://HOST:PORT/DB")
-    db = parts.path.strip("/")
-    if db and not db.isdigit():
-        raise UserError(f"Redis URL {url!r}: the database must be a number, got {db!r}")
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:

@@ -13,7 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from podium.agent import Agent
-from podium.cli.common import EXIT_INTERRUPTED, RawHelpFormatter, UserError, check_sqlite_path
+from podium.cli.common import (
+    EXIT_INTERRUPTED,
+    RawHelpFormatter,
+    UserError,
+    check_sqlite_path,
+    non_empty,
+)
 from podium.cli.textline import line
 from podium.config import load_config
 from podium.engine.approvals import PendingApproval
@@ -68,15 +74,18 @@ def register(sub: Any) -> None:
         help="package.module:agent, or a built-in: react, order-support, research, refunds",
     )
     p.add_argument("input", nargs="?", default="", help="the user's input")
-    p.add_argument("--store", default="memory", help="memory, or a SQLite file path (resumable)")
+    p.add_argument("--store", type=non_empty, default="memory",
+                   help="memory, or a SQLite file path (resumable)")
     p.add_argument("--resume", metavar="RUN_ID", help="continue this run from its last checkpoint")
     p.add_argument(
         "--model",
+        type=non_empty,
         metavar="NAME",
         help="run on this model: a [[models]] name from --config, else a model id at "
         "$OPENAI_BASE_URL (with $OPENAI_API_KEY)",
     )
-    p.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
+    p.add_argument("--config", "-c", type=non_empty,
+                   help="podium.toml (default: ./podium.toml if present)")
     human = p.add_mutually_exclusive_group()
     human.add_argument(
         "--approve", action="store_true",

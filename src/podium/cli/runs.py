@@ -21,7 +21,13 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
-from podium.cli.common import check_output_file, check_redis_url, positive_int, write_output_file
+from podium.cli.common import (
+    check_output_file,
+    check_redis_url,
+    positive_int,
+    seconds,
+    write_output_file,
+)
 from podium.cli.textline import line as _t
 from podium.engine.children import child_runs
 from podium.engine.profile import STEP_PHASES
@@ -101,7 +107,7 @@ def register(sub: Any) -> None:
     q = verbs.add_parser("tail", help="follow a run's steps as they happen, until it ends")
     q.add_argument("run_id")
     common(q)
-    q.add_argument("--timeout", type=float, default=None, metavar="S",
+    q.add_argument("--timeout", type=seconds, default=None, metavar="S",
                    help="give up after S seconds (exit 1)")
     q.set_defaults(handler=_handler(_tail))
     q = verbs.add_parser("profile", help="the workload profile of the runs matching filters")

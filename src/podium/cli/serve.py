@@ -9,6 +9,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from podium._config_checks import check_store
 from podium.cli.common import (
     LISTEN_BACKLOG,
     RawHelpFormatter,
@@ -19,10 +20,13 @@ from podium.cli.common import (
     configure_logging,
     host_port,
     log_level,
+    non_empty,
     port_number,
+    seconds,
 )
 from podium.config import load_config
 from podium.factory import model_from_option, parse_agent_option, with_model
+from podium.gctune import check_gc_env
 
 if TYPE_CHECKING:
     from podium.config import Config
@@ -57,16 +61,21 @@ def register(subparsers: Any) -> None:
     )
     # argparse would re-wrap the paragraphs and the examples: keep them as written.
     parser.formatter_class = RawHelpFormatter
-    parser.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
-    parser.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
+    parser.add_argument("--config", "-c", type=non_empty,
+                        help="podium.toml (default: ./podium.toml if present)")
+    parser.add_argument("--host", type=non_empty,
+                        help="listen address (default: server.host, 127.0.0.1)")
     parser.add_argument("--port", type=port_number,
                         help="listen port, 0: any free one, printed (default: server.port, 8000)")
-    parser.add_argument("--redis", metavar="URL", help="distributed mode: Redis store and queue")
-    parser.add_argument("--prefix", help="prefix of every Redis key (default: server.prefix)")
-    parser.add_argument("--ttl", type=float, metavar="S",
+    parser.add_argument("--redis", type=non_empty, metavar="URL",
+                        help="distributed mode: Redis store and queue")
+    parser.add_argument("--prefix", type=non_empty,
+                        help="prefix of every Redis key (default: server.prefix)")
+    parser.add_argument("--ttl", type=seconds, metavar="S",
                         help="finished runs expire after S seconds, 0: never (server.ttl_s)")
     parser.add_argument(
-        "--store", help="'sqlite:PATH' or 'memory' (default: server.store, sqlite:podium.sqlite)"
+        "--store", type=non_empty,
+        help="'sqlite:PATH' or 'memory' (default: server.store, sqlite:podium.sqlite)"
     )
     parser.add_argument(
         "--agent",
@@ -82,7 +91,7 @@ def register(subparsers: Any) -> None:
         "at $OPENAI_BASE_URL",
     )
     parser.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
-                        help="debug, info, warning, error")
+                        help="debug, info, warning, error, critical")
     parser.add_argument("--hash-key", metavar="KEY", help="print the sha256 hash of KEY and exit")
     parser.set_defaults(handler=serve)
 
@@ -108,6 +117,7 @@ def serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
     config = load_config(path)
+    check_gc_env()
     server = config.server
     if args.host:
         server.host = args.host
@@ -120,9 +130,9 @@ def serve(args: argparse.Namespace) -> int:
     if args.prefix:
         server.prefix = args.prefix
     if args.ttl is not None:
-        if args.ttl < 0:
-            raise UserError("--ttl must be 0 (never) or positive")
         server.ttl_s = args.ttl
+    if args.store:  # the file's store was checked as it was read; the option's is here
+        check_store(args.store, "--store")
     # Bound now, the port the flag or podium.toml names is ours, or one line says why; and
     # with port 0 the port the OS picked is known before it is announced.
     listeners = bind_listeners(server.host, server.port, "port")

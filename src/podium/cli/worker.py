@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
 
@@ -20,11 +21,14 @@ from podium.cli.common import (
     bind_listeners,
     check_redis_url,
     log_level,
+    non_empty,
     port_number,
     positive_int,
+    seconds,
 )
 from podium.config import load_config
 from podium.factory import worker_agents
+from podium.gctune import check_gc_env
 from podium.observe.otel_env import check_tracing_env
 
 __all__ = ("register",)
@@ -54,8 +58,8 @@ def _positive_float(value: str) -> float:
         x = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not x > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    if not (x > 0 and math.isfinite(x)):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {value}")
     return x
 
 
@@ -69,11 +73,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog=EPILOG,
         formatter_class=RawHelpFormatter,
     )
-    p.add_argument("--config", "-c", help="podium.toml (default: ./podium.toml if present)")
-    p.add_argument("--redis", help=f"Redis URL (default: server.redis, else {DEFAULT_REDIS})")
+    p.add_argument("--config", "-c", type=non_empty,
+                   help="podium.toml (default: ./podium.toml if present)")
+    p.add_argument("--redis", type=non_empty,
+                   help=f"Redis URL (default: server.redis, else {DEFAULT_REDIS})")
     p.add_argument("--agent", action="append", default=[], metavar="[NAME=]MODULE:ATTR",
                    help="an agent to serve, under NAME (repeatable; adds to the config's)")
-    p.add_argument("--pool", default="default", help="the resource pool (queue) to serve")
+    p.add_argument("--pool", type=non_empty, default="default",
+                   help="the resource pool (queue) to serve")
     p.add_argument("--concurrency", type=positive_int, default=256,
                    help="runs driven at once per process")
     p.add_argument("--procs", type=_procs, default=0, metavar="N|auto",
@@ -81,14 +88,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "0: this one process, unpinned")
     p.add_argument("--burst", action="store_true",
                    help="exit when the pool has nothing waiting or in flight")
-    p.add_argument("--grace", type=float, default=30.0, metavar="S",
+    p.add_argument("--grace", type=seconds, default=30.0, metavar="S",
                    help="on SIGTERM, seconds running steps get to finish before release")
     p.add_argument("--max-deliveries", type=positive_int, default=3, metavar="N",
                    help="dead-letter a run delivered more than N times")
     p.add_argument("--lease", type=_positive_float, default=30.0, metavar="S",
                    help="a run whose worker stops heartbeating is reclaimed after S seconds")
-    p.add_argument("--prefix", help="prefix of every Redis key (default: server.prefix, podium)")
-    p.add_argument("--ttl", type=float, metavar="S",
+    p.add_argument("--prefix", type=non_empty,
+                   help="prefix of every Redis key (default: server.prefix, podium)")
+    p.add_argument("--ttl", type=seconds, metavar="S",
                    help="finished runs expire after S seconds, 0: never "
                    "(default: server.ttl_s, 7 days)")
     p.add_argument("--threads", type=positive_int, default=None,
@@ -97,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                    help="serve Prometheus metrics on PORT (with --procs: one endpoint for all)")
     p.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
-                   help="debug, info, warning, error")
+                   help="debug, info, warning, error, critical")
     p.set_defaults(handler=run)
 
 
@@ -106,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
 
     path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
     config = load_config(path)
+    check_gc_env()  # each child tunes the collector: a bad PODIUM_GC is one line here
     server = config.server
     redis_url = args.redis or server.redis or DEFAULT_REDIS
     check_redis_url(redis_url)

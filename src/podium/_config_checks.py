@@ -1,0 +1,205 @@
+"""What ``podium.toml`` must hold beyond each field's type: values that depend on one
+another (a model an agent names, a cycle of sub-agents), and strings of a given form
+(a store, a Redis URL, a key hash). Each failure is one :class:`ConfigError` line naming
+the setting, raised while the file is read, not when a server first needs the value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from podium.errors import ConfigError
+
+if TYPE_CHECKING:
+    from podium.config import Config
+
+__all__ = ("check_config", "check_redis_url", "check_store")
+
+_SHA256 = re.compile(r"sha256:[0-9a-fA-F]{64}")
+
+
+def check_config(config: Config) -> None:
+    """Every cross-field rule of the settings, in the order a reader meets them."""
+    _check_server(config)
+    _check_models(config)
+    _check_agents(config)
+    _check_mcp(config)
+    _check_links(config)
+    _check_keys(config)
+    adaptive = config.limits.adaptive
+    if adaptive.min_rate > adaptive.max_rate:
+        raise ConfigError(
+            f"limits.adaptive: min_rate ({adaptive.min_rate:g}) is above max_rate "
+            f"({adaptive.max_rate:g})"
+        )
+
+
+def check_store(spec: str, what: str = "server.store") -> None:
+    """``"memory"`` or ``"sqlite:PATH"``: anything else is refused by its name."""
+    kind, sep, path = spec.partition(":")
+    if spec != "memory" and not (kind == "sqlite" and sep and path):
+        raise ConfigError(f"{what}: use 'sqlite:PATH' or 'memory', got {spec!r}")
+
+
+def check_redis_url(url: str) -> None:
+    """Refuse, at once, a Redis URL that Podium cannot use (TLS, unix sockets, typos)."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # parses it: "host:port6379" is caught here
+    except ValueError as exc:
+        raise ConfigError(f"Redis URL {url!r} is malformed: {exc}") from None
+    if parts.scheme in ("rediss", "unix"):
+        raise ConfigError(
+            f"Redis URL {url!r}: {'TLS' if parts.scheme == 'rediss' else 'unix sockets'} "
+            "not supported yet; use a redis:// TCP URL (redis://HOST:PORT/DB)"
+        )
+    if parts.scheme != "redis" or not parts.hostname:
+        raise ConfigError(f"Redis URL {url!r} is malformed; use redis://HOST:PORT/DB")
+    db = parts.path.strip("/")
+    if db and not db.isdigit():
+        raise ConfigError(f"Redis URL {url!r}: the database must be a number, got {db!r}")
+
+
+def _check_server(config: Config) -> None:
+    server = config.server
+    check_store(server.store)
+    if server.redis is not None:
+        try:
+            check_redis_url(server.redis)
+        except ConfigError as exc:
+            raise ConfigError(f"server.redis: {exc}") from None
+
+
+def _check_agents(config: Config) -> None:
+    models = {m.name for m in config.models}
+    for agent in config.agents:
+        if agent.path is None and (agent.name is None or agent.model is None):
+            raise ConfigError(
+                "agents: an agent without 'path' is declared here and needs 'name' and 'model'"
+            )
+        if agent.model is not None and agent.model not in models:
+            known = ", ".join(sorted(models)) or "none"
+            raise ConfigError(
+                f"agents: {agent.name or agent.path!r} uses model {agent.model!r}, "
+                f"which no [[models]] entry names (known: {known})"
+            )
+
+
+def _check_models(config: Config) -> None:
+    for model in config.models:
+        url = model.base_url
+        if url is not None and not (
+            urlsplit(url).scheme in ("http", "https") and urlsplit(url).hostname
+        ):
+            raise ConfigError(
+                f"models: {model.name!r}: base_url must be an http:// or https:// URL "
+                f"ending in /v1, got {url!r}"
+            )
+
+
+def _check_keys(config: Config) -> None:
+    tenants: dict[str, str] = {}  # the key's sha256 -> its tenant
+    for key in config.keys:
+        if (key.hash is None) == (key.key is None):
+            raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
+        if key.hash is not None and not _SHA256.fullmatch(key.hash):
+            raise ConfigError(
+                f"keys: tenant {key.tenant!r}: hash must look like sha256:<64 hex digits> "
+                "(podium serve --hash-key KEY prints it)"
+            )
+        for net in key.egress.allow_networks if key.egress is not None else ():
+            try:
+                ipaddress.ip_network(net)
+            except ValueError as exc:
+                raise ConfigError(f"keys: tenant {key.tenant!r}: egress: {exc}") from exc
+        # The same key twice: the gateway would keep the last, and the first tenant's
+        # clients would be served (and billed) as the second one, without a word.
+        digest = (key.hash or "sha256:" + hashlib.sha256((key.key or "").encode()).hexdigest())
+        other = tenants.get(digest.lower())
+        if other is not None:
+            raise ConfigError(
+                f"keys: the same key is given twice (tenants {other!r} and {key.tenant!r}); "
+                "each key belongs to one tenant, once"
+            )
+        tenants[digest.lower()] = key.tenant
+
+
+def _check_mcp(config: Config) -> None:
+    """``[[mcp_servers]]`` entries complete, and every agent's MCP names known."""
+    names = [s.name for s in config.mcp_servers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"mcp_servers: two servers are named {', '.join(map(repr, dupes))}")
+    for server in config.mcp_servers:
+        if server.transport == "stdio" and not server.command:
+            raise ConfigError(f"mcp_servers: {server.name!r} (stdio) needs a 'command'")
+        if server.transport == "http" and not server.url:
+            raise ConfigError(f"mcp_servers: {server.name!r} (http) needs a 'url'")
+        for net in server.allow_networks:
+            try:
+                ipaddress.ip_network(net)
+            except ValueError as exc:
+                raise ConfigError(f"mcp_servers: {server.name!r}: {exc}") from exc
+    known = ", ".join(sorted(names)) or "none"
+    for agent in config.agents:
+        label = agent.name or agent.path
+        if agent.path is not None and (agent.mcp or any(_mcp_ref(t, names) for t in agent.tools)):
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; only a declared agent "
+                "(no 'path') takes tools from the file"
+            )
+        if agent.path is not None and agent.output_type is not None:
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; set its output_type in "
+                "Python (only a declared agent takes output_type from the file)"
+            )
+        for name in agent.mcp:
+            if name not in names:
+                raise ConfigError(
+                    f"agents: {label!r} uses MCP server {name!r}, which no [[mcp_servers]] "
+                    f"entry names (known: {known})"
+                )
+
+
+def _check_links(config: Config) -> None:
+    """Every agent's ``subagents`` and ``handoffs`` name another declared agent; sub-agents
+    call no cycle (an agent cannot end up calling itself; hand-offs may go back and forth)."""
+    cfgs = {a.name: a for a in config.agents if a.name is not None}
+    known = ", ".join(sorted(cfgs)) or "none"
+    for agent in config.agents:
+        label = agent.name or agent.path
+        if agent.path is not None and (agent.subagents or agent.handoffs):
+            raise ConfigError(
+                f"agents: {label!r} is imported from {agent.path!r}; give it sub-agents and "
+                "hand-offs in Python (agent.as_tool(), handoffs=[...]), or declare it here"
+            )
+        for kind, names in (("sub-agent", agent.subagents), ("hand-off", agent.handoffs)):
+            for name in names:
+                if name not in cfgs:
+                    raise ConfigError(
+                        f"agents: {label!r} names {kind} {name!r}, which no [[agents]] entry "
+                        f"names (known: {known}); declare it too, so every process serving "
+                        f"{label!r} builds the same {name!r}"
+                    )
+                if name == agent.name:
+                    raise ConfigError(f"agents: {label!r} names itself as a {kind}")
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            cycle = " -> ".join((*path[path.index(name):], name))
+            raise ConfigError(f"agents: sub-agents call each other in a cycle: {cycle}")
+        for sub in cfgs[name].subagents:
+            visit(sub, (*path, name))
+
+    for name in cfgs:
+        visit(name, ())
+
+
+def _mcp_ref(spec: str, servers: list[str]) -> bool:
+    """``SERVER:*`` or ``SERVER:TOOL`` naming an ``[[mcp_servers]]`` entry (not an import path)."""
+    left, sep, _ = spec.partition(":")
+    return bool(sep) and left in servers
