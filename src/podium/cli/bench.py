@@ -127,9 +127,6 @@ def _overhead(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[red]error:[/red] --sessions {args.sessions!r}: give positive "
                       "integers separated by commas, e.g. 1,100,1000")
         return 2
-    if args.latency < 0:
-        console.print("[red]error:[/red] --latency must be 0 (off) or a number of seconds")
-        return 2
 
     def show(level: overhead.SessionsResult) -> None:
         if not args.json:
