@@ -119,3 +119,15 @@ def test_an_agent_in_the_file_and_on_the_command_line_is_served_once(tmp_path: P
     assert list(agents) == ["react"]
     with pytest.raises(ConfigError, match="two agents are named"):  # a real clash still is one
         worker_agents(config, ["react=podium.examples.research:agent"], "default")
+
+
+def test_a_config_without_agents_gives_the_gateway_and_its_workers_the_same_agents() -> None:
+    # operations.md: every gateway and worker reads one podium.toml and so serves the same
+    # agents; with no [[agents]] the gateway serves the built-in examples, so must a worker.
+    from podium.factory import worker_agents
+    from podium.gateway.runtime import load_agents
+
+    config = load_config(None, {})
+    assert list(worker_agents(config, [], "default")) == [a.name for a in load_agents(config)]
+    with pytest.raises(ConfigError, match="no agents to serve in pool 'batch'"):
+        worker_agents(config, [], "batch")  # the built-ins are the default pool's only
