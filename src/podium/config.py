@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -65,6 +66,9 @@ __all__ = (
 )
 
 _ENV_PREFIX = "PODIUM_"
+#: What ``podium serve --hash-key`` prints. Anything else (a copied placeholder such as
+#: ``sha256:...``, a truncated digest) can never match a key: refused, not a silent 401.
+_KEY_HASH = re.compile(r"sha256:[0-9a-fA-F]{64}")
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
@@ -396,8 +400,11 @@ def load_config(path: str | Path | None = None, environ: Mapping[str, str] | Non
     for key in config.keys:
         if (key.hash is None) == (key.key is None):
             raise ConfigError(f"keys: tenant {key.tenant!r} needs exactly one of hash or key")
-        if key.hash is not None and not key.hash.startswith("sha256:"):
-            raise ConfigError(f"keys: tenant {key.tenant!r}: hash must look like sha256:<hex>")
+        if key.hash is not None and not _KEY_HASH.fullmatch(key.hash):
+            raise ConfigError(
+                f"keys: tenant {key.tenant!r}: hash must be sha256: and 64 hex digits "
+                f"(podium serve --hash-key KEY prints it), got {key.hash!r}"
+            )
         for net in key.egress.allow_networks if key.egress is not None else ():
             try:
                 ipaddress.ip_network(net)

@@ -76,6 +76,9 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("", {"PODIUM_SERVER__PORT": "99999"}, "port"),
         ("[[keys]]\ntenant = 'x'\n", {}, "exactly one of hash or key"),
         ("[[keys]]\ntenant = 'x'\nhash = 'md5:1'\n", {}, "sha256"),
+        # configuration.md's placeholders, copied as they are: no key could ever match them
+        ("[[keys]]\ntenant = 'x'\nhash = 'sha256:...'\n", {}, "64 hex digits"),
+        ("", {"PODIUM_KEYS": "sha256:<hex>=acme"}, "64 hex digits"),
         ("[server\n", {}, "podium.toml"),
     ],
 )
