@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
+import logging
 import os
 import sys
 import threading
@@ -58,6 +59,7 @@ __all__ = (
     "build_agent",
     "build_mcp_servers",
     "build_models",
+    "builtin_agents",
     "load_tool",
     "model_from_option",
     "parse_agent_option",
@@ -77,6 +79,8 @@ BUILTIN_AGENTS: dict[str, str] = {
 
 #: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+log = logging.getLogger("podium.factory")
 
 
 class ServedSpec(msgspec.Struct, frozen=True):
@@ -436,11 +440,30 @@ def model_from_option(
     return _endpoint(cfg, env)
 
 
+def builtin_agents() -> list[ServedSpec]:
+    """The built-in examples that import, in the ``default`` pool: what a configuration
+    without agents serves. The gateway and its workers both call this, so a file with no
+    ``[[agents]]`` still gives them the same agents (one that fails to import is skipped
+    with a warning: an example's optional dependency must not stop the others)."""
+    served: list[ServedSpec] = []
+    for name in BUILTIN_AGENTS:
+        try:
+            served.append(ServedSpec(name, resolve_agent(name)))
+        except ConfigError as exc:
+            log.warning("built-in agent %s unavailable: %s", name, exc)
+    return served
+
+
 def worker_agents(
     config: Config, specs: tuple[str, ...] | list[str], pool: str
 ) -> dict[str, Agent]:
     """What a ``podium worker`` of ``pool`` serves: the file's agents of that pool, by
-    the names the gateway gives them, plus ``--agent [NAME=]MODULE:ATTR`` options."""
+    the names the gateway gives them, plus ``--agent [NAME=]MODULE:ATTR`` options. With
+    neither, the ``default`` pool serves the built-in examples, as the gateway does."""
+    if not config.agents and not specs and pool == "default":
+        served_builtins = {s.name: s.agent for s in builtin_agents()}
+        if served_builtins:
+            return served_builtins
     extra = [msgspec.structs.replace(parse_agent_option(s), pool=pool) for s in specs]
     # The same agent named in the file and again with --agent is one agent, not two.
     extra = [a for a in extra if a not in config.agents]

@@ -114,6 +114,7 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
         ("runs", "profile", "--store", "{db}", "--report", "/no/such/p.html"),
         "does not exist",
     ),
+    ("runs-no-store", ("runs", "list"), "podium runs list: error: give a store"),
     ("unknown-command", ("frobnicate",), "invalid choice"),
     ("serve-port-range", ("serve", "--agent", "react", "--port", "99999"), "0 (any free one)"),
     ("serve-port-busy", ("serve", "--agent", "react", "--port", "{busy_port}"), "cannot listen"),

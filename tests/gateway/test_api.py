@@ -325,6 +325,11 @@ async def test_run_ids_are_random_not_counted() -> None:
         assert len({h[:8] for h in hexes}) == len(hexes)
 
 
+async def test_openapi_document_is_not_served_with_docs_off() -> None:
+    async with gateway_client({"PODIUM_SERVER__DOCS": "false"}) as (_, client):
+        assert (await client.get("/openapi.json")).status_code == 404
+
+
 async def test_openapi_document_is_served() -> None:
     async with gateway_client() as (_, client):
         spec = (await client.get("/openapi.json", headers={"Authorization": ""})).json()

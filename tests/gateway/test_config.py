@@ -78,6 +78,9 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("", {"PODIUM_SERVER__PORT": "99999"}, "port"),
         ("[[keys]]\ntenant = 'x'\n", {}, "exactly one of hash or key"),
         ("[[keys]]\ntenant = 'x'\nhash = 'md5:1'\n", {}, "sha256"),
+        # configuration.md's placeholders, copied as they are: no key could ever match them
+        ("[[keys]]\ntenant = 'x'\nhash = 'sha256:...'\n", {}, "64 hex digits"),
+        ("", {"PODIUM_KEYS": "sha256:<hex>=acme"}, "64 hex digits"),
         ("[server\n", {}, "podium.toml"),
         # A typo names the key, where it is, and what is allowed there.
         ("[pools.cpu]\nwokers = 2\n", {}, r"pools\.cpu\.wokers: unknown key .*'workers'\?"),
@@ -206,3 +209,15 @@ def test_environment_values_take_their_fields_types(tmp_path: Path) -> None:
     server = config.server
     assert (server.prefix, server.host, server.port, server.docs) == ("123", "true", 8080, False)
     assert config.limits.tenant_rate == 2.0 and config.pools["gpu"].rate == 1.5
+
+
+def test_a_config_without_agents_gives_the_gateway_and_its_workers_the_same_agents() -> None:
+    # operations.md: every gateway and worker reads one podium.toml and so serves the same
+    # agents; with no [[agents]] the gateway serves the built-in examples, so must a worker.
+    from podium.factory import worker_agents
+    from podium.gateway.runtime import load_agents
+
+    config = load_config(None, {})
+    assert list(worker_agents(config, [], "default")) == [a.name for a in load_agents(config)]
+    with pytest.raises(ConfigError, match="no agents to serve in pool 'batch'"):
+        worker_agents(config, [], "batch")  # the built-ins are the default pool's only

@@ -131,10 +131,13 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
                 check_redis_url(redis)
             store = open_store(args.store, redis=args.redis, prefix=args.prefix)
             return asyncio.run(_with_store(store, verb, args))
+        # Named like every other command's line (`podium runs list: error: ...`), so
+        # the one line says which command refused.
         except (ConfigError, PodiumError) as exc:
-            err.print(_t(("error:", "red"), " ", str(exc)))
+            err.print(_t(f"podium runs {args.verb}: ", ("error:", "red"), " ", str(exc)))
             return 2
         except KeyboardInterrupt:
+            err.print(f"podium runs {args.verb}: interrupted")
             return 130
 
     return handle

@@ -422,7 +422,8 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        Route("/openapi.json", openapi, methods=["GET"]),
+        # server.docs = false: an operator who would not publish the API's shape gets a 404.
+        *([Route("/openapi.json", openapi, methods=["GET"])] if gw.config.server.docs else []),
         *dashboard_routes(gw),
     ]
 

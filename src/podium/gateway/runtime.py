@@ -8,13 +8,12 @@ as ``podium worker`` processes.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from podium.config import Config
 from podium.engine.driver import Engine
 from podium.errors import ConfigError
-from podium.factory import BUILTIN_AGENTS, resolve_agent, served_agents
+from podium.factory import builtin_agents, served_agents
 from podium.gateway.auth import KeyRing
 from podium.gateway.service import Gateway, ServedAgent
 from podium.queue.base import RunQueue
@@ -25,19 +24,12 @@ from podium.worker.worker import Worker
 
 __all__ = ("build_gateway", "load_agents", "open_store")
 
-log = logging.getLogger("podium.gateway")
-
 
 def load_agents(config: Config) -> list[ServedAgent]:
     """The configured agents; with none configured, the built-in examples that import."""
     if config.agents:
         return [ServedAgent(s.agent, s.name, s.pool) for s in served_agents(config)]
-    served: list[ServedAgent] = []
-    for name in BUILTIN_AGENTS:
-        try:
-            served.append(ServedAgent(resolve_agent(name), name))
-        except ConfigError as exc:
-            log.warning("built-in agent %s unavailable: %s", name, exc)
+    served = [ServedAgent(s.agent, s.name, s.pool) for s in builtin_agents()]
     if not served:
         raise ConfigError("no agents to serve: add [[agents]] to podium.toml or pass --agent")
     return served
