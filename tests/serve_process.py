@@ -122,11 +122,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def mcp_http_server(script: str) -> Iterator[str]:
-    """``python script http PORT``, an MCP server over streamable HTTP: its URL once it
-    accepts connections (it prints nothing reliable to wait for), stopped on exit."""
+def mcp_http_server(script: str, *args: str) -> Iterator[str]:
+    """``python script http PORT ARGS``, an MCP server over streamable HTTP: its URL once
+    it accepts connections (it prints nothing reliable to wait for), stopped on exit."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, script, "http", str(port)],
+    proc = subprocess.Popen([sys.executable, script, "http", str(port), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         for _ in range(300):  # bounded: 15 s

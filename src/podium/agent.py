@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
+from collections import Counter
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -184,8 +185,9 @@ class Agent:
                 f"deadline_while_waiting must be 'pause' or 'count', not {deadline_while_waiting!r}"
             )
         names = [t.name for t in tools]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"agent {name!r}: duplicate tool names in {names}")
+        if len(set(names)) != len(names):  # only the clashes: an MCP list may be long
+            twice = sorted(n for n, count in Counter(names).items() if count > 1)
+            raise ConfigError(f"agent {name!r}: duplicate tool names {', '.join(map(repr, twice))}")
         if output_mode not in ("auto", "native", "tool"):
             raise ConfigError(f"agent {name!r}: output_mode must be 'auto', 'native' or 'tool'")
         if output_type is not None and FINAL_TOOL in names:

@@ -347,8 +347,22 @@ def _agent_tools(cfg: AgentConfig, mcp: MCPTools | None) -> list[Tool[..., Any]]
         tools.extend(mcp.tools(server, label))
     unique: dict[str, Tool[..., Any]] = {}
     for t in tools:  # "docs:*" and "docs:search" together: the tool once
-        unique.setdefault(t.name, t)
+        taken = unique.setdefault(t.name, t)
+        if taken is not t:  # two tools, one name: the model could not say which it calls
+            raise ConfigError(
+                f"agents: {label!r} has two tools named {t.name!r} "
+                f"({_origin(taken, mcp)} and {_origin(t, mcp)}); "
+                "give an [[mcp_servers]] entry a prefix, or list one of them only"
+            )
     return list(unique.values())
+
+
+def _origin(t: Tool[..., Any], mcp: MCPTools | None) -> str:
+    """Where an agent's tool came from, for a name clash's message."""
+    for name, listed in (mcp._listed if mcp is not None else {}).items():
+        if any(t is x for x in listed):
+            return f"MCP server {name!r}"
+    return f"{getattr(t.fn, '__module__', '?')}.{getattr(t.fn, '__qualname__', t.name)}"
 
 
 def build_agent(

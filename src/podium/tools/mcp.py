@@ -14,7 +14,12 @@ agent's injection screening of its results). The list is fetched once and cached
 shared by every run (calls are multiplexed on it); a session whose connection fails is
 dropped and the next call reconnects, so a crashed stdio server is started again. A call
 that fails because the connection did raises :class:`~podium.errors.RetryableToolError`,
-so a tool with ``retries`` tries again on a fresh session.
+so a tool with ``retries`` tries again on a fresh session. A server that answers, but
+wrongly (a result of the wrong shape, an unknown content block, a JSON-RPC error, an HTTP
+401), fails the call with :class:`MCPToolError`, not retried: the tool ran, the session
+is fine. ``initialize`` is bounded by the tool timeout; one message by
+``max_message_bytes`` (:mod:`~podium.tools.mcp_stdio`, :mod:`~podium.tools.mcp_http`);
+a listing by :data:`MAX_TOOLS`, and two of its tools under one name are refused.
 
 A traced run's ``tools/call`` carries its W3C trace context in ``params._meta``
 (``traceparent``, ``tracestate``), as the OpenTelemetry semantic conventions for MCP say,
@@ -28,20 +33,24 @@ import contextlib
 import inspect
 import keyword
 import re
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, cast
 
-import msgspec
+import anyio
+import pydantic
 from mcp import ClientSession, types
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from podium.errors import PodiumError, RetryableToolError
 from podium.models.base import ToolDefinition
 from podium.observe.tracing import trace_meta
 from podium.security.egress import EgressPolicy
-from podium.tools.mcp_http import guarded_http_client
+from podium.tools.mcp_http import MAX_MESSAGE_BYTES, guarded_http_client
+from podium.tools.mcp_stdio import StdioFault, bounded_stdio_client
 from podium.tools.policy import BreakerPolicy
 from podium.tools.tool import Tool, tool
 
@@ -56,6 +65,8 @@ _JSON_TYPES: dict[str, Any] = {
     "object": dict[str, Any],
 }
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
+# More would not fit a prompt anyway; a server that pages on for ever is cut off here.
+MAX_TOOLS = 10_000
 
 
 class MCPToolError(PodiumError):
@@ -72,19 +83,34 @@ class _Session:
         self.ready = asyncio.Event()
         self.stop = asyncio.Event()
         self.error: BaseException | None = None
+        self.fault: StdioFault | None = None  # the stdio transport's account of its end
+        # Cancelled by close(): an anyio scope, not task.cancel(), so the SDK's shielded
+        # transport shutdown (stdin closed, TERM, KILL: no orphan) still runs to its end.
+        self._scope = anyio.CancelScope()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{server.name}")
 
     async def _run(self) -> None:
         try:
-            async with self.server._connect() as streams:
-                read, write = streams[0], streams[1]
-                async with ClientSession(read, write, message_handler=self._on_message) as s:
-                    await s.initialize()
-                    self.session = s
-                    self.ready.set()
-                    await self.stop.wait()
+            with self._scope:
+                async with self.server._connect() as streams:
+                    read, write = streams[0], streams[1]
+                    if len(streams) > 2 and isinstance(streams[2], StdioFault):
+                        self.fault = streams[2]
+                    async with ClientSession(read, write, message_handler=self._on_message) as s:
+                        # A server that never answers initialize would hold every later
+                        # call (and aclose) for ever: bounded like one of its calls.
+                        with anyio.fail_after(self.server.connect_timeout):
+                            await s.initialize()
+                        self.session = s
+                        self.ready.set()
+                        await self.stop.wait()
         except Exception as exc:  # a dead server or transport: the next call reconnects
-            self.error = _leaf(exc)
+            leaf = _leaf(exc)
+            if isinstance(leaf, TimeoutError) and not self.ready.is_set():  # fail_after's
+                leaf = TimeoutError(
+                    f"no answer to initialize within {self.server.connect_timeout:g}s"
+                )
+            self.error = leaf
         finally:
             self.session = None
             self.stop.set()
@@ -108,6 +134,8 @@ class _Session:
 
     async def close(self) -> None:
         self.stop.set()
+        if not self.ready.is_set():  # still starting: nothing waits on stop yet
+            self._scope.cancel()
         with contextlib.suppress(Exception):
             await self.task
 
@@ -144,6 +172,8 @@ class MCPServer:
         }
         self._side_effects = side_effects
         self._sessions: dict[asyncio.AbstractEventLoop, _Session] = {}
+        self._dropped: set[_Session] = set()  # failed sessions still shutting their transport
+        self.connect_timeout = timeout if timeout is not None else 30.0
         self._tools: list[Tool[..., Any]] | None = None
         self._changed = asyncio.Event()
         self.connects = 0
@@ -159,13 +189,23 @@ class MCPServer:
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         name: str | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         **options: Any,
     ) -> MCPServer:
-        """A server started as a subprocess speaking MCP on its stdin/stdout."""
+        """A server started as a subprocess speaking MCP on its stdin/stdout; a line over
+        ``max_message_bytes`` ends its session (:mod:`podium.tools.mcp_stdio`)."""
         params = StdioServerParameters(
             command=command, args=list(args), env=dict(env) if env else None, cwd=cwd
         )
-        return cls(lambda: stdio_client(params), name=name or command, **options)
+        if sys.platform == "win32":  # no process groups there: the SDK's own transport
+            return cls(lambda: stdio_client(params), name=name or command, **options)
+        return cls(
+            lambda: bounded_stdio_client(
+                params, max_line_bytes=max_message_bytes, name=name or command
+            ),
+            name=name or command,
+            **options,
+        )
 
     @classmethod
     def http(
@@ -175,6 +215,7 @@ class MCPServer:
         policy: EgressPolicy | None = None,
         headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
         **options: Any,
     ) -> MCPServer:
         """A server at a streamable-HTTP endpoint (sent ``headers``, e.g. its API key).
@@ -183,7 +224,8 @@ class MCPServer:
         now, raising :class:`~podium.security.EgressDenied`, and each resolved address at
         connect time. By default public addresses only, on any port; a server on this
         machine or a private network needs ``policy=EgressPolicy.loopback()`` or an
-        ``EgressPolicy(allow_networks=...)`` that names its network."""
+        ``EgressPolicy(allow_networks=...)`` that names its network. An answer over
+        ``max_message_bytes`` fails its call."""
         guard = policy if policy is not None else EgressPolicy(allow_ports=None)
         guard.check_url(url)
         sent = dict(headers) if headers else None
@@ -192,8 +234,12 @@ class MCPServer:
         async def connect() -> AsyncIterator[Any]:
             # The SDK leaves a client it was given open: this one is ours to close.
             async with (
-                guarded_http_client(guard, headers=sent) as client,
-                streamable_http_client(url, http_client=client) as streams,
+                guarded_http_client(
+                    guard, headers=sent, max_message_bytes=max_message_bytes
+                ) as client,
+                streamable_http_client(
+                    url, http_client=client, max_sse_event_size=max_message_bytes
+                ) as streams,
             ):
                 yield streams
 
@@ -216,12 +262,18 @@ class MCPServer:
         held.stop.set()
         if self._sessions.get(asyncio.get_running_loop()) is held:
             del self._sessions[asyncio.get_running_loop()]
+        if not held.task.done():  # aclose waits for it: its subprocess must be gone by then
+            self._dropped.add(held)
+            held.task.add_done_callback(lambda _: self._dropped.discard(held))
 
     async def aclose(self) -> None:
-        """Close this loop's session (the subprocess of a stdio server ends with it)."""
-        held = self._sessions.pop(asyncio.get_running_loop(), None)
-        if held is not None:
-            await held.close()
+        """Close this loop's session (the subprocess of a stdio server ends with it), and
+        wait for sessions dropped after a failure to finish shutting down."""
+        loop = asyncio.get_running_loop()
+        held = self._sessions.pop(loop, None)
+        closing = [s for s in self._dropped if s.task.get_loop() is loop]
+        for s in [held, *closing] if held is not None else closing:
+            await s.close()
 
     async def __aenter__(self) -> MCPServer:
         return self
@@ -239,14 +291,21 @@ class MCPServer:
         session = await held.get()
         listed: list[types.Tool] = []
         cursor: str | None = None
+        seen: set[str] = set()
         while True:
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
             listed.extend(page.tools)
+            if len(listed) > MAX_TOOLS:
+                raise MCPToolError(f"MCP server {self.name!r} lists over {MAX_TOOLS} tools")
             cursor = getattr(page, "next_cursor", None)
             if not cursor:
                 break
+            if cursor in seen:  # a loop: the list would never end
+                raise MCPToolError(f"MCP server {self.name!r} repeats tools/list cursor {cursor!r}")
+            seen.add(cursor)
         tools = [self._tool(t) for t in listed if self.allow is None or t.name in self.allow]
+        _refuse_collisions(self.name, tools)
         self._tools = tools
         return tools
 
@@ -264,12 +323,35 @@ class MCPServer:
             # MCP): the session is shared by every run, so it cannot go on the transport.
             meta = cast("types.RequestParamsMeta | None", trace_meta())  # an open TypedDict
             result = await session.call_tool(name, arguments, meta=meta)
+        except (pydantic.ValidationError, RuntimeError) as exc:
+            # The session is fine; the answer is not (wrong types, an unknown content
+            # block, a result the output schema refuses). Not retried: the tool ran.
+            raise MCPToolError(
+                f"MCP server {self.name!r} answered {name!r} with an invalid result: "
+                f"{_first_line(exc)}"
+            ) from exc
+        except MCPError as exc:
+            if exc.code != types.CONNECTION_CLOSED:  # a JSON-RPC error answer: it was heard
+                raise MCPToolError(
+                    f"MCP server {self.name!r} answered {name!r} with an error: "
+                    f"{exc.message} (JSON-RPC error {exc.code})"
+                ) from exc
+            self._drop(held)
+            raise RetryableToolError(
+                f"MCP server {self.name!r} failed during {name!r}: {self._why(held, exc)}"
+            ) from exc
         except Exception as exc:  # the connection failed (a crash mid-call): reconnect next
             self._drop(held)
             raise RetryableToolError(
-                f"MCP server {self.name!r} failed during {name!r}: {exc}"
+                f"MCP server {self.name!r} failed during {name!r}: {self._why(held, exc)}"
             ) from exc
-        return _result(result)
+        return _result(self.name, name, result)
+
+    def _why(self, held: _Session, exc: BaseException) -> str:
+        """What a failed call says: the transport's own error when it has one (an HTTP
+        status, an oversized message), more use than the SDK's 'Connection closed'."""
+        fault = held.fault.error if held.fault is not None else None
+        return str(fault or held.error or exc)
 
     def _tool(self, spec: types.Tool) -> Tool[..., Any]:
         schema: dict[str, Any] = dict(getattr(spec, "input_schema", None) or {})
@@ -324,14 +406,60 @@ def _leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-def _result(result: Any) -> Any:
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if isinstance(exc, pydantic.ValidationError):  # its first error, not every union arm
+        first = exc.errors()[0] if exc.errors() else None
+        if first is not None:
+            loc = first["loc"]
+            if len(loc) > 2 and loc[0] == "content" and isinstance(loc[1], int):
+                return (  # the union's arms each complain; what matters is which block
+                    f"content[{loc[1]}] is not a text, image, audio, resource or "
+                    "resource_link block"
+                )
+            where = ".".join(str(part) for part in loc)
+            text = f"{where}: {first['msg']}" if where else first["msg"]
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _refuse_collisions(server: str, tools: Sequence[Tool[..., Any]]) -> None:
+    """Two of a server's tools under one local name (listed twice, or alike once odd
+    characters become ``_``): which one a call would reach is a guess, so neither is."""
+    seen: dict[str, int] = {}
+    for t in tools:
+        seen[t.name] = seen.get(t.name, 0) + 1
+    clashes = sorted(n for n, count in seen.items() if count > 1)
+    if clashes:
+        shown = ", ".join(map(repr, clashes[:5])) + (" ..." if len(clashes) > 5 else "")
+        raise MCPToolError(f"MCP server {server!r} lists more than one tool named {shown}")
+
+
+def _block(content: Any) -> str:
+    """One content block as text for the model: binary data is named, never inlined."""
+    if isinstance(content, types.TextContent):
+        return content.text
+    if isinstance(content, types.EmbeddedResource):
+        inner = content.resource
+        if isinstance(inner, types.TextResourceContents):
+            return inner.text
+        return f"[resource {inner.uri} ({inner.mime_type or 'binary'})]"
+    if isinstance(content, types.ResourceLink):
+        return f"[resource link {content.uri}]"
+    kind = getattr(content, "type", type(content).__name__)
+    mime = getattr(content, "mime_type", None)
+    size = len(getattr(content, "data", "") or "") * 3 // 4  # base64
+    return f"[{kind} {mime or ''} {size} bytes, not shown]".replace("  ", " ")
+
+
+def _result(server: str, name: str, result: Any) -> Any:
     if not isinstance(result, types.CallToolResult):
-        raise MCPToolError(f"the server did not complete the call: {type(result).__name__}")
-    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+        raise MCPToolError(
+            f"MCP server {server!r} did not complete {name!r}: {type(result).__name__}"
+        )
     if result.is_error:
+        texts = [_block(c) for c in result.content]
         raise MCPToolError("; ".join(texts) or "the tool reported an error")
-    if texts:
-        return "\n".join(texts)
-    if result.structured_content is not None:
+    has_text = any(isinstance(c, types.TextContent) for c in result.content)
+    if not has_text and result.structured_content is not None:
         return result.structured_content
-    return msgspec.json.encode([c.model_dump(mode="json") for c in result.content]).decode()
+    return "\n".join(_block(c) for c in result.content)
