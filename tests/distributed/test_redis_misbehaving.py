@@ -26,7 +26,16 @@ from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 
-from .harness import ROOT, WorkerProcess, effect_lines, redis_config, serving, wait_until
+from .harness import (
+    ROOT,
+    WorkerProcess,
+    check_completed_once,
+    effect_lines,
+    redis_config,
+    serving,
+    submit_runs,
+    wait_until,
+)
 from .redis_server import RedisServer, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -198,3 +207,140 @@ def test_a_wrong_server_is_one_line_at_start(private_redis: RedisServer, tmp_pat
     authed.config_set("requirepass", "")
     authed.close()
     admin.close()
+
+
+async def test_a_run_whose_keys_vanish_ends_with_a_reason_and_the_worker_serves_on(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """What eviction does to a live run, made deterministic: its record and journal go,
+    or its journal alone. Neither is resumed (that would repeat its calls) nor retried
+    per delivery with a traceback: the run ends failed with a reason saying so, or is
+    dead-lettered when even its record is gone, and the worker serves the next run."""
+    admin = redis.Redis.from_url(private_redis.url)
+    effects = tmp_path / "effects.log"
+    config = redis_config(tmp_path, private_redis.url, [SLOW], {KEY: "t1"})
+    worker = WorkerProcess(tmp_path, "worker", private_redis.url, "podium", SLOW, effects,
+                           "--lease", "6", tool_delay=0.3)
+    try:
+        with serving(config, tmp_path / "serve.log") as url:
+            await worker.wait_ready()
+            async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+                gone, half, kept = [
+                    (await client.post("/v1/runs", json={"agent": "effects", "input": f"{i}"})
+                     ).json()["id"] for i in range(3)]
+                await wait_until(lambda: len(effect_lines(effects)) >= 3, 10, "calls under way")
+                admin.delete(f"podium:{{{gone}}}:run", f"podium:{{{gone}}}:journal")
+                admin.delete(f"podium:{{{half}}}:journal")
+
+                async def status(run_id: str) -> str:
+                    return str((await client.get(f"/v1/runs/{run_id}")).json()["status"])
+
+                async def ended() -> bool:
+                    return await status(half) == "failed" and await status(kept) == "completed"
+
+                await wait_until(ended, 10, "the runs to end")
+                failed = (await client.get(f"/v1/runs/{half}")).json()
+                assert failed["reason"] == "dead_letter" and "evicted" in failed["error"], failed
+                assert (await client.get(f"/v1/runs/{gone}")).status_code == 404
+                dead = {f[b"run_id"].decode(): f[b"reason"].decode()
+                        for _, f in admin.xrange("podium:dead:default")}
+                assert set(dead) == {gone, half} and "evicted" in dead[gone], dead
+                after = await client.post(
+                    "/v1/runs", json={"agent": "effects", "input": "after", "wait": True}
+                )
+                assert after.json()["status"] == "completed", after.text
+        calls = Counter(k for k, _ in effect_lines(effects))
+        assert all(n == 1 for n in calls.values()), calls
+        assert "Traceback" not in worker.text(), worker.text()[-3000:]
+    finally:
+        worker.stop()
+        admin.close()
+
+
+@pytest.fixture
+def debuggable_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A private redis-server that takes DEBUG (SLEEP) from loopback."""
+    server = RedisServer(tmp_path / "redis", extra=("--enable-debug-command", "local"))
+    server.directory.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_a_slow_redis_loses_no_lease_and_the_gateway_keeps_answering(
+    debuggable_redis: RedisServer, tmp_path: Path
+) -> None:
+    """DEBUG SLEEP (everything stalls) and CLIENT PAUSE WRITE, each shorter than a third
+    of the lease, under load: no run changes hands, no call runs twice, and /healthz
+    answers promptly throughout (it needs no Redis)."""
+    private_redis = debuggable_redis
+    admin = redis.Redis.from_url(private_redis.url)
+    effects = tmp_path / "effects.log"
+    config = redis_config(tmp_path, private_redis.url, [SLOW], {KEY: "t1"})
+    worker = WorkerProcess(tmp_path, "worker", private_redis.url, "podium", SLOW, effects,
+                           "--lease", "6", tool_delay=0.1)
+    try:
+        with serving(config, tmp_path / "serve.log") as url:
+            await worker.wait_ready()
+            async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
+                ids = [(await client.post("/v1/runs", json={"agent": "effects", "input": f"{i}"})
+                        ).json()["id"] for i in range(20)]
+                await wait_until(lambda: len(effect_lines(effects)) >= 10, 10, "calls under way")
+                for stall in (lambda: admin.execute_command("DEBUG", "SLEEP", "1.5"),
+                              lambda: admin.client_pause(1500, all=False)):
+                    stalled = asyncio.create_task(asyncio.to_thread(stall))
+                    await asyncio.sleep(0.2)  # inside the stall
+                    start = time.monotonic()
+                    assert (await client.get("/healthz")).status_code == 200
+                    assert time.monotonic() - start < 0.5
+                    await stalled
+
+                async def all_done() -> bool:
+                    listed = (await client.get("/v1/runs", params={"limit": 100})).json()["data"]
+                    return all(r["status"] == "completed" for r in listed) and len(listed) == 20
+
+                await wait_until(all_done, 20, "every run to complete")
+        calls = Counter(k for k, _ in effect_lines(effects))
+        assert len(calls) == len(ids) * 4 and set(calls.values()) == {1}, calls.most_common(3)
+        assert "lease lost" not in worker.text() and "another worker" not in worker.text()
+    finally:
+        worker.stop()
+        admin.close()
+
+
+async def test_connections_reset_under_a_worker_repeat_no_call(
+    private_redis: RedisServer, tmp_path: Path
+) -> None:
+    """CLIENT KILL of every connection, again and again, while a podium worker drives
+    runs: it reconnects, every run completes once, and no finished call runs again."""
+    admin = redis.Redis.from_url(private_redis.url)
+    effects = tmp_path / "effects.log"
+    store = RedisRunStore(private_redis.url)
+    queue = RedisQueue(private_redis.url)
+    worker = WorkerProcess(tmp_path, "worker", private_redis.url, "podium", SLOW, effects,
+                           "--lease", "6", "--concurrency", "8", "--burst", tool_delay=0.1)
+    ids = [f"run-{i:03d}" for i in range(40)]
+    try:
+        await worker.wait_ready()
+        await submit_runs(store, queue, "effects", ids)
+        await store.aclose()  # killed along with the rest: reopened for the checks
+        await queue.aclose()
+        kills = 0
+        while worker.proc.poll() is None and kills < 40:
+            await asyncio.to_thread(admin.client_kill_filter, _type="normal", skipme=True)
+            kills += 1
+            await asyncio.sleep(0.05)
+        assert kills >= 10  # the runs outlasted several resets
+        assert await worker.wait_exit(30) == 0, worker.text()
+        store = RedisRunStore(private_redis.url)
+        queue = RedisQueue(private_redis.url)
+        await check_completed_once(store, ids)
+        assert await queue.outstanding() == 0
+        calls = Counter(k for k, _ in effect_lines(effects))
+        assert len(calls) == len(ids) * 4 and set(calls.values()) == {1}, calls.most_common(3)
+        assert "Traceback" not in worker.text(), worker.text()[-3000:]
+    finally:
+        worker.stop()
+        await store.aclose()
+        await queue.aclose()
+        admin.close()

@@ -171,7 +171,13 @@ else
   end
   v = v + 1
   n = length()
-  redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
+  if redis.call('EXISTS', journal) == 1 then
+    redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
+  elseif terminal ~= '1' then
+    -- evicted or deleted under a live run: resuming it would repeat its finished calls.
+    -- Only its end may still be written.
+    return redis.error_reply('PODIUM_NOTFOUND ' .. id .. ': its journal is gone from Redis')
+  end
   if count > 0 then
     n = n + count
     redis.call('XADD', journal, v .. '-' .. (n + 1), 'e', payload)
