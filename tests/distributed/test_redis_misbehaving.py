@@ -157,6 +157,34 @@ async def test_a_full_server_is_unavailable_not_an_answer(private_redis: RedisSe
         admin.close()
 
 
+async def test_a_wrong_password_or_a_peer_not_redis_fails_fast_with_a_reason(
+    private_redis: RedisServer,
+) -> None:
+    """At run time (the server changed under a running process): each command fails
+    within the outage bound with the reason, instead of hanging (a refused AUTH) or
+    being read as garbage."""
+    admin = redis.Redis.from_url(private_redis.url)
+    admin.config_set("requirepass", "s3cret")
+    wrong = private_redis.url.replace("redis://", "redis://:wrong@")
+    try:
+        with http_server() as http_port:
+            for url, reason in ((wrong, "WRONGPASS"), (private_redis.url, "NOAUTH"),
+                                (f"redis://127.0.0.1:{http_port}/0", "Redis protocol")):
+                store = RedisRunStore(url)
+                try:
+                    start = time.monotonic()
+                    with pytest.raises(StoreUnavailableError, match=reason):
+                        await asyncio.wait_for(store.get("r1"), 10)
+                    assert time.monotonic() - start < 2.5
+                finally:
+                    await store.aclose()
+    finally:
+        authed = redis.Redis.from_url(private_redis.url.replace("redis://", "redis://:s3cret@"))
+        authed.config_set("requirepass", "")
+        authed.close()
+        admin.close()
+
+
 @contextlib.contextmanager
 def http_server() -> Iterator[int]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)

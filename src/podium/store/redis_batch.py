@@ -75,7 +75,7 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
-        answered = False
+        answered = ok = False
         try:
             while (reply := self.reader.gets()) is not False:
                 if not self.waiting:  # out of step with our commands: never guess which
@@ -97,14 +97,18 @@ class _Protocol(asyncio.Protocol):
                     if not op.fut.done():
                         op.fut.set_exception(reply)
                 else:
+                    ok = True
                     answered = answered or op.retries > 0  # a refused command taken now
                     if not op.fut.done():
                         op.fut.set_result(reply)
         except hiredis.ProtocolError as exc:
             self.owner._not_redis(self, exc)
             return
-        if answered and self.owner.refusals.why is not None:
-            self.owner.refusals.answered()
+        refusals = self.owner.refusals
+        if ok and refusals.why is not None and (
+            answered or refusals.quiet_for(self.owner.unavailable_s)
+        ):
+            refusals.answered()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None

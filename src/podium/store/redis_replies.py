@@ -50,7 +50,7 @@ class RefusalLog:
     One per server and process (:meth:`of`): a store and a queue on the same Redis
     meet the same condition, and say so once."""
 
-    __slots__ = ("count", "endpoint", "since", "why")
+    __slots__ = ("count", "endpoint", "last", "since", "why")
 
     _by_endpoint: ClassVar[dict[str, RefusalLog]] = {}
 
@@ -64,17 +64,22 @@ class RefusalLog:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self.why: str | None = None
-        self.since = 0.0
+        self.since = self.last = 0.0
         self.count = 0
 
     def refused(self, why: str, patience_s: float) -> None:
         self.count += 1
+        self.last = time.monotonic()
         if self.why is None:
             self.why, self.since = why, time.monotonic()
             log.warning(
                 "redis at %s refuses commands (%s); holding them and retrying for up to %.1fs",
                 self.endpoint, why, patience_s,
             )
+
+    def quiet_for(self, seconds: float) -> bool:
+        """No refusal for ``seconds``: whatever was refused then has been given up on."""
+        return time.monotonic() - self.last > seconds
 
     def answered(self) -> None:
         if self.why is not None:
