@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 __all__ = ("RedisServer", "free_port")
@@ -27,9 +28,12 @@ class RedisServer:
     reuses the same port and directory, so the AOF is replayed.
     """
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, port: int | None = None, extra: Sequence[str] = ()
+    ) -> None:
         self.directory = directory
         self.port = port or free_port()
+        self.extra = tuple(extra)  # more redis-server options, e.g. --enable-debug-command
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -43,6 +47,7 @@ class RedisServer:
                 binary, "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.directory), "--appendonly", "yes",
                 "--appendfsync", "always", "--save", "", "--protected-mode", "no",
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -150,6 +150,12 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
     server = config.server
     if server.redis:
         check_redis_url(server.redis)
+        from podium.store.redis_preflight import preflight
+
+        # a server that can never work is one line now, not a 500 per request
+        pools = dict.fromkeys(["default", *config.pool_names()])
+        if warning := preflight(server.redis, server.prefix, pools):
+            print(f"podium serve: warning: {warning}", file=sys.stderr, flush=True)
     elif server.store.startswith("sqlite:"):
         check_sqlite_path(server.store.removeprefix("sqlite:"))
     config.agents.extend(parse_agent_option(spec) for spec in args.agent)

@@ -120,6 +120,11 @@ def run(args: argparse.Namespace) -> int:
     check_redis_url(redis_url)
     for module in ("redis", "hiredis"):  # missing: main() names the extra to install
         importlib.import_module(module)
+    from podium.store.redis_preflight import preflight
+
+    # a server that can never work is one line now, not a worker retrying forever
+    if warning := preflight(redis_url, args.prefix or server.prefix, [args.pool]):
+        print(f"podium worker: warning: {warning}", file=sys.stderr, flush=True)
     # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
     agents = worker_agents(config, args.agent, args.pool)
     check_tracing_env()  # a bad OTEL_* setting: one line here, not each child's traceback

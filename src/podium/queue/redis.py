@@ -16,10 +16,12 @@ the stream holds only runs waiting or in flight.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from itertools import count
 from typing import Any
 
 import msgspec
@@ -30,6 +32,7 @@ from podium.errors import QueueUnavailableError
 from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
 from podium.store.redis import UNAVAILABLE, connect
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_replies import is_refusal
 
 __all__ = ("DeadLetter", "RedisQueue")
 
@@ -78,11 +81,34 @@ return 1
 """
 
 
+# KEYS: stream. ARGV: submit token, item, entries to look back.
+# A submit sent again after its connection dropped: add the item unless the first send
+# landed (an entry with its token near the tail; acked entries are gone, and a run
+# delivered again after its end is only acked).
+_SUBMIT_AGAIN = """
+local recent = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', ARGV[3])
+for _, e in ipairs(recent) do
+  local f = e[2]
+  for i = 1, #f, 2 do
+    if f[i] == 't' and f[i + 1] == ARGV[1] then return e[1] end
+  end
+end
+return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2], 't', ARGV[1])
+"""
+
+#: How far back a re-sent submit looks for its first send (entries).
+_SUBMIT_LOOKBACK = 1000
+
+
 @asynccontextmanager
 async def _translate() -> AsyncIterator[None]:
     try:
         yield
     except UNAVAILABLE as exc:
+        raise QueueUnavailableError(f"redis unavailable: {exc}") from exc
+    except ResponseError as exc:
+        if not is_refusal(exc):
+            raise
         raise QueueUnavailableError(f"redis unavailable: {exc}") from exc
 
 
@@ -130,6 +156,9 @@ class RedisQueue(RunQueue):
         self._reclaim = self._pipe.register(_RECLAIM)
         self._heartbeat = self._pipe.register(_HEARTBEAT)
         self._release = self._pipe.register(_RELEASE)
+        self._submit_again = self._pipe.register(_SUBMIT_AGAIN)
+        self._submitter = f"{os.getpid()}-{os.urandom(6).hex()}"
+        self._submits = count(1)
         self._enc = msgspec.msgpack.Encoder()
         self._item_dec = msgspec.msgpack.Decoder(QueueItem)
         self._groups: set[str] = set()
@@ -166,10 +195,16 @@ class RedisQueue(RunQueue):
     async def submit(self, item: QueueItem) -> None:
         if not item.enqueued_at:
             item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
+        key, data = self.stream_key(item.pool), self._enc.encode(item)
+        token = f"{self._submitter}:{next(self._submits)}"
         async with _translate():
             await self._ensure_group(item.pool)
-            await self._pipe.execute("XADD", self.stream_key(item.pool), "*",
-                                     "d", self._enc.encode(item))
+            # XADD * is not idempotent: if the connection drops before the reply, what is
+            # sent again is the script that first looks for this token.
+            await self._pipe.submit(
+                "XADD", key, "*", "d", data, "t", token,
+                resend=("EVALSHA", self._submit_again, 1, key, token, data, _SUBMIT_LOOKBACK),
+            )
         self._stats(item.pool).submitted += 1
 
     async def claim(

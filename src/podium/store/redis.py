@@ -62,6 +62,7 @@ from podium.lifecycle import stop_task
 from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_replies import is_refusal
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
 
@@ -107,7 +108,7 @@ def connect(
 
 def translated(exc: Exception) -> Exception:
     """The Podium error for a Redis error (raise it ``from`` the original)."""
-    if isinstance(exc, UNAVAILABLE):
+    if isinstance(exc, UNAVAILABLE) or is_refusal(exc):  # refused writes: "not now", a 503
         return StoreUnavailableError(f"redis unavailable: {exc}")
     message = str(exc)
     if message.startswith("PODIUM_STALE"):
@@ -150,7 +151,12 @@ local function length()
 end
 local v, n, old
 if mode == 'create' then
-  if redis.call('EXISTS', run) == 1 then return redis.error_reply('PODIUM_EXISTS ' .. id) end
+  if redis.call('EXISTS', run) == 1 then
+    local w = redis.call('HMGET', run, 'v', 'wp', 'wc')
+    -- our own create, sent again after a lost reply: it did apply, say so
+    if w[2] == wp and tonumber(w[3]) == wc then return {tonumber(w[1]), length()} end
+    return redis.error_reply('PODIUM_EXISTS ' .. id)
+  end
   v, n, old = expected, 0, false
   redis.call('XADD', journal, '0-1', 'e', '')  -- the stream exists (empty) from now on
   redis.call('XDEL', journal, '0-1')
@@ -165,7 +171,13 @@ else
   end
   v = v + 1
   n = length()
-  redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
+  if redis.call('EXISTS', journal) == 1 then
+    redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
+  elseif terminal ~= '1' then
+    -- evicted or deleted under a live run: resuming it would repeat its finished calls.
+    -- Only its end may still be written.
+    return redis.error_reply('PODIUM_NOTFOUND ' .. id .. ': its journal is gone from Redis')
+  end
   if count > 0 then
     n = n + count
     redis.call('XADD', journal, v .. '-' .. (n + 1), 'e', payload)

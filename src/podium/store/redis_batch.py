@@ -15,7 +15,11 @@ connection (or after ``retries`` failed reconnects) fails with the connection
 error, so callers learn quickly that Redis is away; the next command tries to
 connect again, so the pipeline works again as soon as Redis is back. Scripts
 are called by SHA; after a Redis restart (NOSCRIPT) they are loaded and the
-refused command sent again. Blocking reads
+refused command sent again. A command Redis refused without applying it (OOM,
+MISCONF, LOADING: see :mod:`podium.store.redis_replies`) is sent again with backoff
+too, and a connection is used only once the server answered a PING (or AUTH/SELECT):
+a full server (``maxclients``) is a connection failure, a wrong password or a peer that
+is not Redis fails the waiting commands with one clear error. Blocking reads
 (XREADGROUP, XREAD BLOCK) do not belong here: they use the redis-py client.
 """
 
@@ -30,22 +34,27 @@ from typing import Any, cast
 import hiredis
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 
 from podium.errors import ConfigError
+from podium.store.redis_replies import MAX_CLIENTS, RefusalLog, is_transient
 
 __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "born", "fut", "internal", "retries", "sent_at")
+    __slots__ = ("args", "born", "fut", "internal", "resend_args", "retries", "sent_at")
 
     def __init__(
-        self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False
+        self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False,
+        resend_args: tuple[Any, ...] | None = None,
     ) -> None:
         self.args = args
         self.fut = fut
+        # What to send instead after a lost connection left its outcome unknown (a
+        # command that is not idempotent as it is: XADD with an automatic id).
+        self.resend_args = resend_args
         self.internal = internal  # connection set-up (AUTH, SELECT, SCRIPT LOAD): not resent
         self.born = time.monotonic()
         self.sent_at = 0.0
@@ -66,23 +75,40 @@ class _Protocol(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.reader.feed(data)
-        while (reply := self.reader.gets()) is not False:
-            op = self.waiting.popleft()
-            if isinstance(reply, hiredis.ReplyError):
-                message = str(reply)
-                if message.startswith("NOSCRIPT"):
-                    self.owner._reload_and_resend(op)
-                    continue
-                if message.startswith(("LOADING", "BUSY", "TRYAGAIN")):
-                    # A restarted Redis replaying its AOF (or busy with a script): not an
-                    # answer, a "come back soon". Resend with backoff like a lost link.
-                    self.owner._resend_later(op, message)
-                    continue
-                reply = ResponseError(message)
-                if not op.fut.done():
-                    op.fut.set_exception(reply)
-            elif not op.fut.done():
-                op.fut.set_result(reply)
+        answered = ok = False
+        try:
+            while (reply := self.reader.gets()) is not False:
+                if not self.waiting:  # out of step with our commands: never guess which
+                    if self.transport is not None:  # reply is whose; start afresh, resend
+                        self.transport.abort()
+                    return
+                op = self.waiting.popleft()
+                if isinstance(reply, hiredis.ReplyError):
+                    message = str(reply)
+                    if message.startswith("NOSCRIPT"):
+                        self.owner._reload_and_resend(op)
+                        continue
+                    if is_transient(message) and not op.internal:
+                        # Not an answer but a "come back soon" (a Redis replaying its
+                        # AOF, out of memory): it applied nothing. Resend with backoff.
+                        self.owner._resend_later(op, message)
+                        continue
+                    reply = ResponseError(message)
+                    if not op.fut.done():
+                        op.fut.set_exception(reply)
+                else:
+                    ok = True
+                    answered = answered or op.retries > 0  # a refused command taken now
+                    if not op.fut.done():
+                        op.fut.set_result(reply)
+        except hiredis.ProtocolError as exc:
+            self.owner._not_redis(self, exc)
+            return
+        refusals = self.owner.refusals
+        if ok and refusals.why is not None and (
+            answered or refusals.quiet_for(self.owner.unavailable_s)
+        ):
+            refusals.answered()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -124,6 +150,7 @@ class Autopipeline:
         self._watchdog: asyncio.TimerHandle | None = None
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self.refusals = RefusalLog.of(f"{self.host}:{self.port}")
         self.batches = 0
         self.commands = 0
 
@@ -135,11 +162,14 @@ class Autopipeline:
 
     # -- submitting -------------------------------------------------------------------------
 
-    def submit(self, *args: Any) -> asyncio.Future[Any]:
-        """Queue a command; the future gets its reply (or its error)."""
+    def submit(self, *args: Any, resend: tuple[Any, ...] | None = None) -> asyncio.Future[Any]:
+        """Queue a command; the future gets its reply (or its error).
+
+        ``resend``: the command to send instead if the connection drops before the reply
+        (for a command whose repetition would apply twice)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Op(args, fut))
+        self._queue.append(_Op(args, fut, resend_args=resend))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -166,7 +196,8 @@ class Autopipeline:
     def _flush(self) -> None:
         self._flush_scheduled = False
         protocol = self._protocol
-        if protocol is None or protocol.transport is None:
+        # a transport closing (reset by the server) drops writes with a warning each
+        if protocol is None or protocol.transport is None or protocol.transport.is_closing():
             self._connect_soon()
             return
         batch, self._queue = self._queue, []
@@ -218,23 +249,27 @@ class Autopipeline:
 
     def _resend_later(self, op: _Op, why: str) -> None:
         op.retries += 1
-        if op.retries > self.retries or self._overdue(op, time.monotonic()):
+        now = time.monotonic()
+        if op.retries > self.retries or self._overdue(op, now):
             if not op.fut.done():
                 # What went wrong, without "redis unavailable": the store and the queue
                 # translate the error and say that themselves.
                 op.fut.set_exception(RedisConnectionError(why))
             return
+        self.refusals.refused(why, self.unavailable_s)
+        # never past the op's patience: it fails on time when the refusals go on
+        delay = min(self._backoff.compute(op.retries), op.born + self.unavailable_s - now)
 
         def again() -> None:
             if not op.fut.done() and not self._closed:
                 self._queue.append(op)
                 self._flush()
 
-        asyncio.get_running_loop().call_later(self._backoff.compute(op.retries), again)
+        asyncio.get_running_loop().call_later(max(0.001, delay), again)
 
-    async def _connected_call(self, *args: Any) -> Any:
+    async def _connected_call(self, *args: Any, protocol: _Protocol | None = None) -> Any:
         fut = asyncio.get_running_loop().create_future()
-        protocol = self._protocol
+        protocol = protocol or self._protocol
         if protocol is None or protocol.transport is None:
             raise RedisConnectionError("not connected")
         protocol.waiting.append(_Op(args, fut, internal=True))
@@ -254,6 +289,8 @@ class Autopipeline:
             if op.internal:  # its caller (a connect or a script load) decides what next
                 op.fut.set_exception(RedisConnectionError("connection lost"))
             else:
+                if op.resend_args is not None:  # it may have been applied: the safe form
+                    op.args = op.resend_args
                 unanswered.append(op)
         protocol.waiting.clear()
         self._queue[:0] = unanswered  # sent again, in order, once reconnected
@@ -269,21 +306,28 @@ class Autopipeline:
         loop = asyncio.get_running_loop()
         try:
             while True:
+                protocol: _Protocol | None = None
                 try:
-                    _, protocol = await asyncio.wait_for(
+                    _, opened = await asyncio.wait_for(
                         loop.create_connection(lambda: _Protocol(self), self.host, self.port),
                         min(self.timeout, self.unavailable_s),
                     )
-                    self._protocol = protocol
-                    if self.password is not None:
-                        auth = (self.username, self.password) if self.username else (
-                            self.password,
-                        )
-                        await self._connected_call("AUTH", *auth)
-                    if self.db:
-                        await self._connected_call("SELECT", self.db)
+                    protocol = opened
+                    await asyncio.wait_for(
+                        self._handshake(opened), min(self.timeout, self.unavailable_s)
+                    )
+                    self._protocol = opened  # commands go out once the server answered
                     break
+                except ResponseError as exc:  # a wrong password, an unknown database…
+                    if protocol is not None:
+                        self._drop(protocol)
+                    self._fail_queued(AuthenticationError(
+                        f"redis at {self.host}:{self.port} refused the connection: {exc}"
+                    ))
+                    return
                 except (OSError, TimeoutError, RedisConnectionError) as exc:
+                    if protocol is not None:
+                        self._drop(protocol)
                     self._protocol = None
                     failures += 1
                     error = RedisConnectionError(
@@ -303,6 +347,42 @@ class Autopipeline:
             self._connecting = None
         if self._queue:
             self._flush()
+
+    async def _handshake(self, protocol: _Protocol) -> None:
+        """Use a connection once the server has answered: AUTH and SELECT when the URL
+        says so, else a PING (a full server's refusal comes as that first reply)."""
+        try:
+            if self.password is not None:
+                auth = (self.username, self.password) if self.username else (self.password,)
+                await self._connected_call("AUTH", *auth, protocol=protocol)
+            if self.db:
+                await self._connected_call("SELECT", self.db, protocol=protocol)
+            if self.password is None and not self.db:
+                await self._connected_call("PING", protocol=protocol)
+        except ResponseError as exc:
+            if str(exc).startswith(MAX_CLIENTS) or is_transient(str(exc)):
+                raise RedisConnectionError(str(exc)) from None  # try again, with backoff
+            raise
+
+    def _drop(self, protocol: _Protocol) -> None:
+        if self._protocol is protocol:
+            self._protocol = None
+        if protocol.transport is not None:
+            protocol.transport.abort()
+
+    def _not_redis(self, protocol: _Protocol, exc: Exception) -> None:
+        """The peer's bytes are not Redis replies: nothing it said can be trusted, and
+        trying again would get the same. Fail what waits, with a reason."""
+        error = RedisConnectionError(
+            f"{self.host}:{self.port} does not speak the Redis protocol ({exc})"
+        )
+        waiting = list(protocol.waiting)
+        protocol.waiting.clear()
+        for op in waiting:
+            if not op.fut.done():
+                op.fut.set_exception(error)
+        self._drop(protocol)
+        self._fail_queued(error)
 
     def _overdue(self, op: _Op, now: float) -> bool:
         return now - op.born >= self.unavailable_s

@@ -23,13 +23,16 @@ import msgspec
 
 from podium.agent import Agent
 from podium.engine.driver import Engine
-from podium.errors import StaleRunError
+from podium.errors import RunNotFoundError, StaleRunError
 from podium.lifecycle import stop_task
 from podium.queue.base import Claim, RunQueue
 
 __all__ = ("Worker", "WorkerStatistics")
 
 log = logging.getLogger("podium.worker")
+
+#: What a run whose keys vanished from the store says about why.
+_VANISHED = " (evicted by Redis? its maxmemory-policy must be noeviction)"
 
 
 class WorkerStatistics(msgspec.Struct, frozen=True):
@@ -243,7 +246,7 @@ class Worker:
                             "same podium.toml"
                         )
                     else:
-                        why = "run not in store"
+                        why = f"run not in store{_VANISHED}"
                     await self._dead_letter(claim, why)
                     return None
                 if record.done or record.status == "waiting":
@@ -256,6 +259,12 @@ class Worker:
                 record = await self.engine.execute(agent, record, admit_ns=admit_ns)
                 # A run parked on a human leaves the queue too (no lease runs while it waits).
                 return record.done or record.status == "waiting"
+            except RunNotFoundError as exc:
+                # Its record or journal vanished mid-run (evicted, deleted): it cannot be
+                # resumed without repeating its calls. End it, with a reason, not a retry
+                # per delivery.
+                await self._dead_letter(claim, f"state lost: {exc}{_VANISHED}")
+                return None
             except StaleRunError as exc:
                 if await self._lease_lost(self._claim_of(claim)):
                     log.warning("run %s: another worker holds it now (%s)", run_id, exc)

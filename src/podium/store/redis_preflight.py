@@ -1,0 +1,83 @@
+"""One look at the Redis a gateway or worker is about to use, before it serves.
+
+A Redis that is away is not an error here: it may be starting, and the store and queue
+ride out outages. A server that can never work is: a wrong password, a peer that does
+not speak Redis, or a database where another application holds keys under Podium's
+prefix. Each is one line at start (a :class:`~podium.errors.ConfigError`), where the
+alternative was a worker retrying forever, a traceback, or a 500 per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from podium.errors import ConfigError
+
+__all__ = ("preflight",)
+
+
+def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
+    """Podium's keys whose names are fixed, and the Redis type each must have."""
+    keys = {f"{prefix}:idx:all": "zset", f"{prefix}:idx:thall": "zset"}
+    for pool in pools:
+        keys[f"{prefix}:queue:{pool}"] = "stream"
+        keys[f"{prefix}:dead:{pool}"] = "stream"
+    return keys
+
+
+def preflight(url: str, prefix: str, pools: Iterable[str], timeout_s: float = 2.0) -> str | None:
+    """Check the server at ``url``; raise ConfigError if it cannot work, return a warning
+    line (an evicting ``maxmemory-policy``) or None."""
+    import redis
+    from redis.exceptions import (
+        AuthenticationError,
+        InvalidResponse,
+        NoPermissionError,
+        RedisError,
+        ResponseError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    client = redis.Redis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=None
+    )
+    where = url.split("@")[-1]  # never the password
+    try:
+        client.ping()
+        pipe = client.pipeline(transaction=False)
+        expected = _expected_types(prefix, pools)
+        for key in expected:
+            pipe.type(key)
+        for (key, want), got in zip(expected.items(), pipe.execute(), strict=True):
+            kind = got.decode() if isinstance(got, bytes) else str(got)
+            if kind not in ("none", want):
+                raise ConfigError(
+                    f"{where}: key {key} holds a {kind}, not a {want}: another application "
+                    f"uses the prefix {prefix!r} in this database; give Podium a prefix "
+                    "(--prefix, server.prefix) or a database of its own"
+                )
+        try:
+            policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
+        except ResponseError:  # CONFIG is often renamed away on managed Redis
+            return None
+        if policy and policy != "noeviction":
+            return (
+                f"{where}: maxmemory-policy is {policy}: under memory pressure Redis "
+                "deletes keys, Podium's runs, journals and queue entries too; set it to "
+                "noeviction (a full Redis then refuses writes, which Podium waits out)"
+            )
+        return None
+    except (AuthenticationError, NoPermissionError) as exc:
+        raise ConfigError(
+            f"{where}: Redis refused the credentials ({exc}); put them in the URL: "
+            "redis://[USER]:PASSWORD@HOST:PORT/DB"
+        ) from None
+    except InvalidResponse as exc:
+        raise ConfigError(f"{where} does not speak the Redis protocol ({exc})") from None
+    except (RedisConnectionError, RedisTimeoutError, OSError):
+        return None  # away (or starting): the store and the queue wait for it
+    except RedisError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    finally:
+        client.close()
