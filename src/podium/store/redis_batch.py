@@ -39,12 +39,18 @@ __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "born", "fut", "internal", "retries", "sent_at")
+    __slots__ = ("args", "born", "fut", "internal", "packed", "retries", "sent_at")
 
     def __init__(
         self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False
     ) -> None:
         self.args = args
+        # Packed here, in the caller's turn, not when the batch is written: an argument
+        # that cannot be sent (a str with a lone surrogate, an unsupported type) fails
+        # its own caller, instead of raising out of the flush after the batch was listed
+        # as waiting for replies, which hung every command of the batch and paired later
+        # replies with the wrong commands.
+        self.packed: bytes = hiredis.pack_command(args)
         self.fut = fut
         self.internal = internal  # connection set-up (AUTH, SELECT, SCRIPT LOAD): not resent
         self.born = time.monotonic()
@@ -139,7 +145,8 @@ class Autopipeline:
         """Queue a command; the future gets its reply (or its error)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Op(args, fut))
+        op = _Op(args, fut)  # raises (ValueError, TypeError) before anything is queued
+        self._queue.append(op)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -154,8 +161,10 @@ class Autopipeline:
         If one fails, the others are dropped (or their errors marked as seen), so no
         error is left in a future nobody awaits.
         """
-        futs = [self.submit(*command) for command in commands]
+        futs: list[asyncio.Future[Any]] = []
         try:
+            # Appended one by one: one that cannot be packed drops those before it.
+            futs.extend(self.submit(*command) for command in commands)
             return [await fut for fut in futs]
         finally:
             for fut in futs:
@@ -177,7 +186,7 @@ class Autopipeline:
         for op in batch:
             op.sent_at = now
         protocol.waiting.extend(batch)
-        protocol.transport.write(b"".join([hiredis.pack_command(op.args) for op in batch]))
+        protocol.transport.write(b"".join([op.packed for op in batch]))
         self.batches += 1
         self.commands += len(batch)
         if self._watchdog is None:
@@ -237,8 +246,9 @@ class Autopipeline:
         protocol = self._protocol
         if protocol is None or protocol.transport is None:
             raise RedisConnectionError("not connected")
-        protocol.waiting.append(_Op(args, fut, internal=True))
-        protocol.transport.write(hiredis.pack_command(args))
+        op = _Op(args, fut, internal=True)
+        protocol.waiting.append(op)
+        protocol.transport.write(op.packed)
         reply = await fut
         return reply
 
