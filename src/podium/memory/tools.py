@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from podium.errors import RunNotFoundError
 from podium.memory.base import Memory
 from podium.tools.tool import Tool, ToolContext, tool
 
@@ -26,12 +27,19 @@ def per_run(store: RunStore, template: str = "{tenant}") -> Callable[[ToolContex
     """A namespace from the calling run's record: ``{tenant}``, ``{thread}``, ``{agent}``.
 
     One read of the run's record per memory call (only calls of these tools pay it).
+    ``store`` must be the store the runs are in (the engine's): a run it does not hold
+    fails the memory call (:class:`~podium.errors.RunNotFoundError`, which the model
+    reads as the tool's error) rather than fall back to some tenant's namespace.
     """
 
     async def namespace(ctx: ToolContext) -> str:
         record = await store.get(ctx.run_id)
         if record is None:
-            return template.format(tenant="default", thread="", agent="")
+            # Never guess: a fallback namespace would be shared by every tenant's runs.
+            raise RunNotFoundError(
+                f"{ctx.run_id} (no memory namespace: per_run() needs the store the "
+                "runs are kept in)"
+            )
         return template.format(
             tenant=record.tenant, thread=record.thread_id or "", agent=record.agent
         )

@@ -1,0 +1,82 @@
+"""Tenants never read each other's long-term memory through ``per_run`` namespaces.
+
+Hypothesis draws tenants with look-alike names (``a``, ``a:b``, ``default``, ``*``)
+and whether the memory lives in the engine's store or in a store of its own; each
+tenant's run remembers a secret, then each tenant's run recalls. A run recalls its
+own tenant's secret and no other's, on every store.
+
+Found with it: ``per_run`` fell back to the ``default`` tenant's namespace when the
+calling run was not in the store it was given (memory kept in a store of its own,
+``per_run(memory.store)``), so every tenant wrote to and read from one namespace:
+tenant B recalled tenant A's secret. It now refuses (the tool call fails, the model
+reads why) rather than guess a namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from podium import Agent, Engine, FunctionModel, ModelRequest, tool_call_reply
+from podium.memory import StoreMemory, memory_tools, per_run
+from podium.messages import Message
+from podium.store.memory import MemoryRunStore
+
+from .conftest import StoreBackend
+
+pytestmark = pytest.mark.anyio
+
+TENANTS = st.lists(
+    st.sampled_from(["a", "a:b", "b", "default", "*", "a*", "t-1", "T-1", "é"]),
+    min_size=2, max_size=4, unique=True,
+)
+
+
+def reply(messages: Sequence[Message], request: ModelRequest) -> object:
+    last = messages[-1]
+    if last.role == "tool":
+        return f"tool said: {last.content}"
+    if last.content.startswith("remember "):
+        return tool_call_reply(("remember", json.dumps({"text": last.content[9:]})))
+    return tool_call_reply(("recall", json.dumps({"query": "secret"})))
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tenants=TENANTS, own_store=st.booleans())
+@example(tenants=["a", "b"], own_store=True)  # the reported leak
+async def test_a_tenant_recalls_only_its_own_memories(
+    backend: StoreBackend, tenants: list[str], own_store: bool
+) -> None:
+    store = backend.store()
+    memory_store = MemoryRunStore() if own_store else store
+    memory = StoreMemory(memory_store)
+    agent = Agent(
+        "keeper",
+        FunctionModel(reply),  # type: ignore[arg-type]
+        "Remember.",
+        memory_tools(memory, per_run(memory_store, "{tenant}")),
+    )
+    secrets = {t: f"secret of {t!r} {id(memory)}" for t in tenants}
+    try:
+        async with Engine(store) as engine:
+            for tenant in tenants:
+                await engine.run(agent, f"remember {secrets[tenant]}", tenant=tenant)
+            for tenant in tenants:
+                record = await engine.run(agent, "what is the secret?", tenant=tenant)
+                output = record.output or ""
+                others = [s for t, s in secrets.items() if t != tenant and s in output]
+                assert others == [], f"tenant {tenant!r} recalled {others}"
+                if not own_store:
+                    assert secrets[tenant] in output, output
+    finally:
+        for tenant in tenants:
+            for item in await memory_store.list_memories(tenant):
+                await memory_store.delete_memory(tenant, item.key)
+        if own_store:
+            await memory_store.aclose()
