@@ -15,6 +15,7 @@ from podium.memory.base import Memory
 from podium.tools.tool import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
+    from podium.engine.records import RunRecord
     from podium.store.base import RunStore
 
 __all__ = ("Namespace", "memory_tools", "per_run")
@@ -46,7 +47,7 @@ def per_run(store: RunStore, template: str = "{tenant}") -> Callable[[ToolContex
         thread = record.thread_id
         if "{thread" in template:
             # A child run has no thread of its own: its conversation is its root's.
-            parent = record
+            parent: RunRecord | None = record
             while thread is None and parent is not None and parent.parent_run_id is not None:
                 parent = await store.get(parent.parent_run_id)
                 thread = None if parent is None else parent.thread_id
