@@ -168,3 +168,37 @@ async def test_runs_on_one_thread_take_turns_however_they_end(
         await run_thread(backend, outcomes, start_order)
     except AssertionError as exc:
         raise AssertionError(f"outcomes={outcomes} start_order={start_order}: {exc}") from exc
+
+
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(runs=st.integers(2, 4), how=st.sampled_from(["delete", "expire"]))
+async def test_a_thread_deleted_or_expired_mid_turn_frees_its_runs_and_stays_gone(
+    backend: StoreBackend, runs: int, how: str
+) -> None:
+    """The thread goes (deleted, or its TTL passes) while its first run is in its model
+    call and the others wait: every run ends (as docs/threads.md says, the waiting ones
+    start a new conversation, from no history), and no settle or join brings the thread
+    back."""
+    script = Script()
+    agent = Agent("turns", FunctionModel(script.reply), "Take turns.", [look], max_steps=2)
+    tid = f"thr-{uuid.uuid4().hex[:12]}"
+    store = backend.store()
+    async with Engine(store) as engine:
+        ttl = 0.5 if how == "expire" else None
+        await engine.threads.create(tid, "default", ttl_s=ttl)
+        records = [await engine.create(agent, f"q{i}:answer", thread_id=tid) for i in range(runs)]
+        tasks = [engine.start(agent, r) for r in records]
+        await script.entered_event(records[0].input).wait()
+        if how == "delete":
+            assert await store.delete_thread(tid)
+        else:
+            while await store.get_thread(tid) is not None:  # noqa: ASYNC110 (its TTL passing)
+                await asyncio.sleep(0.05)
+        script.gate.set()
+        done = await asyncio.wait_for(asyncio.gather(*tasks), timeout=10)
+        assert [r.status for r in done] == ["completed"] * runs
+        assert await store.get_thread(tid) is None
+    for text in [r.input for r in records[1:]]:  # each started from no history
+        assert [c for role, c in script.prompts[text] if role == "user"] == [text]
