@@ -27,7 +27,7 @@ pytestmark = pytest.mark.anyio
 
 
 async def parked_head(
-    store: RunStore, concurrency: int, behind: int, decision: str
+    store: RunStore, concurrency: int, behind: int, decision: str, cancel: bool
 ) -> None:
     env = {"PODIUM_POOLS__DEFAULT__CONCURRENCY": str(concurrency)}
     async with gateway_client(env=env, agents=[ServedAgent(refunds.agent)], store=store) as (
@@ -45,16 +45,23 @@ async def parked_head(
             ids.append(r.json()["id"])
         parked = ids[0]
         assert (await gw.wait(parked, 10.0)).status == "waiting"
+        statuses = ["completed"] * len(ids)
+        if cancel:  # the last run, cancelled over HTTP while it waits for its turn
+            r = await client.post(f"/v1/runs/{ids[-1]}/cancel")
+            assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+            statuses[-1] = "cancelled"
         (call,) = (await client.get(f"/v1/runs/{parked}/approvals")).json()["data"]
         url = f"/v1/runs/{parked}/approvals/{call['call_id']}"
         assert (await client.post(url, json={"decision": decision})).status_code == 200
         ended = [await gw.wait(run_id, 5.0) for run_id in ids]
-        assert [r.status for r in ended] == ["completed"] * len(ids), [
+        assert [r.status for r in ended] == statuses, [
             (r.run_id, r.status) for r in ended
         ]
         thread = (await client.get(f"/v1/threads/{thread_id}")).json()
         users = [m["content"] for m in thread["messages"] if m["role"] == "user"]
-        assert users == texts  # each turn once, in the order the runs were submitted
+        # Each completed turn once, in the order the runs were submitted; a cancelled
+        # run contributes nothing.
+        assert users == [t for t, s in zip(texts, statuses, strict=True) if s == "completed"]
         assert thread["run_ids"] == ids
 
 
@@ -66,16 +73,17 @@ async def parked_head(
     concurrency=st.integers(1, 2),
     extra=st.integers(0, 2),
     decision=st.sampled_from(["approve", "reject"]),
+    cancel=st.booleans(),
 )
-@example(kind="memory", concurrency=1, extra=0, decision="approve")  # the reported stall
+@example(kind="memory", concurrency=1, extra=0, decision="approve", cancel=False)  # the stall
 async def test_a_decision_finds_a_slot_when_runs_wait_behind_the_parked_run(
-    kind: str, concurrency: int, extra: int, decision: str
+    kind: str, concurrency: int, extra: int, decision: str, cancel: bool
 ) -> None:
     with tempfile.TemporaryDirectory(prefix="podium-turns-") as directory:
         store: RunStore = (
             MemoryRunStore() if kind == "memory" else SQLiteRunStore(Path(directory) / "r.db")
         )
         try:
-            await parked_head(store, concurrency, concurrency + extra, decision)
+            await parked_head(store, concurrency, concurrency + extra, decision, cancel)
         finally:
             await store.aclose()
