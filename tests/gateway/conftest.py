@@ -17,6 +17,7 @@ from podium.config import load_config
 from podium.gateway.app import create_app
 from podium.gateway.runtime import build_gateway
 from podium.gateway.service import Gateway, ServedAgent
+from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from serve_process import start_serve
 
@@ -39,11 +40,13 @@ async def gateway_client(
     env: Mapping[str, str] | None = None,
     agents: Sequence[ServedAgent] | None = None,
     key: str = KEY_A,
+    store: RunStore | None = None,
 ) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
-    """A started in-process gateway and a client authenticated as ``key``'s tenant."""
+    """A started in-process gateway (on ``store``, a new in-memory one by default) and a
+    client authenticated as ``key``'s tenant."""
     base = {"PODIUM_KEYS": KEYS_ENV, "PODIUM_SERVER__DRAIN_GRACE_S": "0.2"}
     config = load_config(None, {**base, **(env or {})})
-    gw = build_gateway(config, agents or default_agents(), store=MemoryRunStore())
+    gw = build_gateway(config, agents or default_agents(), store=store or MemoryRunStore())
     gw.keys.add(KEY_ADMIN, "operator", admin=True)
     await gw.start()
     transport = httpx.ASGITransport(app=create_app(gw, manage_lifecycle=False))

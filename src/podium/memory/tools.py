@@ -10,10 +10,12 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from podium.errors import ConfigError, RunNotFoundError
 from podium.memory.base import Memory
 from podium.tools.tool import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
+    from podium.engine.records import RunRecord
     from podium.store.base import RunStore
 
 __all__ = ("Namespace", "memory_tools", "per_run")
@@ -25,16 +27,35 @@ Namespace = str | Callable[[ToolContext], "str | Awaitable[str]"]
 def per_run(store: RunStore, template: str = "{tenant}") -> Callable[[ToolContext], Awaitable[str]]:
     """A namespace from the calling run's record: ``{tenant}``, ``{thread}``, ``{agent}``.
 
-    One read of the run's record per memory call (only calls of these tools pay it).
+    One read of the run's record per memory call (only calls of these tools pay it;
+    a child run, an agent called as a tool, reads its parents' up to the thread's).
+    ``store`` must be the store the runs are in (the engine's): a run it does not hold
+    fails the memory call (:class:`~podium.errors.RunNotFoundError`, which the model
+    reads as the tool's error) rather than fall back to some tenant's namespace. So
+    does ``{thread}`` for a run on no thread: an empty thread would be one namespace
+    shared by every tenant's runs without a thread.
     """
 
     async def namespace(ctx: ToolContext) -> str:
         record = await store.get(ctx.run_id)
         if record is None:
-            return template.format(tenant="default", thread="", agent="")
-        return template.format(
-            tenant=record.tenant, thread=record.thread_id or "", agent=record.agent
-        )
+            # Never guess: a fallback namespace would be shared by every tenant's runs.
+            raise RunNotFoundError(
+                f"{ctx.run_id} (no memory namespace: per_run() needs the store the "
+                "runs are kept in)"
+            )
+        thread = record.thread_id
+        if "{thread" in template:
+            # A child run has no thread of its own: its conversation is its root's.
+            parent: RunRecord | None = record
+            while thread is None and parent is not None and parent.parent_run_id is not None:
+                parent = await store.get(parent.parent_run_id)
+                thread = None if parent is None else parent.thread_id
+            if thread is None:
+                raise ConfigError(
+                    f"run {record.run_id} is on no thread: no per-thread memory namespace"
+                )
+        return template.format(tenant=record.tenant, thread=thread or "", agent=record.agent)
 
     return namespace
 

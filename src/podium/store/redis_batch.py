@@ -44,13 +44,19 @@ __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "born", "fut", "internal", "resend_args", "retries", "sent_at")
+    __slots__ = ("args", "born", "fut", "internal", "packed", "resend_args", "retries", "sent_at")
 
     def __init__(
         self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False,
         resend_args: tuple[Any, ...] | None = None,
     ) -> None:
         self.args = args
+        # Packed here, in the caller's turn, not when the batch is written: an argument
+        # that cannot be sent (a str with a lone surrogate, an unsupported type) fails
+        # its own caller, instead of raising out of the flush after the batch was listed
+        # as waiting for replies, which hung every command of the batch and paired later
+        # replies with the wrong commands.
+        self.packed: bytes = hiredis.pack_command(args)
         self.fut = fut
         # What to send instead after a lost connection left its outcome unknown (a
         # command that is not idempotent as it is: XADD with an automatic id).
@@ -169,7 +175,9 @@ class Autopipeline:
         (for a command whose repetition would apply twice)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
-        self._queue.append(_Op(args, fut, resend_args=resend))
+        # raises (ValueError, TypeError) before anything is queued
+        op = _Op(args, fut, resend_args=resend)
+        self._queue.append(op)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
@@ -184,8 +192,10 @@ class Autopipeline:
         If one fails, the others are dropped (or their errors marked as seen), so no
         error is left in a future nobody awaits.
         """
-        futs = [self.submit(*command) for command in commands]
+        futs: list[asyncio.Future[Any]] = []
         try:
+            # Appended one by one: one that cannot be packed drops those before it.
+            futs.extend(self.submit(*command) for command in commands)
             return [await fut for fut in futs]
         finally:
             for fut in futs:
@@ -208,7 +218,7 @@ class Autopipeline:
         for op in batch:
             op.sent_at = now
         protocol.waiting.extend(batch)
-        protocol.transport.write(b"".join([hiredis.pack_command(op.args) for op in batch]))
+        protocol.transport.write(b"".join([op.packed for op in batch]))
         self.batches += 1
         self.commands += len(batch)
         if self._watchdog is None:
@@ -272,8 +282,9 @@ class Autopipeline:
         protocol = protocol or self._protocol
         if protocol is None or protocol.transport is None:
             raise RedisConnectionError("not connected")
-        protocol.waiting.append(_Op(args, fut, internal=True))
-        protocol.transport.write(hiredis.pack_command(args))
+        op = _Op(args, fut, internal=True)
+        protocol.waiting.append(op)
+        protocol.transport.write(op.packed)
         reply = await fut
         return reply
 
@@ -290,7 +301,8 @@ class Autopipeline:
                 op.fut.set_exception(RedisConnectionError("connection lost"))
             else:
                 if op.resend_args is not None:  # it may have been applied: the safe form
-                    op.args = op.resend_args
+                    op.args, op.resend_args = op.resend_args, None
+                    op.packed = hiredis.pack_command(op.args)  # what the flush writes
                 unanswered.append(op)
         protocol.waiting.clear()
         self._queue[:0] = unanswered  # sent again, in order, once reconnected

@@ -39,6 +39,7 @@ from podium.messages import Message
 from podium.store.base import RunStore
 from podium.store.notify import JournalNotifier
 from podium.threads.record import DEFAULT_THREAD_TTL_S, ThreadRecord, check_thread_id
+from podium.threads.slot import TurnSlot, current_slot
 
 __all__ = ("ThreadKeeper", "keeper_for")
 
@@ -175,6 +176,17 @@ class ThreadKeeper:
         """
         thread_id = record.thread_id
         assert thread_id is not None
+        slot = current_slot.get()
+        history = await self._await_turn(record, thread_id, slot)
+        if slot is not None:
+            # Hold a slot again before any work. Not on a cancel or an error: ending the
+            # run is one write, and waiting for a slot there would delay the cancel.
+            await slot.take_back()
+        return history
+
+    async def _await_turn(
+        self, record: RunRecord, thread_id: str, slot: TurnSlot | None
+    ) -> list[Message]:
         while True:
             thread = await self.store.get_thread(thread_id)
             if thread is None:
@@ -191,6 +203,8 @@ class ThreadKeeper:
             if pending[0] == record.run_id:
                 return thread.history
             if not await self._settle_head(thread):
+                if slot is not None:  # waiting is admission: free the worker's slot
+                    slot.lend()  # (the head may be parked on a human; see threads.slot)
                 await self._turns.wait(thread_id, self.poll_s)
 
     async def _settle_head(self, thread: ThreadRecord) -> bool:

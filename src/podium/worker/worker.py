@@ -26,6 +26,7 @@ from podium.engine.driver import Engine
 from podium.errors import RunNotFoundError, StaleRunError
 from podium.lifecycle import stop_task
 from podium.queue.base import Claim, RunQueue
+from podium.threads.slot import TurnSlot, current_slot
 
 __all__ = ("Worker", "WorkerStatistics")
 
@@ -99,6 +100,7 @@ class Worker:
         self.waiting_sweep_s = waiting_sweep_s
         self._active: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
         self._slots = asyncio.Semaphore(concurrency)
+        self._lent = 0  # slots lent back by runs waiting for their turn on a thread
         self._draining = asyncio.Event()
         self._completed = 0
         self._released = 0
@@ -122,7 +124,8 @@ class Worker:
                     self._slots.release()
                     break
                 # We hold one slot; claim as many runs as there are free slots (batched).
-                claims = await self._claim(min(self.concurrency - len(self._active), 64))
+                holding = len(self._active) - self._lent  # runs holding a slot (ours not yet)
+                claims = await self._claim(min(self.concurrency - holding, 64))
                 if claims and self._draining.is_set():  # drain began while we were claiming
                     for claim in claims:
                         await self._release(claim)
@@ -175,8 +178,13 @@ class Worker:
         task = asyncio.create_task(self._drive(claim), name=f"run:{claim.item.run_id}")
         self._active[claim.item.run_id] = (claim, task)
 
+    def _lend(self, change: int) -> None:
+        self._lent += change
+
     async def _drive(self, claim: Claim) -> None:
         run_id = claim.item.run_id
+        slot = TurnSlot(self._slots, self._lend)
+        current_slot.set(slot)  # this task's context only: lent while it waits for a turn
         try:
             if claim.deliveries > self.max_deliveries:
                 why = f"delivered {claim.deliveries} times without finishing"
@@ -200,7 +208,7 @@ class Worker:
             log.exception("run %s failed in the worker; it will be delivered again", run_id)
         finally:
             self._forget(run_id, claim)
-            self._slots.release()
+            slot.release()
 
     def _claim_of(self, claim: Claim) -> Claim:
         """The claim this task drives ``claim``'s run under now (a reclaim of our own
