@@ -28,6 +28,14 @@ from .conftest import StoreBackend
 
 pytestmark = pytest.mark.anyio
 
+# One loop: the invariants are the stores' and the thread keeper's; the engine's tests
+# run on both loops.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
 OUTCOMES = ("answer", "tool", "model_error", "max_steps", "cancel", "cancel_waiting", "deadline")
 ENDS = {
     "answer": "completed", "tool": "completed", "model_error": "failed",

@@ -30,6 +30,13 @@ from podium.threads.record import ThreadRecord
 
 pytestmark = pytest.mark.anyio
 
+# One loop: the crash is a child process's, its loop is its own.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
 SCRIPT = Path(__file__).with_name("_thread_crash.py")
 THREAD = "t-crash"
 

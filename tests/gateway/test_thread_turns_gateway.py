@@ -25,6 +25,14 @@ from podium.store.sqlite import SQLiteRunStore
 
 pytestmark = pytest.mark.anyio
 
+# One loop: what is pinned is the worker's slot accounting, not the loop's (both loops
+# run the engine's own tests); each case waits seconds on a parked run.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
 
 async def parked_head(
     store: RunStore, concurrency: int, behind: int, decision: str, cancel: bool

@@ -26,6 +26,14 @@ from serve_process import mcp_http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
+# One loop: the MCP client runs on anyio over subprocess pipes and HTTP, and what these
+# pin is its handling of a server's misbehaviour, the same on either loop.
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
 SERVERS = Path(__file__).with_name("mcp_servers")
 HOSTILE = str(SERVERS / "hostile_server.py")
 HOSTILE_HTTP = str(SERVERS / "hostile_http_server.py")
