@@ -281,6 +281,13 @@ class MCPTools:
             self._listed[server] = self._list(server)
         return self._listed[server]
 
+    def server_of(self, t: Tool[..., Any]) -> str | None:
+        """The server whose listing holds ``t`` (None: not one of theirs)."""
+        for name, listed in self._listed.items():
+            if any(t is x for x in listed):
+                return name
+        return None
+
     def _list(self, name: str) -> list[Tool[..., Any]]:
         server = self.servers[name]
         cfg = next(c for c in self.config.mcp_servers if c.name == name)
@@ -359,9 +366,9 @@ def _agent_tools(cfg: AgentConfig, mcp: MCPTools | None) -> list[Tool[..., Any]]
 
 def _origin(t: Tool[..., Any], mcp: MCPTools | None) -> str:
     """Where an agent's tool came from, for a name clash's message."""
-    for name, listed in (mcp._listed if mcp is not None else {}).items():
-        if any(t is x for x in listed):
-            return f"MCP server {name!r}"
+    server = mcp.server_of(t) if mcp is not None else None
+    if server is not None:
+        return f"MCP server {server!r}"
     return f"{getattr(t.fn, '__module__', '?')}.{getattr(t.fn, '__qualname__', t.name)}"
 
 

@@ -34,7 +34,7 @@ from podium.store.redis import UNAVAILABLE, connect
 from podium.store.redis_batch import Autopipeline
 from podium.store.redis_replies import is_refusal
 
-__all__ = ("DeadLetter", "RedisQueue")
+__all__ = ("DeadLetter", "RedisQueue", "dead_stream_key", "queue_stream_key")
 
 _GROUP = "workers"
 
@@ -98,6 +98,16 @@ return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2], 't', ARGV[1])
 
 #: How far back a re-sent submit looks for its first send (entries).
 _SUBMIT_LOOKBACK = 1000
+
+
+def queue_stream_key(prefix: str, pool: str) -> str:
+    """The stream of ``pool``'s waiting and in-flight runs."""
+    return f"{prefix}:queue:{pool}"
+
+
+def dead_stream_key(prefix: str, pool: str) -> str:
+    """``pool``'s dead-letter stream."""
+    return f"{prefix}:dead:{pool}"
 
 
 @asynccontextmanager
@@ -169,10 +179,10 @@ class RedisQueue(RunQueue):
     # -- keys and setup ---------------------------------------------------------------------
 
     def stream_key(self, pool: str) -> str:
-        return f"{self.prefix}:queue:{pool}"
+        return queue_stream_key(self.prefix, pool)
 
     def dead_key(self, pool: str) -> str:
-        return f"{self.prefix}:dead:{pool}"
+        return dead_stream_key(self.prefix, pool)
 
     def _stats(self, pool: str) -> _Counters:
         c = self._counters.get(pool)

@@ -66,7 +66,7 @@ from podium.store.redis_replies import is_refusal
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
 
-__all__ = ("RedisRunStore", "connect")
+__all__ = ("RedisRunStore", "connect", "index_prefix")
 
 
 def _bucket(status: str) -> str:
@@ -104,6 +104,11 @@ def connect(
         health_check_interval=30,
         max_connections=max_connections,
     )
+
+
+def index_prefix(prefix: str) -> str:
+    """What the store's index keys start with (``all``, ``thall``, ``t:<tenant>``, …)."""
+    return f"{prefix}:idx:"
 
 
 def translated(exc: Exception) -> Exception:
@@ -264,7 +269,7 @@ class RedisRunStore(RunStore):
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
-        self._idx = f"{prefix}:idx:"
+        self._idx = index_prefix(prefix)
         self._pipe = Autopipeline(
             self.client, retries=reconnect_retries, unavailable_s=unavailable_s
         )

@@ -18,10 +18,14 @@ __all__ = ("preflight",)
 
 def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
     """Podium's keys whose names are fixed, and the Redis type each must have."""
-    keys = {f"{prefix}:idx:all": "zset", f"{prefix}:idx:thall": "zset"}
+    from podium.queue.redis import dead_stream_key, queue_stream_key
+    from podium.store.redis import index_prefix
+
+    idx = index_prefix(prefix)
+    keys = {f"{idx}all": "zset", f"{idx}thall": "zset"}
     for pool in pools:
-        keys[f"{prefix}:queue:{pool}"] = "stream"
-        keys[f"{prefix}:dead:{pool}"] = "stream"
+        keys[queue_stream_key(prefix, pool)] = "stream"
+        keys[dead_stream_key(prefix, pool)] = "stream"
     return keys
 
 
