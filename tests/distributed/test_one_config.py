@@ -23,12 +23,13 @@ pytestmark = pytest.mark.slow
 KEY = "pk_one_config"
 
 
-def config_text(redis_url: str, prefix: str) -> str:
+def config_text(redis_url: str, prefix: str, server: str = "") -> str:
     return f"""
 [server]
 redis = "{redis_url}"
 prefix = "{prefix}"
 ttl_s = 600
+{server}
 
 [[agents]]
 name = "support"
@@ -56,12 +57,14 @@ def config(tmp_path: Path, shared_redis_url: str, prefix: str) -> Path:
 
 
 @contextlib.contextmanager
-def running_gateway(*args: str) -> Iterator[httpx.Client]:
-    """A real ``podium serve`` with ``args``, and a client holding the test's key."""
+def running_gateway(*args: str, env: dict[str, str] | None = None) -> Iterator[httpx.Client]:
+    """A real ``podium serve`` with ``args`` (and ``env`` added to its environment), and a
+    client holding the test's key."""
     port = free_port()
     proc = subprocess.Popen(
         podium("serve", *args, "--port", str(port)),
-        cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT, env={**ENV, **(env or {})}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
     )
     started = threading.Event()
     lines: list[str] = []
@@ -116,6 +119,39 @@ def test_gateway_and_worker_share_one_config(gateway: httpx.Client, config: Path
     record = gateway.get(f"/v1/runs/{run_id}").json()
     assert record["status"] == "completed", record
     assert record["output"]
+    assert len(record["profile"]["steps"]) == record["steps"]  # server.profile's default
+
+
+def test_the_profile_switched_off_in_the_file_is_off_in_the_workers(
+    tmp_path: Path, shared_redis_url: str, prefix: str
+) -> None:
+    """``[server] profile = false``: the worker's engine keeps no step timings."""
+    path = tmp_path / "podium.toml"
+    path.write_text(config_text(shared_redis_url, prefix, "profile = false"))
+    with running_gateway("--config", str(path)) as gateway:
+        run_id = gateway.post("/v1/runs", json={"agent": "support", "input": "q"}).json()["id"]
+        out = burst_worker("--config", str(path), "--pool", "helpdesk")
+        assert out.returncode == 0, out.stderr
+        record = gateway.get(f"/v1/runs/{run_id}").json()
+    assert record["status"] == "completed" and record["steps"] >= 1, record
+    assert record["profile"]["steps"] == []
+
+
+@pytest.mark.parametrize("value", ["false", "true"])
+def test_the_profile_switch_in_the_environment_of_the_embedded_gateway(
+    tmp_path: Path, value: str
+) -> None:
+    """``PODIUM_SERVER__PROFILE``: the gateway's own engine (no Redis) keeps step timings
+    or not."""
+    keys = tmp_path / "podium.toml"
+    keys.write_text(f'[server]\nstore = "memory"\n\n[[keys]]\nkey = "{KEY}"\ntenant = "t1"\n')
+    with running_gateway(
+        "--config", str(keys), "--agent", "react", env={"PODIUM_SERVER__PROFILE": value}
+    ) as gateway:
+        reply = gateway.post("/v1/runs", json={"agent": "react", "input": "q", "wait": True})
+    record = reply.json()
+    assert record["status"] == "completed", record
+    assert len(record["profile"]["steps"]) == (record["steps"] if value == "true" else 0)
 
 
 def test_a_worker_for_other_agents_fails_the_run_saying_why(

@@ -2,7 +2,7 @@
 
 It reads the same ``podium.toml`` as ``podium serve`` (agents with their
 names and pools, ``[[models]]``, ``server.redis``, ``server.prefix``,
-``server.ttl_s``), so the runs the gateway queues are the runs the workers
+``server.ttl_s``, ``server.profile``), so the runs the gateway queues are the runs the workers
 know how to drive.
 """
 
@@ -136,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         config_file=os.path.abspath(path) if path else None,
         concurrency=args.concurrency, burst=args.burst, grace_s=args.grace,
         max_deliveries=args.max_deliveries, lease_s=args.lease,
-        prefix=args.prefix or server.prefix, finished_ttl_s=ttl, threads=args.threads,
+        prefix=args.prefix or server.prefix, finished_ttl_s=ttl, profile=server.profile,
+        threads=args.threads,
         use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,
     )
     # Bound and listening now, before any child starts: the port is ours from here on (a

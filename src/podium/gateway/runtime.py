@@ -78,7 +78,7 @@ def build_gateway(
         client = getattr(store, "client", None) or config.server.redis
         tokens = RedisTokenChannel(client, prefix=config.server.prefix)
         return Gateway(config, served, store, queue, keys, tokens=tokens)
-    engine = Engine(store)
+    engine = Engine(store, profile=config.server.profile)
     by_name = {s.name: s.agent for s in served}
     pools = dict.fromkeys([*config.pool_names(), *(s.pool for s in served)])
     workers = [

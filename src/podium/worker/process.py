@@ -50,6 +50,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     lease_s: float = 30.0
     prefix: str = "podium"
     finished_ttl_s: float = 7 * 86_400
+    profile: bool = True  # the workload profile of each run (server.profile)
     consumer: str | None = None
     cpu: int | None = None
     node_cpus: tuple[int, ...] = ()
@@ -133,7 +134,7 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
                        unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
-    engine = Engine(store, executor)
+    engine = Engine(store, executor, profile=config.profile)
     # Hears the gateways' listeners; a run streams its tokens only while one listens.
     tokens = RedisTokenChannel(client, prefix=config.prefix)
     try:
