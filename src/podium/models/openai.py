@@ -263,10 +263,12 @@ class OpenAIChatModel(Model):
                 if status == 200:
                     self.breaker.success()
                     conn = resp.connection
-                    if conn is not None and conn.protocol is not None and t.read_s:
-                        # from here on each read of the body waits at most read_s
-                        conn.protocol.read_timeout = t.read_s
-                        conn.protocol.start_timeout()
+                    proto = None if conn is None else conn.protocol
+                    if proto is not None and t.read_s and not resp.content.is_eof():
+                        # from here on each read of the body waits at most read_s (the
+                        # payload's end drops the timer; a body already whole needs none)
+                        proto.read_timeout = t.read_s
+                        proto.start_timeout()
                     return resp
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                 error = http_error(status, raw, retry_after)
