@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import msgspec
 import pytest
 from backend_servers import fixture_bytes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from podium.errors import ModelReplyError
 from podium.messages import Message, ToolCall
@@ -271,3 +275,125 @@ def test_streamed_tool_call_without_name_is_a_reply_error() -> None:
     raw = b"data: " + msgspec.json.encode(chunk) + b"\n\n"
     with pytest.raises(ModelReplyError, match="has no name"):
         assemble(raw).finish()
+
+
+# --- hostile streams ------------------------------------------------------------------
+
+
+def _tool_chunk(*calls: dict[str, object], finish: str | None = None) -> bytes:
+    choice: dict[str, object] = {"delta": {"tool_calls": list(calls)}}
+    if finish:
+        choice["finish_reason"] = finish
+    return b"data: " + msgspec.json.encode({"choices": [choice]}) + b"\n\n"
+
+
+_FINISH_TOOLS = b'data: {"choices":[{"delta":{},"finish_reason":"tool_calls"}]}\n\n'
+
+
+def test_a_first_tool_call_at_index_1_is_the_only_call() -> None:
+    # an index gap used to leave an empty call at 0 ("has no name"): the run failed
+    raw = _tool_chunk({"index": 1, "id": "a", "function": {"name": "f", "arguments": "{}"}})
+    r = assemble(raw + _FINISH_TOOLS).finish()
+    assert r.tool_calls == (ToolCall("a", "f", "{}"),)
+
+
+def test_pieces_without_id_go_to_the_call_their_index_last_started() -> None:
+    # every call at index 0, a new id each, arguments in later id-less pieces: the second
+    # call's pieces used to be appended to the first ('{"x":1}2}')
+    raw = b"".join(
+        [
+            _tool_chunk({"index": 0, "id": "a", "function": {"name": "f", "arguments": '{"x":'}}),
+            _tool_chunk({"index": 0, "function": {"arguments": "1}"}}),
+            _tool_chunk({"index": 0, "id": "b", "function": {"name": "g", "arguments": '{"y":'}}),
+            _tool_chunk({"index": 0, "function": {"arguments": "2}"}}),
+            _FINISH_TOOLS,
+        ]
+    )
+    asm = assemble(raw, deltas=True)
+    r = asm.finish()
+    assert r.tool_calls == (ToolCall("a", "f", '{"x":1}'), ToolCall("b", "g", '{"y":2}'))
+
+
+def test_interleaved_calls_by_index_and_by_repeated_id() -> None:
+    raw = b"".join(
+        [
+            _tool_chunk(
+                {"index": 0, "id": "a", "function": {"name": "f", "arguments": ""}},
+                {"index": 1, "id": "b", "function": {"name": "g", "arguments": '{"q":'}},
+            ),
+            _tool_chunk({"index": 0, "function": {"arguments": '{"p":1}'}}),
+            _tool_chunk({"index": 1, "id": "b", "function": {"arguments": "2}"}}),
+            _FINISH_TOOLS,
+        ]
+    )
+    r = assemble(raw, step=5).finish()
+    assert r.tool_calls == (ToolCall("a", "f", '{"p":1}'), ToolCall("b", "g", '{"q":2}'))
+
+
+def test_a_string_error_event_keeps_its_message() -> None:
+    with pytest.raises(ModelReplyError, match="backend error in stream: model 'x' not found"):
+        assemble(b'data: {"error":"model \'x\' not found"}\n\n')
+
+
+def test_a_line_that_never_ends_is_bounded_and_costs_its_length() -> None:
+    # 64 MiB without a newline in 64 KiB reads: the held line used to be copied and split
+    # again on every read (seconds of a blocked event loop), and held whole
+    sse = SSEDecoder(max_event_bytes=64 * 1024 * 1024)
+    piece = b"x" * 65536
+    start = time.perf_counter()
+    with pytest.raises(ModelReplyError, match="longer than"):
+        for _ in range(1025):
+            sse.feed(piece)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_an_event_that_never_ends_is_bounded() -> None:
+    sse = SSEDecoder(max_event_bytes=4096)
+    with pytest.raises(ModelReplyError, match="longer than 4096 bytes"):
+        for _ in range(1000):
+            sse.feed(b"data: " + b"x" * 10 + b"\n")
+
+
+def _stream_bytes(text: bytes, crlf: bool) -> bytes:
+    return text.replace(b"\n", b"\r\n") if crlf else text
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    name=st.sampled_from(
+        [
+            "vllm_stream_tool_call.sse",
+            "vllm_stream_text.sse",
+            "llamacpp_stream_tool_call.sse",
+            "ollama_stream_tool_calls.sse",
+            "ollama_stream_text.sse",
+        ]
+    ),
+    crlf=st.booleans(),
+    pings=st.booleans(),
+    cuts=st.lists(st.floats(0.0, 1.0), max_size=40),
+)
+def test_any_split_of_a_stream_gives_the_same_reply(
+    name: str, crlf: bool, pings: bool, cuts: list[float]
+) -> None:
+    raw = fixture_bytes(name)
+    if pings:  # keep-alive comments between the events
+        raw = raw.replace(b"\n\n", b"\n\n: keep-alive\n\n")
+    raw = _stream_bytes(raw, crlf)
+    whole = assemble(raw).finish()
+    points = sorted({int(c * len(raw)) for c in cuts})
+    pieces = [raw[a:b] for a, b in zip([0, *points], [*points, len(raw)], strict=True)]
+    sse, asm = SSEDecoder(), StreamAssembler(backend="b")
+    for piece in pieces:  # cut anywhere: mid-line, mid-"data:", between \r and \n, mid-UTF-8
+        for event in sse.feed(piece):
+            asm.feed(event, 0.0)
+    for event in sse.close():
+        asm.feed(event, 0.0)
+    split = asm.finish()
+    assert (split.content, split.tool_calls, split.reasoning, split.finish_reason) == (
+        whole.content,
+        whole.tool_calls,
+        whole.reasoning,
+        whole.finish_reason,
+    )
+    assert split.usage == whole.usage and len(split.token_times_s) == len(whole.token_times_s)

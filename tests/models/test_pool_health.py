@@ -218,3 +218,35 @@ async def test_close_ends_the_wait_for_a_healthy_backend(replay: ReplayServer) -
     await pool.aclose()
     with pytest.raises(ModelUnavailableError, match="closed"):
         await waiting
+
+
+async def test_cancelling_the_caller_of_the_first_health_round_spares_the_others(
+    replay: ReplayServer,
+) -> None:
+    # every call awaits the pool's first health round; the one that started it used to
+    # run it in its own task, so cancelling that call cancelled all the others with it
+    replay.default = Reply(body=fixture_bytes("vllm_chat_tool_call.json"))
+    model = OpenAIChatModel(replay.base_url, "m")
+    probing = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def health(timeout_s: float) -> bool:
+        probing.set()
+        await answer.wait()
+        return await model.health(timeout_s)
+
+    pool = BackendPool([Backend(model, health=health)])
+    try:
+        first = asyncio.create_task(pool.request(call("r")))
+        await probing.wait()
+        second = asyncio.create_task(pool.request(call("r")))
+        await asyncio.sleep(0)
+        first.cancel()
+        answer.set()
+        assert (await second).tool_calls
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        stats = pool.statistics().backends[0]
+        assert (stats.state, stats.outstanding, stats.served) == ("healthy", 0, 1)
+    finally:
+        await pool.aclose()

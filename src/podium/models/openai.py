@@ -10,6 +10,7 @@ with a bounded connection pool, retries on connection errors, 429 and 5xx
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -52,6 +53,36 @@ HEALTH_PATHS: dict[str, tuple[str, ...]] = {
 
 _thread_ns = time.thread_time_ns
 _perf = time.perf_counter
+#: bytes of an error answer read (the message is cut there anyway): a 500 with a
+#: gigabyte of HTML must not be held in memory
+_MAX_ERROR_BODY = 64 * 1024
+#: after ``data: [DONE]``, how long the rest of the body (its end) is waited for, so the
+#: connection can be reused; a server that holds the stream open past it is cut off
+_DONE_DRAIN_S = 0.5
+
+
+def _endpoint(base: str) -> yarl.URL:
+    """``base`` as a URL, or :class:`ConfigError` if it cannot be one to POST to."""
+    try:
+        url = yarl.URL(base)
+    except ValueError as exc:
+        raise ConfigError(f"invalid base_url {base!r}: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ConfigError(
+            f"invalid base_url {base!r}: it needs http:// or https:// and a host,"
+            " like 'http://127.0.0.1:8000/v1'"
+        )
+    return url
+
+
+def _stale_connection(exc: aiohttp.ClientConnectionError) -> bool:
+    """Whether ``exc`` is a kept-alive connection the server had already closed: the
+    request went out and the connection ended with no answer (not a refused connect)."""
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return True
+    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(
+        exc, aiohttp.ClientConnectorError
+    )
 
 
 class OpenAIChatModel(Model):
@@ -113,7 +144,7 @@ class OpenAIChatModel(Model):
         self.base_url = base
         self.model = model
         self.request_model = model
-        self.name = name or f"{model}@{yarl.URL(base).authority}"
+        self.name = name or f"{model}@{_endpoint(base).authority}"
         self.streaming = stream
         self.timeouts = timeouts or Timeouts()
         self.retry = retry or RetryPolicy()
@@ -141,6 +172,12 @@ class OpenAIChatModel(Model):
         self._headers = hdrs
         self._client_timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self.timeouts.connect_s, sock_read=self.timeouts.read_s
+        )
+        # a completion's headers may take up to first_byte_s (a non-streamed call sends
+        # them after the whole generation): aiohttp's sock_read would cut that wait at
+        # read_s, so it is armed only once the headers are in (see _open)
+        self._post_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.timeouts.connect_s, sock_read=None
         )
         self._session = session
         self._owns_session = session is None
@@ -181,6 +218,7 @@ class OpenAIChatModel(Model):
         session = self._get_session()
         t = self.timeouts
         retry = 0
+        stale_retried = False
         while True:
             self.breaker.check()
             error: ModelError
@@ -189,11 +227,11 @@ class OpenAIChatModel(Model):
                 async with asyncio.timeout_at(min(deadline, loop.time() + t.first_byte_s)):
                     resp = await session.post(
                         self._url, data=body, headers=trace_headers(self._headers),
-                        timeout=self._client_timeout
+                        timeout=self._post_timeout
                     )
                     if resp.status != 200:
                         try:
-                            raw = await resp.read()
+                            raw = await _read_capped(resp, _MAX_ERROR_BODY)
                         finally:
                             resp.release()
             except aiohttp.ConnectionTimeoutError:
@@ -203,6 +241,13 @@ class OpenAIChatModel(Model):
                 self.breaker.failure()
                 raise ModelTimeoutError(f"{self.name}: read timed out after {t.read_s}s") from exc
             except aiohttp.ClientConnectionError as exc:
+                if not stale_retried and _stale_connection(exc):
+                    # a pooled connection the server closed as the request went out (its
+                    # keep-alive timer raced ours): the server is fine, send it again at
+                    # once, once, at no cost to the retries or the breaker
+                    stale_retried = True
+                    self.breaker.abandon()  # a half-open breaker's probe goes again
+                    continue
                 error = ModelUnavailableError(f"{self.name}: {type(exc).__name__}: {exc}")
                 self.breaker.failure()
             except TimeoutError as exc:
@@ -217,6 +262,13 @@ class OpenAIChatModel(Model):
                 status = resp.status
                 if status == 200:
                     self.breaker.success()
+                    conn = resp.connection
+                    proto = None if conn is None else conn.protocol
+                    if proto is not None and t.read_s and not resp.content.is_eof():
+                        # from here on each read of the body waits at most read_s (the
+                        # payload's end drops the timer; a body already whole needs none)
+                        proto.read_timeout = t.read_s
+                        proto.start_timeout()
                     return resp
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
                 error = http_error(status, raw, retry_after)
@@ -296,6 +348,8 @@ class OpenAIChatModel(Model):
                     for event in sse.feed(chunk):
                         asm.feed(event, now)
                     cpu += _thread_ns() - c0
+                    if asm.done:
+                        break  # a server may hold the stream open after [DONE]
                     if asm.tokens != seen:
                         seen = asm.tokens
                         t = loop.time()
@@ -308,6 +362,8 @@ class OpenAIChatModel(Model):
             raise ModelTimeoutError(
                 f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
             ) from exc
+        if asm.done:
+            await _drain(resp)
         c0 = _thread_ns()
         if not asm.done:
             for event in sse.close():
@@ -339,14 +395,19 @@ class OpenAIChatModel(Model):
             last_token = loop.time()
             seen = 0
             while True:
-                # each read is bounded by the session's sock_read timeout, and by the time
-                # left without a token (keep-alive comments are not progress)
+                # each read is bounded by the session's sock_read timeout, by the time
+                # left without a token (keep-alive comments are not progress) and by the
+                # call's total deadline
                 try:
-                    async with asyncio.timeout_at(last_token + idle):
+                    async with asyncio.timeout_at(min(last_token + idle, deadline)):
                         chunk = await content.readany()
                 except aiohttp.SocketTimeoutError as exc:
                     raise ModelTimeoutError(f"{self.name}: no stream data in time") from exc
                 except TimeoutError as exc:
+                    if loop.time() >= deadline:
+                        raise ModelTimeoutError(
+                            f"{self.name}: stream not complete in time"
+                        ) from exc
                     raise ModelTimeoutError(
                         f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
                     ) from exc
@@ -364,6 +425,9 @@ class OpenAIChatModel(Model):
                     last_token = loop.time()
                 for d in deltas:
                     yield d
+                if asm.done:
+                    await _drain(resp)  # a server may hold the stream open after [DONE]
+                    break
                 if loop.time() > deadline:
                     raise ModelTimeoutError(f"{self.name}: stream not complete in time")
             c0 = _thread_ns()
@@ -411,3 +475,29 @@ class OpenAIChatModel(Model):
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.base_url!r}, {self.model!r})"
+
+
+async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most ``limit`` bytes of the body (the rest is left unread: releasing the
+    response then closes its connection instead of reusing it)."""
+    parts: list[bytes] = []
+    n = 0
+    while n < limit:
+        part = await resp.content.read(limit - n)
+        if not part:
+            break
+        parts.append(part)
+        n += len(part)
+    return b"".join(parts)
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> None:
+    """Read what follows ``[DONE]`` (the end of the body, normally at once) so the
+    connection goes back to the pool; give up after :data:`_DONE_DRAIN_S`."""
+    content = resp.content
+    if content.at_eof():
+        return
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(_DONE_DRAIN_S):
+            while await content.readany():
+                pass

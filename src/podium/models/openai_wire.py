@@ -370,7 +370,7 @@ class ChatCompletionChunk(msgspec.Struct, gc=False):
     model: str = ""
     usage: _Usage | None = None
     timings: _Timings | None = None
-    error: _WireError | None = None
+    error: _WireError | str | None = None  # a string: Ollama's and some proxies' shape
 
 
 _chunk_decoder = msgspec.json.Decoder(ChatCompletionChunk)
@@ -381,22 +381,48 @@ class SSEDecoder:
 
     Comments (``: ping``), ``event:``/``id:``/``retry:`` lines and CRLF line
     ends are handled; a trailing line without its newline is held until more
-    bytes arrive, and dropped at the end (it is a truncated event).
+    bytes arrive, and dropped at the end (it is a truncated event). The pieces
+    of a line are joined once, when its newline comes (a line sent in many reads
+    costs its length, not its length times the reads), and an event may hold
+    at most ``max_event_bytes``: a server that sends more without ending it is
+    a :class:`ModelReplyError`, not a process running out of memory.
     """
 
-    __slots__ = ("_buf", "_data")
+    __slots__ = ("_data", "_data_size", "_held", "_held_size", "max_event_bytes")
 
-    def __init__(self) -> None:
-        self._buf = b""
-        self._data: list[bytes] = []
+    def __init__(self, *, max_event_bytes: int = 16 * 1024 * 1024) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._held: list[bytes] = []  # the pieces of the line not yet ended
+        self._held_size = 0
+        self._data: list[bytes] = []  # the data lines of the event not yet ended
+        self._data_size = 0
+
+    def _check_size(self) -> None:
+        if self._held_size + self._data_size > self.max_event_bytes:
+            raise ModelReplyError(
+                f"stream event longer than {self.max_event_bytes} bytes without its end"
+            )
 
     def feed(self, chunk: bytes) -> list[bytes]:
         """The data payloads of the events completed by ``chunk``."""
-        buf = self._buf + chunk if self._buf else chunk
+        held = self._held
+        if b"\n" not in chunk:
+            if chunk:
+                held.append(chunk)
+                self._held_size += len(chunk)
+                self._check_size()
+            return []
+        if held:
+            held.append(chunk)
+            buf = b"".join(held)
+            held.clear()
+        else:
+            buf = chunk
         lines = buf.split(b"\n")
-        self._buf = lines.pop()
+        tail = lines.pop()
         out: list[bytes] = []
         data = self._data
+        size = self._data_size
         for line in lines:
             if line.endswith(b"\r"):
                 line = line[:-1]
@@ -404,15 +430,24 @@ class SSEDecoder:
                 if data:
                     out.append(data[0] if len(data) == 1 else b"\n".join(data))
                     data.clear()
+                size = 0
             elif line.startswith(b"data:"):
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
+                size += len(line)
+        self._data_size = size
+        self._held_size = len(tail)
+        if tail:
+            held.append(tail)
+        self._check_size()
         return out
 
     def close(self) -> list[bytes]:
         """Events left at the end of the stream (complete lines without the blank line)."""
         out = [b"\n".join(self._data)] if self._data else []
         self._data = []
-        self._buf = b""
+        self._data_size = 0
+        self._held = []
+        self._held_size = 0
         return out
 
 
@@ -435,6 +470,8 @@ class StreamAssembler:
     """
 
     __slots__ = (
+        "_by_id",
+        "_by_index",
         "_calls",
         "_content",
         "_deltas",
@@ -455,6 +492,8 @@ class StreamAssembler:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._calls: list[_CallBuilder] = []
+        self._by_index: dict[int, int] = {}  # the wire's index -> the call it now feeds
+        self._by_id: dict[str, int] = {}
         self._finish: str | None = None
         self._usage: _Usage | None = None
         self._timings: _Timings | None = None
@@ -470,8 +509,10 @@ class StreamAssembler:
             chunk = _chunk_decoder.decode(data)
         except msgspec.DecodeError as exc:
             raise ModelReplyError(f"invalid stream chunk: {exc}") from exc
-        if chunk.error is not None:
-            raise ModelReplyError(f"backend error in stream: {chunk.error.message}")
+        error = chunk.error
+        if error is not None:
+            text = error if isinstance(error, str) else error.message
+            raise ModelReplyError(f"backend error in stream: {text}")
         if chunk.usage is not None:
             self._usage = chunk.usage
         if chunk.timings is not None:
@@ -510,14 +551,20 @@ class StreamAssembler:
             args = fn.arguments if fn is not None and fn.arguments else ""
             if not isinstance(args, str):
                 args = _arguments(args)
-            i = d.index
-            if i < len(calls) and d.id and calls[i].id and d.id != calls[i].id:
-                i = len(calls)  # a new id at a used index: servers that send every call as index 0
-            while i >= len(calls):
+            # Calls are numbered in the order they start, whatever the wire's index says:
+            # some servers skip indexes (a first call at 1) or send every call at index 0
+            # with a new id each; later pieces without an id belong to the call their
+            # index last started, pieces with a known id to that call.
+            found = self._by_id.get(d.id) if d.id else None
+            i = self._by_index.get(d.index) if found is None else found
+            if i is None or (d.id and calls[i].id and d.id != calls[i].id):
+                i = len(calls)
                 calls.append(_CallBuilder(None, ""))
+            self._by_index[d.index] = i
             call = calls[i]
             if d.id and not call.id:
                 call.id = d.id
+                self._by_id[d.id] = i
             if name and not call.name:
                 call.name = name
             if args:

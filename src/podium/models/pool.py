@@ -145,26 +145,34 @@ class BackendPool(Model):
         self._affinity: OrderedDict[str, Backend] = OrderedDict()
         self._service: OrderedDict[str, float] = OrderedDict()
         self._affinity_entries = affinity_entries
-        self._started: asyncio.Future[None] | None = None
+        self._started: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
         self.failovers = 0
 
     # --- lifecycle and health -------------------------------------------------
 
     async def start(self) -> None:
-        """Run the first health round (no traffic before it) and start the periodic checks."""
-        if self._started is None:
-            self._started = asyncio.get_running_loop().create_future()
-            try:
-                await self.check_health()
-            except BaseException as exc:
-                self._started.set_exception(exc)
-                self._started = None
-                raise
-            self._health_task = asyncio.create_task(self._health_loop(), name=f"{self.name}-health")
-            self._started.set_result(None)
-        elif not self._started.done():
-            await asyncio.shield(self._started)
+        """Run the first health round (no traffic before it) and start the periodic checks.
+
+        The round runs in a task of its own that every caller waits on: a caller
+        cancelled meanwhile (its run was) leaves it running for the others.
+        """
+        task = self._started
+        if task is None:
+            task = self._started = asyncio.create_task(
+                self._first_round(), name=f"{self.name}-start"
+            )
+        elif task.done():
+            return  # a failed round resets _started: a finished one succeeded
+        await asyncio.shield(task)
+
+    async def _first_round(self) -> None:
+        try:
+            await self.check_health()
+        except BaseException:
+            self._started = None  # the next caller tries again
+            raise
+        self._health_task = asyncio.create_task(self._health_loop(), name=f"{self.name}-health")
 
     async def check_health(self) -> None:
         """Probe every backend once, now, and admit or drain them."""
@@ -215,6 +223,10 @@ class BackendPool(Model):
             self._dispatch(other)
 
     async def aclose(self) -> None:
+        starting = self._started
+        if starting is not None and not starting.done():
+            starting.cancel()
+            await asyncio.wait([starting])
         task, self._health_task = self._health_task, None
         await stop_task(task)
         self._closed = True
