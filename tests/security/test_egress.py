@@ -298,6 +298,17 @@ async def test_oversize_responses_are_refused() -> None:
         await client.aclose()
 
 
+async def test_a_charset_that_is_no_text_encoding_reads_as_utf8() -> None:
+    """The server picks the charset: one Python does not know, or a codec that is no text
+    encoding, made the tool raise LookupError and lose a body it had read."""
+    async with serve() as base:
+        page = http_tool("page", base + "/charset?cs={cs}", policy=LOOPBACK)
+        assert await page.fn(cs="utf-8") == "héllo"
+        for cs in ("bogus", "rot13", "zlib", "base64"):
+            assert await page.fn(cs=cs) == "héllo", cs
+        assert await page.fn(cs="latin-1") == "hÃ©llo"  # a real one is still honoured
+
+
 async def test_http_tool_from_a_url_template() -> None:
     async with serve() as base:
         weather = http_tool(
