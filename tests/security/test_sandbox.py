@@ -84,6 +84,32 @@ async def test_memory_past_the_limit_fails() -> None:
     assert killed == "memory"
 
 
+async def test_a_program_that_succeeds_is_not_reported_as_stopped_by_a_limit() -> None:
+    """The limit was guessed from words anywhere on stderr, even after exit 0: a program
+    that handled a MemoryError (or logged 'File too large') was reported as stopped by the
+    memory limit, and the run_python tool replaced its output with that error."""
+    code = (
+        "import sys\n"
+        "try:\n"
+        "    x = bytearray(1 << 40)\n"
+        "except MemoryError:\n"
+        "    print('MemoryError: too big, using less', file=sys.stderr)\n"
+        "print('File too large? no: fine', file=sys.stderr)\n"
+        "print(42)\n"
+    )
+    assert await run(code) == (
+        0,
+        "42\n",
+        "MemoryError: too big, using less\nFile too large? no: fine\n",
+        None,
+    )
+    ran = await run_python_tool(BOX).fn(code=code)
+    assert ran.startswith("42\n") and "limit" not in ran
+    # A traceback that ends in the error is still the limit.
+    _, _, _, killed = await run("open('/scratch/f', 'w')\nx = bytearray(1 << 40)")
+    assert killed == "memory"
+
+
 async def test_infinite_loop_hits_the_cpu_limit() -> None:
     result = await Sandbox(SandboxLimits(cpu_s=1)).run_python("while True: pass")
     assert result.killed == "cpu_time" and result.exit_code != 0

@@ -330,13 +330,20 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 def _limit_hit(code: int, stderr: bytes) -> str | None:
-    """Which limit ended the process, from how it ended."""
+    """Which limit ended the process, from how it ended: a signal, or the exception its
+    traceback ends with. A program that exits 0 was stopped by nothing, whatever it wrote
+    to stderr (a handled MemoryError, a log line that names one)."""
+    if code == 0:
+        return None
     if code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
         return "cpu_time" if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) else "killed"
-    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) or b"File too large" in stderr:
+    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
         return "file_size"
-    if b"MemoryError" in stderr:
+    last = stderr.rstrip().rpartition(b"\n")[2]
+    if last.endswith(b"File too large"):
+        return "file_size"
+    if last.startswith(b"MemoryError"):
         return "memory"
-    if b"BlockingIOError" in stderr and b"Resource temporarily unavailable" in stderr:
+    if last.startswith(b"BlockingIOError") and b"Resource temporarily unavailable" in last:
         return "processes"
     return None
