@@ -39,3 +39,9 @@ def shout(text: str) -> str:
         text: The text.
     """
     return text.upper()
+
+
+def big_result(n: int, printed: int = 0) -> str:
+    """A result of ``n`` characters, after printing ``printed`` (called by Sandbox.call)."""
+    print("y" * printed)
+    return "x" * n

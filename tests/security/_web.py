@@ -15,6 +15,10 @@ def _app() -> web.Application:
     async def data(request: web.Request) -> web.Response:
         return web.json_response({"city": request.match_info["city"], **request.query})
 
+    async def charset(request: web.Request) -> web.Response:
+        content_type = f"text/plain; charset={request.query['cs']}"
+        return web.Response(body="héllo".encode(), headers={"Content-Type": content_type})
+
     async def redirect(request: web.Request) -> web.Response:
         raise web.HTTPFound(request.query["to"])
 
@@ -34,6 +38,7 @@ def _app() -> web.Application:
     app.router.add_get("/page", page)
     app.router.add_get("/data/{city}", data)
     app.router.add_get("/redirect", redirect)
+    app.router.add_get("/charset", charset)
     app.router.add_get("/big", big)
     return app
 

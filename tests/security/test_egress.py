@@ -3,12 +3,19 @@ observations the model reads."""
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import socket
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 from _web import serve
 from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.helpers import is_ip_address
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from yarl import URL
 
 from podium import Agent, ModelRequest, ModelResponse, tool_call_reply
 from podium.engine.driver import Engine
@@ -158,6 +165,104 @@ async def test_ipv6_and_other_non_public_forms_are_refused(url: str, kind: str) 
     assert kind in await refused(HttpClient(ANY_PORT_PUBLIC), url)
 
 
+async def test_a_host_that_looks_like_an_address_but_is_none_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """aiohttp takes any host with a colon (or of digits and dots only) for an IP literal
+    and connects to it without asking the connector's resolver, where the policy checks
+    resolved addresses. ``[a:b.rebind.example]`` is no address, so the URL check let it
+    through as a name and nothing checked where the system's name resolution (here a
+    hosts-file entry, simulated on the loop) sent it: a loopback server answered."""
+    loop = asyncio.get_running_loop()
+    if not isinstance(loop, asyncio.BaseEventLoop):
+        pytest.skip("the hosts file is simulated on asyncio's loop.getaddrinfo")
+    real = loop.getaddrinfo
+
+    async def hosts_file(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and ":" in host and parse_ip_or_none(host) is None:
+            host = "::ffff:127.0.0.1"  # the entry: this name is loopback
+        return await real(host, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "getaddrinfo", hosts_file)
+    async with serve() as base:
+        port = base.rsplit(":", 1)[1]
+        dns = FixedResolver("127.0.0.1")  # the policy's resolver would refuse loopback
+        client = HttpClient(ANY_PORT_PUBLIC, resolver=dns)
+        for host in ("[a:b.rebind.example]", "[::ffff:127.1]", "[::127.1]", "1..2"):
+            msg = await refused(client, f"http://{host}:{port}/page")
+            assert "looks like an IP address but is none" in msg, msg
+        await client.aclose()
+
+
+def parse_ip_or_none(host: str) -> object:
+    try:
+        return parse_ip(host)
+    except EgressDenied:
+        return None
+
+
+_HOSTISH = st.text(alphabet="0123456789abcdefx:.%[]", min_size=1, max_size=24)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_HOSTISH)
+def test_every_host_the_url_check_passes_is_checked_again_at_connect(host: str) -> None:
+    """Property: a host :meth:`EgressPolicy.check_url` lets through is either an address it
+    checked itself or a name aiohttp will hand to the policy's resolver."""
+    try:
+        url = URL(f"http://{host}/")
+    except ValueError:
+        return
+    try:
+        ANY_PORT_PUBLIC.check_url(url)
+    except EgressDenied:
+        return
+    raw = url.raw_host or ""
+    assert not is_ip_address(raw) or parse_ip(raw) is not None, raw
+
+
+def _spellings(ip: ipaddress.IPv4Address) -> st.SearchStrategy[str]:
+    """Ways to write ``ip`` that some resolver or URL parser reads as ``ip``."""
+    o = ip.packed
+    n = int(ip)
+    forms = [
+        ".".join(map(str, o)),
+        ".".join(f"0{b:o}" for b in o),
+        ".".join(f"0x{b:x}" for b in o),
+        ".".join(f"{b:03d}" for b in o),
+        str(n),
+        hex(n),
+        f"0{n:o}",
+        f"{o[0]}.{n & 0xFFFFFF}",
+        f"{o[0]}.{o[1]}.{n & 0xFFFF}",
+        f"[::ffff:{ip}]",
+        f"[::FFFF:{n >> 16:x}:{n & 0xFFFF:X}]",
+        f"[0:0:0:0:0:ffff:{ip}]",
+        f"[::{ip}]",
+        f"[64:ff9b::{ip}]",
+        f"[2002:{n >> 16:x}:{n & 0xFFFF:x}::1]",
+    ]
+    return st.sampled_from(forms).flatmap(
+        lambda f: st.sampled_from([f, f + ".", f.upper()] if "[" not in f else [f])
+    )
+
+
+_FORBIDDEN_V4 = st.sampled_from(
+    ["127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "0.0.0.0/8"]
+).flatmap(
+    lambda net: st.integers(0, ipaddress.ip_network(net).num_addresses - 1).map(
+        lambda i: ipaddress.ip_network(net)[i]
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_FORBIDDEN_V4.flatmap(_spellings))
+def test_any_spelling_of_a_forbidden_address_is_refused(host: str) -> None:
+    with pytest.raises(EgressDenied):
+        ANY_PORT_PUBLIC.check_url(f"http://{host}/")
+
+
 def test_address_classification() -> None:
     assert address_kind(parse_ip("8.8.8.8")) is None  # type: ignore[arg-type]
     assert address_kind(parse_ip("2001:4860:4860::8888")) is None  # type: ignore[arg-type]
@@ -191,6 +296,17 @@ async def test_oversize_responses_are_refused() -> None:
         with pytest.raises(ResponseTooLarge, match="passed the limit of 10000 bytes"):
             await client.get(f"{base}/big?n=50000&chunked=1")
         await client.aclose()
+
+
+async def test_a_charset_that_is_no_text_encoding_reads_as_utf8() -> None:
+    """The server picks the charset: one Python does not know, or a codec that is no text
+    encoding, made the tool raise LookupError and lose a body it had read."""
+    async with serve() as base:
+        page = http_tool("page", base + "/charset?cs={cs}", policy=LOOPBACK)
+        assert await page.fn(cs="utf-8") == "héllo"
+        for cs in ("bogus", "rot13", "zlib", "base64"):
+            assert await page.fn(cs=cs) == "héllo", cs
+        assert await page.fn(cs="latin-1") == "hÃ©llo"  # a real one is still honoured
 
 
 async def test_http_tool_from_a_url_template() -> None:

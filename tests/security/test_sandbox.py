@@ -12,7 +12,12 @@ from _sandboxed_tools import read_file, shout, word_count
 from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool_call_reply
 from podium.engine.driver import Engine
 from podium.messages import Message
-from podium.security.sandbox import Sandbox, SandboxLimits, SandboxUnavailable
+from podium.security.sandbox import (
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxUnavailable,
+)
 from podium.tools import ToolContext, ToolExecutor, ToolResult
 from podium.tools.sandboxed import run_python, run_python_tool
 
@@ -84,6 +89,32 @@ async def test_memory_past_the_limit_fails() -> None:
     assert killed == "memory"
 
 
+async def test_a_program_that_succeeds_is_not_reported_as_stopped_by_a_limit() -> None:
+    """The limit was guessed from words anywhere on stderr, even after exit 0: a program
+    that handled a MemoryError (or logged 'File too large') was reported as stopped by the
+    memory limit, and the run_python tool replaced its output with that error."""
+    code = (
+        "import sys\n"
+        "try:\n"
+        "    x = bytearray(1 << 40)\n"
+        "except MemoryError:\n"
+        "    print('MemoryError: too big, using less', file=sys.stderr)\n"
+        "print('File too large? no: fine', file=sys.stderr)\n"
+        "print(42)\n"
+    )
+    assert await run(code) == (
+        0,
+        "42\n",
+        "MemoryError: too big, using less\nFile too large? no: fine\n",
+        None,
+    )
+    ran = await run_python_tool(BOX).fn(code=code)
+    assert ran.startswith("42\n") and "limit" not in ran
+    # A traceback that ends in the error is still the limit.
+    _, _, _, killed = await run("open('/scratch/f', 'w')\nx = bytearray(1 << 40)")
+    assert killed == "memory"
+
+
 async def test_infinite_loop_hits_the_cpu_limit() -> None:
     result = await Sandbox(SandboxLimits(cpu_s=1)).run_python("while True: pass")
     assert result.killed == "cpu_time" and result.exit_code != 0
@@ -93,6 +124,35 @@ async def test_sleeping_forever_hits_the_wall_limit() -> None:
     box = Sandbox(SandboxLimits(wall_s=1.0))
     result = await box.run_python("import time; time.sleep(60)")
     assert result.killed == "wall_time"
+
+
+async def test_the_wall_limit_keeps_what_was_printed_before_it() -> None:
+    """At the deadline the output read so far was thrown away (the run_python tool's
+    'output so far' was always empty): a program that printed progress and then hung
+    told the model nothing."""
+    box = Sandbox(SandboxLimits(wall_s=1.0))
+    result = await box.run_python("import time; print('step 1', flush=True); time.sleep(60)")
+    assert (result.killed, result.stdout) == ("wall_time", "step 1\n")
+    with pytest.raises(SandboxError, match="wall_time limit; output so far: step 1"):
+        await run_python_tool(box).fn(
+            code="import time; print('step 1', flush=True); time.sleep(60)"
+        )
+
+
+async def test_output_past_the_cap_is_cut_and_says_so() -> None:
+    """Output past ``output_bytes`` was dropped without a word: the model read 64 KiB as
+    if that were all, and a sandboxed tool whose result passed the cap failed with a JSON
+    parse error (or 'exit code 0' when the marker was cut off)."""
+    result = await BOX.run_python("print('x' * 100_000)")
+    assert result.ok and result.truncated and len(result.stdout) == 64 << 10
+    small = await BOX.run_python("print('x' * 1000)")
+    assert small.ok and not small.truncated
+    said = await run_python_tool(BOX).fn(code="print('x' * 100_000)")
+    assert said.endswith("[output cut at 65536 bytes]")
+    assert await BOX.call("_sandboxed_tools", "big_result", {"n": 10}) == "x" * 10
+    for kwargs in ({"n": 100_000}, {"n": 10, "printed": 100_000}):
+        with pytest.raises(SandboxError, match="output_bytes limit of 65536 bytes"):
+            await BOX.call("_sandboxed_tools", "big_result", kwargs)
 
 
 async def test_file_size_limit() -> None:

@@ -3,6 +3,7 @@ may connect, on the URL and on the resolved address, in the engine and through t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -153,3 +154,41 @@ def test_keyring_add_takes_a_policy_and_mistakes_in_the_file_are_config_errors(
         toml.write_text(f'[[keys]]\ntenant = "acme"\nkey = "k"\n[keys.egress]\n{body}\n')
         with pytest.raises(ConfigError, match=message):
             load_config(toml, {})
+
+
+async def test_concurrent_runs_of_two_tenants_each_get_their_own_policy() -> None:
+    """Two tenants' runs in flight at once, on one engine and one pooled client: each
+    request passes its own run's tenant policy, never the other's (the pooled connection
+    and DNS answers of the tenant that may reach loopback serve only that tenant)."""
+    from podium import tool
+
+    async with serve() as base:
+        client = HttpClient(LOOPBACK)
+        both_in = asyncio.Barrier(2)
+
+        @tool
+        async def page() -> str:
+            """Read the page."""
+            await both_in.wait()  # both runs are inside their tools now
+            return (await client.get(f"{base}/page")).text
+
+        seen: dict[str, str] = {}
+
+        def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+            if request.step == 0:
+                return tool_call_reply(("page", "{}"))
+            seen[request.run_id] = next(m.content for m in messages if m.role == "tool")
+            return "done"
+
+        agent = Agent("reader", FunctionModel(reply), tools=[page])
+        strict = EgressPolicy(allow_ports=None, label="tenant 'strict'")
+        open_ = EgressPolicy.loopback(label="tenant 'open'")
+        async with Engine() as engine:
+            for _ in range(2):  # the second time over the pooled keep-alive connection
+                a, b = await asyncio.gather(
+                    engine.run(agent, "go", tenant="open", egress=open_),
+                    engine.run(agent, "go", tenant="strict", egress=strict),
+                )
+                assert "hello" in seen[a.run_id], seen[a.run_id]
+                assert "EgressDenied" in seen[b.run_id] and "tenant 'strict'" in seen[b.run_id]
+        await client.aclose()

@@ -62,7 +62,11 @@ def parse_ip(host: str) -> IPAddress | None:
     """The address ``host`` spells, or ``None`` for a name. IPv6 zone ids are dropped.
 
     Raises :class:`EgressDenied` for legacy numeric IPv4 spellings (decimal, octal, hex,
-    short forms): ``socket`` would map them onto an address this check never saw.
+    short forms): ``socket`` would map them onto an address this check never saw; and for
+    a host that looks like an address to ``aiohttp`` (a colon, or digits and dots only) but
+    is none (``a:b.example``, ``::ffff:127.1``, ``1..2``): ``aiohttp`` connects to such a
+    host without asking its resolver, so the connect-time check would never see where the
+    system's ``getaddrinfo`` (a hosts file, an NSS module) sends it.
     """
     host = host.strip("[]").rstrip(".")
     if _NUMERIC_HOST.match(host) and not _CANONICAL_V4.match(host):
@@ -74,6 +78,8 @@ def parse_ip(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host.split("%", 1)[0])
     except ValueError:
+        if ":" in host or host.replace(".", "").isdigit():  # aiohttp's is_ip_address
+            raise EgressDenied(f"host {host!r} looks like an IP address but is none") from None
         return None
 
 

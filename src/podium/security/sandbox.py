@@ -75,12 +75,14 @@ class SandboxLimits:
 
 
 class SandboxResult(msgspec.Struct, gc=False):
-    """How the code ended. ``killed`` names the limit that stopped it, if one did."""
+    """How the code ended. ``killed`` names the limit that stopped it, if one did;
+    ``truncated``: stdout or stderr passed ``output_bytes`` (only the first are kept)."""
 
     exit_code: int
     stdout: str
     stderr: str
     killed: str | None = None
+    truncated: bool = False
 
     @property
     def ok(self) -> bool:
@@ -228,6 +230,11 @@ class Sandbox:
         result = await self.run_python(code, read_only=tuple(paths))
         if result.killed is not None:
             raise SandboxError(f"stopped by the sandbox's {result.killed} limit")
+        if result.truncated and result.exit_code == 0:
+            raise SandboxError(
+                f"its output (what it printed and its result) passed the sandbox's "
+                f"output_bytes limit of {self.limits.output_bytes} bytes"
+            )
         _, marker, tail = result.stdout.rpartition(_RESULT_MARK)
         if not marker or result.exit_code != 0:
             last = result.stderr.strip().splitlines()[-1:] or [f"exit code {result.exit_code}"]
@@ -269,27 +276,32 @@ class Sandbox:
         )
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         killed: str | None = None
+        # Filled as the pipes are read, so a run stopped at the deadline keeps what it
+        # printed before it.
+        out, err = _Capped(lim.output_bytes), _Capped(lim.output_bytes)
         try:
             async with asyncio.timeout(lim.wall_s):
-                out, err, _ = await asyncio.gather(
-                    _read_capped(proc.stdout, lim.output_bytes),
-                    _read_capped(proc.stderr, lim.output_bytes),
-                    _feed(proc.stdin, stdin),
+                await asyncio.gather(
+                    out.read(proc.stdout), err.read(proc.stderr), _feed(proc.stdin, stdin)
                 )
                 code = await proc.wait()
         except TimeoutError:
             killed = "wall_time"
             _kill(proc)
             await _reap(proc)
-            out, err, code = b"", b"", proc.returncode or -signal.SIGKILL
+            code = proc.returncode or -signal.SIGKILL
         except BaseException:
             _kill(proc)
             await asyncio.shield(_reap(proc))
             raise
         if killed is None:
-            killed = _limit_hit(code, err)
+            killed = _limit_hit(code, err.value())
         return SandboxResult(
-            code, out.decode(errors="replace"), err.decode(errors="replace"), killed
+            code,
+            out.value().decode(errors="replace"),
+            err.value().decode(errors="replace"),
+            killed,
+            out.size > out.limit or err.size > err.limit,
         )
 
 
@@ -306,15 +318,25 @@ async def _feed(stream: asyncio.StreamWriter, data: bytes) -> bytes:
     return b""
 
 
-async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    # Read to the end (so the child never blocks on a full pipe), keeping ``limit`` bytes.
-    while chunk := await stream.read(65536):
-        if size < limit:
-            chunks.append(chunk[: limit - size])
-        size += len(chunk)
-    return b"".join(chunks)
+class _Capped:
+    """The first ``limit`` bytes of a pipe, and how many it carried in all."""
+
+    __slots__ = ("chunks", "limit", "size")
+
+    def __init__(self, limit: int) -> None:
+        self.chunks: list[bytes] = []
+        self.limit = limit
+        self.size = 0
+
+    async def read(self, stream: asyncio.StreamReader) -> None:
+        # Read to the end (so the child never blocks on a full pipe), keeping ``limit``.
+        while chunk := await stream.read(65536):
+            if self.size < self.limit:
+                self.chunks.append(chunk[: self.limit - self.size])
+            self.size += len(chunk)
+
+    def value(self) -> bytes:
+        return b"".join(self.chunks)
 
 
 async def _reap(proc: asyncio.subprocess.Process) -> None:
@@ -330,13 +352,20 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
 
 
 def _limit_hit(code: int, stderr: bytes) -> str | None:
-    """Which limit ended the process, from how it ended."""
+    """Which limit ended the process, from how it ended: a signal, or the exception its
+    traceback ends with. A program that exits 0 was stopped by nothing, whatever it wrote
+    to stderr (a handled MemoryError, a log line that names one)."""
+    if code == 0:
+        return None
     if code in (-signal.SIGXCPU, -signal.SIGKILL, 128 + signal.SIGXCPU, 128 + signal.SIGKILL):
         return "cpu_time" if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU) else "killed"
-    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ) or b"File too large" in stderr:
+    if code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
         return "file_size"
-    if b"MemoryError" in stderr:
+    last = stderr.rstrip().rpartition(b"\n")[2]
+    if last.endswith(b"File too large"):
+        return "file_size"
+    if last.startswith(b"MemoryError"):
         return "memory"
-    if b"BlockingIOError" in stderr and b"Resource temporarily unavailable" in stderr:
+    if last.startswith(b"BlockingIOError") and b"Resource temporarily unavailable" in last:
         return "processes"
     return None

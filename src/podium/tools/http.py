@@ -72,7 +72,12 @@ class HttpResponse(msgspec.Struct, gc=False):
 
     @property
     def text(self) -> str:
-        return self.body.decode(self.charset or "utf-8", "replace")
+        """The body as text, in its declared charset; UTF-8 where the server declared one
+        that is no text encoding Python knows (``bogus``, ``rot13``, ``zlib``)."""
+        try:
+            return self.body.decode(self.charset or "utf-8", "replace")
+        except LookupError:
+            return self.body.decode("utf-8", "replace")
 
     def json(self) -> Any:
         return msgspec.json.decode(self.body)

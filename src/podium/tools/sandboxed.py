@@ -38,6 +38,8 @@ def run_python_tool(sandbox: Sandbox | None = None, *, name: str = "run_python")
                 + (f"; output so far: {result.stdout[-2000:]}" if result.stdout else "")
             )
         parts = [result.stdout]
+        if result.truncated:
+            parts.append(f"[output cut at {box.limits.output_bytes} bytes]")
         if result.stderr:
             parts.append(f"[stderr]\n{result.stderr[-4000:]}")
         if result.exit_code != 0:
