@@ -970,6 +970,8 @@ class Engine(AsyncCloseable):
         if rejected:
             outcomes = [*rejected, *results]
             outcomes.sort(key=_by_index)
+        elif done:  # a resumed step: the outcomes known before it come first in `results`
+            outcomes = sorted(results, key=_by_index)
         else:
             outcomes = results
         ctx = state.ctx
@@ -989,7 +991,7 @@ class Engine(AsyncCloseable):
             entries = [StepRecord(step, ts, message, in_order, response.usage, profile)]
         else:
             entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
-            if len(planned) == 1:  # several calls journal their own outcomes as each finishes
+            if len(planned) == 1 and not done:  # else _run_tools journaled each as it finished
                 entries.extend([ToolOutcome(step, ts, i, r) for i, r in results if i not in done])
             entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
@@ -1030,9 +1032,13 @@ class Engine(AsyncCloseable):
             )
             state.invalid_calls += invalid
         state.pending = None
+        done = pending.outcomes
+        if done:  # journaled already (ran, refused, decided by a human): never again
+            planned = [call for call in planned if call.index not in done]
+            rejected = [item for item in rejected if item[0] not in done]
         if pending.requests is not None or pending.interrupted is not None:
             planned = await self._after_humans(agent, state, pending, planned, rejected)
-        await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
+        await self._finish_step(agent, state, sw, planned, rejected, dict(done), None)
         if verdict is not None and verdict.rejected is not None:
             self._output_failed(agent, state, verdict)
         state.approved = frozenset()
