@@ -31,8 +31,9 @@ __all__ = ("decide", "expire", "list_pending", "run_pending", "sweep_waiting")
 #: Reads of a run a decision retries when another write overtakes it.
 _ATTEMPTS = 8
 
-#: Finds the tool a call was made to: (agent name, tool name) -> Tool, or None.
-ToolLookup = Callable[[str, str], "Tool[Any, Any] | None"]
+#: Finds the tool a waiting call was made to: (the run's record, tool name) -> Tool, or
+#: None. The call is the current agent's: after a hand-off, ``record.active_agent``'s.
+ToolLookup = Callable[[RunRecord, str], "Tool[Any, Any] | None"]
 
 
 async def run_pending(store: RunStore, record: RunRecord) -> list[PendingApproval]:
@@ -92,7 +93,7 @@ async def decide(
                 f"run {run_id!r} has no call {call_id!r} waiting for a decision",
                 field="call_id",
             )
-        tool = tools(record.agent, ask.tool) if tools is not None else None
+        tool = tools(record, ask.tool) if tools is not None else None
         check_decision(ask, decision, arguments, tool)
         now = time.time()
         waiting = record.waiting

@@ -22,7 +22,7 @@ import msgspec
 from podium.agent import Agent, positive_seconds
 from podium.engine import approvals, decisions
 from podium.engine.children import attach
-from podium.engine.handoff import handed_off
+from podium.engine.handoff import find_agent, handed_off
 from podium.engine.hook import EngineHook
 from podium.engine.model_faults import model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
@@ -80,6 +80,7 @@ from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, own_exit, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
+from podium.tools.tool import Tool
 
 __all__ = ("Engine", "Observer", "new_run_id")
 
@@ -108,6 +109,13 @@ def _blocked(verdict: ScreenVerdict) -> str:
 
 #: How many runs ended by :meth:`Engine.cancel_stored` are remembered for their drivers.
 _ENDED_OUTSIDE_KEPT = 4096
+
+
+def _tool_of(agent: Agent, record: RunRecord, name: str) -> Tool[Any, Any] | None:
+    """The tool ``name`` of the agent ``record``'s run stands with now: ``agent`` (the
+    run's) or, after a hand-off, the one its hand-offs lead to (``record.active_agent``)."""
+    current = find_agent(agent, record.active_agent)
+    return None if current is None else current.tools.get(name)
 
 
 def _check_parts(store: object, executor: object) -> None:
@@ -373,7 +381,8 @@ class Engine(AsyncCloseable):
         agent: Agent | None = None,
     ) -> RunRecord:
         """Decide on a waiting call: ``approve=True`` (with edited ``arguments``, checked
-        against the tool's schema: pass ``agent``), ``approve=False`` with a ``message``
+        against the tool's schema: pass ``agent``, the run's, whose hand-offs lead to the
+        agent the run stands with now), ``approve=False`` with a ``message``
         the model reads, or ``answer=`` a tool's question. Journaled before it returns.
 
         When the returned record is ``queued`` every call of the step is decided: drive
@@ -388,7 +397,7 @@ class Engine(AsyncCloseable):
         )
         if raw is not None and agent is None:
             raise DecisionError(422, "pass agent= to check edited arguments against its tool")
-        tools = None if agent is None else (lambda _a, name: agent.tools.get(name))
+        tools = None if agent is None else (lambda run, name: _tool_of(agent, run, name))
         record, _ = await decisions.decide(
             self.store, run_id, call_id, kind,
             message=answer if answer is not None else message,
