@@ -417,12 +417,20 @@ class Engine(AsyncCloseable):
         return [record for record, _ in ended]
 
     async def _still_waiting(self, record: RunRecord) -> RunRecord:
-        """A waiting run asked to be driven: ended if its wait is over, else as it is."""
+        """A waiting run asked to be driven: ended if its wait is over, else as it is.
+        A child run found waiting (parked by a version that let children wait) ends
+        ``failed``, ``subagent_waiting``: its parent, driving it now, cannot decide."""
         waiting = record.waiting
-        if waiting is None or waiting.until is None or waiting.until > time.time():
+        reason = error = None
+        if record.parent_run_id is not None:
+            entries = [e for _, e in await self.store.journal(record.run_id)]
+            asks, _ = approvals.open_requests(entries)
+            reason = approvals.SUBAGENT_WAITING
+            error = approvals.child_cannot_wait(sorted(asks.values(), key=lambda a: a.index))
+        elif waiting is None or waiting.until is None or waiting.until > time.time():
             return record
         try:
-            final = await decisions.expire(self.store, record)
+            final = await decisions.expire(self.store, record, reason=reason, error=error)
         except StaleRunError:  # decided or cancelled meanwhile: as it stands now
             stored = await self.store.get(record.run_id)
             return stored if stored is not None else record
@@ -1087,6 +1095,12 @@ class Engine(AsyncCloseable):
         self, agent: Agent, state: RunState, entries: Sequence[JournalEntry]
     ) -> None:
         record = state.record
+        if record.parent_run_id is not None:  # a child run: its parent cannot decide
+            asks = [e for e in entries if isinstance(e, ApprovalRequested)]
+            done = [e for e in entries if not isinstance(e, ApprovalRequested)]
+            if done:  # what the step did before it would have waited stays journaled
+                await self._append(state, done)
+            raise _Finish("failed", approvals.SUBAGENT_WAITING, approvals.child_cannot_wait(asks))
         now = time.time()
         record.status = "waiting"
         record.waiting = approvals.waiting_for(agent, record, now)
