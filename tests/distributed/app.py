@@ -178,3 +178,17 @@ def long_talky() -> Agent:
         "You track orders.",
         [effect],
     )
+
+
+#: A parent whose child run (``crasher``) kills its worker: a crash loop the queue ends by
+#: dead-lettering the parent.
+crash_team = Agent(
+    "crash_team",
+    SimulatedModel(Scenario(
+        steps=(SimStep(tool_calls=(SimToolCall("crasher", {"input": "go"}),)),),
+        final="never",
+    )),
+    "Delegate.",
+    [crasher.as_tool()],
+    max_steps=3,
+)
