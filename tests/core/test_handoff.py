@@ -4,6 +4,7 @@ resumed run continues with the agent it was handed to."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -152,17 +153,14 @@ def approval_desk(paid: list[str]) -> tuple[Agent, Agent]:
 
 
 async def test_edited_arguments_after_a_hand_off_are_checked_against_the_current_agent(
-    tmp_path: object,
+    tmp_path: Path,
 ) -> None:
     """The run handed off to ``payments`` waits on its ``refund``: an approval with edited
     arguments is checked against payments' tool (not the run's first agent's), and the
     resumed run (on another engine, from the root agent) pays with them."""
-    from pathlib import Path
-
     from podium import DecisionError
     from podium.store.sqlite import SQLiteRunStore
 
-    assert isinstance(tmp_path, Path)
     paid: list[str] = []
     front, _ = approval_desk(paid)
     db = str(tmp_path / "runs.sqlite")
