@@ -76,7 +76,7 @@ async def test_deltas_arrive_in_order_to_every_listener_of_the_run(pair: Pair) -
     await pair.until_listening("run_a")
     words = [TokenDelta(0, w) for w in ("The", " answer", " is", " 42.")]
     words.append(TokenDelta(1, tool_call_index=0, tool_name="lookup"))
-    words.append(TokenDelta(1, tool_call_index=0, arguments='{"q": 1}'))
+    words.append(TokenDelta(1, tool_call_index=0, arguments='{"q": 1}', offset=6))  # kept
     for delta in words:
         pair.worker.publish("run_a", delta)
     assert await received(first, len(words)) == words

@@ -384,3 +384,156 @@ async def test_a_question_journaled_before_a_crash_parks_the_run_on_resume(
         done = await engine.resume(asker.agent, record.run_id)
     assert done.output == "the human said: checking"
     assert asker.calls == 0
+
+
+def _outcomes_by_call(journal: Sequence[object]) -> Counter[str]:
+    """How many times the journal records an outcome of each call (a ToolOutcome, a result
+    in a StepRecord, or a reject/answer decision, which is that call's outcome)."""
+    from podium.engine.records import StepRecord, ToolOutcome
+
+    counted: Counter[str] = Counter()
+    for entry in journal:
+        if isinstance(entry, ToolOutcome):
+            counted[entry.result.call_id] += 1
+        elif isinstance(entry, StepRecord):
+            counted.update(r.call_id for r in entry.results)
+        elif isinstance(entry, ApprovalDecided) and entry.decision != "approve":
+            counted[entry.call_id] += 1
+    return counted
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit", "reject"])
+async def test_a_resumed_decided_step_records_each_outcome_once(
+    stores: StoreFactory, decision: str
+) -> None:
+    """A step with an invalid call beside one waiting for a human: once decided and
+    resumed (by another engine, as after a worker restart), every call of the step has
+    exactly one outcome in the journal and one tool message in the model's context, in
+    call order — whatever the decision."""
+    refunds = Refunds()
+    bad = '{"order_id": "A-0"}'  # no amount: rejected by its schema, before the wait
+    good = '{"order_id": "A-1", "amount": 250}'
+
+    def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+        if request.step == 0:
+            return tool_call_reply(("refund", bad), ("refund", good))
+        refunds.seen = [f"{m.tool_call_id}={m.content}" for m in messages if m.role == "tool"]
+        return "done"
+
+    agent = Agent("refunds", FunctionModel(reply), tools=list(refunds.agent.tools.values()))
+    async with Engine(stores()) as first:
+        record = await first.run(agent, "Refund")
+        assert record.status == "waiting"
+        if decision == "reject":
+            await first.decide(record.run_id, "call_1", approve=False, message="refunds frozen")
+        else:
+            edited = {"order_id": "A-1", "amount": 99} if decision == "edit" else None
+            await first.decide(record.run_id, "call_1", approve=True, arguments=edited,
+                               agent=agent)
+    async with Engine(stores()) as second:
+        done = await second.resume(agent, record.run_id)
+        journal = [e for _, e in await second.store.journal(record.run_id)]
+    assert done.status == "completed", done.error
+    outcome = {
+        "approve": "refunded 250 on A-1", "edit": "refunded 99 on A-1", "reject": "refunds frozen"
+    }[decision]
+    assert len(refunds.seen) == 2, refunds.seen
+    assert refunds.seen[0].startswith("call_0=error: invalid arguments for 'refund'")
+    assert refunds.seen[1] == f"call_1={outcome}"
+    assert _outcomes_by_call(journal) == {"call_0": 1, "call_1": 1}
+    assert refunds.refunded == ([] if decision == "reject" else [99 if decision == "edit" else 250])
+
+
+async def test_a_resumed_step_gives_the_model_its_outcomes_in_call_order(
+    stores: StoreFactory,
+) -> None:
+    """The human approves the first of two waiting calls and rejects the second: the
+    resumed step's tool messages follow the calls' order (as a replay of it would), not
+    the order in which their outcomes became known (the rejection first)."""
+    refunds = Refunds()
+    call = '{"order_id": "A-%d", "amount": 250}'
+
+    def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+        if request.step == 0:
+            return tool_call_reply(("refund", call % 1), ("refund", call % 2))
+        refunds.seen = [f"{m.tool_call_id}={m.content}" for m in messages if m.role == "tool"]
+        return "done"
+
+    agent = Agent("refunds", FunctionModel(reply), tools=list(refunds.agent.tools.values()))
+    async with Engine(stores()) as engine:
+        record = await engine.run(agent, "Refund")
+        await engine.decide(record.run_id, "call_1", approve=False, message="no")
+        await engine.decide(record.run_id, "call_0", approve=True)
+        done = await engine.resume(agent, record.run_id)
+        journal = [e for _, e in await engine.store.journal(record.run_id)]
+    assert done.status == "completed"
+    assert refunds.seen == ["call_0=refunded 250 on A-1", "call_1=no"]
+    assert _outcomes_by_call(journal) == {"call_0": 1, "call_1": 1}
+
+
+@pytest.mark.slow
+def test_sigkill_while_an_approved_call_runs_then_resume_records_each_outcome_once(
+    tmp_path: Path,
+) -> None:
+    """Real processes on SQLite: the run waits, a human approves one call (with edited
+    arguments) and rejects another, the process that resumes it is SIGKILLed while the
+    approved call runs, and a new process resumes it. The approved call completes once,
+    with the edited arguments; no call's outcome is journaled or read by the model twice."""
+    import asyncio
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from podium.engine.records import RunRecord
+
+    script = Path(__file__).with_name("_approval_crash.py")
+    db, log, run_id = tmp_path / "runs.sqlite", tmp_path / "calls.log", "run_approval_crash"
+
+    def start(mode: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(script), str(db), str(log), run_id, mode],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def finish(mode: str) -> RunRecord:
+        proc = start(mode)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        return msgspec.json.decode(out.strip().splitlines()[-1], type=RunRecord)
+
+    assert finish("first").status == "waiting"
+    assert finish("decide").status == "queued"
+    proc = start("hang")
+    try:
+        deadline = time.monotonic() + 60
+        while not (log.exists() and f"start {run_id}:0:1 99" in log.read_text()):
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the approved call never started"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+
+    final = finish("resume")
+    assert final.status == "completed", final.error
+    assert log.read_text().splitlines() == [
+        f"start {run_id}:0:1 99",  # the killed attempt
+        f"start {run_id}:0:1 99",
+        f"done {run_id}:0:1 99",
+    ]
+    assert final.output is not None
+    read = final.output.removeprefix("done: ").split(" | ")
+    assert len(read) == 3, read
+    assert read[0].startswith("error: invalid arguments for 'refund'")
+    assert read[1:] == ["refunded 99 on A-1", "frozen"]
+
+    async def journal() -> list[object]:
+        async with SQLiteRunStore(str(db)) as store:
+            return [e for _, e in await store.journal(run_id)]
+
+    assert _outcomes_by_call(asyncio.run(journal())) == {"call_0": 1, "call_1": 1, "call_2": 1}

@@ -4,6 +4,7 @@ resumed run continues with the agent it was handed to."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,90 @@ def test_hand_offs_both_ways_and_not_to_itself() -> None:
     assert [d.name for d in a.prefix.tools] == ["transfer_to_b"]
     with pytest.raises(ConfigError, match="itself"):
         a.add_handoffs(a)
+
+
+def approval_desk(paid: list[str]) -> tuple[Agent, Agent]:
+    """``front`` hands off to ``payments``, whose ``refund`` needs a human's approval.
+    ``front`` has a ``refund`` of its own with another schema (an order id only)."""
+    from podium import FunctionModel, tool_call_reply
+
+    @tool(side_effects=True, requires_approval=True)
+    async def refund(order: str, amount: int) -> str:
+        """Refund an amount on an order.
+
+        Args:
+            order: The order id.
+            amount: How much.
+        """
+        paid.append(f"{order}:{amount}")
+        return f"refunded {amount} on {order}"
+
+    @tool(name="refund")
+    async def front_refund(order_id: str) -> str:
+        """Ask for a refund (front desk).
+
+        Args:
+            order_id: The order id.
+        """
+        return "front desk refund"
+
+    def pay(messages, request):  # type: ignore[no-untyped-def]
+        if not any(m.role == "tool" and m.name == "refund" for m in messages):
+            return tool_call_reply(("refund", '{"order": "A-1", "amount": 500}'))
+        return "payments: " + messages[-1].content
+
+    payments = Agent("payments", FunctionModel(pay), "You pay.", [refund])
+    front = Agent(
+        "front",
+        FunctionModel(lambda messages, request: tool_call_reply(("transfer_to_payments", "{}"))),
+        "You route.",
+        [front_refund],
+        handoffs=[payments],
+    )
+    return front, payments
+
+
+async def test_edited_arguments_after_a_hand_off_are_checked_against_the_current_agent(
+    tmp_path: Path,
+) -> None:
+    """The run handed off to ``payments`` waits on its ``refund``: an approval with edited
+    arguments is checked against payments' tool (not the run's first agent's), and the
+    resumed run (on another engine, from the root agent) pays with them."""
+    from podium import DecisionError
+    from podium.store.sqlite import SQLiteRunStore
+
+    paid: list[str] = []
+    front, _ = approval_desk(paid)
+    db = str(tmp_path / "runs.sqlite")
+    async with Engine(SQLiteRunStore(db)) as first:
+        record = await first.run(front, "refund A-1")
+        assert (record.status, record.active_agent) == ("waiting", "payments")
+        (pending,) = await first.pending_approvals(record.run_id)
+        assert (pending.tool, pending.step) == ("refund", 1)
+        with pytest.raises(DecisionError) as wrong:  # front's refund schema: not payments'
+            await first.decide(record.run_id, pending.call_id, approve=True,
+                               arguments={"order_id": "A-1"}, agent=front)
+        assert wrong.value.status == 422 and "amount" in str(wrong.value)
+        decided = await first.decide(record.run_id, pending.call_id, approve=True,
+                                     arguments={"order": "A-1", "amount": 40}, agent=front)
+        assert decided.status == "queued"
+    async with Engine(SQLiteRunStore(db)) as second:
+        done = await second.resume(front, record.run_id)
+    assert done.status == "completed", done.error
+    assert (done.output, done.active_agent) == ("payments: refunded 40 on A-1", "payments")
+    assert paid == ["A-1:40"]
+
+
+def test_find_agent_walks_the_hand_offs() -> None:
+    from podium.engine.handoff import find_agent
+
+    a = Agent("a", SimulatedModel())
+    c = Agent("c", SimulatedModel())
+    b = Agent("b", SimulatedModel(), handoffs=[c])
+    a.add_handoffs(b)
+    c.add_handoffs(a)  # a cycle: walked once
+    assert find_agent(a, "a") is a
+    assert find_agent(a, None) is a
+    assert find_agent(a, "c") is c
+    assert find_agent(b, "a") is a
+    assert find_agent(a, "nobody") is None

@@ -278,3 +278,99 @@ def test_sigkilled_process_resumes_parent_and_children_on_sqlite(tmp_path: Path)
     lines = log.read_text().splitlines()
     assert lines.count(f"ended {run_id}.0.0") == 1  # never started again
     assert "block resume" in lines
+
+
+def _asking_team(kind: str, seen: list[str], paid: Counter[str]) -> Agent:
+    """``lead`` asks ``clerk`` (a sub-agent) to pay; clerk's ``pay`` needs a human's
+    approval (``kind="approval"``) or asks a question (``"interrupt"``), which no parent
+    can give. ``seen`` gets what lead's model read; ``paid`` counts pay's executions."""
+    from podium import FunctionModel, Interrupt, tool_call_reply
+
+    @tool(side_effects=True, requires_approval=kind == "approval")
+    async def pay(amount: int, ctx: ToolContext) -> str:
+        """Pay.
+
+        Args:
+            amount: How much.
+        """
+        paid[ctx.idempotency_key] += 1
+        if kind == "interrupt":
+            raise Interrupt("from which account?")
+        return f"paid {amount}"
+
+    def clerk_reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            return tool_call_reply(("pay", '{"amount": 500}'))
+        return "clerk done"
+
+    def lead_reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            return tool_call_reply(("clerk", '{"input": "pay 500"}'))
+        seen.extend(m.content for m in messages if m.role == "tool")
+        return "lead done"
+
+    clerk = Agent("clerk", FunctionModel(clerk_reply), "Pay.", [pay])
+    return Agent("lead", FunctionModel(lead_reply), "Delegate.", [clerk.as_tool()])
+
+
+@pytest.mark.parametrize("kind", ["approval", "interrupt"])
+async def test_a_child_that_would_wait_for_a_human_fails_with_subagent_waiting(
+    kind: str, tmp_path: Path
+) -> None:
+    """A parent cannot answer its child's approval or question, and no one else is asked
+    (the child would wait with the parent gone on): the child ends ``failed``, reason
+    ``subagent_waiting``, and the parent's model reads why. Nothing is left waiting, and a
+    resumed parent reuses the failed child."""
+    from podium.store.sqlite import SQLiteRunStore
+
+    seen: list[str] = []
+    paid: Counter[str] = Counter()
+    lead = _asking_team(kind, seen, paid)
+    async with SQLiteRunStore(str(tmp_path / "runs.sqlite")) as store, Engine(store) as engine:
+        record = await asyncio.wait_for(engine.run(lead, "go"), 10)
+        (child,) = await child_runs(store, record)
+        assert await engine.pending_approvals() == []
+        again = await engine.resume(lead, record.run_id)  # ended: nothing to redo
+    assert (record.status, record.output) == ("completed", "lead done")
+    assert (child.status, child.reason) == ("failed", "subagent_waiting")
+    assert child.error is not None and "pay" in child.error
+    (observation,) = seen
+    assert "ChildRunError" in observation and "subagent_waiting" in observation
+    assert paid == ({} if kind == "approval" else {f"{child.run_id}:0:0": 1})
+    assert again.status == "completed"
+
+
+async def test_a_child_left_waiting_by_an_older_version_fails_when_its_parent_resumes() -> None:
+    """A child stored ``waiting`` (parked before children refused to wait) is ended
+    ``failed``, ``subagent_waiting``, when its resumed parent reaches it."""
+    import time as _time
+
+    from podium.engine.records import ApprovalRequested, ModelTurn, Waiting
+    from podium.messages import Message, ToolCall
+
+    seen: list[str] = []
+    paid: Counter[str] = Counter()
+    lead = _asking_team("approval", seen, paid)
+    store = MemoryRunStore()
+    now = _time.time()
+    parent = RunRecord("run_old", "lead", "go", status="running", started_at=now)
+    await store.create(parent)
+    await store.append(parent.run_id, [ModelTurn(0, now, Message(
+        "assistant", "", (ToolCall("call_0", "clerk", '{"input": "pay 500"}'),)))])
+    child = RunRecord(child_run_id("run_old", 0, 0), "clerk", "pay 500", status="waiting",
+                      started_at=now, parent_run_id="run_old", parent_call="0:0",
+                      waiting=Waiting(now, None, "deadline", False))
+    await store.create(child)
+    call = ToolCall("call_0", "pay", '{"amount": 500}')
+    await store.append(child.run_id, [
+        ModelTurn(0, now, Message("assistant", "", (call,))),
+        ApprovalRequested(0, now, 0, "call_0", "pay", '{"amount": 500}'),
+    ])
+    async with Engine(store) as engine:
+        ended = await asyncio.wait_for(engine.resume(lead, "run_old"), 10)
+        stored = await store.get(child.run_id)
+        assert await engine.pending_approvals() == []
+    assert ended.status == "completed"
+    assert stored is not None and (stored.status, stored.reason) == ("failed", "subagent_waiting")
+    assert "subagent_waiting" in seen[0]
+    assert not paid

@@ -151,3 +151,47 @@ async def test_the_simulated_stream_adds_up_to_the_reply() -> None:
             pieces = [d for d in deltas if d.tool_call_index == i]
             assert pieces[0].tool_name == call.name
             assert "".join(d.arguments for d in pieces) == call.arguments
+
+
+async def test_each_delta_carries_its_offset_in_the_steps_streamed_text() -> None:
+    from podium.streaming.base import delta_size
+
+    channel = LocalTokenChannel()
+    model = CountingModel(scenario(), latency=LatencyModel(ttft_s=0.002, per_token_s=0.0005))
+    async with Engine() as engine:
+        engine.tokens = channel
+        deltas, _, _ = await listen_to_run(engine, channel, agent(model))
+    for step in (0, 1):
+        offset = 0
+        for delta in [d for d in deltas if d.step == step]:
+            assert delta.offset == offset, (step, delta)
+            offset += delta_size(delta)
+        assert offset > 0
+    assert [d.offset for d in deltas if d.step == 1][:3] == [0, len("Order"), len("Order A-1")]
+
+
+def test_step_offsets_drop_what_a_call_made_again_sends_twice() -> None:
+    from podium.streaming.base import StepOffsets
+
+    sent = StepOffsets()
+    first = [TokenDelta(1, "Order", offset=0), TokenDelta(1, " A-1", offset=5)]
+    assert sent.unsent(first) == first
+    # The call is made again (another worker): it streams from offset 0.
+    again = [TokenDelta(1, "Order", offset=0), TokenDelta(1, " A-1", offset=5),
+             TokenDelta(1, " left", offset=9)]
+    assert sent.unsent(again) == [TokenDelta(1, " left", offset=9)]
+    # Cut differently this time: only the part not sent yet is kept.
+    assert sent.unsent([TokenDelta(1, "A-1 left on", offset=6)]) == [
+        TokenDelta(1, " on", offset=14)
+    ]
+    # A gap (deltas lost, or a listener that came in mid-step) is not filled, but kept.
+    assert sent.unsent([TokenDelta(1, " Monday", offset=30)]) == [
+        TokenDelta(1, " Monday", offset=30)
+    ]
+    # Another step counts on its own; a call's name counts as text (its repeat is found).
+    call = TokenDelta(2, tool_call_index=0, tool_name="lookup", offset=0)
+    args = TokenDelta(2, tool_call_index=0, arguments='{"q":1}', offset=6)
+    assert sent.unsent([call, args]) == [call, args]
+    assert sent.unsent([call, args]) == []
+    sent.forget(2)
+    assert sent.unsent([call]) == [call]

@@ -155,3 +155,40 @@ def talky() -> Agent:
         "You track orders.",
         [effect],
     )
+
+
+#: What ``long_talky`` answers, one token a word (about 100 of them).
+LONG_ANSWER = " ".join(
+    f"Parcel {i} of your order left the Lyon warehouse and reaches you on day {i % 7}."
+    for i in range(7)
+)
+
+
+def long_talky() -> Agent:
+    """One tool step, then ``LONG_ANSWER`` streamed for about eight seconds: long enough
+    for a test to start a second worker while the first one is still talking."""
+    from podium import LatencyModel
+
+    return Agent(
+        "long_talky",
+        SimulatedModel(
+            Scenario.react("effect", {"item": "A-1"}, tool_steps=1, final=LONG_ANSWER),
+            latency=LatencyModel(ttft_s=0.02, per_token_s=0.08),
+        ),
+        "You track orders.",
+        [effect],
+    )
+
+
+#: A parent whose child run (``crasher``) kills its worker: a crash loop the queue ends by
+#: dead-lettering the parent.
+crash_team = Agent(
+    "crash_team",
+    SimulatedModel(Scenario(
+        steps=(SimStep(tool_calls=(SimToolCall("crasher", {"input": "go"}),)),),
+        final="never",
+    )),
+    "Delegate.",
+    [crasher.as_tool()],
+    max_steps=3,
+)

@@ -117,3 +117,37 @@ async def test_cancelling_a_parent_on_a_worker_cancels_its_children(
             assert slow.status == "cancelled" and quick.status in ("completed", "cancelled")
     finally:
         worker.stop()
+
+
+async def test_a_dead_lettered_parent_ends_its_children(
+    shared_redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    """The parent's child kills its worker on every delivery; the queue dead-letters the
+    parent. Its child, which only ever ran on the parent's lease, ends with it (``failed``,
+    ``dead_letter``) instead of staying ``running`` with nothing left to drive it."""
+    effects = tmp_path / "effects.log"
+    async with (
+        RedisRunStore(shared_redis_url, prefix=prefix) as store,
+        RedisQueue(shared_redis_url, prefix=prefix) as queue,
+    ):
+        await submit_runs(store, queue, "crash_team", ["doomed"])
+        codes = []
+        for attempt in range(5):
+            w = WorkerProcess(tmp_path, f"w{attempt}", shared_redis_url, prefix,
+                              "tests.distributed.app:crash_team", effects,
+                              "--lease", "0.5", "--max-deliveries", "2", "--burst")
+            try:
+                codes.append(await w.wait_exit(30))
+            finally:
+                w.stop()
+            if codes[-1] == 0:
+                break
+        assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0]
+        child_id = child_run_id("doomed", 0, 0)
+        assert [k for k, _ in effect_lines(effects)] == [f"{child_id}:0:0"] * 2
+        record = await store.get("doomed")
+        assert record is not None and (record.status, record.reason) == ("failed", "dead_letter")
+        (child,) = await child_runs(store, record)
+        assert (child.run_id, child.status, child.reason) == (child_id, "failed", "dead_letter")
+        assert child.error is not None and "doomed" in child.error
+        assert await queue.outstanding() == 0

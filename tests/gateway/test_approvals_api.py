@@ -89,3 +89,29 @@ async def test_reject_answer_cancel_and_other_tenants() -> None:
         assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
         listed = (await client.get("/v1/runs", params={"status": "waiting"})).json()["data"]
         assert listed == []
+
+
+async def test_edited_arguments_after_a_hand_off_use_the_agent_handed_to() -> None:
+    """Only ``front`` is served; the run handed off to ``payments`` waits on payments'
+    ``refund``: edited arguments are checked against that tool, and the run pays with them."""
+    from gateway_agents import approval_desk
+
+    paid: list[str] = []
+    front, _ = approval_desk(paid)
+    async with gateway_client(agents=[ServedAgent(front)]) as (gw, client):
+        r = await client.post("/v1/runs", json={"agent": "front", "input": "refund A-1",
+                                                "wait": True})
+        run = r.json()
+        assert run["status"] == "waiting", r.text
+        (pending,) = (await client.get(f"/v1/runs/{run['id']}/approvals")).json()["data"]
+        url = f"/v1/runs/{run['id']}/approvals/{pending['call_id']}"
+        wrong = await client.post(url, json={"decision": "approve",
+                                             "arguments": {"order_id": "A-1"}})
+        assert wrong.status_code == 422 and "amount" in wrong.text
+        ok = await client.post(url, json={"decision": "approve",
+                                          "arguments": {"order": "A-1", "amount": 40}})
+        assert ok.status_code == 200, ok.text
+        record = await gw.wait(str(run["id"]), 10.0)
+    assert record.status == "completed", record.error
+    assert record.output == "payments: refunded 40 on A-1"
+    assert paid == ["A-1:40"]

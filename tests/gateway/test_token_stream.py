@@ -196,3 +196,49 @@ async def test_the_stream_is_whole_without_a_token_channel() -> None:
         ]
         texts = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
         assert [t for t in texts if t] == [TALKY_ANSWER]
+
+
+async def test_a_streamed_call_made_again_is_not_sent_twice() -> None:
+    """The model's stream breaks off with a malformed reply after a few tokens and the
+    engine asks again (as a worker that took over a dead one's run would): the new
+    attempt streams from its first token, and the clients get each piece of text once."""
+    from collections.abc import AsyncIterator
+
+    from podium import LatencyModel, ModelReplyError, Scenario, SimulatedModel
+    from podium.models.base import ModelRequest, StreamDelta
+
+    broke: list[str] = []  # the runs whose first stream broke off
+
+    class Stuttering(SimulatedModel):
+        async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
+            count = 0
+            async for delta in super().stream(request):
+                if count == 4 and request.run_id not in broke:
+                    broke.append(request.run_id)
+                    raise ModelReplyError("the stream broke off")
+                count += 1
+                yield delta
+
+    from podium import Agent
+
+    stutter = Agent(
+        "stutter",
+        Stuttering(Scenario(final=TALKY_ANSWER), latency=LatencyModel(ttft_s=0.01,
+                                                                     per_token_s=0.002)),
+        "You track orders.",
+        model_retries=1,
+    )
+    async with gateway_client(agents=[ServedAgent(stutter)]) as (_, client):
+        body = {"model": "stutter", "messages": [{"role": "user", "content": "q"}],
+                "stream": True}
+        r = await client.post("/v1/chat/completions", json=body)
+        chunks = [
+            json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")
+        ]
+        texts = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+        assert "".join(t for t in texts if t) == TALKY_ANSWER
+        assert len([t for t in texts if t]) > 10  # streamed, token by token
+        r = await client.post("/v1/runs", json={"agent": "stutter", "input": "q", "stream": True})
+        events = list(sse_events(iter(r.text.splitlines())))
+        assert step_texts(events)[0] == TALKY_ANSWER
+    assert len(broke) == 2

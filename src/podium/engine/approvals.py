@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "INTERRUPTED",
+    "SUBAGENT_WAITING",
     "PendingApproval",
     "decided_result",
     "gate",
@@ -56,6 +57,8 @@ __all__ = (
 
 #: ``ToolResult.error`` of a call whose tool raised Interrupt (its content is the question).
 INTERRUPTED = "interrupted"
+#: The reason a child run ends with instead of waiting for a human (no one would answer).
+SUBAGENT_WAITING = "subagent_waiting"
 #: What the model reads for a rejected call when the human gave no message.
 DEFAULT_REJECTION = "error: a human rejected this call; do not retry it as it was"
 
@@ -153,6 +156,20 @@ def decided_result(decision: ApprovalDecided) -> ToolResult | None:
         ok=False,
         error="rejected",
         attempts=0,
+    )
+
+
+def child_cannot_wait(asks: Sequence[ApprovalRequested]) -> str:
+    """The error of a child run that would have waited on ``asks``: a parent run cannot
+    approve nor answer its child's calls, and no one else is asked."""
+    what = ", ".join(
+        f"{a.tool} ({a.call_id}) asks {a.question!r}" if a.kind == "interrupt"
+        else f"{a.tool} ({a.call_id}) needs approval"
+        for a in asks
+    ) or "a call waits for a human"
+    return (
+        f"a sub-agent cannot wait for a human: {what}; its parent run cannot decide "
+        "(give sub-agents tools that need no approval, or hand off instead)"
     )
 
 

@@ -31,8 +31,9 @@ __all__ = ("decide", "expire", "list_pending", "run_pending", "sweep_waiting")
 #: Reads of a run a decision retries when another write overtakes it.
 _ATTEMPTS = 8
 
-#: Finds the tool a call was made to: (agent name, tool name) -> Tool, or None.
-ToolLookup = Callable[[str, str], "Tool[Any, Any] | None"]
+#: Finds the tool a waiting call was made to: (the run's record, tool name) -> Tool, or
+#: None. The call is the current agent's: after a hand-off, ``record.active_agent``'s.
+ToolLookup = Callable[[RunRecord, str], "Tool[Any, Any] | None"]
 
 
 async def run_pending(store: RunStore, record: RunRecord) -> list[PendingApproval]:
@@ -92,7 +93,7 @@ async def decide(
                 f"run {run_id!r} has no call {call_id!r} waiting for a decision",
                 field="call_id",
             )
-        tool = tools(record.agent, ask.tool) if tools is not None else None
+        tool = tools(record, ask.tool) if tools is not None else None
         check_decision(ask, decision, arguments, tool)
         now = time.time()
         waiting = record.waiting
@@ -129,21 +130,27 @@ async def decide(
     raise DecisionError(409, f"run {run_id!r} keeps changing; retry the decision")
 
 
-async def expire(store: RunStore, record: RunRecord, now: float | None = None) -> RunFinished:
-    """End a waiting run that waited past its limit: ``failed`` with the wait's reason.
+async def expire(
+    store: RunStore,
+    record: RunRecord,
+    now: float | None = None,
+    *,
+    reason: str | None = None,
+    error: str | None = None,
+) -> RunFinished:
+    """End a waiting run that waited past its limit: ``failed`` with the wait's reason
+    (or with ``reason`` and ``error``, a waiting run that must end for another cause).
 
     Raises :class:`~podium.errors.StaleRunError` if the run was written meanwhile.
     """
     now = time.time() if now is None else now
-    waiting = record.waiting
-    reason = waiting.reason if waiting is not None else "deadline"
-    what = "its deadline" if reason == "deadline" else "the approval timeout"
-    final = RunFinished(
-        now,
-        "failed",
-        error=f"no decision before {what} while waiting for a human",
-        reason=reason,
-    )
+    if reason is None:
+        waiting = record.waiting
+        reason = waiting.reason if waiting is not None else "deadline"
+    if error is None:
+        what = "its deadline" if reason == "deadline" else "the approval timeout"
+        error = f"no decision before {what} while waiting for a human"
+    final = RunFinished(now, "failed", error=error, reason=reason)
     record.status, record.error, record.reason = "failed", final.error, reason
     record.finished_at = now
     await store.append(record.run_id, (final,), record=record)

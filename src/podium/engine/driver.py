@@ -22,7 +22,7 @@ import msgspec
 from podium.agent import Agent, positive_seconds
 from podium.engine import approvals, decisions
 from podium.engine.children import attach
-from podium.engine.handoff import handed_off
+from podium.engine.handoff import find_agent, handed_off
 from podium.engine.hook import EngineHook
 from podium.engine.model_faults import model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
@@ -80,6 +80,7 @@ from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, own_exit, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
+from podium.tools.tool import Tool
 
 __all__ = ("Engine", "Observer", "new_run_id")
 
@@ -108,6 +109,13 @@ def _blocked(verdict: ScreenVerdict) -> str:
 
 #: How many runs ended by :meth:`Engine.cancel_stored` are remembered for their drivers.
 _ENDED_OUTSIDE_KEPT = 4096
+
+
+def _tool_of(agent: Agent, record: RunRecord, name: str) -> Tool[Any, Any] | None:
+    """The tool ``name`` of the agent ``record``'s run stands with now: ``agent`` (the
+    run's) or, after a hand-off, the one its hand-offs lead to (``record.active_agent``)."""
+    current = find_agent(agent, record.active_agent)
+    return None if current is None else current.tools.get(name)
 
 
 def _check_parts(store: object, executor: object) -> None:
@@ -373,7 +381,8 @@ class Engine(AsyncCloseable):
         agent: Agent | None = None,
     ) -> RunRecord:
         """Decide on a waiting call: ``approve=True`` (with edited ``arguments``, checked
-        against the tool's schema: pass ``agent``), ``approve=False`` with a ``message``
+        against the tool's schema: pass ``agent``, the run's, whose hand-offs lead to the
+        agent the run stands with now), ``approve=False`` with a ``message``
         the model reads, or ``answer=`` a tool's question. Journaled before it returns.
 
         When the returned record is ``queued`` every call of the step is decided: drive
@@ -388,7 +397,7 @@ class Engine(AsyncCloseable):
         )
         if raw is not None and agent is None:
             raise DecisionError(422, "pass agent= to check edited arguments against its tool")
-        tools = None if agent is None else (lambda _a, name: agent.tools.get(name))
+        tools = None if agent is None else (lambda run, name: _tool_of(agent, run, name))
         record, _ = await decisions.decide(
             self.store, run_id, call_id, kind,
             message=answer if answer is not None else message,
@@ -408,12 +417,20 @@ class Engine(AsyncCloseable):
         return [record for record, _ in ended]
 
     async def _still_waiting(self, record: RunRecord) -> RunRecord:
-        """A waiting run asked to be driven: ended if its wait is over, else as it is."""
+        """A waiting run asked to be driven: ended if its wait is over, else as it is.
+        A child run found waiting (parked by a version that let children wait) ends
+        ``failed``, ``subagent_waiting``: its parent, driving it now, cannot decide."""
         waiting = record.waiting
-        if waiting is None or waiting.until is None or waiting.until > time.time():
+        reason = error = None
+        if record.parent_run_id is not None:
+            entries = [e for _, e in await self.store.journal(record.run_id)]
+            asks, _ = approvals.open_requests(entries)
+            reason = approvals.SUBAGENT_WAITING
+            error = approvals.child_cannot_wait(sorted(asks.values(), key=lambda a: a.index))
+        elif waiting is None or waiting.until is None or waiting.until > time.time():
             return record
         try:
-            final = await decisions.expire(self.store, record)
+            final = await decisions.expire(self.store, record, reason=reason, error=error)
         except StaleRunError:  # decided or cancelled meanwhile: as it stands now
             stored = await self.store.get(record.run_id)
             return stored if stored is not None else record
@@ -970,6 +987,8 @@ class Engine(AsyncCloseable):
         if rejected:
             outcomes = [*rejected, *results]
             outcomes.sort(key=_by_index)
+        elif done:  # a resumed step: the outcomes known before it come first in `results`
+            outcomes = sorted(results, key=_by_index)
         else:
             outcomes = results
         ctx = state.ctx
@@ -989,7 +1008,7 @@ class Engine(AsyncCloseable):
             entries = [StepRecord(step, ts, message, in_order, response.usage, profile)]
         else:
             entries = [ToolOutcome(step, ts, i, r) for i, r in rejected]
-            if len(planned) == 1:  # several calls journal their own outcomes as each finishes
+            if len(planned) == 1 and not done:  # else _run_tools journaled each as it finished
                 entries.extend([ToolOutcome(step, ts, i, r) for i, r in results if i not in done])
             entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
@@ -1030,9 +1049,13 @@ class Engine(AsyncCloseable):
             )
             state.invalid_calls += invalid
         state.pending = None
+        done = pending.outcomes
+        if done:  # journaled already (ran, refused, decided by a human): never again
+            planned = [call for call in planned if call.index not in done]
+            rejected = [item for item in rejected if item[0] not in done]
         if pending.requests is not None or pending.interrupted is not None:
             planned = await self._after_humans(agent, state, pending, planned, rejected)
-        await self._finish_step(agent, state, sw, planned, rejected, dict(pending.outcomes), None)
+        await self._finish_step(agent, state, sw, planned, rejected, dict(done), None)
         if verdict is not None and verdict.rejected is not None:
             self._output_failed(agent, state, verdict)
         state.approved = frozenset()
@@ -1072,6 +1095,12 @@ class Engine(AsyncCloseable):
         self, agent: Agent, state: RunState, entries: Sequence[JournalEntry]
     ) -> None:
         record = state.record
+        if record.parent_run_id is not None:  # a child run: its parent cannot decide
+            asks = [e for e in entries if isinstance(e, ApprovalRequested)]
+            done = [e for e in entries if not isinstance(e, ApprovalRequested)]
+            if done:  # what the step did before it would have waited stays journaled
+                await self._append(state, done)
+            raise _Finish("failed", approvals.SUBAGENT_WAITING, approvals.child_cannot_wait(asks))
         now = time.time()
         record.status = "waiting"
         record.waiting = approvals.waiting_for(agent, record, now)

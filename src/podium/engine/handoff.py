@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from podium.agent import Agent
     from podium.engine.replay import RunState
 
-__all__ = ("handed_off", "restore", "switch")
+__all__ = ("find_agent", "handed_off", "restore", "switch")
 
 
 def _target(agent: Agent, results: Sequence[ToolResult]) -> Agent | None:
@@ -39,6 +39,26 @@ def _target(agent: Agent, results: Sequence[ToolResult]) -> Agent | None:
         tool = handoffs.get(result.name)
         if tool is not None and result.ok and result.content == tool.text:
             return tool.target
+    return None
+
+
+def find_agent(root: Agent, name: str | None) -> Agent | None:
+    """The agent named ``name`` among ``root`` and the agents its hand-offs reach (directly
+    or through one another): where a run of ``root`` whose ``record.active_agent`` is
+    ``name`` stands now. ``None`` names ``root``; an agent no hand-off reaches is None."""
+    if name is None or root.name == name:
+        return root
+    seen = {id(root)}
+    todo = [root]
+    while todo:
+        agent = todo.pop()
+        for tool in agent.handoffs.values():
+            target = tool.target
+            if target.name == name:
+                return target
+            if id(target) not in seen:
+                seen.add(id(target))
+                todo.append(target)
     return None
 
 

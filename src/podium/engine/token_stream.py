@@ -3,9 +3,11 @@
 The engine takes this path only when its token channel says the run has a
 listener (one test per step); otherwise the step calls :meth:`Model.request`.
 Deltas are published, not journaled: the step's journal entry holds the whole
-reply, as for a call that was not streamed. A model that cannot stream is asked
-with :meth:`Model.request` instead, and its listeners see the reply when the
-step is journaled.
+reply, as for a call that was not streamed. Each carries its offset in the text
+the call streamed, so that listeners drop what a call made again (after a
+malformed reply, or on another worker after this one died) sends a second time.
+A model that cannot stream is asked with :meth:`Model.request` instead, and its
+listeners see the reply when the step is journaled.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from podium.engine.stopwatch import Stopwatch
 from podium.errors import ModelError, ModelReplyError
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.security.redact import redactor_for
-from podium.streaming.base import TokenChannel, TokenDelta
+from podium.streaming.base import TokenChannel, TokenDelta, delta_size
 
 __all__ = ("stream_model",)
 
@@ -29,7 +31,8 @@ async def stream_model(
     """The model's reply to ``request``, its deltas published on ``channel`` as they come.
 
     A malformed reply is asked again up to ``agent.model_retries`` times, as for
-    an unstreamed call (listeners then see the new attempt's tokens follow).
+    an unstreamed call (its deltas start again at offset 0: listeners drop the text
+    they have had already).
     CPU is counted only over the slices that handle a delta, not while waiting.
     An agent with secret tool arguments streams no argument fragments (the journal
     replaces those arguments; its listeners must not see them either).
@@ -67,6 +70,7 @@ async def _stream_once(
     t0 = time.perf_counter()
     first: float | None = None
     response: ModelResponse | None = None
+    offset = 0  # where the next delta starts in the text this call streamed
     sw.suspend(phase)
     try:
         async for delta in stream:
@@ -82,7 +86,9 @@ async def _stream_once(
                 or delta.tool_name
                 or (delta.arguments and arguments)
             ):
-                publish(run_id, _token(step, delta, arguments))
+                token = _token(step, delta, arguments, offset)
+                offset += delta_size(token)
+                publish(run_id, token)
             sw.suspend(phase)
         else:
             sw.resume(phase)
@@ -110,7 +116,7 @@ async def _stream_once(
     return response
 
 
-def _token(step: int, delta: StreamDelta, arguments: bool) -> TokenDelta:
+def _token(step: int, delta: StreamDelta, arguments: bool, offset: int) -> TokenDelta:
     return TokenDelta(
         step,
         delta.content,
@@ -118,6 +124,7 @@ def _token(step: int, delta: StreamDelta, arguments: bool) -> TokenDelta:
         delta.tool_call_index,
         delta.tool_name,
         delta.arguments if arguments else "",
+        offset,
     )
 
 

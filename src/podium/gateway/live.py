@@ -8,7 +8,10 @@ step's own ``model_reply``:
 - a delta of a step whose model turn is already journaled is dropped (the
   ``model_reply`` event has the whole text);
 - a delta of a step the journal has not reached yet (its previous step's
-  ``step_finished`` not read) waits until the journal catches up.
+  ``step_finished`` not read) waits until the journal catches up;
+- a delta below what was sent of its step (its ``offset``: the step's model call was
+  made again, on another worker after the first one died, or after a malformed reply)
+  is dropped, or cut to its part not sent yet.
 
 Deltas carry no event id: resuming with ``Last-Event-ID`` is at step granularity.
 A client that reconnects mid-step gets the journal events after its id, then the
@@ -36,7 +39,7 @@ from podium.gateway.sse import (
     unavailable_event,
 )
 from podium.store.base import JournalItem, RunStore
-from podium.streaming.base import TokenDelta, TokenSubscription
+from podium.streaming.base import StepOffsets, TokenDelta, TokenSubscription
 
 __all__ = ("LiveFrames", "LiveItem", "follow_live", "live_events")
 
@@ -94,6 +97,7 @@ async def live_events(
     tasks = [asyncio.ensure_future(pump_journal()), asyncio.ensure_future(pump_tokens())]
     turned = committed = -1  # the last step whose model turn / end the journal holds
     held: list[TokenDelta] = []
+    sent = StepOffsets()  # a model call made again (another worker) streams from 0 again
     try:
         while True:
             source, item = await queue.get()
@@ -107,7 +111,9 @@ async def live_events(
                     elif len(held) < _HELD_MAX:
                         held.append(delta)
                 if ready:
-                    yield ready
+                    ready = sent.unsent(ready)
+                    if ready:
+                        yield ready
                 continue
             if item is None:
                 return
@@ -117,8 +123,10 @@ async def live_events(
                 seq, entry = item
                 if isinstance(entry, StepRecord):
                     turned = committed = entry.step
+                    sent.forget(entry.step)
                 elif isinstance(entry, ModelTurn):
                     turned = entry.step
+                    sent.forget(entry.step)
                 elif isinstance(entry, StepCommitted):
                     committed = entry.step
                 if seq > after:
@@ -126,6 +134,8 @@ async def live_events(
                 if held:
                     ready = [d for d in held if turned < d.step <= committed + 1]
                     held = [d for d in held if d.step > committed + 1]
+                    if ready:
+                        ready = sent.unsent(ready)
                     if ready:
                         yield ready
                 continue

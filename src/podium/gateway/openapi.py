@@ -84,7 +84,8 @@ _SSE = {
             "tool_result, compacted, step_finished, approval_requested, approval_decided, final "
             "(always the last), error (the store stayed unreachable), and delta (model tokens "
             "as they arrive, without an id: {step, content?, reasoning?, tool_call_index?, "
-            "tool_name?, arguments?}). Chat completions send OpenAI's `data: {chunk}` frames, "
+            "tool_name?, arguments?, offset?}; offset: where it starts in the step's streamed "
+            "text). Chat completions send OpenAI's `data: {chunk}` frames, "
             "one per token, and `data: [DONE]`.",
         }
     }

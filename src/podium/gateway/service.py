@@ -24,6 +24,7 @@ from podium.config import Config
 from podium.engine import decisions
 from podium.engine.approvals import PendingApproval
 from podium.engine.driver import Engine, new_run_id
+from podium.engine.handoff import find_agent
 from podium.engine.hook import combine
 from podium.engine.records import (
     ApprovalRequested,
@@ -494,9 +495,12 @@ class Gateway:
                 self._settle_later(record, enqueue=True)
         return record
 
-    def _tool(self, agent: str, name: str) -> Any:
-        served = self.agents.get(agent)
-        return None if served is None else served.agent.tools.get(name)
+    def _tool(self, record: RunRecord, name: str) -> Any:
+        """The tool ``name`` of the agent the run stands with now (after a hand-off, the
+        one ``record.active_agent`` names, reached through the served agent's hand-offs)."""
+        served = self.agents.get(record.agent)
+        current = None if served is None else find_agent(served.agent, record.active_agent)
+        return None if current is None else current.tools.get(name)
 
     # -- engine observer (embedded mode) ----------------------------------------------------
 

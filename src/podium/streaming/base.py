@@ -22,7 +22,7 @@ import msgspec
 
 from podium.lifecycle import AsyncCloseable
 
-__all__ = ("TokenChannel", "TokenDelta", "TokenSubscription")
+__all__ = ("StepOffsets", "TokenChannel", "TokenDelta", "TokenSubscription", "delta_size")
 
 #: Deltas one listener may have waiting before the rest of that step is dropped for it.
 DEFAULT_BUFFER = 4096
@@ -33,7 +33,12 @@ class TokenDelta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 
     ``content`` and ``reasoning`` are text fragments; a tool call arrives as a delta
     with its ``tool_call_index`` and ``tool_name``, then fragments of its JSON
-    ``arguments`` under the same index.
+    ``arguments`` under the same index. ``offset`` is where the delta starts in the
+    step's streamed text: the characters of content, reasoning, tool names and
+    arguments the step's model call published before it (:func:`delta_size` each). A
+    call made again (after its worker died, or a malformed reply) starts again from
+    0, so a listener that has delivered the step up to some offset drops what lies
+    below it (see :class:`StepOffsets`).
     """
 
     step: int
@@ -42,6 +47,66 @@ class TokenDelta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     tool_call_index: int | None = None
     tool_name: str | None = None
     arguments: str = ""
+    offset: int = 0
+
+
+def delta_size(delta: TokenDelta) -> int:
+    """How far ``delta`` moves its step's offset: its text, and its tool name (a delta
+    that only names a call has its place in the step's text too)."""
+    name = delta.tool_name
+    return (
+        len(delta.content)
+        + len(delta.reasoning)
+        + len(delta.arguments)
+        + (len(name) if name is not None else 0)
+    )
+
+
+class StepOffsets:
+    """What a listener has delivered of each step's streamed text: drops the deltas, or
+    the parts of deltas, that a re-run of the step's model call sends again.
+
+    A delta that starts past what was delivered (some were lost, or the listener came in
+    mid-step) is kept: the step's journaled model turn holds the whole text anyway.
+    """
+
+    __slots__ = ("_reached",)
+
+    def __init__(self) -> None:
+        self._reached: dict[int, int] = {}
+
+    def unsent(self, deltas: Sequence[TokenDelta]) -> list[TokenDelta]:
+        """``deltas`` without what was delivered already (counted as delivered now)."""
+        reached = self._reached
+        out: list[TokenDelta] = []
+        for delta in deltas:
+            step = delta.step
+            got = reached.get(step, 0)
+            end = delta.offset + delta_size(delta)
+            if end <= got:
+                continue  # delivered already: a model call made again streams it again
+            if delta.offset < got:  # overlaps what was delivered: only its new end
+                delta = _tail(delta, got - delta.offset)
+            reached[step] = end
+            out.append(delta)
+        return out
+
+    def forget(self, step: int) -> None:
+        """Stop counting ``step`` (its model turn is journaled: its deltas are dropped)."""
+        self._reached.pop(step, None)
+
+
+def _tail(delta: TokenDelta, cut: int) -> TokenDelta:
+    """``delta`` without its first ``cut`` characters, when it carries one kind of text
+    (as backends send them); any other is kept whole."""
+    size = delta_size(delta)
+    for text, field in ((delta.content, "content"), (delta.reasoning, "reasoning"),
+                        (delta.arguments, "arguments")):
+        if text and len(text) == size:
+            return msgspec.structs.replace(
+                delta, **{field: text[cut:]}, offset=delta.offset + cut
+            )
+    return delta
 
 
 class TokenSubscription:
