@@ -3,11 +3,15 @@ shared server under a prefix, or a private one) comes from :mod:`redis_fixtures`
 
 from __future__ import annotations
 
+import compileall
 import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import podium
 from redis_fixtures import prefix, private_redis, redis_url, shared_redis_url
 
 __all__ = ("prefix", "private_redis", "redis_url", "shared_redis_url")  # fixtures
@@ -18,6 +22,16 @@ __all__ = ("prefix", "private_redis", "redis_url", "shared_redis_url")  # fixtur
 # that stops with 0, not 130). The children a test starts get the usual Ctrl-C.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Where bytecode caching is off (PYTHONDONTWRITEBYTECODE=1, as some containers set it),
+    # each of the several hundred `podium` processes the suite starts would compile
+    # Podium's sources again: about 0.2 s of CPU apiece, a minute or more of the suite.
+    # Compile them once, before the xdist workers start, as an ordinary install would
+    # (the caches are git-ignored; Python still checks each against its source).
+    if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
+        compileall.compile_dir(Path(podium.__file__).parent, quiet=1)
 
 
 @pytest.fixture(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -31,3 +33,25 @@ def test_no_binaries_are_committed_or_shipped() -> None:
         "targets"
     ]["sdist"]
     assert all(not p.endswith(".whl") for p in sdist["include"])
+
+
+def test_import_and_the_cli_parser_load_no_http_client_rich_or_yaml() -> None:
+    """``import podium`` and ``podium --help`` (which builds every command's parser) load
+    neither aiohttp, nor rich, nor yaml: a third of a second of start-up, all told, that
+    every process would pay (each ``podium`` command, each worker) for what only an HTTP
+    tool, a backend, a printed table or a YAML scenario needs."""
+    code = (
+        "import json, sys\n"
+        "heavy = ('aiohttp', 'rich', 'yaml')\n"
+        "import podium\n"
+        "imported = [m for m in heavy if m in sys.modules]\n"
+        "from podium.cli.main import build_parser\n"
+        "parser = build_parser()\n"
+        "parser.format_help()\n"
+        "helped = [m for m in heavy if m in sys.modules]\n"
+        "print(json.dumps({'import podium': imported, 'podium --help': helped}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    assert json.loads(out) == {"import podium": [], "podium --help": []}

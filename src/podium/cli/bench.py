@@ -7,11 +7,9 @@ import asyncio
 import gc
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from podium.agent import Agent
 from podium.cli.common import check_output_file, check_sqlite_path, positive_int, seconds
@@ -27,6 +25,10 @@ from podium.observe.report import BenchReport, render_report
 from podium.observe.rss import rss_kb
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+
+if TYPE_CHECKING:
+    # rich loads with the command that prints, not with `podium --help` or another command
+    from rich.console import Console
 
 __all__ = ("register", "run_bench")
 
@@ -63,6 +65,8 @@ def register(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     console = Console(stderr=args.json)
     if args.overhead:
         return _overhead(args, console)
@@ -187,6 +191,8 @@ async def run_bench(
     thresholds = gc.get_threshold()
     tune_for_serving()  # as `podium worker` and `podium serve` do (see podium.gctune)
     baseline_rss = rss_kb()
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     bar = Progress(
         "[progress.description]{task.description}",

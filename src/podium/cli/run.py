@@ -6,11 +6,9 @@ import argparse
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
 from podium.agent import Agent
 from podium.cli.common import (
@@ -49,6 +47,10 @@ from podium.factory import (
 from podium.messages import Message, Usage
 from podium.observe.display import terminal_safe
 from podium.tools.executor import ToolResult
+
+if TYPE_CHECKING:
+    # rich loads with the command that prints, not with `podium --help` or another command
+    from rich.console import Console
 
 __all__ = ("EXIT_WAITING", "register")
 
@@ -196,6 +198,8 @@ def _print_profile(console: Console, record: RunRecord) -> None:
     """The run's workload profile: per phase, wall and CPU summed over its steps."""
     if record.profile is None or not record.profile.steps:
         return
+    from rich.table import Table
+
     table = Table(title="workload profile", title_justify="left", box=None)
     for col in ("phase", "wall ms", "CPU ms", "wait ms"):
         table.add_column(col, justify="right" if col != "phase" else "left")
@@ -246,6 +250,8 @@ def main(args: argparse.Namespace) -> int:
         if args.resume and not os.path.exists(args.store):
             raise UserError(f"--resume: store {args.store!r} does not exist")
     agent = _open_agent(args)
+    from rich.console import Console
+
     piped = not sys.stdout.isatty()  # a pipe or a file: no hard wrapping at 80 columns
     console = (
         Console(highlight=False, soft_wrap=piped)

@@ -15,11 +15,9 @@ import asyncio
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
 from podium.cli.common import (
     check_output_file,
@@ -60,6 +58,11 @@ from podium.observe.inspect import (
 )
 from podium.store.base import JournalItem, RunStore
 from podium.tools.executor import ToolResult
+
+if TYPE_CHECKING:
+    # rich loads with the command that prints, not with `podium --help` or another command
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = ("register",)
 
@@ -117,11 +120,13 @@ def register(sub: Any) -> None:
     q.set_defaults(handler=_handler(_profile))
 
 
-Verb = Callable[[RunStore, argparse.Namespace, Console], Coroutine[Any, Any, int]]
+Verb: TypeAlias = "Callable[[RunStore, argparse.Namespace, Console], Coroutine[Any, Any, int]]"
 
 
 def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
+        from rich.console import Console
+
         err = Console(stderr=True, soft_wrap=True)  # one line, however narrow the terminal
         try:
             if getattr(args, "report", None):  # written at the end: refused before the query
@@ -144,6 +149,8 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
 
 
 async def _with_store(store: RunStore, verb: Verb, args: argparse.Namespace) -> int:
+    from rich.console import Console
+
     async with store:
         return await verb(store, args, Console(highlight=False, soft_wrap=args.json))
 
@@ -181,6 +188,9 @@ async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> 
     if args.json:
         _json([msgspec.structs.replace(r, profile=None) for r in runs])
         return 0
+    from rich.console import Console
+    from rich.table import Table
+
     if not console.is_terminal:  # piped to grep or a file: whole rows, never cut to 80
         console = Console(highlight=False, width=1000)
     table = Table(title=f"{len(runs)} run(s)", title_justify="left", box=None)
@@ -340,6 +350,8 @@ def _print_timeline(console: Console, timeline: list[StepTiming]) -> None:
         return
     total = max(t.start_ms + t.total_ms for t in timeline) or 1.0
     width = 40
+    from rich.table import Table
+
     table = Table(title="step timeline (ms)", title_justify="left", box=None)
     table.add_column("step", justify="right")
     table.add_column("start", justify="right")
@@ -396,6 +408,8 @@ async def _tail(store: RunStore, args: argparse.Namespace, console: Console) -> 
     try:
         return await asyncio.wait_for(run(), args.timeout)
     except TimeoutError:
+        from rich.console import Console
+
         Console(stderr=True).print(_t((f"{args.run_id} still going after {args.timeout}s",
                                        "yellow")))
         return 1
@@ -426,6 +440,8 @@ async def _profile(store: RunStore, args: argparse.Namespace, console: Console) 
     if args.json:
         _json(summary)
         return 0
+    from rich.table import Table
+
     table = Table(title=f"workload profile — {summary.runs:,} runs, {summary.steps:,} steps",
                   title_justify="left")
     table.add_column("phase")

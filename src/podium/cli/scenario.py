@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-import yaml
 
 from podium.agent import Agent, ContextPolicy
 from podium.errors import ConfigError
@@ -114,10 +113,18 @@ def load_scenario(path: str | Path | None) -> BenchScenario:
         text = p.read_text()
     except OSError as exc:
         raise ConfigError(f"scenario {p}: {exc.strerror}") from exc
-    try:
-        raw: Any = tomllib.loads(text) if p.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"scenario {p}: {exc}") from exc
+    if p.suffix == ".toml":
+        try:
+            raw: Any = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"scenario {p}: {exc}") from exc
+    else:
+        import yaml  # for a YAML scenario only: not loaded by every `podium` command
+
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"scenario {p}: {exc}") from exc
     try:
         scenario = msgspec.convert(raw or {}, BenchScenario)
     except msgspec.ValidationError as exc:

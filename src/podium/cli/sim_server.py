@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import contextlib
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podium.cli.common import UserError, host_port, port_number, positive_int
-from podium.models.sim_batching import BatchingConfig
-from podium.models.sim_server import SimServerConfig, build_app
+
+if TYPE_CHECKING:
+    # the server (aiohttp) loads when it is started, not with `podium --help`
+    from podium.models.sim_server import SimServerConfig
 
 __all__ = ("register",)
 
@@ -92,6 +94,9 @@ def register(subparsers: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> SimServerConfig:
+    from podium.models.sim_batching import BatchingConfig
+    from podium.models.sim_server import SimServerConfig
+
     return SimServerConfig(
         model=args.model,
         batching=BatchingConfig(
@@ -119,6 +124,8 @@ def config_from_args(args: argparse.Namespace) -> SimServerConfig:
 async def serve(config: SimServerConfig, host: str, port: int) -> None:
     """Serve until cancelled; prints ``listening on http://HOST:PORT`` once bound."""
     from aiohttp import web
+
+    from podium.models.sim_server import build_app
 
     runner = web.AppRunner(build_app(config), access_log=None, handle_signals=True)
     await runner.setup()

@@ -10,9 +10,12 @@ in a tool result clears the screen). Built as :class:`~rich.text.Text` it is nei
 
 from __future__ import annotations
 
-from rich.text import Text
+from typing import TYPE_CHECKING
 
 from podium.observe.display import terminal_safe
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 __all__ = ("Part", "line")
 
@@ -23,5 +26,7 @@ Part = str | tuple[str, str]
 def line(*parts: Part) -> Text:
     """The parts as one :class:`~rich.text.Text`: never parsed as markup, every control
     character written as a visible escape (see :func:`~podium.observe.display.terminal_safe`)."""
+    from rich.text import Text  # with the first line printed: not for `podium --help`
+
     return Text.assemble(*(terminal_safe(p) if isinstance(p, str) else (terminal_safe(p[0]), p[1])
                            for p in parts))

@@ -398,13 +398,16 @@ class OpenAIChatModel(Model):
                 # each read is bounded by the session's sock_read timeout, by the time
                 # left without a token (keep-alive comments are not progress) and by the
                 # call's total deadline
+                bound = min(last_token + idle, deadline)
                 try:
-                    async with asyncio.timeout_at(min(last_token + idle, deadline)):
+                    async with asyncio.timeout_at(bound):
                         chunk = await content.readany()
                 except aiohttp.SocketTimeoutError as exc:
                     raise ModelTimeoutError(f"{self.name}: no stream data in time") from exc
                 except TimeoutError as exc:
-                    if loop.time() >= deadline:
+                    # Which bound it was, not what the clock says now: uvloop's timers
+                    # (whole milliseconds) may fire a little before the deadline.
+                    if bound >= deadline:
                         raise ModelTimeoutError(
                             f"{self.name}: stream not complete in time"
                         ) from exc

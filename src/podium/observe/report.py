@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
 from podium.engine.profile import PHASES, PhaseSummary
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ("BenchReport", "render_report")
 
@@ -34,6 +37,8 @@ class BenchReport(msgspec.Struct, frozen=True):
 
 
 def render_report(report: BenchReport, console: Console) -> None:
+    from rich.table import Table  # with the table printed, not with `podium --help`
+
     table = Table(
         title=f"workload profile — {report.scenario} ({report.loop})", title_justify="left"
     )

@@ -1,7 +1,9 @@
 """Security: where tools may connect (egress), what the model may read (screening),
 where code may run (sandbox)."""
 
-from podium.security.egress import EgressDenied, EgressPolicy, GuardedResolver
+from typing import TYPE_CHECKING
+
+from podium.security.egress import EgressDenied, EgressPolicy
 from podium.security.findings import Finding
 from podium.security.heuristics import HeuristicScreener
 from podium.security.sandbox import (
@@ -18,6 +20,9 @@ from podium.security.screen import (
     ScreenVerdict,
     screening_statistics,
 )
+
+if TYPE_CHECKING:
+    from podium.security.resolver import GuardedResolver
 
 __all__ = (
     "EgressDenied",
@@ -36,3 +41,12 @@ __all__ = (
     "ScreeningPolicy",
     "screening_statistics",
 )
+
+
+def __getattr__(name: str) -> object:
+    # The resolver loads aiohttp (a third of a second): only for who asks for it.
+    if name == "GuardedResolver":
+        from podium.security.resolver import GuardedResolver
+
+        return GuardedResolver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

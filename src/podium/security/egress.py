@@ -9,7 +9,8 @@ The policy is checked twice for every hop of a request:
 2. on the *resolved* addresses, at connect time (:class:`GuardedResolver`, installed in the
    connector): a name that resolves to a loopback, private, link-local or metadata address is
    refused there, on the very answer the socket connects to, so a DNS answer that changes
-   between a check and the connect (rebinding) cannot slip through.
+   between a check and the connect (rebinding) cannot slip through. The resolver lives in
+   :mod:`podium.security.resolver`, which loads ``aiohttp``; this module does not.
 
 Redirects are followed by hand (see :mod:`podium.tools.http`) so that each ``Location``
 passes both checks again.
@@ -22,12 +23,14 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 from yarl import URL
 
 from podium.errors import PodiumError
+
+if TYPE_CHECKING:
+    from podium.security.resolver import GuardedResolver
 
 __all__ = (
     "EgressDenied",
@@ -270,27 +273,10 @@ class EgressPolicy:
             raise EgressDenied(f"host {host!r} is not in the egress allow-list")
 
 
-class GuardedResolver(AbstractResolver):
-    """A resolver that refuses names whose answers the policy does not allow.
+def __getattr__(name: str) -> object:
+    # The resolver is aiohttp's kind: loaded with it, by the HTTP client that needs it.
+    if name == "GuardedResolver":
+        from podium.security.resolver import GuardedResolver
 
-    Every address of the answer must pass (one bad address fails the lookup: connectors
-    try them in order, and an attacker controls the order).
-    """
-
-    def __init__(self, policy: EgressPolicy, inner: AbstractResolver | None = None) -> None:
-        self.policy = policy
-        self._inner = inner or DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        answers = await self._inner.resolve(host, port, family)
-        for answer in answers:
-            ip = parse_ip(answer["host"])
-            if ip is None:
-                raise EgressDenied(f"{host} resolved to {answer['host']!r}, not an address")
-            self.policy.check_address(ip, host)
-        return answers
-
-    async def close(self) -> None:
-        await self._inner.close()
+        return GuardedResolver
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -75,6 +75,10 @@ class _Protocol(asyncio.Protocol):
         self.reader = hiredis.Reader()
         self.waiting: deque[_Op] = deque()
         self.transport: asyncio.Transport | None = None
+        # An error the server sent before any command was written: its refusal of the
+        # connection (maxclients), said at once on accept, often before the handshake's
+        # first command is even queued. What the handshake then reports.
+        self.refused: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -85,6 +89,8 @@ class _Protocol(asyncio.Protocol):
         try:
             while (reply := self.reader.gets()) is not False:
                 if not self.waiting:  # out of step with our commands: never guess which
+                    if isinstance(reply, hiredis.ReplyError) and self.refused is None:
+                        self.refused = str(reply)  # a refusal before we asked anything
                     if self.transport is not None:  # reply is whose; start afresh, resend
                         self.transport.abort()
                     return
@@ -281,7 +287,7 @@ class Autopipeline:
         fut = asyncio.get_running_loop().create_future()
         protocol = protocol or self._protocol
         if protocol is None or protocol.transport is None:
-            raise RedisConnectionError("not connected")
+            raise RedisConnectionError((protocol and protocol.refused) or "not connected")
         op = _Op(args, fut, internal=True)
         protocol.waiting.append(op)
         protocol.transport.write(op.packed)
@@ -298,7 +304,7 @@ class Autopipeline:
             if op.fut.done():
                 continue
             if op.internal:  # its caller (a connect or a script load) decides what next
-                op.fut.set_exception(RedisConnectionError("connection lost"))
+                op.fut.set_exception(RedisConnectionError(protocol.refused or "connection lost"))
             else:
                 if op.resend_args is not None:  # it may have been applied: the safe form
                     op.args, op.resend_args = op.resend_args, None
@@ -374,6 +380,14 @@ class Autopipeline:
         except ResponseError as exc:
             if str(exc).startswith(MAX_CLIENTS) or is_transient(str(exc)):
                 raise RedisConnectionError(str(exc)) from None  # try again, with backoff
+            raise
+        except RedisConnectionError:
+            # The server's error came before the handshake's command and it hung up (the
+            # error carries its words): the same outcome as had it come as the reply.
+            refused = protocol.refused
+            if refused is not None and not (refused.startswith(MAX_CLIENTS)
+                                            or is_transient(refused)):
+                raise ResponseError(refused) from None  # DENIED (protected mode): final
             raise
 
     def _drop(self, protocol: _Protocol) -> None:

@@ -28,17 +28,21 @@ import string
 import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import msgspec
-from aiohttp.abc import AbstractResolver
 from yarl import URL
 
 from podium.errors import ToolDefinitionError
-from podium.security.egress import EgressDenied, EgressPolicy, GuardedResolver
+from podium.security.egress import EgressDenied, EgressPolicy
 from podium.security.tenant_egress import current_egress
 from podium.tools.tool import Tool, tool
+
+if TYPE_CHECKING:
+    # aiohttp (a third of a second to import) loads with a client's first session, not
+    # with every agent that declares an HTTP tool.
+    import aiohttp
+    from aiohttp.abc import AbstractResolver
 
 __all__ = ("HttpClient", "HttpError", "HttpResponse", "ResponseTooLarge", "http_tool")
 
@@ -169,6 +173,10 @@ class HttpClient:
         held = self._sessions.get((loop, policy))
         if held is not None and not held.session.closed:
             return held.session
+        import aiohttp
+
+        from podium.security.resolver import GuardedResolver
+
         connector = aiohttp.TCPConnector(
             limit=self._max_connections,
             resolver=GuardedResolver(policy, self._resolver),
