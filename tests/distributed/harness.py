@@ -70,6 +70,24 @@ class WorkerProcess:
             self.proc.wait()
 
 
+async def burst_until_clean(
+    log_dir: Path, redis_url: str, prefix: str, agent: str, effects: Path, attempts: int = 5
+) -> list[int]:
+    """Start ``--burst`` workers one after another (0.5 s leases, two deliveries before a
+    run is dead-lettered) until one exits 0; their exit codes, in order."""
+    codes: list[int] = []
+    for attempt in range(attempts):
+        w = WorkerProcess(log_dir, f"w{attempt}", redis_url, prefix, agent, effects,
+                          "--lease", "0.5", "--max-deliveries", "2", "--burst")
+        try:
+            codes.append(await w.wait_exit(30))
+        finally:
+            w.stop()
+        if codes[-1] == 0:
+            break
+    return codes
+
+
 async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]], within: float, what: str
 ) -> None:

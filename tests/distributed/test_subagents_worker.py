@@ -15,7 +15,7 @@ from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 
 from .app import TOOL_STEPS
-from .harness import WorkerProcess, effect_lines, submit_runs, wait_until
+from .harness import WorkerProcess, burst_until_clean, effect_lines, submit_runs, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -131,17 +131,9 @@ async def test_a_dead_lettered_parent_ends_its_children(
         RedisQueue(shared_redis_url, prefix=prefix) as queue,
     ):
         await submit_runs(store, queue, "crash_team", ["doomed"])
-        codes = []
-        for attempt in range(5):
-            w = WorkerProcess(tmp_path, f"w{attempt}", shared_redis_url, prefix,
-                              "tests.distributed.app:crash_team", effects,
-                              "--lease", "0.5", "--max-deliveries", "2", "--burst")
-            try:
-                codes.append(await w.wait_exit(30))
-            finally:
-                w.stop()
-            if codes[-1] == 0:
-                break
+        codes = await burst_until_clean(
+            tmp_path, shared_redis_url, prefix, "tests.distributed.app:crash_team", effects
+        )
         assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0]
         child_id = child_run_id("doomed", 0, 0)
         assert [k for k, _ in effect_lines(effects)] == [f"{child_id}:0:0"] * 2

@@ -12,7 +12,14 @@ from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 
 from .app import TOOL_STEPS
-from .harness import WorkerProcess, check_completed_once, effect_lines, submit_runs, wait_until
+from .harness import (
+    WorkerProcess,
+    burst_until_clean,
+    check_completed_once,
+    effect_lines,
+    submit_runs,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -109,17 +116,9 @@ async def test_run_that_kills_its_worker_is_dead_lettered(
         RedisQueue(shared_redis_url, prefix=prefix) as queue,
     ):
         await submit_runs(store, queue, "crasher", ["doomed"])
-        codes = []
-        for attempt in range(5):
-            w = WorkerProcess(tmp_path, f"w{attempt}", shared_redis_url, prefix,
-                              "tests.distributed.app:crasher", effects,
-                              "--lease", "0.5", "--max-deliveries", "2", "--burst")
-            try:
-                codes.append(await w.wait_exit(30))
-            finally:
-                w.stop()
-            if codes[-1] == 0:
-                break
+        codes = await burst_until_clean(
+            tmp_path, shared_redis_url, prefix, "tests.distributed.app:crasher", effects
+        )
         assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0]
         assert [k for k, _ in effect_lines(effects)] == ["doomed:0:0"] * 2  # two deliveries ran
         (dead,) = await queue.dead_letters()
