@@ -12,6 +12,7 @@ import asyncio
 import hiredis
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from podium.store.redis_batch import Autopipeline
 
@@ -56,3 +57,37 @@ async def test_a_command_lost_with_its_connection_is_sent_again_in_its_resend_fo
         await server.wait_closed()
     assert reply == b"1-1"
     assert received == [[b"XADD", b"s", b"*", b"d", b"x"], [b"SAFE", b"s", b"x"]]
+
+
+async def test_closing_while_the_handshake_waits_leaves_no_connection_behind() -> None:
+    """aclose() while a connection is being set up (the server has not answered the
+    handshake's PING yet) stops that set-up and hangs up before it returns: no task left
+    pending for the loop's end, no socket left open."""
+    accepted = asyncio.Event()
+    hung_up = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()
+        await reader.read()  # never answers; b"" once the client hangs up
+        hung_up.set()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = aioredis.Redis(host="127.0.0.1", port=port)
+    pipe = Autopipeline(client, timeout=30, unavailable_s=30)
+    try:
+        call = pipe.submit("GET", "k")
+        await accepted.wait()
+        await pipe.aclose()
+        assert pipe._connecting is None  # the set-up has ended, not just been asked to
+        with pytest.raises(RedisConnectionError, match="closed"):
+            await call
+        async with asyncio.timeout(5):
+            await hung_up.wait()
+    finally:
+        await pipe.aclose()
+        await client.aclose()
+        server.close()
+        async with asyncio.timeout(5):  # uvloop's waits for a connection left open
+            await server.wait_closed()

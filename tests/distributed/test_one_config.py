@@ -77,7 +77,8 @@ def running_gateway(*args: str, env: dict[str, str] | None = None) -> Iterator[h
                 started.set()
         started.set()
 
-    threading.Thread(target=drain, daemon=True).start()
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     try:
         assert started.wait(30) and proc.poll() is None, "".join(lines)
         with httpx.Client(
@@ -89,6 +90,9 @@ def running_gateway(*args: str, env: dict[str, str] | None = None) -> Iterator[h
     finally:
         proc.terminate()
         proc.wait(30)
+        # Closed once the reader is done with it (it reads to the end once the process
+        # has exited): closed under it, its read raised in the thread, failing a later test.
+        reader.join(10)
         if proc.stderr is not None:
             proc.stderr.close()
 

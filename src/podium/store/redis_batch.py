@@ -38,6 +38,7 @@ from redis.exceptions import AuthenticationError, NoScriptError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from podium.errors import ConfigError
+from podium.lifecycle import stop_task
 from podium.store.redis_replies import MAX_CLIENTS, RefusalLog, is_transient
 
 __all__ = ("Autopipeline",)
@@ -361,6 +362,10 @@ class Autopipeline:
                     due = min(op.born for op in self._queue) + self.unavailable_s
                     delay = min(self._backoff.compute(failures), due - time.monotonic())
                     await asyncio.sleep(max(0.005, delay))
+                except BaseException:  # cancelled (aclose) mid-set-up: hang up, not leak it
+                    if protocol is not None and protocol is not self._protocol:
+                        self._drop(protocol)
+                    raise
         finally:
             self._connecting = None
         if self._queue:
@@ -434,12 +439,12 @@ class Autopipeline:
 
     async def aclose(self) -> None:
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self._connecting is not None:
-            self._connecting.cancel()
+        # Stopped and waited for, not just cancelled: a connect cut off mid-handshake
+        # hangs up its connection as it unwinds, before the loop may close.
+        for task in [*self._tasks, self._connecting]:
+            await stop_task(task)
         protocol = self._protocol
         if protocol is not None and protocol.transport is not None:
             protocol.transport.close()
