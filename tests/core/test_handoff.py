@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from handoff_agents import approval_desk
 from podium import (
     Agent,
     ConfigError,
@@ -109,47 +110,6 @@ def test_hand_offs_both_ways_and_not_to_itself() -> None:
     assert [d.name for d in a.prefix.tools] == ["transfer_to_b"]
     with pytest.raises(ConfigError, match="itself"):
         a.add_handoffs(a)
-
-
-def approval_desk(paid: list[str]) -> tuple[Agent, Agent]:
-    """``front`` hands off to ``payments``, whose ``refund`` needs a human's approval.
-    ``front`` has a ``refund`` of its own with another schema (an order id only)."""
-    from podium import FunctionModel, tool_call_reply
-
-    @tool(side_effects=True, requires_approval=True)
-    async def refund(order: str, amount: int) -> str:
-        """Refund an amount on an order.
-
-        Args:
-            order: The order id.
-            amount: How much.
-        """
-        paid.append(f"{order}:{amount}")
-        return f"refunded {amount} on {order}"
-
-    @tool(name="refund")
-    async def front_refund(order_id: str) -> str:
-        """Ask for a refund (front desk).
-
-        Args:
-            order_id: The order id.
-        """
-        return "front desk refund"
-
-    def pay(messages, request):  # type: ignore[no-untyped-def]
-        if not any(m.role == "tool" and m.name == "refund" for m in messages):
-            return tool_call_reply(("refund", '{"order": "A-1", "amount": 500}'))
-        return "payments: " + messages[-1].content
-
-    payments = Agent("payments", FunctionModel(pay), "You pay.", [refund])
-    front = Agent(
-        "front",
-        FunctionModel(lambda messages, request: tool_call_reply(("transfer_to_payments", "{}"))),
-        "You route.",
-        [front_refund],
-        handoffs=[payments],
-    )
-    return front, payments
 
 
 async def test_edited_arguments_after_a_hand_off_are_checked_against_the_current_agent(

@@ -94,7 +94,7 @@ async def test_reject_answer_cancel_and_other_tenants() -> None:
 async def test_edited_arguments_after_a_hand_off_use_the_agent_handed_to() -> None:
     """Only ``front`` is served; the run handed off to ``payments`` waits on payments'
     ``refund``: edited arguments are checked against that tool, and the run pays with them."""
-    from gateway_agents import approval_desk
+    from handoff_agents import approval_desk
 
     paid: list[str] = []
     front, _ = approval_desk(paid)
