@@ -251,6 +251,25 @@ class Engine(AsyncCloseable):
         new); it starts when the thread's earlier runs have ended, from their history.
         ``egress`` narrows where its tools may connect (the tenant's policy).
         """
+        return await self._create(
+            agent, user_input, run_id, tenant, metadata, deadline_s, thread_id, egress
+        )
+
+    async def _create(
+        self,
+        agent: Agent,
+        user_input: str,
+        run_id: str | None = None,
+        tenant: str = "default",
+        metadata: dict[str, str] | None = None,
+        deadline_s: float | None = None,
+        thread_id: str | None = None,
+        egress: EgressPolicy | None = None,
+        *,
+        running: bool = False,
+    ) -> RunRecord:
+        """:meth:`create`; ``running``: the run starts now (:meth:`run`), so unless it
+        waits for its thread's turn it is stored ``running`` at once (one write, not two)."""
         _check_run(agent, user_input, run_id, tenant, deadline_s)
         record = RunRecord(
             run_id or new_run_id(),
@@ -262,6 +281,9 @@ class Engine(AsyncCloseable):
             thread_id=thread_id,
         )
         if thread_id is None:
+            if running:
+                record.status = "running"
+                record.started_at = record.created_at
             await self.store.create(record)
         else:
             await self.threads.create_run(record, create_thread=True)
@@ -461,8 +483,10 @@ class Engine(AsyncCloseable):
         user_input: str = "",
         create: dict[str, Any] | None = None,
     ) -> RunRecord:
+        started = False  # stored `running` by run() itself: no journal, nothing to update
         if record is None:  # run(): create it first, in the same frame
-            record = await self.create(agent, user_input, **(create or {}))
+            record = await self._create(agent, user_input, **(create or {}), running=True)
+            started = record.status == "running"
         if record.done:
             return record
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
@@ -474,7 +498,7 @@ class Engine(AsyncCloseable):
             self._tasks[run_id] = task
         egress: Token[EgressPolicy | None] | None = None
         try:
-            begun = await self._begin(agent, record, admit_ns, task)
+            begun = await self._begin(agent, record, admit_ns, task, started)
             if not isinstance(begun, RunState):  # it ended before a step could run
                 return begun
             state = begun
@@ -650,7 +674,9 @@ class Engine(AsyncCloseable):
                 if state.alarm is not None:
                     state.alarm.disarm()
                 sw.finish()  # the last steps' CPU figures, exact
-            ended = await self._finish(state, end[0], end[1], error=end[2])
+            if end[0] != "completed" or state.record.status != "completed":
+                await self._write_end(state, end[0], end[1], error=end[2])
+            ended = self._ended(state)
             if ended.thread_id is not None:
                 await self.threads.settle_quietly(ended, state.ctx.messages)
             return ended
@@ -667,6 +693,7 @@ class Engine(AsyncCloseable):
         record: RunRecord,
         admit_ns: int,
         task: asyncio.Task[Any] | None,
+        started: bool = False,
     ) -> RunState | RunRecord:
         """The run's state, loaded and marked running; or its record if it has ended (in
         the journal, elsewhere, or cancelled before its state was loaded)."""
@@ -676,7 +703,7 @@ class Engine(AsyncCloseable):
                 stored = await self._ended_meanwhile(run_id)
                 if stored is not None:
                     return stored
-            state = await self._load(agent, record, admit_ns)
+            state = await self._load(agent, record, admit_ns, started)
             if state is None:
                 if record.thread_id is not None:
                     await self.threads.settle_quietly(record)
@@ -714,16 +741,19 @@ class Engine(AsyncCloseable):
         stored = await self.store.get(run_id)
         return stored if stored is not None and stored.done else None
 
-    async def _load(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState | None:
+    async def _load(
+        self, agent: Agent, record: RunRecord, admit_ns: int, started: bool = False
+    ) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
-        journal says it ended already (the record is then brought level with it)."""
+        journal says it ended already (the record is then brought level with it).
+        ``started``: the record was just stored ``running`` by :meth:`run` (no journal)."""
         history = None
         if record.thread_id is not None:  # waits while runs ahead of it on the thread go
             since = time.perf_counter_ns()
             history = await self.threads.turn(record)
             admit_ns += time.perf_counter_ns() - since  # waiting for the turn is admission
         # A run back in the queue after a human's decision has started before: read its journal.
-        fresh = record.status == "queued" and record.started_at is None
+        fresh = started or (record.status == "queued" and record.started_at is None)
         entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
         screened = None
         if fresh and agent.screening is not None:
@@ -750,13 +780,13 @@ class Engine(AsyncCloseable):
             self._apply_final(state, state.finished)
             await self.store.update(record)
             return None
-        now = time.time()
-        record.status = "running"
-        if record.started_at is None:
-            record.started_at = now
-        if record.waiting is not None:  # resumed after a wait (its pause was counted then)
-            record.waiting = None
-        await self.store.update(record)
+        if not started or screened is not None:  # (screening may have rewritten the input)
+            record.status = "running"
+            if record.started_at is None:
+                record.started_at = time.time()
+            if record.waiting is not None:  # resumed after a wait (its pause was counted then)
+                record.waiting = None
+            await self.store.update(record)
         if history and state.step == 0 and state.pending is None:
             await self._fit_history(agent, state)
         if self.hook is not None:  # what it hears at each step of this drive (or nothing)
@@ -850,7 +880,9 @@ class Engine(AsyncCloseable):
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
         if state.alarm is not None:  # and so is its deadline
             state.alarm.disarm()
-        await self._append(state, (entry, final), sw, record=state.record)
+        waiting = self._checkpoint(state, (entry, final), sw, state.record)
+        if waiting is not None:
+            await waiting
         sw.close_step(profile)
         on_step = state.on_step
         if on_step is not None:
@@ -1373,22 +1405,24 @@ class Engine(AsyncCloseable):
         record.usage = state.usage
         record.profile = state.profile
 
-    async def _finish(
+    async def _write_end(
         self,
         state: RunState,
         status: RunStatus,
         reason: str | None,
         output: str | None = None,
         error: str | None = None,
-    ) -> RunRecord:
+    ) -> None:
+        """Journal and store the run's end (a completed run's went with its final step)."""
         record = state.record
         self._tasks.pop(record.run_id, None)  # its end is decided: a cancel is too late
-        if status == "completed" and record.status == "completed":
-            pass  # already journaled and stored with the final step
-        else:
-            final = RunFinished(time.time(), status, output, error, reason)
-            self._apply_final(state, final)
-            await self._write_final(record, final)
+        final = RunFinished(time.time(), status, output, error, reason)
+        self._apply_final(state, final)
+        await self._write_final(record, final)
+
+    def _ended(self, state: RunState) -> RunRecord:
+        """The run's end is stored: count it, tell the hook, give its record."""
+        record = state.record
         if self.aggregator is not None:
             self.aggregator.finish_run(state.profile.admit_ns)
         if self.hook is not None:

@@ -119,6 +119,8 @@ def replay(
     """
     ctx = ContextBuffer.start(agent.prefix, agent.context.tokenizer, record.input, history)
     state = RunState(record, ctx)
+    if not entries:  # a fresh run (the usual case): nothing to replay
+        return state
     turn: ModelTurn | None = None
     outcomes: dict[int, ToolResult] = {}
     # Calls of the open step that waited on a human (rare: created on first use).
