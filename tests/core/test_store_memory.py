@@ -27,6 +27,39 @@ async def test_finished_runs_are_kept_up_to_a_bound() -> None:
     assert store.statistics().runs == 4
 
 
+async def test_finished_runs_expire_after_their_ttl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A finished run is readable for ``finished_ttl_s``, then gone, however often it was
+    read meanwhile (reads remember when the first expiry is due)."""
+    now = [100.0]
+    monkeypatch.setattr("podium.store.memory.time.monotonic", lambda: now[0])
+    store = MemoryRunStore(finished_ttl_s=10.0)
+
+    async def finish(run_id: str) -> None:
+        record = RunRecord(run_id, "a", "x")
+        await store.create(record)
+        record.status = "completed"
+        await store.append(run_id, [RunFinished(1.0, "completed", "ok")], record=record)
+
+    await finish("r0")
+    now[0] = 105.0
+    await finish("r1")
+    assert await store.get("r0") is not None  # due at 110
+    now[0] = 109.9
+    assert await store.get("r0") is not None
+    now[0] = 110.0
+    assert await store.get("r0") is None
+    assert await store.get("r1") is not None  # due at 115
+    now[0] = 115.5
+    assert [r.run_id for r in await store.list()] == []
+    with pytest.raises(RunNotFoundError):
+        await store.journal("r1")
+    await finish("r2")  # expiries start over once none is left
+    now[0] = 125.4
+    assert await store.get("r2") is not None
+    now[0] = 125.5
+    assert await store.get("r2") is None
+
+
 async def test_default_retention_is_bounded() -> None:
     store = MemoryRunStore()
     assert store.max_finished is not None and store.finished_ttl_s is not None

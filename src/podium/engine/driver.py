@@ -684,8 +684,10 @@ class Engine(AsyncCloseable):
             if egress is not None:
                 leave_egress(egress)
             self._tasks.pop(run_id, None)
-            self._pausing.discard(run_id)
-            self._cancelling.discard(run_id)
+            if self._pausing:  # (mostly empty: a truth test costs less than a call)
+                self._pausing.discard(run_id)
+            if self._cancelling:
+                self._cancelling.discard(run_id)
 
     async def _begin(
         self,

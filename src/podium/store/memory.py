@@ -8,6 +8,7 @@ keep every run it ever served.
 from __future__ import annotations
 
 import builtins
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -48,6 +49,7 @@ class MemoryRunStore(RunStore):
         self._runs: dict[str, RunRecord] = {}
         self._journals: dict[str, list[JournalEntry]] = {}
         self._finished: OrderedDict[str, float] = OrderedDict()  # run id -> expiry, in order
+        self._first_expiry = 0.0  # no finished run expires before this (0: look)
         self.finished_ttl_s = finished_ttl_s
         self.max_finished = max_finished
         self._notifier: JournalNotifier | None = JournalNotifier()
@@ -234,7 +236,9 @@ class MemoryRunStore(RunStore):
         """The run finished: it is kept for ``finished_ttl_s``, among ``max_finished`` at most."""
         ttl = self.finished_ttl_s
         self._finished.pop(run_id, None)
-        self._finished[run_id] = float("inf") if ttl is None else time.monotonic() + ttl
+        expires = self._finished[run_id] = math.inf if ttl is None else time.monotonic() + ttl
+        if expires < self._first_expiry:  # (a shorter ttl set meanwhile)
+            self._first_expiry = expires
         if self.max_finished is not None:
             while len(self._finished) > self.max_finished:
                 self.forget(next(iter(self._finished)))
@@ -244,8 +248,12 @@ class MemoryRunStore(RunStore):
         if not finished or self.finished_ttl_s is None:
             return
         now = time.monotonic()
+        if now < self._first_expiry:  # (every create and get asks: most find nothing due)
+            return
         while finished:
             run_id, expires = next(iter(finished.items()))
             if expires > now:
+                self._first_expiry = expires
                 return
             self.forget(run_id)
+        self._first_expiry = 0.0
