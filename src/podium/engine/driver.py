@@ -483,10 +483,10 @@ class Engine(AsyncCloseable):
         user_input: str = "",
         create: dict[str, Any] | None = None,
     ) -> RunRecord:
-        started = False  # stored `running` by run() itself: no journal, nothing to update
+        created_running = False  # stored `running` by run() itself: nothing to load or update
         if record is None:  # run(): create it first, in the same frame
             record = await self._create(agent, user_input, **(create or {}), running=True)
-            started = record.status == "running"
+            created_running = record.status == "running"
         if record.done:
             return record
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
@@ -498,7 +498,7 @@ class Engine(AsyncCloseable):
             self._tasks[run_id] = task
         egress: Token[EgressPolicy | None] | None = None
         try:
-            begun = await self._begin(agent, record, admit_ns, task, started)
+            begun = await self._begin(agent, record, admit_ns, task, created_running)
             if not isinstance(begun, RunState):  # it ended before a step could run
                 return begun
             state = begun
@@ -695,7 +695,7 @@ class Engine(AsyncCloseable):
         record: RunRecord,
         admit_ns: int,
         task: asyncio.Task[Any] | None,
-        started: bool = False,
+        created_running: bool = False,
     ) -> RunState | RunRecord:
         """The run's state, loaded and marked running; or its record if it has ended (in
         the journal, elsewhere, or cancelled before its state was loaded)."""
@@ -705,7 +705,7 @@ class Engine(AsyncCloseable):
                 stored = await self._ended_meanwhile(run_id)
                 if stored is not None:
                     return stored
-            state = await self._load(agent, record, admit_ns, started)
+            state = await self._load(agent, record, admit_ns, created_running)
             if state is None:
                 if record.thread_id is not None:
                     await self.threads.settle_quietly(record)
@@ -744,18 +744,18 @@ class Engine(AsyncCloseable):
         return stored if stored is not None and stored.done else None
 
     async def _load(
-        self, agent: Agent, record: RunRecord, admit_ns: int, started: bool = False
+        self, agent: Agent, record: RunRecord, admit_ns: int, created_running: bool = False
     ) -> RunState | None:
         """The run's state from its journal, the record marked ``running``; None if the
         journal says it ended already (the record is then brought level with it).
-        ``started``: the record was just stored ``running`` by :meth:`run` (no journal)."""
+        ``created_running``: :meth:`run` just stored the record ``running`` (no journal)."""
         history = None
         if record.thread_id is not None:  # waits while runs ahead of it on the thread go
             since = time.perf_counter_ns()
             history = await self.threads.turn(record)
             admit_ns += time.perf_counter_ns() - since  # waiting for the turn is admission
         # A run back in the queue after a human's decision has started before: read its journal.
-        fresh = started or (record.status == "queued" and record.started_at is None)
+        fresh = created_running or (record.status == "queued" and record.started_at is None)
         entries = [] if fresh else [e for _, e in await self.store.journal(record.run_id)]
         screened = None
         if fresh and agent.screening is not None:
@@ -782,7 +782,7 @@ class Engine(AsyncCloseable):
             self._apply_final(state, state.finished)
             await self.store.update(record)
             return None
-        if not started or screened is not None:  # (screening may have rewritten the input)
+        if not created_running or screened is not None:  # (screening may rewrite the input)
             record.status = "running"
             if record.started_at is None:
                 record.started_at = time.time()
