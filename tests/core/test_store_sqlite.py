@@ -130,3 +130,44 @@ async def test_handles_opening_a_new_file_at_once_all_open_it(tmp_path: Path) ->
         finally:
             for store in stores:
                 await store.aclose()
+
+
+_HOLDER = """
+import asyncio, sys
+from podium.store.sqlite import SQLiteRunStore
+
+async def main() -> None:
+    store = SQLiteRunStore(sys.argv[1])
+    await store.get("nothing")  # in use from its first operation
+    print("ready", flush=True)
+    await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+async def test_sole_user_tells_whether_another_process_has_the_file(tmp_path: Path) -> None:
+    """Each process using a file counts until it closes the store or dies (SIGKILL too):
+    an embedded server resumes what an earlier one left only when it is alone."""
+    import sys
+
+    path = tmp_path / "runs.sqlite"
+    async with SQLiteRunStore(path) as store:
+        assert store.sole_user()
+        holder = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _HOLDER, str(path), stdout=asyncio.subprocess.PIPE
+        )
+        try:
+            assert holder.stdout is not None
+            assert await holder.stdout.readline() == b"ready\n"
+            assert not store.sole_user()
+            assert not store.sole_user()  # asking does not lose this process's own place
+        finally:
+            holder.kill()
+            await holder.wait()
+        assert store.sole_user()  # the kernel let go of the killed process's lock
+        async with SQLiteRunStore(path) as other:
+            await other.get("nothing")
+            assert not store.sole_user() and not other.sole_user()
+        assert store.sole_user()
+    assert SQLiteRunStore(":memory:").sole_user()

@@ -103,3 +103,38 @@ def talky(say: str = "") -> Agent:
 def chatty() -> Agent:
     """``talky``, whose tool steps say something too."""
     return talky("Let me check.")
+
+
+@tool
+def effect(query: str) -> str:
+    """Record a side effect in ``$PODIUM_TEST_EFFECTS``; the second call holds while
+    ``$PODIUM_TEST_HOLD`` exists (so a test can kill the server in the middle of it).
+    A plain function: the executor runs it on its thread pool, off the loop.
+
+    Args:
+        query: Ignored.
+    """
+    import os
+    from pathlib import Path
+
+    log = Path(os.environ["PODIUM_TEST_EFFECTS"])
+    n = log.read_text().count("end") if log.exists() else 0
+    with log.open("a") as out:
+        out.write(f"start {n}\n")
+    hold = Path(os.environ["PODIUM_TEST_HOLD"])
+    while n == 1 and hold.exists():
+        time.sleep(0.02)
+    with log.open("a") as out:
+        out.write(f"end {n}\n")
+    return f"effect {n}"
+
+
+def effects() -> Agent:
+    """Two tool steps with side effects (see :func:`effect`), then the answer."""
+    return Agent(
+        "effects",
+        SimulatedModel(Scenario.react("effect", {"query": "q"}, tool_steps=2, final="done")),
+        "You make effects.",
+        [effect],
+        max_steps=4,
+    )

@@ -39,6 +39,7 @@ from podium.errors import DecisionError, StaleRunError, StoreError, ThreadNotFou
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
+from podium.gateway.leftovers import requeue_left_behind
 from podium.gateway.metrics import GatewayMetrics
 from podium.gateway.outage import UNAVAILABLE, Retrier
 from podium.lifecycle import stop_task
@@ -154,6 +155,8 @@ class Gateway:
                                    agents=[a.agent for a in self.agents.values()])
             self.engine.hook = combine(self.engine.hook, self.run_metrics, self.tracer)
         self.admission.controller.start()
+        if self.engine is not None:  # embedded: the queue died with the last server, if any
+            await requeue_left_behind(self.store, self.queue)
         self._worker_tasks = [
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers
         ]

@@ -1,11 +1,12 @@
 """The in-process queue: the embedded default (one process, no services).
 
 Inside one process a worker that dies takes the process with it, so by
-default claims have no lease (``lease_s=None``): a run claimed but not acked
-when the process restarts is found again by its ``running`` status in the
-store. With ``lease_s`` set, claims behave as on Redis: a claim not
-heartbeaten for ``lease_s`` is delivered again (counted) to the next claimer,
-and its old holder's heartbeat reports it lost.
+default claims have no lease (``lease_s=None``): what the queue held when the
+process ended is found again in the store by the next embedded server, as runs
+left ``queued`` or ``running`` (see :mod:`podium.gateway.leftovers`). With
+``lease_s`` set, claims behave as on Redis: a claim not heartbeaten for
+``lease_s`` is delivered again (counted) to the next claimer, and its old
+holder's heartbeat reports it lost.
 """
 
 from __future__ import annotations

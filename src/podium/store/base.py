@@ -169,5 +169,13 @@ class RunStore(AsyncCloseable, abc.ABC):
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(0, 0, 0, 0)
 
+    def sole_user(self) -> bool | None:
+        """Whether this process is the only one using the store now, so that no other one
+        can be driving its unfinished runs: an embedded server resumes the runs an earlier
+        process left ``queued`` or ``running`` only then. None: the store does not keep
+        runs for a later process to resume (a memory store), or hands them over by other
+        means (Redis deployments: the queue's leases). A SQLite file can tell."""
+        return None
+
     async def aclose(self) -> None:
         """Flush and release the store."""

@@ -42,6 +42,7 @@ from podium.errors import (
 )
 from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
+from podium.store.file_users import FileUsers
 from podium.store.notify import JournalNotifier
 from podium.threads.record import ThreadRecord
 
@@ -149,6 +150,16 @@ class SQLiteRunStore(RunStore):
         self._entries = 0
         self._bytes = 0
         self._closed = False
+        # Every process with the file open holds a shared lock beside it (see sole_user).
+        memory = str(path) == ":memory:" or str(path).startswith("file::memory:")
+        self._users = None if memory else FileUsers(self.path.with_name(self.path.name + ".lock"))
+
+    def sole_user(self) -> bool:
+        """Whether no other process has this file open as a store now (a private
+        ``:memory:`` database has no other user)."""
+        if self._closed:
+            raise StoreError(f"{self.path}: store is closed")
+        return self._users is None or self._users.alone()
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -172,6 +183,8 @@ class SQLiteRunStore(RunStore):
             )
         self._loop = loop
         if self._thread is None:
+            if self._users is not None:
+                self._users.join()
             self._thread = threading.Thread(target=self._serve, name="podium-sqlite", daemon=True)
             self._thread.start()
 
@@ -674,3 +687,5 @@ class SQLiteRunStore(RunStore):
         if self._thread is not None:
             self._ops.put(None)
             await asyncio.to_thread(self._thread.join)
+        if self._users is not None:
+            self._users.leave()

@@ -1,0 +1,61 @@
+"""Which processes use a store file: a shared lock each holds, tried exclusive to ask.
+
+A process that drives runs from a store file holds a shared ``flock`` on a lock
+file beside it for as long as it has the store open. A process that wants to
+know it is alone on the file (so that no other one is driving the runs it finds
+unfinished) asks for the lock exclusively, without waiting: that succeeds only
+when nobody else holds it. The kernel drops a process's lock when it dies, so a
+killed process never leaves the file looking used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+__all__ = ("FileUsers",)
+
+
+class FileUsers:
+    """The shared lock this process holds on ``path`` (created if missing)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def join(self) -> None:
+        """Count this process among the file's users (once; blocks only while another
+        process is asking whether it is alone, a few system calls)."""
+        if self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def alone(self) -> bool:
+        """Whether no other process uses the file now (this one joins first)."""
+        self.join()
+        assert self._fd is not None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            alone = False
+        else:
+            alone = True
+        # Back to shared either way: a refused conversion may have dropped the shared lock
+        # (flock converts by unlocking first), and holding it exclusive would block others.
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+        return alone
+
+    def leave(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)  # closing the descriptor drops the lock
+            self._fd = None

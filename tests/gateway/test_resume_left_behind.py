@@ -1,0 +1,95 @@
+"""An embedded server resumes the runs a killed (or stopped) one left unfinished.
+
+In the embedded mode the queue lives in the server's process. Killed mid-run, it leaves
+the run ``running`` in the SQLite file with nothing to drive it; the next server on the
+file queues it again at start-up, and the run resumes from its last checkpoint: a call
+that had finished is not made again, the one cut short is. A server that is not the
+file's only user resumes nothing (another process may be driving those runs).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from pathlib import Path
+
+import gateway_agents
+import httpx
+import pytest
+
+from conftest import KEY_A, SERVER_CONFIG, gateway_client, podium_server
+from podium import Engine
+from podium.gateway.service import ServedAgent
+from podium.store.sqlite import SQLiteRunStore
+
+pytestmark = pytest.mark.anyio
+
+CONFIG = SERVER_CONFIG.replace('store = "memory"', 'store = "sqlite:runs.sqlite"').replace(
+    'path = "gateway_agents:react"', 'path = "gateway_agents:effects"'
+)
+
+
+def _wait_for(path: Path, text: str, within: float = 30.0) -> None:
+    """Until ``path`` (written by the server's tool) holds ``text``."""
+    deadline = time.monotonic() + within
+    while text not in (path.read_text() if path.exists() else ""):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never said {text!r}")
+        time.sleep(0.02)
+
+
+def _final(client: httpx.Client, run_id: str, within: float = 30.0) -> dict[str, object]:
+    """The run once its event stream has said it ended (or as it stands after ``within``
+    seconds: the stream's keep-alives keep the loop turning)."""
+    deadline = time.monotonic() + within
+    with client.stream("GET", f"/v1/runs/{run_id}/events") as events:
+        for line in events.iter_lines():
+            if line == "event: final" or time.monotonic() > deadline:
+                break
+    reply: dict[str, object] = client.get(f"/v1/runs/{run_id}").json()
+    return reply
+
+
+def test_a_run_cut_short_by_a_killed_server_is_resumed_by_the_next(tmp_path: Path) -> None:
+    effects, hold = tmp_path / "effects.log", tmp_path / "hold"
+    hold.touch()
+    env = {"PODIUM_TEST_EFFECTS": str(effects), "PODIUM_TEST_HOLD": str(hold)}
+    with podium_server(tmp_path, CONFIG, env) as first, first.client(KEY_A) as client:
+        run = client.post("/v1/runs", json={"agent": "effects", "input": "go"}).json()
+        _wait_for(effects, "start 1")  # the first call finished, the second is under way
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(10)
+    hold.unlink()
+    with podium_server(tmp_path, CONFIG, env) as second, second.client(KEY_A) as client:
+        ended = _final(client, str(run["id"]))
+        log = "".join(second.lines)
+    assert ended["status"] == "completed" and ended["output"] == "done", ended
+    # The finished call is not made again; the one the kill cut short is, once.
+    assert effects.read_text().splitlines() == ["start 0", "end 0", "start 1", "start 1", "end 1"]
+    assert "resuming 1 run(s) an earlier server left unfinished" in log
+
+
+async def test_a_store_another_process_uses_is_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "runs.sqlite"
+    effects, hold = tmp_path / "effects.log", tmp_path / "hold"
+    monkeypatch.setenv("PODIUM_TEST_EFFECTS", str(effects))
+    monkeypatch.setenv("PODIUM_TEST_HOLD", str(hold))
+    agents = [ServedAgent(gateway_agents.effects())]
+    other = SQLiteRunStore(path)  # another user of the file (its own lock, as a process has)
+    record = await Engine(other).create(agents[0].agent, "go", tenant="tenant-a")
+    caplog.set_level(logging.WARNING, "podium.gateway")
+    async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
+        assert gw.queue.statistics().submitted == 0
+        stored = (await client.get(f"/v1/runs/{record.run_id}")).json()
+        assert stored["status"] == "queued"
+    assert "another process uses it: this server does not resume any" in caplog.text
+    await other.aclose()
+    caplog.clear()
+    async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
+        ended = await gw.wait(record.run_id, 30)
+        assert ended is not None and ended.status == "completed"
+    assert "resuming 1 run(s) an earlier server left unfinished" in caplog.text
+    assert effects.read_text().splitlines() == ["start 0", "end 0", "start 1", "end 1"]
