@@ -38,6 +38,24 @@ async def test_submit_claim_ack_depth(queues: QueueBackend) -> None:
     assert await q.outstanding("support") == 0 and await q.depth("support") == 0
 
 
+async def test_a_submit_named_once_queues_the_run_once(queues: QueueBackend) -> None:
+    """Submits named by the same key (the gateway's and a sweep's, from any process) add one
+    entry; another key (the run's next version) adds another."""
+    a, b = queues.queue(), queues.queue()
+    item = QueueItem("r1", "agent")
+    assert await a.submit(item, once="r1:0") is True
+    assert await a.submit(item, once="r1:0") is False
+    assert await b.submit(item, once="r1:0") is False  # every handle on the queue's data
+    assert await a.depth() == 1
+    (claim,) = await a.claim("w1", block_s=0)
+    await a.ack(claim)
+    assert await a.submit(item, once="r1:0") is False  # remembered after the ack too
+    assert await a.submit(item, once="r1:3") is True
+    assert await a.submit(item) is True  # unnamed: always added
+    assert await a.depth() == 2
+    assert await b.submit(QueueItem("r2", "agent"), once="r2:0") is True
+
+
 async def test_claim_waits_for_a_submit(queues: QueueBackend) -> None:
     a, b = queues.queue(), queues.queue()
     await a.depth()

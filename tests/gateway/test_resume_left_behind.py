@@ -80,7 +80,7 @@ async def test_a_store_another_process_uses_is_left_alone(
     agents = [ServedAgent(gateway_agents.effects())]
     other = SQLiteRunStore(path)  # another user of the file (its own lock, as a process has)
     record = await Engine(other).create(agents[0].agent, "go", tenant="tenant-a")
-    caplog.set_level(logging.WARNING, "podium.gateway")
+    caplog.set_level(logging.WARNING, "podium.queue")
     async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
         assert gw.queue.statistics().submitted == 0
         stored = (await client.get(f"/v1/runs/{record.run_id}")).json()

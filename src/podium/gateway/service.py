@@ -39,7 +39,6 @@ from podium.errors import DecisionError, StaleRunError, StoreError, ThreadNotFou
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
-from podium.gateway.leftovers import requeue_left_behind
 from podium.gateway.metrics import GatewayMetrics
 from podium.gateway.outage import UNAVAILABLE, Retrier
 from podium.lifecycle import stop_task
@@ -48,6 +47,7 @@ from podium.observe.looplag import LoopLagMonitor
 from podium.observe.metrics import RunMetrics
 from podium.observe.tracing import TRACE_KEYS, RunTracer, tracer_from_env
 from podium.queue.base import QueueItem, RunQueue
+from podium.queue.stranded import once_key, requeue_left_behind
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
@@ -289,8 +289,11 @@ class Gateway:
             return None
 
     async def _enqueue(self, record: RunRecord) -> None:
+        # Named by the record's stored version: a worker's sweep that finds the run stranded
+        # (this process died before its submit) submits it under the same name, once.
         await self.queue.submit(
-            QueueItem(record.run_id, record.agent, record.pool, record.tenant, time.time())
+            QueueItem(record.run_id, record.agent, record.pool, record.tenant, time.time()),
+            once=once_key(record),
         )
 
     def _replay(

@@ -64,12 +64,26 @@ class QueueStatistics(msgspec.Struct, frozen=True):
     dead_lettered: int
 
 
+#: How long a ``submit(once=...)`` key is remembered: longer than a run waits in a queue.
+ONCE_TTL_S = 7 * 24 * 3600
+
+
 class RunQueue(AsyncCloseable, abc.ABC):
     """Runs waiting for workers, per pool."""
 
+    #: The queue outlives its processes and several share it (Redis): a run its submitter
+    #: stored but died before submitting is found by a worker's sweep and submitted then.
+    shared: bool = False
+
     @abc.abstractmethod
-    async def submit(self, item: QueueItem) -> None:
-        """Enqueue a run (its record must already be in the store)."""
+    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
+        """Enqueue a run (its record must already be in the store).
+
+        ``once``: a key naming this enqueue of the run (``run_id:version``): a submit
+        with a key that was submitted before (within :data:`ONCE_TTL_S`) adds nothing
+        and returns False, so the gateway and a sweep that finds the run stranded can
+        both submit it and it is queued once.
+        """
 
     @abc.abstractmethod
     async def claim(

@@ -3,7 +3,7 @@
 Inside one process a worker that dies takes the process with it, so by
 default claims have no lease (``lease_s=None``): what the queue held when the
 process ended is found again in the store by the next embedded server, as runs
-left ``queued`` or ``running`` (see :mod:`podium.gateway.leftovers`). With
+left ``queued`` or ``running`` (see :mod:`podium.queue.stranded`). With
 ``lease_s`` set, claims behave as on Redis: a claim not heartbeaten for
 ``lease_s`` is delivered again (counted) to the next claimer, and its old
 holder's heartbeat reports it lost.
@@ -14,11 +14,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections import deque
+from collections import OrderedDict, deque
 
 from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
 
 __all__ = ("LocalQueue",)
+
+#: How many ``submit(once=...)`` keys the in-process queue remembers.
+_ONCE_KEPT = 100_000
 
 
 class _Pool:
@@ -42,6 +45,7 @@ class LocalQueue(RunQueue):
         self.lease_s = lease_s
         self._pools: dict[str, _Pool] = {}
         self._receipts = itertools.count(1)
+        self._once: OrderedDict[str, None] = OrderedDict()
 
     def _pool(self, name: str) -> _Pool:
         pool = self._pools.get(name)
@@ -49,13 +53,20 @@ class LocalQueue(RunQueue):
             pool = self._pools[name] = _Pool()
         return pool
 
-    async def submit(self, item: QueueItem) -> None:
+    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
+        if once is not None:
+            if once in self._once:
+                return False
+            self._once[once] = None
+            if len(self._once) > _ONCE_KEPT:  # the oldest keys go (a process's own submits)
+                self._once.popitem(last=False)
         if not item.enqueued_at:
             item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
         pool = self._pool(item.pool)
         pool.items.append(Claim(item, str(next(self._receipts))))
         pool.submitted += 1
         pool.wakeup.set()
+        return True
 
     async def claim(
         self, consumer: str, *, pool: str = "default", count: int = 1, block_s: float = 1.0

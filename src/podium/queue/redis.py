@@ -29,7 +29,14 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from podium.errors import QueueUnavailableError
-from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
+from podium.queue.base import (
+    ONCE_TTL_S,
+    Claim,
+    DeadLetter,
+    QueueItem,
+    QueueStatistics,
+    RunQueue,
+)
 from podium.store.redis import UNAVAILABLE, connect
 from podium.store.redis_batch import Autopipeline
 from podium.store.redis_replies import is_refusal
@@ -96,6 +103,16 @@ end
 return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2], 't', ARGV[1])
 """
 
+# KEYS: stream, once key. ARGV: item, once ttl (s). A submit named by a key: added only if
+# no submit with that key came before (sent again after a dropped connection, it adds
+# nothing either: the key says the first send landed).
+_SUBMIT_ONCE = """
+if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
+  return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
+end
+return false
+"""
+
 #: How far back a re-sent submit looks for its first send (entries).
 _SUBMIT_LOOKBACK = 1000
 
@@ -144,6 +161,8 @@ class RedisQueue(RunQueue):
     worker that claims, which resumes it from its checkpoint.
     """
 
+    shared = True  # outlives its processes: a worker's sweep submits stranded runs
+
     def __init__(
         self,
         client: aioredis.Redis | str = "redis://127.0.0.1:6379/0",
@@ -167,6 +186,7 @@ class RedisQueue(RunQueue):
         self._heartbeat = self._pipe.register(_HEARTBEAT)
         self._release = self._pipe.register(_RELEASE)
         self._submit_again = self._pipe.register(_SUBMIT_AGAIN)
+        self._submit_once = self._pipe.register(_SUBMIT_ONCE)
         self._submitter = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._submits = count(1)
         self._enc = msgspec.msgpack.Encoder()
@@ -183,6 +203,10 @@ class RedisQueue(RunQueue):
 
     def dead_key(self, pool: str) -> str:
         return dead_stream_key(self.prefix, pool)
+
+    def once_key(self, once: str) -> str:
+        """Where a ``submit(once=...)`` key is remembered."""
+        return f"{self.prefix}:once:{once}"
 
     def _stats(self, pool: str) -> _Counters:
         c = self._counters.get(pool)
@@ -202,20 +226,28 @@ class RedisQueue(RunQueue):
 
     # -- the queue --------------------------------------------------------------------------
 
-    async def submit(self, item: QueueItem) -> None:
+    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
         if not item.enqueued_at:
             item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
         key, data = self.stream_key(item.pool), self._enc.encode(item)
-        token = f"{self._submitter}:{next(self._submits)}"
         async with _translate():
             await self._ensure_group(item.pool)
-            # XADD * is not idempotent: if the connection drops before the reply, what is
-            # sent again is the script that first looks for this token.
-            await self._pipe.submit(
-                "XADD", key, "*", "d", data, "t", token,
-                resend=("EVALSHA", self._submit_again, 1, key, token, data, _SUBMIT_LOOKBACK),
-            )
+            if once is not None:
+                added = await self._pipe.execute(
+                    "EVALSHA", self._submit_once, 2, key, self.once_key(once), data, ONCE_TTL_S
+                )
+                if not added:
+                    return False
+            else:
+                # XADD * is not idempotent: if the connection drops before the reply, what
+                # is sent again is the script that first looks for this token.
+                token = f"{self._submitter}:{next(self._submits)}"
+                await self._pipe.submit(
+                    "XADD", key, "*", "d", data, "t", token,
+                    resend=("EVALSHA", self._submit_again, 1, key, token, data, _SUBMIT_LOOKBACK),
+                )
         self._stats(item.pool).submitted += 1
+        return True
 
     async def claim(
         self, consumer: str, *, pool: str = "default", count: int = 1, block_s: float = 1.0

@@ -28,6 +28,7 @@ from podium.engine.records import RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError
 from podium.lifecycle import stop_task
 from podium.queue.base import Claim, RunQueue
+from podium.queue.stranded import StrandedSweep
 from podium.threads.slot import TurnSlot, current_slot
 
 __all__ = ("Worker", "WorkerStatistics")
@@ -72,6 +73,8 @@ class Worker:
     ``agents`` maps the agent names found in queue items to agents.
     ``max_deliveries``: a run delivered this many times without finishing (its
     worker kept dying) goes to the dead-letter list instead of running again.
+    ``stranded_after_s``: on a shared queue, a run stored ``queued`` this long that
+    no queue holds (its submitter died before submitting) is submitted by the sweep.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Worker:
         claim_block_s: float = 1.0,
         cancel_poll_s: float = 0.5,
         waiting_sweep_s: float = 5.0,
+        stranded_after_s: float = 60.0,
     ) -> None:
         self.queue = queue
         self.engine = engine
@@ -100,6 +104,11 @@ class Worker:
         self.claim_block_s = claim_block_s
         self.cancel_poll_s = cancel_poll_s
         self.waiting_sweep_s = waiting_sweep_s
+        # On a shared queue: runs stored `queued` this long that no queue delivered (their
+        # submitter died between the store write and the submit) are submitted again.
+        self._stranded = (
+            StrandedSweep(engine.store, queue, stranded_after_s) if queue.shared else None
+        )
         self._active: dict[str, tuple[Claim, asyncio.Task[None]]] = {}
         self._slots = asyncio.Semaphore(concurrency)
         self._lent = 0  # slots lent back by runs waiting for their turn on a thread
@@ -389,13 +398,17 @@ class Worker:
     async def _sweep_loop(self) -> None:
         """End the waiting runs past their deadline: no worker holds them, so every worker
         looks every ``waiting_sweep_s`` (one indexed store read; the store's fencing lets
-        one of several sweeping workers write each end)."""
+        one of several sweeping workers write each end). On a shared queue, also submit
+        the runs stranded outside it (see :mod:`podium.queue.stranded`; each is queued once
+        however many workers find it)."""
         while True:
             await asyncio.sleep(self.waiting_sweep_s)
             try:
                 ended = await self.engine.sweep_waiting()
+                if self._stranded is not None:
+                    await self._stranded.run_once()
             except Exception as exc:  # a maintenance loop must not take the worker down
-                log.warning("sweeping waiting runs failed (%s)", exc)
+                log.warning("sweeping waiting and stranded runs failed (%s)", exc)
                 continue
             for record in ended:
                 log.warning("run %s failed: %s", record.run_id, record.reason)

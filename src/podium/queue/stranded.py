@@ -1,0 +1,127 @@
+"""Runs the store holds ``queued`` that no queue holds: stranded, and submitted again.
+
+A run is stored first and submitted to the queue after; a decision on a waiting run
+is stored first and the run submitted after. A process that dies in between leaves
+the run ``queued`` in the store with nothing to deliver it. Two cases:
+
+- The embedded server: its queue lives in its process, so a server that was killed
+  (or stopped while runs went on past its drain grace) takes it along and leaves its
+  runs ``queued`` or ``running``. The next server on the same store file submits
+  them at start-up, before it takes a request (:func:`requeue_left_behind`), if it
+  is the file's sole user: another process on it (a second server, a ``podium run``)
+  may be driving some of them.
+- A shared queue (Redis): every worker sweeps now and then for runs ``queued`` since
+  longer than a grace period and submits them (:class:`StrandedSweep`). Each
+  submit, the gateway's and the sweeps', is named ``run_id:version``, so a run is
+  queued once however many of them submit it.
+
+Either way the run resumes from its last checkpoint: a call that had finished is not
+made again; one cut short is.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from podium.engine.records import RunRecord
+from podium.queue.base import QueueItem, RunQueue
+from podium.store.base import RunStore
+
+__all__ = ("StrandedSweep", "once_key", "requeue_left_behind", "unfinished_runs")
+
+log = logging.getLogger("podium.queue")
+
+_PAGE = 1000
+
+
+def once_key(record: RunRecord) -> str:
+    """The name of the submit that hands ``record``, as stored, to the queue."""
+    return f"{record.run_id}:{record.version}"
+
+
+def _item(record: RunRecord, now: float) -> QueueItem:
+    return QueueItem(record.run_id, record.agent, record.pool, record.tenant, now)
+
+
+async def unfinished_runs(store: RunStore) -> list[RunRecord]:
+    """The runs ``queued`` or ``running`` in ``store``, oldest first."""
+    found: dict[str, RunRecord] = {}
+    for status in ("running", "queued"):
+        until: float | None = None
+        while True:
+            page = await store.list(status=status, limit=_PAGE, until=until)
+            fresh = [r for r in page if r.run_id not in found]
+            for record in fresh:
+                found[record.run_id] = record
+            if len(page) < _PAGE or not fresh:
+                break
+            until = page[-1].created_at  # the next page ends where this one did (ties re-read)
+    return sorted(found.values(), key=lambda r: r.created_at)
+
+
+def _where(store: RunStore) -> str:
+    path = getattr(store, "path", None)
+    return type(store).__name__ if path is None else f"{path}"
+
+
+async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
+    """An embedded server's start-up: submit the runs an earlier process left unfinished
+    in ``store``; how many. Nothing when another process uses the store."""
+    where = _where(store)
+    alone = store.sole_user()
+    if alone is None:  # nothing left behind for this process to take up
+        return 0
+    if not alone:
+        left = await store.list(status="running", limit=1) or await store.list(
+            status="queued", limit=1
+        )
+        if left:
+            log.warning(
+                "runs are queued or running in %s and another process uses it: this server "
+                "does not resume any (start it alone on the store to resume what a stopped "
+                "server left)",
+                where,
+            )
+        return 0
+    runs = await unfinished_runs(store)
+    now = time.time()
+    for record in runs:
+        await queue.submit(_item(record, now), once=once_key(record))
+    if runs:
+        log.warning("resuming %d run(s) an earlier server left unfinished in %s", len(runs), where)
+    return len(runs)
+
+
+class StrandedSweep:
+    """A worker's sweep of a shared queue's store for runs ``queued`` longer than
+    ``after_s`` that no queue delivered: ``limit`` runs a pass, the next pass going on
+    from the oldest the last one saw (a long backlog is covered in turns)."""
+
+    def __init__(self, store: RunStore, queue: RunQueue, after_s: float, limit: int = 500):
+        self.store = store
+        self.queue = queue
+        self.after_s = after_s
+        self.limit = limit
+        self._until: float | None = None  # created_at where the next pass goes on
+
+    async def run_once(self) -> list[str]:
+        """One pass; the ids of the runs it submitted (stranded ones: the others' submits
+        were made before, and add nothing)."""
+        now = time.time()
+        settled = now - self.after_s
+        until = settled if self._until is None else min(self._until, settled)
+        page = await self.store.list(status="queued", limit=self.limit, until=until)
+        self._until = page[-1].created_at if len(page) == self.limit else None
+        submitted = []
+        for record in page:
+            if record.updated_at > settled:  # queued again just now (a decision): not yet
+                continue
+            if await self.queue.submit(_item(record, now), once=once_key(record)):
+                submitted.append(record.run_id)
+                log.warning(
+                    "run %s was queued in the store but in no queue (its submitter died?): "
+                    "submitted it",
+                    record.run_id,
+                )
+        return submitted

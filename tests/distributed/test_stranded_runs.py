@@ -1,0 +1,95 @@
+"""A run stored ``queued`` whose submitter died before submitting it is not lost.
+
+The gateway stores a run (or a decision that sends a waiting run back to work) and
+then submits it to the queue; a gateway killed in between leaves the run ``queued``
+in Redis with nothing to deliver it. Workers sweep for such runs and submit them.
+Every submit is named ``run_id:version``, so a run the gateway did submit is not
+queued a second time by a sweep, however many workers sweep: no run is driven twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from podium.engine.driver import Engine
+from podium.engine.records import RunRecord
+from podium.queue.base import QueueItem
+from podium.queue.redis import RedisQueue
+from podium.queue.stranded import once_key
+from podium.store.redis import RedisRunStore
+from podium.worker.worker import Worker
+
+from .app import TOOL_STEPS, effects
+from .harness import check_completed_once, effect_lines, wait_until
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def effects_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "effects.log"
+    monkeypatch.setenv("PODIUM_TEST_EFFECTS", str(path))
+    monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "0.01")
+    return path
+
+
+async def test_a_stranded_run_is_submitted_by_a_sweep_and_driven_once(
+    shared_redis_url: str, prefix: str, effects_log: Path
+) -> None:
+    async with (
+        RedisRunStore(shared_redis_url, prefix=prefix) as store,
+        RedisQueue(shared_redis_url, prefix=prefix) as queue,
+        RedisQueue(shared_redis_url, prefix=prefix) as other_queue,
+    ):
+        # "stranded": stored, never submitted (its gateway died). "submitted": stored and
+        # submitted as the gateway does, under its name.
+        stranded = RunRecord("stranded", "effects", "go")
+        submitted = RunRecord("submitted", "effects", "go")
+        for record in (stranded, submitted):
+            await store.create(record)
+        await queue.submit(QueueItem("submitted", "effects"), once=once_key(submitted))
+        workers = [
+            Worker(q, Engine(store), {"effects": effects}, concurrency=4, claim_block_s=0.05,
+                   waiting_sweep_s=0.05, stranded_after_s=0.3)
+            for q in (queue, other_queue)  # two sweeping workers, two processes' queues
+        ]
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+
+        async def both_done() -> bool:
+            records = [await store.get(i) for i in ("stranded", "submitted")]
+            return all(r is not None and r.status == "completed" for r in records)
+
+        await wait_until(both_done, 30, "both runs to complete")
+        for worker in workers:
+            await worker.drain(5)
+        await asyncio.gather(*tasks)
+        await check_completed_once(store, ["stranded", "submitted"])
+        # Each call was made once: neither run was driven twice.
+        keys = [key for key, _ in effect_lines(effects_log)]
+        assert len(keys) == len(set(keys)) == 2 * TOOL_STEPS
+        # Queued once each: the gateway's submit, and one sweep's of the stranded run.
+        submits = queue.statistics().submitted + other_queue.statistics().submitted
+        assert submits == 2
+
+
+async def test_a_run_queued_again_just_now_is_left_to_its_submitter(
+    shared_redis_url: str, prefix: str
+) -> None:
+    """A sweep leaves a run alone until it has been ``queued`` for the grace period (its
+    submitter may be about to submit it), even if the run was created long ago."""
+    async with (
+        RedisRunStore(shared_redis_url, prefix=prefix) as store,
+        RedisQueue(shared_redis_url, prefix=prefix) as queue,
+    ):
+        from podium.queue.stranded import StrandedSweep
+
+        record = RunRecord("old", "effects", "go", created_at=1.0)
+        await store.create(record)
+        sweep = StrandedSweep(store, queue, after_s=60)
+        assert await sweep.run_once() == []  # updated just now (created: its first write)
+        assert await StrandedSweep(store, queue, after_s=0).run_once() == ["old"]
+        assert await StrandedSweep(store, queue, after_s=0).run_once() == []  # queued once
+        assert await queue.depth() == 1
