@@ -28,14 +28,6 @@ from .harness import check_completed_once, effect_lines, wait_until
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def effects_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "effects.log"
-    monkeypatch.setenv("PODIUM_TEST_EFFECTS", str(path))
-    monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "0.01")
-    return path
-
-
 async def test_a_stranded_run_is_submitted_by_a_sweep_and_driven_once(
     shared_redis_url: str, prefix: str, effects_log: Path
 ) -> None:

@@ -20,14 +20,6 @@ from .redis_server import RedisServer
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def effects_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "effects.log"
-    monkeypatch.setenv("PODIUM_TEST_EFFECTS", str(path))
-    monkeypatch.setenv("PODIUM_TEST_TOOL_DELAY", "0.01")
-    return path
-
-
 async def test_worker_completes_runs(shared_redis_url: str, prefix: str, effects_log: Path) -> None:
     ids = [f"r{i}" for i in range(20)]
     async with (
