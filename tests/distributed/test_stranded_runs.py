@@ -18,7 +18,7 @@ from podium.engine.driver import Engine
 from podium.engine.records import RunRecord
 from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue
-from podium.queue.stranded import once_key
+from podium.queue.stranded import StrandedSweep, once_key
 from podium.store.redis import RedisRunStore
 from podium.worker.worker import Worker
 
@@ -71,17 +71,19 @@ async def test_a_run_queued_again_just_now_is_left_to_its_submitter(
     shared_redis_url: str, prefix: str
 ) -> None:
     """A sweep leaves a run alone until it has been ``queued`` for the grace period (its
-    submitter may be about to submit it), even if the run was created long ago."""
+    submitter may be about to submit it), even if the run was created long ago; and it
+    passes once per a quarter of the grace at most."""
     async with (
         RedisRunStore(shared_redis_url, prefix=prefix) as store,
         RedisQueue(shared_redis_url, prefix=prefix) as queue,
     ):
-        from podium.queue.stranded import StrandedSweep
-
         record = RunRecord("old", "effects", "go", created_at=1.0)
-        await store.create(record)
+        await store.create(record)  # its first write: updated just now
         sweep = StrandedSweep(store, queue, after_s=60)
-        assert await sweep.run_once() == []  # updated just now (created: its first write)
+        assert await sweep.run_once() == []
+        await store.create(RunRecord("stale", "effects", "go", created_at=1.0, updated_at=2.0))
+        assert await sweep.run_once() == []  # the next pass is 15 s away
+        assert await StrandedSweep(store, queue, after_s=60).run_once() == ["stale"]
         assert await StrandedSweep(store, queue, after_s=0).run_once() == ["old"]
         assert await StrandedSweep(store, queue, after_s=0).run_once() == []  # queued once
-        assert await queue.depth() == 1
+        assert await queue.depth() == 2

@@ -96,7 +96,9 @@ async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
 class StrandedSweep:
     """A worker's sweep of a shared queue's store for runs ``queued`` longer than
     ``after_s`` that no queue delivered: ``limit`` runs a pass, the next pass going on
-    from the oldest the last one saw (a long backlog is covered in turns)."""
+    from the oldest the last one saw (a long backlog is covered in turns), one pass per
+    ``after_s / 4`` at most (every worker sweeps: a deep backlog costs each of them a
+    store read and ``limit`` submits a pass)."""
 
     def __init__(self, store: RunStore, queue: RunQueue, after_s: float, limit: int = 500):
         self.store = store
@@ -104,10 +106,14 @@ class StrandedSweep:
         self.after_s = after_s
         self.limit = limit
         self._until: float | None = None  # created_at where the next pass goes on
+        self._next = 0.0  # monotonic time of the next pass
 
     async def run_once(self) -> list[str]:
-        """One pass; the ids of the runs it submitted (stranded ones: the others' submits
-        were made before, and add nothing)."""
+        """One pass (none if the last was too recent); the ids of the runs it submitted
+        (stranded ones: the others' submits were made before, and add nothing)."""
+        if time.monotonic() < self._next:
+            return []
+        self._next = time.monotonic() + self.after_s / 4
         now = time.time()
         settled = now - self.after_s
         until = settled if self._until is None else min(self._until, settled)
