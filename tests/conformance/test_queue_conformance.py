@@ -38,22 +38,29 @@ async def test_submit_claim_ack_depth(queues: QueueBackend) -> None:
     assert await q.outstanding("support") == 0 and await q.depth("support") == 0
 
 
-async def test_a_submit_named_once_queues_the_run_once(queues: QueueBackend) -> None:
-    """Submits named by the same key (the gateway's and a sweep's, from any process) add one
-    entry; another key (the run's next version) adds another."""
+async def test_a_named_submit_queues_the_run_once(queues: QueueBackend) -> None:
+    """Items named alike (the gateway's submit and a sweep's, from any process) add one
+    entry; another name (the run's next version) adds another. A run parked on a human
+    keeps its name; one that ended frees it."""
     a, b = queues.queue(), queues.queue()
-    item = QueueItem("r1", "agent")
-    assert await a.submit(item, once="r1:0") is True
-    assert await a.submit(item, once="r1:0") is False
-    assert await b.submit(item, once="r1:0") is False  # every handle on the queue's data
+    item = QueueItem("r1", "agent", once="r1:0")
+    assert await a.submit(item) is True
+    assert await a.submit(item) is False
+    assert await b.submit(item) is False  # every handle on the queue's data
     assert await a.depth() == 1
     (claim,) = await a.claim("w1", block_s=0)
-    await a.ack(claim)
-    assert await a.submit(item, once="r1:0") is False  # remembered after the ack too
-    assert await a.submit(item, once="r1:3") is True
-    assert await a.submit(item) is True  # unnamed: always added
+    await a.ack(claim, ended=False)  # parked on a human: it may come back, as r1:1
+    assert await a.submit(item) is False
+    again = QueueItem("r1", "agent", once="r1:1")
+    assert await a.submit(again) is True
+    (claim,) = await a.claim("w1", block_s=0)
+    await a.ack(claim)  # it ended: its name is forgotten
+    assert await b.submit(again) is True
+    assert await a.submit(QueueItem("r1", "agent")) is True  # unnamed: always added
     assert await a.depth() == 2
-    assert await b.submit(QueueItem("r2", "agent"), once="r2:0") is True
+    (dead, _) = await a.claim("w1", count=2, block_s=0)
+    await a.dead_letter(dead, "test")  # a dead-lettered run ended too
+    assert await a.submit(again) is True
 
 
 async def test_claim_waits_for_a_submit(queues: QueueBackend) -> None:

@@ -10,15 +10,15 @@ queued a second time by a sweep, however many workers sweep: no run is driven tw
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
 
 from podium.engine.driver import Engine
 from podium.engine.records import RunRecord
-from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue
-from podium.queue.stranded import StrandedSweep, once_key
+from podium.queue.stranded import StrandedSweep, queue_item
 from podium.store.redis import RedisRunStore
 from podium.worker.worker import Worker
 
@@ -42,7 +42,7 @@ async def test_a_stranded_run_is_submitted_by_a_sweep_and_driven_once(
         submitted = RunRecord("submitted", "effects", "go")
         for record in (stranded, submitted):
             await store.create(record)
-        await queue.submit(QueueItem("submitted", "effects"), once=once_key(submitted))
+        assert await queue.submit(queue_item(submitted, time.time()))
         workers = [
             Worker(q, Engine(store), {"effects": effects}, concurrency=4, claim_block_s=0.05,
                    waiting_sweep_s=0.05, stranded_after_s=0.3)
@@ -65,6 +65,8 @@ async def test_a_stranded_run_is_submitted_by_a_sweep_and_driven_once(
         # Queued once each: the gateway's submit, and one sweep's of the stranded run.
         submits = queue.statistics().submitted + other_queue.statistics().submitted
         assert submits == 2
+        # The runs ended: their submits' names are forgotten (Redis keeps no key per run).
+        assert await queue.client.keys(f"{prefix}:once:*") == []
 
 
 async def test_a_run_queued_again_just_now_is_left_to_its_submitter(

@@ -28,13 +28,13 @@ class CheckedQueue(LocalQueue):
     def __init__(self, store: MemoryRunStore) -> None:
         super().__init__()
         self.store = store
-        self.names: list[str] = []
+        self.names: list[str | None] = []
 
-    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
+    async def submit(self, item: QueueItem) -> bool:
         stored = await self.store.get(item.run_id)
-        assert stored is not None and once == once_key(stored), (once, stored)
-        self.names.append(once)
-        return await super().submit(item, once=once)
+        assert stored is not None and item.once == once_key(stored), (item.once, stored)
+        self.names.append(item.once)
+        return await super().submit(item)
 
 
 async def test_every_submit_is_named_after_the_stored_run(
@@ -62,7 +62,7 @@ async def test_every_submit_is_named_after_the_stored_run(
         for run in (plain, on_thread):
             assert (await gw.wait(str(run["id"]), 10)).status == "completed"
     # Four submits, each named after the version stored then (the decision's is a later one).
-    assert [name.split(":")[0] for name in queue.names] == [
+    assert [str(name).split(":")[0] for name in queue.names] == [
         plain["id"], on_thread["id"], waiting["id"], waiting["id"]
     ]
     assert len(set(queue.names)) == 4

@@ -46,8 +46,8 @@ from podium.observe.blocking import BlockingDetector, detector_from_env
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.metrics import RunMetrics
 from podium.observe.tracing import TRACE_KEYS, RunTracer, tracer_from_env
-from podium.queue.base import QueueItem, RunQueue
-from podium.queue.stranded import once_key, requeue_left_behind
+from podium.queue.base import RunQueue
+from podium.queue.stranded import queue_item, requeue_left_behind
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
 from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
@@ -291,10 +291,7 @@ class Gateway:
     async def _enqueue(self, record: RunRecord) -> None:
         # Named by the record's stored version: a worker's sweep that finds the run stranded
         # (this process died before its submit) submits it under the same name, once.
-        await self.queue.submit(
-            QueueItem(record.run_id, record.agent, record.pool, record.tenant, time.time()),
-            once=once_key(record),
-        )
+        await self.queue.submit(queue_item(record, time.time()))
 
     def _replay(
         self,

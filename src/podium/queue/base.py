@@ -22,13 +22,21 @@ __all__ = ("Claim", "DeadLetter", "QueueItem", "QueueStatistics", "RunQueue")
 
 
 class QueueItem(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
-    """A run waiting for a worker. ``pool`` names the queue (one per resource pool)."""
+    """A run waiting for a worker. ``pool`` names the queue (one per resource pool).
+
+    ``once`` names this enqueue of the run (``run_id:version``, the record as stored when
+    it was submitted): a submit with the name of an earlier one adds nothing, so the
+    gateway and a sweep that finds the run stranded can both submit it and it is queued
+    once. The name is forgotten when the run has ended (its ack or dead-letter), else
+    after :data:`ONCE_TTL_S`.
+    """
 
     run_id: str
     agent: str
     pool: str = "default"
     tenant: str = "default"
     enqueued_at: float = 0.0
+    once: str | None = None
 
 
 class Claim(msgspec.Struct, gc=False):
@@ -76,14 +84,9 @@ class RunQueue(AsyncCloseable, abc.ABC):
     shared: bool = False
 
     @abc.abstractmethod
-    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
-        """Enqueue a run (its record must already be in the store).
-
-        ``once``: a key naming this enqueue of the run (``run_id:version``): a submit
-        with a key that was submitted before (within :data:`ONCE_TTL_S`) adds nothing
-        and returns False, so the gateway and a sweep that finds the run stranded can
-        both submit it and it is queued once.
-        """
+    async def submit(self, item: QueueItem) -> bool:
+        """Enqueue a run (its record must already be in the store). False: an item named
+        like this one (``item.once``) was submitted before, and nothing is added."""
 
     @abc.abstractmethod
     async def claim(
@@ -100,8 +103,11 @@ class RunQueue(AsyncCloseable, abc.ABC):
         """
 
     @abc.abstractmethod
-    async def ack(self, claim: Claim) -> None:
-        """The run reached a terminal status: remove it from the queue."""
+    async def ack(self, claim: Claim, *, ended: bool = True) -> None:
+        """The run is done with the queue: remove it. ``ended``: it reached a terminal
+        status, so its submit's name is forgotten; False for a run parked on a human,
+        whose name is kept (it comes back under a new version, and a sweep that read it
+        before must not queue the old one again)."""
 
     @abc.abstractmethod
     async def release(self, claim: Claim) -> None:

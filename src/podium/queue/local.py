@@ -16,6 +16,8 @@ import itertools
 import time
 from collections import OrderedDict, deque
 
+import msgspec
+
 from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, RunQueue
 
 __all__ = ("LocalQueue",)
@@ -53,15 +55,16 @@ class LocalQueue(RunQueue):
             pool = self._pools[name] = _Pool()
         return pool
 
-    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
+    async def submit(self, item: QueueItem) -> bool:
+        once = item.once
         if once is not None:
             if once in self._once:
                 return False
             self._once[once] = None
-            if len(self._once) > _ONCE_KEPT:  # the oldest keys go (a process's own submits)
+            if len(self._once) > _ONCE_KEPT:  # the oldest names go (runs parked, mostly)
                 self._once.popitem(last=False)
         if not item.enqueued_at:
-            item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
+            item = msgspec.structs.replace(item, enqueued_at=time.time())
         pool = self._pool(item.pool)
         pool.items.append(Claim(item, str(next(self._receipts))))
         pool.submitted += 1
@@ -127,11 +130,13 @@ class LocalQueue(RunQueue):
                 p.leases[claim.receipt] = mono + self.lease_s
         return lost
 
-    async def ack(self, claim: Claim) -> None:
+    async def ack(self, claim: Claim, *, ended: bool = True) -> None:
         p = self._pool(claim.item.pool)
         p.leases.pop(claim.receipt, None)
         if p.in_flight.pop(claim.receipt, None) is not None:
             p.acked += 1
+        if ended and claim.item.once is not None:
+            self._once.pop(claim.item.once, None)
 
     async def release(self, claim: Claim) -> None:
         """Give the run back now, uncounted; only its current holder can."""
@@ -149,6 +154,8 @@ class LocalQueue(RunQueue):
         p.in_flight.pop(claim.receipt, None)
         p.leases.pop(claim.receipt, None)
         p.dead.append(DeadLetter(claim.item, reason, claim.deliveries, time.time()))
+        if claim.item.once is not None:
+            self._once.pop(claim.item.once, None)
 
     async def dead_letters(self, pool: str = "default", limit: int = 100) -> list[DeadLetter]:
         return self._pool(pool).dead[:limit]

@@ -103,9 +103,9 @@ end
 return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2], 't', ARGV[1])
 """
 
-# KEYS: stream, once key. ARGV: item, once ttl (s). A submit named by a key: added only if
-# no submit with that key came before (sent again after a dropped connection, it adds
-# nothing either: the key says the first send landed).
+# KEYS: stream, once key. ARGV: item, once ttl (s). A submit with a name (QueueItem.once):
+# added only if no submit of that name came before (sent again after a dropped connection,
+# it adds nothing either: the key says the first send landed).
 _SUBMIT_ONCE = """
 if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
   return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
@@ -226,15 +226,16 @@ class RedisQueue(RunQueue):
 
     # -- the queue --------------------------------------------------------------------------
 
-    async def submit(self, item: QueueItem, *, once: str | None = None) -> bool:
+    async def submit(self, item: QueueItem) -> bool:
         if not item.enqueued_at:
-            item = QueueItem(item.run_id, item.agent, item.pool, item.tenant, time.time())
+            item = msgspec.structs.replace(item, enqueued_at=time.time())
         key, data = self.stream_key(item.pool), self._enc.encode(item)
         async with _translate():
             await self._ensure_group(item.pool)
-            if once is not None:
+            if item.once is not None:
                 added = await self._pipe.execute(
-                    "EVALSHA", self._submit_once, 2, key, self.once_key(once), data, ONCE_TTL_S
+                    "EVALSHA", self._submit_once, 2, key, self.once_key(item.once), data,
+                    ONCE_TTL_S,
                 )
                 if not added:
                     return False
@@ -321,12 +322,15 @@ class RedisQueue(RunQueue):
                     lost.extend(c for c in held if c.receipt in ids)
         return lost
 
-    async def ack(self, claim: Claim) -> None:
+    async def ack(self, claim: Claim, *, ended: bool = True) -> None:
         key = self.stream_key(claim.item.pool)
+        commands: list[tuple[Any, ...]] = [
+            ("XACK", key, _GROUP, claim.receipt), ("XDEL", key, claim.receipt)
+        ]
+        if ended and claim.item.once is not None:  # the run will not be queued again
+            commands.append(("DEL", self.once_key(claim.item.once)))
         async with _translate():
-            await self._pipe.execute_all(
-                ("XACK", key, _GROUP, claim.receipt), ("XDEL", key, claim.receipt)
-            )
+            await self._pipe.execute_all(*commands)
         self._stats(claim.item.pool).acked += 1
 
     async def release(self, claim: Claim) -> None:
@@ -349,6 +353,8 @@ class RedisQueue(RunQueue):
             })
             pipe.xack(key, _GROUP, claim.receipt)
             pipe.xdel(key, claim.receipt)
+            if claim.item.once is not None:
+                pipe.delete(self.once_key(claim.item.once))
             await pipe.execute()
         self._stats(pool).dead += 1
 

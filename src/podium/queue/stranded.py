@@ -28,7 +28,7 @@ from podium.engine.records import RunRecord
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
 
-__all__ = ("StrandedSweep", "once_key", "requeue_left_behind", "unfinished_runs")
+__all__ = ("StrandedSweep", "once_key", "queue_item", "requeue_left_behind", "unfinished_runs")
 
 log = logging.getLogger("podium.queue")
 
@@ -40,8 +40,11 @@ def once_key(record: RunRecord) -> str:
     return f"{record.run_id}:{record.version}"
 
 
-def _item(record: RunRecord, now: float) -> QueueItem:
-    return QueueItem(record.run_id, record.agent, record.pool, record.tenant, now)
+def queue_item(record: RunRecord, now: float) -> QueueItem:
+    """The item that submits ``record``, as stored, named after it (see :func:`once_key`)."""
+    return QueueItem(
+        record.run_id, record.agent, record.pool, record.tenant, now, once=once_key(record)
+    )
 
 
 async def unfinished_runs(store: RunStore) -> list[RunRecord]:
@@ -87,7 +90,7 @@ async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
     runs = await unfinished_runs(store)
     now = time.time()
     for record in runs:
-        await queue.submit(_item(record, now), once=once_key(record))
+        await queue.submit(queue_item(record, now))
     if runs:
         log.warning("resuming %d run(s) an earlier server left unfinished in %s", len(runs), where)
     return len(runs)
@@ -123,7 +126,7 @@ class StrandedSweep:
         for record in page:
             if record.updated_at > settled:  # queued again just now (a decision): not yet
                 continue
-            if await self.queue.submit(_item(record, now), once=once_key(record)):
+            if await self.queue.submit(queue_item(record, now)):
                 submitted.append(record.run_id)
                 log.warning(
                     "run %s was queued in the store but in no queue (its submitter died?): "

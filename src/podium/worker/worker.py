@@ -18,6 +18,7 @@ import random
 import socket
 import time
 from collections.abc import Mapping
+from typing import Literal
 
 import msgspec
 
@@ -65,6 +66,10 @@ class Backoff:
 
     def reset(self) -> None:
         self.failures = 0
+
+
+#: How a drive ends (see :meth:`Worker._execute`).
+_Outcome = Literal["ended", "waiting", "paused"]
 
 
 class Worker:
@@ -201,14 +206,14 @@ class Worker:
                 why = f"delivered {claim.deliveries} times without finishing"
                 await self._dead_letter(claim, why)
                 return
-            done = await self._execute(claim)
-            if done is None:
+            outcome = await self._execute(claim)
+            if outcome is None:
                 return
-            if done:
-                await self._ack(self._claim_of(claim))
-                self._completed += 1
-            else:  # paused at a step boundary by a drain: the next worker resumes it there
+            if outcome == "paused":  # at a step boundary, by a drain: the next worker resumes
                 await self._release(self._forget(run_id, claim))
+            else:
+                await self._ack(self._claim_of(claim), ended=outcome == "ended")
+                self._completed += 1
         except asyncio.CancelledError:
             if run_id in self._lost:
                 self._lost.discard(run_id)
@@ -236,10 +241,11 @@ class Worker:
             return held[0]
         return claim
 
-    async def _execute(self, claim: Claim) -> bool | None:
-        """Drive the run: True when it ended, False when a drain paused it, None when
-        there is nothing more to do here (it had ended already, was dead-lettered, or
-        was lost to another worker).
+    async def _execute(self, claim: Claim) -> _Outcome | None:
+        """Drive the run: ``ended``, ``waiting`` (parked on a human), ``paused`` (by a
+        drain, or overtaken too often: it goes back to the queue), or None when there
+        is nothing more to do here (it had ended already, was dead-lettered, or was lost
+        to another worker).
 
         While the store is away the run is resumed from its last checkpoint once
         it is back (backing off meanwhile). A stale write means someone else wrote
@@ -271,13 +277,15 @@ class Worker:
                 if record.done or record.status == "waiting":
                     # Finished before (its ack was lost, or another write ended it), or
                     # parked on a human: a decision enqueues it again.
-                    await self._ack(self._claim_of(claim))
+                    await self._ack(self._claim_of(claim), ended=record.done)
                     return None
                 if self._draining.is_set():
-                    return False
+                    return "paused"
                 record = await self.engine.execute(agent, record, admit_ns=admit_ns)
                 # A run parked on a human leaves the queue too (no lease runs while it waits).
-                return record.done or record.status == "waiting"
+                if record.done:
+                    return "ended"
+                return "waiting" if record.status == "waiting" else "paused"
             except RunNotFoundError as exc:
                 # Its record or journal vanished mid-run (evicted, deleted): it cannot be
                 # resumed without repeating its calls. End it, with a reason, not a retry
@@ -292,7 +300,7 @@ class Worker:
                 stale += 1
                 if stale > self.max_deliveries:  # keeps being overtaken: let the queue decide
                     log.warning("run %s: overtaken %d times; releasing it", run_id, stale)
-                    return False
+                    return "paused"
                 log.warning("run %s: written elsewhere (%s); resuming it from its journal",
                             run_id, exc)
             except (ConnectionError, OSError) as exc:
@@ -314,11 +322,11 @@ class Worker:
             return False
         return bool(lost)
 
-    async def _ack(self, claim: Claim, attempts: int = 8) -> None:
+    async def _ack(self, claim: Claim, attempts: int = 8, *, ended: bool = True) -> None:
         backoff = Backoff()
         for attempt in range(attempts):
             try:
-                await self.queue.ack(claim)
+                await self.queue.ack(claim, ended=ended)
                 return
             except (ConnectionError, OSError) as exc:
                 if attempt == attempts - 1:  # the run is finished in the store: a redelivery
