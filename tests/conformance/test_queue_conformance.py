@@ -38,29 +38,31 @@ async def test_submit_claim_ack_depth(queues: QueueBackend) -> None:
     assert await q.outstanding("support") == 0 and await q.depth("support") == 0
 
 
-async def test_a_named_submit_queues_the_run_once(queues: QueueBackend) -> None:
-    """Items named alike (the gateway's submit and a sweep's, from any process) add one
-    entry; another name (the run's next version) adds another. A run parked on a human
-    keeps its name; one that ended frees it."""
+async def test_a_versioned_submit_queues_the_run_once(queues: QueueBackend) -> None:
+    """Items of one version (the gateway's submit and a sweep's, from any process) add one
+    entry, an earlier version none, a later one (the run sent back to work) another. A
+    run parked on a human keeps its last version; one that ended frees it."""
     a, b = queues.queue(), queues.queue()
-    item = QueueItem("r1", "agent", once="r1:0")
+    item = QueueItem("r1", "agent", version=2)
     assert await a.submit(item) is True
     assert await a.submit(item) is False
     assert await b.submit(item) is False  # every handle on the queue's data
+    assert await b.submit(QueueItem("r1", "agent", version=1)) is False  # a stale read
     assert await a.depth() == 1
     (claim,) = await a.claim("w1", block_s=0)
-    await a.ack(claim, ended=False)  # parked on a human: it may come back, as r1:1
+    await a.ack(claim, ended=False)  # parked on a human: it comes back at a later version
     assert await a.submit(item) is False
-    again = QueueItem("r1", "agent", once="r1:1")
-    assert await a.submit(again) is True
+    later = QueueItem("r1", "agent", version=4)
+    assert await a.submit(later) is True
     (claim,) = await a.claim("w1", block_s=0)
-    await a.ack(claim)  # it ended: its name is forgotten
-    assert await b.submit(again) is True
-    assert await a.submit(QueueItem("r1", "agent")) is True  # unnamed: always added
-    assert await a.depth() == 2
-    (dead, _) = await a.claim("w1", count=2, block_s=0)
-    await a.dead_letter(dead, "test")  # a dead-lettered run ended too
-    assert await a.submit(again) is True
+    await a.ack(claim)  # it ended: its last version is forgotten
+    assert await b.submit(later) is True
+    assert await a.submit(QueueItem("r1", "agent")) is True  # unversioned: always added
+    assert await a.submit(QueueItem("r2", "agent", version=0)) is True
+    assert await a.depth() == 3
+    first, _, _ = await a.claim("w1", count=3, block_s=0)
+    await a.dead_letter(first, "test")  # a dead-lettered run ended too
+    assert await a.submit(later) is True
 
 
 async def test_claim_waits_for_a_submit(queues: QueueBackend) -> None:

@@ -3,8 +3,9 @@
 The gateway stores a run (or a decision that sends a waiting run back to work) and
 then submits it to the queue; a gateway killed in between leaves the run ``queued``
 in Redis with nothing to deliver it. Workers sweep for such runs and submit them.
-Every submit is named ``run_id:version``, so a run the gateway did submit is not
-queued a second time by a sweep, however many workers sweep: no run is driven twice.
+Every submit carries the run's stored version and a queue adds only a version above
+the run's last, so a run the gateway did submit is not queued a second time by a
+sweep, however many workers sweep: no run is driven twice.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ async def test_a_stranded_run_is_submitted_by_a_sweep_and_driven_once(
         # Queued once each: the gateway's submit, and one sweep's of the stranded run.
         submits = queue.statistics().submitted + other_queue.statistics().submitted
         assert submits == 2
-        # The runs ended: their submits' names are forgotten (Redis keeps no key per run).
-        assert await queue.client.keys(f"{prefix}:once:*") == []
+        # The runs ended: their last versions are forgotten (Redis keeps no key for them).
+        assert await queue.client.keys(f"{prefix}:submitted:*") == []
 
 
 async def test_a_run_queued_again_just_now_is_left_to_its_submitter(
@@ -89,3 +90,42 @@ async def test_a_run_queued_again_just_now_is_left_to_its_submitter(
         assert await StrandedSweep(store, queue, after_s=0).run_once() == ["old"]
         assert await StrandedSweep(store, queue, after_s=0).run_once() == []  # queued once
         assert await queue.depth() == 2
+
+
+async def test_a_decision_whose_submit_never_came_is_picked_up(
+    shared_redis_url: str, prefix: str, effects_log: Path
+) -> None:
+    """The approval is journaled and the run stored ``queued`` again, then its gateway
+    dies before the submit: a sweep submits it at its new version (above the one of its
+    first submit, kept while it waited) and the run ends, each call made once."""
+    from podium.engine import decisions
+
+    from .app import approvals
+
+    async with (
+        RedisRunStore(shared_redis_url, prefix=prefix) as store,
+        RedisQueue(shared_redis_url, prefix=prefix) as queue,
+    ):
+        record = RunRecord("paid", "approvals", "go")
+        await store.create(record)
+        assert await queue.submit(queue_item(record, time.time()))
+        worker = Worker(queue, Engine(store), {"approvals": approvals}, claim_block_s=0.05,
+                        waiting_sweep_s=0.05, stranded_after_s=0.3)
+        task = asyncio.create_task(worker.run())
+
+        async def status_is(status: str) -> bool:
+            stored = await store.get("paid")
+            return stored is not None and stored.status == status
+
+        await wait_until(lambda: status_is("waiting"), 30, "the run to wait for a human")
+        waiting = await store.get("paid")
+        assert waiting is not None
+        (pending,) = await decisions.run_pending(store, waiting)
+        _, ready = await decisions.decide(store, "paid", pending.call_id, "approve")
+        assert ready  # queued again in the store; the gateway would submit it now, and dies
+        await wait_until(lambda: status_is("completed"), 30, "a sweep to resume the run")
+        await worker.drain(5)
+        await task
+        keys = [key for key, _ in effect_lines(effects_log)]
+        assert len(keys) == len(set(keys)) == 2  # effect and payout, once each
+        assert await queue.client.keys(f"{prefix}:submitted:*") == []

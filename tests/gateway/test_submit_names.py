@@ -1,10 +1,10 @@
-"""The gateway names each submit after the run's stored version (``run_id:version``).
+"""The gateway submits each run at its stored version.
 
 A worker's sweep that finds a run stranded (``queued`` in the store, in no queue)
-submits it under the name of the run as stored; the gateway's own submit must carry
-the same name, or a run it did submit would be queued a second time and driven twice.
+submits it at the version it read; the gateway's own submit must carry the version
+as stored, or a run it did submit would be queued a second time and driven twice.
 So at every submit (a new run, a run on a thread, a decision that sends a waiting run
-back to work), the name must be the version in the store at that moment.
+back to work), the item's version must be the record's in the store at that moment.
 """
 
 from __future__ import annotations
@@ -16,28 +16,27 @@ from podium.examples import refunds
 from podium.gateway.service import ServedAgent
 from podium.queue.base import QueueItem
 from podium.queue.local import LocalQueue
-from podium.queue.stranded import once_key
 from podium.store.memory import MemoryRunStore
 
 pytestmark = pytest.mark.anyio
 
 
 class CheckedQueue(LocalQueue):
-    """The in-process queue, checking each submit's name against the store as it is."""
+    """The in-process queue, checking each submit's version against the store as it is."""
 
     def __init__(self, store: MemoryRunStore) -> None:
         super().__init__()
         self.store = store
-        self.names: list[str | None] = []
+        self.submitted: list[tuple[str, int | None]] = []
 
     async def submit(self, item: QueueItem) -> bool:
         stored = await self.store.get(item.run_id)
-        assert stored is not None and item.once == once_key(stored), (item.once, stored)
-        self.names.append(item.once)
+        assert stored is not None and item.version == stored.version, (item, stored)
+        self.submitted.append((item.run_id, item.version))
         return await super().submit(item)
 
 
-async def test_every_submit_is_named_after_the_stored_run(
+async def test_every_submit_carries_the_stored_version(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = MemoryRunStore()
@@ -61,8 +60,9 @@ async def test_every_submit_is_named_after_the_stored_run(
         assert (await gw.wait(str(waiting["id"]), 10)).status == "completed"
         for run in (plain, on_thread):
             assert (await gw.wait(str(run["id"]), 10)).status == "completed"
-    # Four submits, each named after the version stored then (the decision's is a later one).
-    assert [str(name).split(":")[0] for name in queue.names] == [
+    # Four submits, each at the version stored then (the decision's is a later one).
+    assert [run_id for run_id, _ in queue.submitted] == [
         plain["id"], on_thread["id"], waiting["id"], waiting["id"]
     ]
-    assert len(set(queue.names)) == 4
+    (_, first), (_, again) = queue.submitted[2:]
+    assert first is not None and again is not None and again > first

@@ -289,8 +289,8 @@ class Gateway:
             return None
 
     async def _enqueue(self, record: RunRecord) -> None:
-        # Named by the record's stored version: a worker's sweep that finds the run stranded
-        # (this process died before its submit) submits it under the same name, once.
+        # At the record's stored version: a worker's sweep that finds the run stranded (this
+        # process died before its submit) submits the same version, and it is queued once.
         await self.queue.submit(queue_item(record, time.time()))
 
     def _replay(

@@ -24,11 +24,12 @@ __all__ = ("Claim", "DeadLetter", "QueueItem", "QueueStatistics", "RunQueue")
 class QueueItem(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """A run waiting for a worker. ``pool`` names the queue (one per resource pool).
 
-    ``once`` names this enqueue of the run (``run_id:version``, the record as stored when
-    it was submitted): a submit with the name of an earlier one adds nothing, so the
-    gateway and a sweep that finds the run stranded can both submit it and it is queued
-    once. The name is forgotten when the run has ended (its ack or dead-letter), else
-    after :data:`ONCE_TTL_S`.
+    ``version``: the run's record version when it was submitted (as stored). A queue
+    adds a versioned item only if it is above the last version submitted for the run,
+    so the gateway and a sweep that finds the run stranded can both submit it and it is
+    queued once, and a sweep that read the run before it moved on cannot queue it
+    again. The run's last version is forgotten when the run has ended (its ack or
+    dead-letter), else after :data:`VERSION_TTL_S`.
     """
 
     run_id: str
@@ -36,7 +37,7 @@ class QueueItem(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     pool: str = "default"
     tenant: str = "default"
     enqueued_at: float = 0.0
-    once: str | None = None
+    version: int | None = None
 
 
 class Claim(msgspec.Struct, gc=False):
@@ -72,8 +73,8 @@ class QueueStatistics(msgspec.Struct, frozen=True):
     dead_lettered: int
 
 
-#: How long a ``submit(once=...)`` key is remembered: longer than a run waits in a queue.
-ONCE_TTL_S = 7 * 24 * 3600
+#: How long a run's last submitted version is remembered when its end is not seen.
+VERSION_TTL_S = 7 * 24 * 3600
 
 
 class RunQueue(AsyncCloseable, abc.ABC):
@@ -85,8 +86,9 @@ class RunQueue(AsyncCloseable, abc.ABC):
 
     @abc.abstractmethod
     async def submit(self, item: QueueItem) -> bool:
-        """Enqueue a run (its record must already be in the store). False: an item named
-        like this one (``item.once``) was submitted before, and nothing is added."""
+        """Enqueue a run (its record must already be in the store). False: the item has a
+        ``version`` and the run was submitted at that version or a later one already, and
+        nothing is added."""
 
     @abc.abstractmethod
     async def claim(
@@ -105,9 +107,9 @@ class RunQueue(AsyncCloseable, abc.ABC):
     @abc.abstractmethod
     async def ack(self, claim: Claim, *, ended: bool = True) -> None:
         """The run is done with the queue: remove it. ``ended``: it reached a terminal
-        status, so its submit's name is forgotten; False for a run parked on a human,
-        whose name is kept (it comes back under a new version, and a sweep that read it
-        before must not queue the old one again)."""
+        status, so its last submitted version is forgotten; False for a run parked on a
+        human, whose version is kept (it comes back at a later one, and a sweep that read
+        it before must not queue the earlier one again)."""
 
     @abc.abstractmethod
     async def release(self, claim: Claim) -> None:

@@ -22,8 +22,8 @@ from podium.queue.base import Claim, DeadLetter, QueueItem, QueueStatistics, Run
 
 __all__ = ("LocalQueue",)
 
-#: How many ``submit(once=...)`` keys the in-process queue remembers.
-_ONCE_KEPT = 100_000
+#: How many runs' last submitted versions the in-process queue remembers.
+_VERSIONS_KEPT = 100_000
 
 
 class _Pool:
@@ -47,7 +47,7 @@ class LocalQueue(RunQueue):
         self.lease_s = lease_s
         self._pools: dict[str, _Pool] = {}
         self._receipts = itertools.count(1)
-        self._once: OrderedDict[str, None] = OrderedDict()
+        self._versions: OrderedDict[str, int] = OrderedDict()  # run -> last submitted
 
     def _pool(self, name: str) -> _Pool:
         pool = self._pools.get(name)
@@ -56,13 +56,14 @@ class LocalQueue(RunQueue):
         return pool
 
     async def submit(self, item: QueueItem) -> bool:
-        once = item.once
-        if once is not None:
-            if once in self._once:
+        if item.version is not None:
+            last = self._versions.get(item.run_id)
+            if last is not None and last >= item.version:
                 return False
-            self._once[once] = None
-            if len(self._once) > _ONCE_KEPT:  # the oldest names go (runs parked, mostly)
-                self._once.popitem(last=False)
+            self._versions[item.run_id] = item.version
+            self._versions.move_to_end(item.run_id)
+            if len(self._versions) > _VERSIONS_KEPT:  # the oldest go (runs parked, mostly)
+                self._versions.popitem(last=False)
         if not item.enqueued_at:
             item = msgspec.structs.replace(item, enqueued_at=time.time())
         pool = self._pool(item.pool)
@@ -135,8 +136,8 @@ class LocalQueue(RunQueue):
         p.leases.pop(claim.receipt, None)
         if p.in_flight.pop(claim.receipt, None) is not None:
             p.acked += 1
-        if ended and claim.item.once is not None:
-            self._once.pop(claim.item.once, None)
+        if ended:
+            self._versions.pop(claim.item.run_id, None)
 
     async def release(self, claim: Claim) -> None:
         """Give the run back now, uncounted; only its current holder can."""
@@ -154,8 +155,7 @@ class LocalQueue(RunQueue):
         p.in_flight.pop(claim.receipt, None)
         p.leases.pop(claim.receipt, None)
         p.dead.append(DeadLetter(claim.item, reason, claim.deliveries, time.time()))
-        if claim.item.once is not None:
-            self._once.pop(claim.item.once, None)
+        self._versions.pop(claim.item.run_id, None)
 
     async def dead_letters(self, pool: str = "default", limit: int = 100) -> list[DeadLetter]:
         return self._pool(pool).dead[:limit]

@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 
 from podium.errors import QueueUnavailableError
 from podium.queue.base import (
-    ONCE_TTL_S,
+    VERSION_TTL_S,
     Claim,
     DeadLetter,
     QueueItem,
@@ -103,14 +103,14 @@ end
 return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2], 't', ARGV[1])
 """
 
-# KEYS: stream, once key. ARGV: item, once ttl (s). A submit with a name (QueueItem.once):
-# added only if no submit of that name came before (sent again after a dropped connection,
-# it adds nothing either: the key says the first send landed).
-_SUBMIT_ONCE = """
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
-  return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
-end
-return false
+# KEYS: stream, the run's version key. ARGV: item, version, ttl (s). A versioned submit:
+# added only if the version is above the last one submitted for the run (sent again
+# after a dropped connection, it adds nothing either: the key says the first send landed).
+_SUBMIT_VERSION = """
+local last = redis.call('GET', KEYS[2])
+if last and tonumber(last) >= tonumber(ARGV[2]) then return false end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
 """
 
 #: How far back a re-sent submit looks for its first send (entries).
@@ -186,7 +186,7 @@ class RedisQueue(RunQueue):
         self._heartbeat = self._pipe.register(_HEARTBEAT)
         self._release = self._pipe.register(_RELEASE)
         self._submit_again = self._pipe.register(_SUBMIT_AGAIN)
-        self._submit_once = self._pipe.register(_SUBMIT_ONCE)
+        self._submit_version = self._pipe.register(_SUBMIT_VERSION)
         self._submitter = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._submits = count(1)
         self._enc = msgspec.msgpack.Encoder()
@@ -204,9 +204,10 @@ class RedisQueue(RunQueue):
     def dead_key(self, pool: str) -> str:
         return dead_stream_key(self.prefix, pool)
 
-    def once_key(self, once: str) -> str:
-        """Where a ``submit(once=...)`` key is remembered."""
-        return f"{self.prefix}:once:{once}"
+    def version_key(self, run_id: str) -> str:
+        """Where the last version submitted for ``run_id`` is kept (while it is queued,
+        in flight or parked on a human)."""
+        return f"{self.prefix}:submitted:{run_id}"
 
     def _stats(self, pool: str) -> _Counters:
         c = self._counters.get(pool)
@@ -232,10 +233,10 @@ class RedisQueue(RunQueue):
         key, data = self.stream_key(item.pool), self._enc.encode(item)
         async with _translate():
             await self._ensure_group(item.pool)
-            if item.once is not None:
+            if item.version is not None:
                 added = await self._pipe.execute(
-                    "EVALSHA", self._submit_once, 2, key, self.once_key(item.once), data,
-                    ONCE_TTL_S,
+                    "EVALSHA", self._submit_version, 2, key, self.version_key(item.run_id),
+                    data, item.version, VERSION_TTL_S,
                 )
                 if not added:
                     return False
@@ -327,8 +328,8 @@ class RedisQueue(RunQueue):
         commands: list[tuple[Any, ...]] = [
             ("XACK", key, _GROUP, claim.receipt), ("XDEL", key, claim.receipt)
         ]
-        if ended and claim.item.once is not None:  # the run will not be queued again
-            commands.append(("DEL", self.once_key(claim.item.once)))
+        if ended:  # the run will not be queued again
+            commands.append(("DEL", self.version_key(claim.item.run_id)))
         async with _translate():
             await self._pipe.execute_all(*commands)
         self._stats(claim.item.pool).acked += 1
@@ -353,8 +354,7 @@ class RedisQueue(RunQueue):
             })
             pipe.xack(key, _GROUP, claim.receipt)
             pipe.xdel(key, claim.receipt)
-            if claim.item.once is not None:
-                pipe.delete(self.once_key(claim.item.once))
+            pipe.delete(self.version_key(claim.item.run_id))
             await pipe.execute()
         self._stats(pool).dead += 1
 

@@ -12,8 +12,9 @@ the run ``queued`` in the store with nothing to deliver it. Two cases:
   may be driving some of them.
 - A shared queue (Redis): every worker sweeps now and then for runs ``queued`` since
   longer than a grace period and submits them (:class:`StrandedSweep`). Each
-  submit, the gateway's and the sweeps', is named ``run_id:version``, so a run is
-  queued once however many of them submit it.
+  submit, the gateway's and the sweeps', carries the run's stored version, and a
+  queue adds only a version above the run's last one, so a run is queued once
+  however many of them submit it.
 
 Either way the run resumes from its last checkpoint: a call that had finished is not
 made again; one cut short is.
@@ -28,22 +29,17 @@ from podium.engine.records import RunRecord
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
 
-__all__ = ("StrandedSweep", "once_key", "queue_item", "requeue_left_behind", "unfinished_runs")
+__all__ = ("StrandedSweep", "queue_item", "requeue_left_behind", "unfinished_runs")
 
 log = logging.getLogger("podium.queue")
 
 _PAGE = 1000
 
 
-def once_key(record: RunRecord) -> str:
-    """The name of the submit that hands ``record``, as stored, to the queue."""
-    return f"{record.run_id}:{record.version}"
-
-
 def queue_item(record: RunRecord, now: float) -> QueueItem:
-    """The item that submits ``record``, as stored, named after it (see :func:`once_key`)."""
+    """The item that submits ``record`` at its stored version (see ``QueueItem.version``)."""
     return QueueItem(
-        record.run_id, record.agent, record.pool, record.tenant, now, once=once_key(record)
+        record.run_id, record.agent, record.pool, record.tenant, now, version=record.version
     )
 
 
