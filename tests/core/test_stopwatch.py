@@ -200,9 +200,43 @@ def test_a_profile_off_stopwatch_reads_no_clock() -> None:
     sw.lap(0)
     sw.suspend(1)
     sw.resume(1)
+    sw.add_cpu(3, 500)
     assert sw.snapshot(0, 0, 0) is None
     sw.close_step(None)
+    sw.settle()
     sw.finish()
+    # Every profile-off stopwatch shares its (zero) figures and (empty) steps: a run keeps
+    # no list of its own for them, so nothing may ever be written there.
+    assert sw.t == [0] * 24 and sw.steps == []
+    assert NoStopwatch.start(no_clock).t is sw.t
+
+
+@pytest.mark.anyio
+async def test_runs_without_a_profile_leave_the_shared_figures_untouched() -> None:
+    """Engine(profile=False) through instant and waiting steps: the zeros stay zeros."""
+    import asyncio
+
+    from podium import Agent, Engine, Scenario, SimulatedModel, tool
+    from podium.engine.stopwatch import NoStopwatch
+
+    @tool
+    async def nap(query: str) -> str:
+        """Wait a moment.
+
+        Args:
+            query: Ignored.
+        """
+        await asyncio.sleep(0)
+        return "rested"
+
+    agent = Agent("napper", SimulatedModel(Scenario.react("nap", {"query": "q"}, tool_steps=2)),
+                  tools=[nap])
+    async with Engine(profile=False) as engine:
+        records = await asyncio.gather(*(engine.run(agent, "go") for _ in range(3)))
+    assert all(r.status == "completed" and r.profile is not None for r in records)
+    assert all(r.profile.steps == [] for r in records if r.profile is not None)
+    sw = NoStopwatch.start(time.thread_time_ns)
+    assert sw.t == [0] * 24 and sw.steps == []
 
 
 @pytest.fixture

@@ -437,6 +437,12 @@ class SampledStopwatch(Stopwatch, gc=False):
             cal.scale = int(ratio * 65536)
 
 
+# What every NoStopwatch holds: figures that stay zero (the driver reads them) and no steps.
+# Shared, never written: a run without a profile holds no list of its own for them.
+_IDLE_FIGURES: list[int] = _figures()
+_NO_STEPS: list[StepProfile] = []
+
+
 class NoStopwatch(Stopwatch, gc=False):
     """``Engine(profile=False)``: the same calls, no clock read, no profile."""
 
@@ -447,7 +453,7 @@ class NoStopwatch(Stopwatch, gc=False):
         sink: Callable[[StepProfile], None] | None = None,
         steps: list[StepProfile] | None = None,
     ) -> Stopwatch:
-        return cls(clock)
+        return cls(clock, None, _IDLE_FIGURES, _NO_STEPS)
 
     def lap(self, phase: int) -> None:
         pass
