@@ -11,9 +11,13 @@ killed process never leaves the file looking used.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; nobody can tell whether it is alone
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ("FileUsers",)
 
@@ -28,7 +32,7 @@ class FileUsers:
     def join(self) -> None:
         """Count this process among the file's users (once; blocks only while another
         process is asking whether it is alone, a few system calls)."""
-        if self._fd is not None:
+        if self._fd is not None or fcntl is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # Read-only is enough to lock, and opens a file another user created too.
@@ -40,10 +44,12 @@ class FileUsers:
             raise
         self._fd = fd
 
-    def alone(self) -> bool:
-        """Whether no other process uses the file now (this one joins first)."""
+    def alone(self) -> bool | None:
+        """Whether no other process uses the file now (this one joins first); None where
+        the system has no ``flock``."""
         self.join()
-        assert self._fd is not None
+        if self._fd is None or fcntl is None:
+            return None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -154,9 +154,9 @@ class SQLiteRunStore(RunStore):
         memory = str(path) == ":memory:" or str(path).startswith("file::memory:")
         self._users = None if memory else FileUsers(self.path.with_name(self.path.name + ".lock"))
 
-    def sole_user(self) -> bool:
+    def sole_user(self) -> bool | None:
         """Whether no other process has this file open as a store now (a private
-        ``:memory:`` database has no other user)."""
+        ``:memory:`` database has no other user; None where the system cannot tell)."""
         if self._closed:
             raise StoreError(f"{self.path}: store is closed")
         return self._users is None or self._users.alone()
