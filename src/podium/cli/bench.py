@@ -148,9 +148,9 @@ def _overhead(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         print(msgspec.json.encode(result).decode())
     else:
-        latency = overhead.describe_latency(result)
-        if latency:
-            console.print(latency, highlight=False)
+        for line in (overhead.describe_profile(result), overhead.describe_latency(result)):
+            if line:
+                console.print(line, highlight=False)
         worst = max(level.ratio for level in result.levels)
         console.print(
             f"worst ratio {worst:.2f}× (goal ≤ {result.target_ratio:.0f}×); "

@@ -44,6 +44,10 @@ TOOL_STEPS = 6
 STEPS = TOOL_STEPS + 1
 #: Issue #10's goal: CPU per step within this many times the hand-written loop's.
 TARGET_RATIO = 3.0
+#: Issue #10's goal for the always-on workload profile: CPU µs per step at most.
+TARGET_PROFILE_US = 3.0
+#: Sessions in flight while the profile's own cost is measured.
+PROFILE_SESSIONS = 1000
 INSTRUCTIONS = "You are a helpful research agent. Use the lookup tool."
 ARGS = '{"query":"podium"}'
 
@@ -279,6 +283,13 @@ class OverheadResult(msgspec.Struct):
     target_ratio: float = TARGET_RATIO
     latency_podium_steps_s: int | None = None
     latency_hand_steps_s: int | None = None
+    #: What the always-on profile costs per step: ``Engine()`` against
+    #: ``Engine(profile=False)`` in alternating rounds at ``PROFILE_SESSIONS`` sessions
+    #: (median of the per-round differences, and their spread); None with ``profile=False``.
+    profile_us: float | None = None
+    profile_us_min: float | None = None
+    profile_us_max: float | None = None
+    target_profile_us: float = TARGET_PROFILE_US
 
 
 async def measure(
@@ -331,11 +342,43 @@ async def measure(
         result.levels.append(level)
         if report is not None:
             report(level)
+    if profile:
+        costs = await profile_cost(engine, agent, PROFILE_SESSIONS, rounds)
+        result.profile_us = round(statistics.median(costs), 2)
+        result.profile_us_min, result.profile_us_max = round(costs[0], 2), round(costs[-1], 2)
     await engine.aclose()
     if latency_s > 0:
         ours_s, hand_s = await throughput(1000, latency_s, 0.020, 0.005)
         result.latency_podium_steps_s, result.latency_hand_steps_s = round(ours_s), round(hand_s)
     return result
+
+
+async def profile_cost(engine: Engine, agent: Agent, n: int, rounds: int) -> list[float]:
+    """CPU µs per step ``engine`` (its profile on) spends over the same engine with its
+    profile off, in ``rounds`` alternating rounds of ``n`` sessions; sorted."""
+    bare = Engine(profile=False)
+    await cpu_podium(bare, agent, 100)  # warm up
+    costs: list[float] = []
+    for i in range(max(3, rounds)):
+        if i % 2:
+            off = await cpu_podium(bare, agent, n)
+            on = await cpu_podium(engine, agent, n)
+        else:
+            on = await cpu_podium(engine, agent, n)
+            off = await cpu_podium(bare, agent, n)
+        costs.append(on - off)
+    await bare.aclose()
+    return sorted(costs)
+
+
+def describe_profile(result: OverheadResult) -> str | None:
+    if result.profile_us is None:
+        return None
+    return (
+        f"profile {result.profile_us:.2f} µs/step "
+        f"[{result.profile_us_min:.2f}–{result.profile_us_max:.2f}], "
+        f"N={PROFILE_SESSIONS} (goal ≤ {result.target_profile_us:.0f} µs)"
+    )
 
 
 def describe(level: SessionsResult) -> str:
