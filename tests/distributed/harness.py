@@ -71,14 +71,22 @@ class WorkerProcess:
 
 
 async def burst_until_clean(
-    log_dir: Path, redis_url: str, prefix: str, agent: str, effects: Path, attempts: int = 5
+    log_dir: Path,
+    redis_url: str,
+    prefix: str,
+    agent: str,
+    effects: Path,
+    attempts: int = 5,
+    max_deliveries: int | None = 2,
 ) -> list[int]:
-    """Start ``--burst`` workers one after another (0.5 s leases, two deliveries before a
-    run is dead-lettered) until one exits 0; their exit codes, in order."""
+    """Start ``--burst`` workers one after another (0.5 s leases; ``max_deliveries``
+    before a run is dead-lettered, None: the worker's default) until one exits 0; their
+    exit codes, in order."""
     codes: list[int] = []
+    limit = () if max_deliveries is None else ("--max-deliveries", str(max_deliveries))
     for attempt in range(attempts):
         w = WorkerProcess(log_dir, f"w{attempt}", redis_url, prefix, agent, effects,
-                          "--lease", "0.5", "--max-deliveries", "2", "--burst")
+                          "--lease", "0.5", *limit, "--burst")
         try:
             codes.append(await w.wait_exit(30))
         finally:

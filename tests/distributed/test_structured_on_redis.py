@@ -16,7 +16,7 @@ from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 from podium.worker.worker import Worker
 
-from .harness import WorkerProcess, submit_runs
+from .harness import burst_until_clean, submit_runs
 from .structured_app import Verdict, verdict
 
 pytestmark = pytest.mark.anyio
@@ -62,17 +62,10 @@ async def test_a_sigkilled_worker_resumes_without_asking_again(
         RedisQueue(shared_redis_url, prefix=prefix) as queue,
     ):
         await submit_runs(store, queue, "verdict", ["v1"])
-        codes = []
-        for attempt in range(3):
-            w = WorkerProcess(tmp_path, f"w{attempt}", shared_redis_url, prefix,
-                              "tests.distributed.structured_app:verdict", effects,
-                              "--lease", "0.5", "--burst")
-            try:
-                codes.append(await w.wait_exit(30))
-            finally:
-                w.stop()
-            if codes[-1] == 0:
-                break
+        codes = await burst_until_clean(
+            tmp_path, shared_redis_url, prefix, "tests.distributed.structured_app:verdict",
+            effects, attempts=3, max_deliveries=None,
+        )
         assert codes == [-signal.SIGKILL, 0]
         record = await store.get("v1")
         assert record is not None and record.status == "completed", record
