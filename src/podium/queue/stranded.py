@@ -110,9 +110,10 @@ class StrandedSweep:
     async def run_once(self) -> list[str]:
         """One pass (none if the last was too recent); the ids of the runs it submitted
         (stranded ones: the others' submits were made before, and add nothing)."""
-        if time.monotonic() < self._next:
+        mono = time.monotonic()
+        if mono < self._next:
             return []
-        self._next = time.monotonic() + self.after_s / 4
+        self._next = mono + self.after_s / 4
         now = time.time()
         settled = now - self.after_s
         until = settled if self._until is None else min(self._until, settled)

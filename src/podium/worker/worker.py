@@ -413,13 +413,16 @@ class Worker:
             await asyncio.sleep(self.waiting_sweep_s)
             try:
                 ended = await self.engine.sweep_waiting()
-                if self._stranded is not None:
-                    await self._stranded.run_once()
             except Exception as exc:  # a maintenance loop must not take the worker down
-                log.warning("sweeping waiting and stranded runs failed (%s)", exc)
-                continue
-            for record in ended:
-                log.warning("run %s failed: %s", record.run_id, record.reason)
+                log.warning("sweeping waiting runs failed (%s)", exc)
+            else:
+                for record in ended:
+                    log.warning("run %s failed: %s", record.run_id, record.reason)
+            if self._stranded is not None:
+                try:
+                    await self._stranded.run_once()
+                except Exception as exc:  # (as above)
+                    log.warning("sweeping stranded runs failed (%s)", exc)
 
     async def _heartbeat_loop(self) -> None:
         while True:
