@@ -30,6 +30,7 @@ import statistics
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -312,13 +313,11 @@ async def measure(
         hand: list[float] = []
         ours: list[float] = []
         for i in range(rounds if n < 10_000 else max(3, rounds // 2)):
-            # Alternate which loop goes first, so neither always inherits the other's garbage.
-            if i % 2:
-                ours.append(await cpu_podium(engine, agent, n))
-                hand.append(await cpu_hand(n))
-            else:
-                hand.append(await cpu_hand(n))
-                ours.append(await cpu_podium(engine, agent, n))
+            h, o = await _alternating(
+                i, partial(cpu_hand, n), partial(cpu_podium, engine, agent, n)
+            )
+            hand.append(h)
+            ours.append(o)
         ratios = sorted(o / h for o, h in zip(ours, hand, strict=True))
         # Counted over at least 200 parked sessions: one alone is lost in the noise.
         # On a fresh loop in a thread: a loop that just ran thousands of tasks keeps some
@@ -353,6 +352,18 @@ async def measure(
     return result
 
 
+async def _alternating(
+    i: int, a: Callable[[], Awaitable[float]], b: Callable[[], Awaitable[float]]
+) -> tuple[float, float]:
+    """Round ``i`` of two measurements, ``(a's, b's)``: which goes first alternates, so
+    neither always inherits the other's garbage."""
+    if i % 2:
+        second = await b()
+        return await a(), second
+    first = await a()
+    return first, await b()
+
+
 async def profile_cost(engine: Engine, agent: Agent, n: int, rounds: int) -> list[float]:
     """CPU µs per step ``engine`` (its profile on) spends over the same engine with its
     profile off, in ``rounds`` alternating rounds of ``n`` sessions; sorted."""
@@ -360,12 +371,9 @@ async def profile_cost(engine: Engine, agent: Agent, n: int, rounds: int) -> lis
     await cpu_podium(bare, agent, 100)  # warm up
     costs: list[float] = []
     for i in range(max(3, rounds)):
-        if i % 2:
-            off = await cpu_podium(bare, agent, n)
-            on = await cpu_podium(engine, agent, n)
-        else:
-            on = await cpu_podium(engine, agent, n)
-            off = await cpu_podium(bare, agent, n)
+        on, off = await _alternating(
+            i, partial(cpu_podium, engine, agent, n), partial(cpu_podium, bare, agent, n)
+        )
         costs.append(on - off)
     await bare.aclose()
     return sorted(costs)
