@@ -151,8 +151,9 @@ class SQLiteRunStore(RunStore):
         self._bytes = 0
         self._closed = False
         # Every process with the file open holds a shared lock beside it (see sole_user).
-        memory = str(path) == ":memory:" or str(path).startswith("file::memory:")
-        self._users = None if memory else FileUsers(self.path.with_name(self.path.name + ".lock"))
+        # (sqlite3 is not opened with uri=True, so ":memory:" is the one private database.)
+        lock = self.path.with_name(f"{self.path.name}.lock")
+        self._users = None if str(path) == ":memory:" else FileUsers(lock)
 
     def sole_user(self) -> bool | None:
         """Whether no other process has this file open as a store now (a private
