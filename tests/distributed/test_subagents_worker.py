@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from podium.engine.children import child_run_id, child_runs
+from podium.engine.records import RunFinished
 from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 
@@ -143,3 +144,6 @@ async def test_a_dead_lettered_parent_ends_its_children(
         assert (child.run_id, child.status, child.reason) == (child_id, "failed", "dead_letter")
         assert child.error is not None and "doomed" in child.error
         assert await queue.outstanding() == 0
+        for run_id in ("doomed", child_id):  # both ends journaled, as every run's end is
+            (_, last), *_ = reversed(await store.journal(run_id))
+            assert isinstance(last, RunFinished) and last.reason == "dead_letter", run_id

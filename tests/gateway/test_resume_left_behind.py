@@ -20,6 +20,7 @@ import pytest
 
 from conftest import KEY_A, SERVER_CONFIG, gateway_client, podium_server
 from podium import Engine
+from podium.engine.records import RunFinished
 from podium.gateway.service import ServedAgent
 from podium.store.sqlite import SQLiteRunStore
 
@@ -93,3 +94,26 @@ async def test_a_store_another_process_uses_is_left_alone(
         assert ended is not None and ended.status == "completed"
     assert "resuming 1 run(s) an earlier server left unfinished" in caplog.text
     assert effects.read_text().splitlines() == ["start 0", "end 0", "start 1", "end 1"]
+
+
+async def test_a_left_run_of_an_agent_no_longer_served_ends_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    """The clumsy restart: the config changed and the agent a run was left in is gone. The
+    run does not stay ``running`` nor take the server down: it ends ``failed``, saying
+    which agent is missing and which ones this server has, and its journal says so too
+    (a final entry: what waiting clients and event streams hear)."""
+    path = tmp_path / "runs.sqlite"
+    async with SQLiteRunStore(path) as first:
+        record = await Engine(first).create(gateway_agents.react(), "go", tenant="tenant-a")
+        record.status, record.started_at = "running", record.created_at  # then it died
+        await first.update(record)
+    agents = [ServedAgent(gateway_agents.effects())]
+    async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
+        ended = await gw.wait(record.run_id, 30)
+        assert ended.status == "failed" and ended.reason == "dead_letter", ended
+        assert ended.error is not None and "unknown agent 'react'" in ended.error
+        assert "effects" in ended.error
+        assert (await client.get("/healthz")).status_code == 200
+        (_, last), *_ = reversed(await gw.store.journal(record.run_id))
+        assert isinstance(last, RunFinished) and last.reason == "dead_letter"

@@ -348,15 +348,25 @@ class Engine(AsyncCloseable):
             if self._ended_outside[oldest].done():
                 del self._ended_outside[oldest]
         try:
-            final = RunFinished(time.time(), "cancelled", error="cancelled", reason="cancelled")
-            record.status, record.error, record.reason = "cancelled", "cancelled", "cancelled"
-            record.finished_at = final.ts
-            await self.store.append(run_id, (final,), record=record)
-            for observer in self.observers:
-                observer(run_id, final)
+            await self.end_stored(record, "cancelled", "cancelled", "cancelled")
         finally:
             done.set_result(None)
         return True
+
+    async def end_stored(
+        self, record: RunRecord, status: RunStatus, reason: str, error: str
+    ) -> None:
+        """End in the store a run no driver holds (cancelled before a worker took it, a
+        dead-lettered one): its record and a ``RunFinished`` entry in one write, so the
+        run's followers and waiters hear of its end as of any other, and this engine's
+        observers too. Raises :class:`~podium.errors.StaleRunError` if the run was
+        written since ``record`` was read."""
+        final = RunFinished(time.time(), status, error=error, reason=reason)
+        record.status, record.error, record.reason = status, error, reason
+        record.finished_at = final.ts
+        await self.store.append(record.run_id, (final,), record=record)
+        for observer in self.observers:
+            observer(record.run_id, final)
 
     def pause(self, run_id: str) -> bool:
         """Ask a run driven here to stop after its current step's checkpoint (for a drain).

@@ -147,7 +147,8 @@ def parse_last_event_id(value: str | None) -> int:
 
 
 def final_from_record(record: RunRecord) -> bytes:
-    """A ``final`` event for a run that ended without a journal entry (e.g. dead-lettered)."""
+    """A ``final`` event for a run that ended without a journal entry (one dead-lettered
+    before such ends were journaled, or a store that lost the entry)."""
     final = RunFinished(
         record.finished_at or 0.0,
         record.status,
@@ -215,7 +216,7 @@ async def journal_events(
 
     Yields journal items; :data:`KEEPALIVE` while nothing happens (and while the store
     is away); the run's record, last, if it ended without a final entry
-    (dead-lettered). An outage longer than ``outage_grace_s`` raises.
+    (see :func:`final_from_record`). An outage longer than ``outage_grace_s`` raises.
     """
     down_since: float | None = None
     delay = 0.1
@@ -264,7 +265,7 @@ async def journal_events(
                     await pause()
                     continue
                 if final_seq is None or refetched:
-                    # It ended without a final entry (dead-lettered): the record says how.
+                    # It ended without a final entry: the record says how.
                     yield record
                     return
                 if final_seq <= after:  # a resume after the end: it was sent before

@@ -16,7 +16,6 @@ import logging
 import os
 import random
 import socket
-import time
 from collections.abc import Mapping
 from typing import Literal
 
@@ -342,12 +341,8 @@ class Worker:
                 return
             if record is None:
                 break
-            record.status = "failed"
-            record.reason = "dead_letter"
-            record.error = reason
-            record.finished_at = time.time()
             try:
-                await self.engine.store.update(record)
+                await self.engine.end_stored(record, "failed", "dead_letter", reason)
                 break
             except StaleRunError:
                 if await self._lease_lost(claim):  # another worker has it: leave it to them
@@ -373,11 +368,10 @@ class Worker:
             for child in await child_runs(store, parent):
                 if child.done:
                     continue
-                child.status, child.reason, child.waiting = "failed", "dead_letter", None
-                child.error = f"its parent run {parent.run_id} was dead-lettered: {reason}"
-                child.finished_at = time.time()
+                child.waiting = None
+                why = f"its parent run {parent.run_id} was dead-lettered: {reason}"
                 with contextlib.suppress(StaleRunError):  # written meanwhile: as it stands
-                    await store.update(child)
+                    await self.engine.end_stored(child, "failed", "dead_letter", why)
                 parents.append(child)
 
     async def _release(self, claim: Claim) -> None:
