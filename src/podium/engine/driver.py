@@ -118,6 +118,15 @@ def _tool_of(agent: Agent, record: RunRecord, name: str) -> Tool[Any, Any] | Non
     return None if current is None else current.tools.get(name)
 
 
+def _ended_record(record: RunRecord, status: RunStatus, reason: str, error: str) -> RunFinished:
+    """``record`` ended with ``status`` (for a run whose state is not loaded: its counts
+    stay as stored); the entry that journals that end."""
+    final = RunFinished(time.time(), status, error=error, reason=reason)
+    record.status, record.error, record.reason = status, error, reason
+    record.finished_at = final.ts
+    return final
+
+
 def _check_parts(store: object, executor: object) -> None:
     """Refuse at ``Engine(...)`` what would fail at its first run."""
     if store is not None and not isinstance(store, RunStore):
@@ -361,9 +370,7 @@ class Engine(AsyncCloseable):
         run's followers and waiters hear of its end as of any other, and this engine's
         observers too. Raises :class:`~podium.errors.StaleRunError` if the run was
         written since ``record`` was read."""
-        final = RunFinished(time.time(), status, error=error, reason=reason)
-        record.status, record.error, record.reason = status, error, reason
-        record.finished_at = final.ts
+        final = _ended_record(record, status, reason, error)
         await self.store.append(record.run_id, (final,), record=record)
         for observer in self.observers:
             observer(record.run_id, final)
@@ -1443,9 +1450,7 @@ class Engine(AsyncCloseable):
 
     async def _finish_record(self, record: RunRecord) -> RunRecord:
         """End ``cancelled`` a run whose state was never loaded: the record keeps its counts."""
-        final = RunFinished(time.time(), "cancelled", None, "cancelled", "cancelled")
-        record.status, record.error, record.reason = "cancelled", "cancelled", "cancelled"
-        record.finished_at = final.ts
+        final = _ended_record(record, "cancelled", "cancelled", "cancelled")
         await self._write_final(record, final)
         return record
 
