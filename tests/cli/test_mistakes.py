@@ -231,7 +231,11 @@ def test_bad_environment_is_one_line(
 
 @pytest.mark.parametrize(
     "args",
-    [("worker", "--agent", "react"), ("serve", "--agent", "react", "--redis", "redis://h:1/0")],
+    # (--port 0: the port is checked first, and 8000 may be taken on a shared machine)
+    [
+        ("worker", "--agent", "react"),
+        ("serve", "--agent", "react", "--redis", "redis://h:1/0", "--port", "0"),
+    ],
     ids=["worker", "serve-redis"],
 )
 @pytest.mark.parametrize("module", ["redis", "hiredis"])
