@@ -60,7 +60,7 @@ def check_redis_url(url: str) -> None:
     if parts.scheme != "redis" or not parts.hostname:
         raise ConfigError(f"Redis URL {url!r} is malformed; use redis://HOST:PORT/DB")
     db = parts.path.strip("/")
-    if db and not db.isdigit():
+    if db and not (db.isascii() and db.isdigit()):
         raise ConfigError(f"Redis URL {url!r}: the database must be a number, got {db!r}")
 
 

@@ -95,6 +95,7 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("worker-bad-port", ("worker", "--agent", "react", "--redis", "redis://h:p/0"), "malformed"),
     ("worker-not-redis-url", ("worker", "--agent", "react", "--redis", "http://h/0"), "malformed"),
     ("worker-url-db", ("worker", "--agent", "react", "--redis", "redis://h:1/zero"), "database"),
+    ("worker-url-db-digit", ("worker", "--agent", "react", "--redis", "redis://h:1/²"), "database"),
     ("worker-empty-pool", ("worker", "--pool", "x", "--config", "{toml}"), "in pool 'x'"),
     ("serve-rediss", ("serve", "--agent", "react", "--redis", "rediss://h:1/0"), "TLS"),
     ("serve-malformed-url", ("serve", "--agent", "react", "--redis", "redis//h"), "malformed"),

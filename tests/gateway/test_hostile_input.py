@@ -46,7 +46,16 @@ async def test_a_limit_of_thousands_of_digits_is_a_422() -> None:
         assert r.status_code == 200
 
 
-@pytest.mark.parametrize("after", [str(2**63), str(2**64 + 5), "-2", "1e3", "x", "9" * 5000])
+@pytest.mark.parametrize("path", ["/v1/runs", "/v1/threads"])
+@pytest.mark.parametrize("limit", ["²", "\uff11", "\u0661"])  # digits to isdigit(), not to int()
+async def test_a_limit_in_other_digits_is_a_422(path: str, limit: str) -> None:
+    async with gateway_client() as (_, client):
+        assert _error(await client.get(path, params={"limit": limit}), 422)["field"] == "limit"
+
+
+@pytest.mark.parametrize(
+    "after", [str(2**63), str(2**64 + 5), "-2", "1e3", "x", "9" * 5000, "²", "-²", "\uff11"]
+)
 async def test_after_out_of_range_or_not_a_number_is_a_422(after: str) -> None:
     async with gateway_client() as (_, client):
         run = (await client.post("/v1/runs", json={"agent": "react", "input": "q"})).json()

@@ -105,7 +105,7 @@ async def read_json(
             field="content-type",
         )
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(max_bytes)
     body = bytearray()
     try:
@@ -168,7 +168,8 @@ def _after(header: str | None, query: str | None) -> int:
         field = "after"
         text = query.strip()
         digits = text[1:] if text.startswith("-") else text
-        if not digits.isdigit() or len(digits) > 20:
+        # isascii: str.isdigit() is true of '²' and other digits int() refuses
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 20:
             raise ApiError(422, "invalid_request", "after must be an integer", field=field)
         after = int(text)
     else:
@@ -187,7 +188,8 @@ def _limit(query: Mapping[str, str]) -> int:
     raw_limit = query.get("limit", "100")
     # Length first: int() of thousands of digits is slow, and refused past 4300.
     digits = raw_limit.lstrip("0") or "0"
-    if not (raw_limit.isdigit() and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
+    ascii_digits = raw_limit.isascii() and raw_limit.isdigit()  # '²' is a digit to isdigit()
+    if not (ascii_digits and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
         raise ApiError(
             422, "invalid_request", "limit must be an integer from 1 to 1000", field="limit"
         )
