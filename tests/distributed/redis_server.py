@@ -64,6 +64,16 @@ class RedisServer:
             time.sleep(0.02)
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
+    def pause(self) -> None:
+        """SIGSTOP: connections are still accepted (by the kernel) and never answered, as
+        with a hung server or a link that drops packets."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGKILL)
@@ -72,6 +82,7 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.resume()  # a paused server would not act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(5)

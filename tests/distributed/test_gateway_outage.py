@@ -176,3 +176,49 @@ async def test_followers_and_waits_ride_out_an_outage(
         _assert_quiet_log(tmp_path)
     finally:
         worker.stop()
+
+
+async def test_a_hung_redis_is_a_503_on_time_for_every_request(
+    gateway: str,  # noqa: F811
+    private_redis: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """SIGSTOP: Redis still accepts connections (the kernel does) and never answers, as a
+    hung server or a link that drops packets. Each request waits about ``unavailable_s``
+    (1.5 s) and answers 503, instead of its client's 10 s read timeout times its retries
+    (18 s to read or create a run, as long as the hang to list runs)."""
+    # 8 s: well past the 1.5 s promised and a scheduling hiccup, well short of the old waits
+    async with httpx.AsyncClient(base_url=gateway, headers=HEADERS, timeout=8) as client:
+        made = await client.post("/v1/runs", json={"agent": "react", "input": "before"})
+        run_id = made.json()["id"]
+        private_redis.pause()
+        try:
+            requests = [
+                client.get(f"/v1/runs/{run_id}"),
+                client.get("/v1/runs"),
+                client.get("/v1/threads"),
+                client.post("/v1/runs", json={"agent": "react", "input": "during"}),
+                client.post(f"/v1/runs/{run_id}/cancel"),
+            ]
+            answers = await asyncio.gather(*requests)
+            for answer in answers:
+                assert answer.status_code == 503, (answer.request.url, answer.text)
+                assert answer.json()["error"]["type"] == "unavailable"
+                assert int(answer.headers["retry-after"]) >= 1
+            # a second wave, on connections whose first commands are still unanswered
+            again = await client.get(f"/v1/runs/{run_id}")
+            assert again.status_code == 503, again.text
+            ready = await client.get("/readyz")
+            assert ready.status_code == 503
+        finally:
+            private_redis.resume()
+        # Redis answers again: so does the gateway, without a restart.
+        for _ in range(100):
+            back = await client.get(f"/v1/runs/{run_id}")
+            if back.status_code == 200:
+                break
+            await asyncio.sleep(0.1)
+        assert back.status_code == 200, back.text
+        listed = await client.get("/v1/runs")
+        assert listed.status_code == 200 and run_id in [r["id"] for r in listed.json()["data"]]
+    _assert_quiet_log(tmp_path)

@@ -550,13 +550,17 @@ class Gateway:
             except Exception as exc:  # readiness reports every failure, whatever its kind
                 checks[name] = f"{type(exc).__name__}: {exc}"[:200] or "error"
 
-        await check("store", self.store.list(limit=1))
-        await check("queue", self.queue.depth(self.pools[0]))
+        probes = [check("store", self.store.list(limit=1)),
+                  check("queue", self.queue.depth(self.pools[0]))]
         for served in self.agents.values():
             model = served.agent.model
             probe = getattr(model, "health", None)
-            await check(f"model:{served.name}", probe() if callable(probe) else None)
-        return checks
+            probes.append(check(f"model:{served.name}", probe() if callable(probe) else None))
+        # At once: a probe (a load balancer's, often with a 1 s timeout) waits for the
+        # slowest check, not for the sum of them.
+        await asyncio.gather(*probes)
+        order = ["store", "queue", *(f"model:{served.name}" for served in self.agents.values())]
+        return {name: checks[name] for name in order}
 
 
 def _settled(record: RunRecord) -> bool:

@@ -647,21 +647,22 @@ class RedisRunStore(RunStore):
         # The indexes are scored by created_at: a time window is a range of scores.
         high = "+inf" if until is None else until
         low = "-inf" if since is None else since
+        # On the pipeline, like every command a request waits for: it waits
+        # ``unavailable_s`` at most for a Redis that does not answer.
         async with translate_errors():
             while len(found) < limit:
-                ids: list[bytes] = await cast(Any, self.client).zrevrangebyscore(
-                    key, high, low, start=start, num=page
+                ids: list[bytes] = await self._pipe.execute(
+                    "ZREVRANGEBYSCORE", key, high, low, "LIMIT", start, page
                 )
                 if not ids:
                     break
                 start += page
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for run_id in ids:
-                        pipe.hget(self._run_key(run_id.decode()), "r")
-                    raws = await pipe.execute()
+                raws = await self._pipe.execute_all(
+                    *[("HGET", self._run_key(run_id.decode()), "r") for run_id in ids]
+                )
                 expired = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
                 if expired:  # finished runs whose TTL passed: tidy the index lazily
-                    await self.client.zrem(key, *expired)
+                    await self._pipe.execute("ZREM", key, *expired)
                     start -= len(expired)
                 for raw in raws:
                     if raw is None:
@@ -713,19 +714,18 @@ class RedisRunStore(RunStore):
         start, page = 0, max(limit, 50)
         async with translate_errors():
             while len(found) < limit:
-                ids: list[bytes] = await cast(Any, self.client).zrevrange(
-                    key, start, start + page - 1
+                ids: list[bytes] = await self._pipe.execute(
+                    "ZREVRANGE", key, start, start + page - 1
                 )
                 if not ids:
                     break
                 start += page
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for thread_id in ids:
-                        pipe.hget(self._thread_key(thread_id.decode()), "r")
-                    raws = await pipe.execute()
+                raws = await self._pipe.execute_all(
+                    *[("HGET", self._thread_key(thread_id.decode()), "r") for thread_id in ids]
+                )
                 gone = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
                 if gone:  # expired or deleted threads: tidy the index lazily
-                    await self.client.zrem(key, *gone)
+                    await self._pipe.execute("ZREM", key, *gone)
                     start -= len(gone)
                 found.extend(self._thread_dec.decode(raw) for raw in raws if raw is not None)
         return found[:limit]

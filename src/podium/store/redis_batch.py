@@ -161,6 +161,7 @@ class Autopipeline:
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._watchdog: asyncio.TimerHandle | None = None
+        self._watch_due = 0.0  # when the watchdog fires (time.monotonic())
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.refusals = RefusalLog.of(f"{self.host}:{self.port}")
@@ -228,20 +229,49 @@ class Autopipeline:
         protocol.transport.write(b"".join([op.packed for op in batch]))
         self.batches += 1
         self.commands += len(batch)
-        if self._watchdog is None:
-            self._watchdog = asyncio.get_running_loop().call_later(self.timeout, self._check)
+        # A batch's oldest command is its first (commands queue in the order they come,
+        # those a lost link left unanswered go first) or, one refused and sent again, its
+        # last: no need to look at the others.
+        oldest = min(batch[0].born, batch[-1].born)
+        if self._watchdog is None or oldest + self.unavailable_s < self._watch_due:
+            self._watch(protocol, now)
+
+    def _watch(self, protocol: _Protocol, now: float) -> None:
+        """Check the replies again when the oldest waiting one is overdue, or its caller's
+        patience (``unavailable_s``) runs out, whichever comes first."""
+        due = protocol.waiting[0].sent_at + self.timeout
+        for op in protocol.waiting:  # the oldest caller still waiting (most are answered)
+            if not op.fut.done():
+                due = min(due, op.born + self.unavailable_s)
+                break
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self._watch_due = due
+        self._watchdog = asyncio.get_running_loop().call_later(max(0.001, due - now), self._check)
 
     def _check(self) -> None:
-        """A reply overdue by ``timeout`` means a dead link: drop it, resend on a new one."""
+        """A reply overdue by ``timeout`` means a dead link: drop it, resend on a new one.
+
+        A caller waits ``unavailable_s`` at most, answered or not: a server that
+        accepts connections and never replies (stopped, hung, a link that drops packets
+        without a reset) fails its commands as unavailable on time, while the link is
+        given until ``timeout`` (a slow reply is not a dead link). A failed command
+        stays in line: its reply, if it comes, is matched to it and dropped."""
         self._watchdog = None
         protocol = self._protocol
         if protocol is None or not protocol.waiting:
             return
-        if time.monotonic() - protocol.waiting[0].sent_at > self.timeout:
+        now = time.monotonic()
+        for op in protocol.waiting:
+            if not op.fut.done() and not op.internal and self._overdue(op, now):
+                op.fut.set_exception(RedisConnectionError(
+                    f"no reply from {self.host}:{self.port} in {self.unavailable_s:g}s"
+                ))
+        if now - protocol.waiting[0].sent_at > self.timeout:
             if protocol.transport is not None:
                 protocol.transport.abort()
             return
-        self._watchdog = asyncio.get_running_loop().call_later(self.timeout, self._check)
+        self._watch(protocol, now)
 
     def _reload_and_resend(self, op: _Op) -> None:
         async def reload() -> None:
