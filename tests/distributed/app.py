@@ -2,7 +2,8 @@
 
 ``effects`` calls a side-effecting tool ``TOOL_STEPS`` times; each call appends
 ``<idempotency key> <pid>`` to the file named by ``PODIUM_TEST_EFFECTS`` after
-``PODIUM_TEST_TOOL_DELAY`` seconds (the external system whose effects we count).
+``PODIUM_TEST_TOOL_DELAY`` seconds (the external system whose effects we count), and
+the same line when it starts to ``PODIUM_TEST_STARTS``, if set.
 ``crasher``'s tool logs its attempt then kills its own worker with SIGKILL.
 """
 
@@ -18,8 +19,8 @@ TOOL_STEPS = 4
 PARALLEL_CALLS = 4
 
 
-def _log(line: str) -> None:
-    path = os.environ.get("PODIUM_TEST_EFFECTS")
+def _log(line: str, to: str = "PODIUM_TEST_EFFECTS") -> None:
+    path = os.environ.get(to)
     if path:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
@@ -35,6 +36,7 @@ async def effect(item: str, ctx: ToolContext) -> str:
     Args:
         item: What to act on.
     """
+    _log(f"{ctx.idempotency_key} {os.getpid()}", to="PODIUM_TEST_STARTS")
     await asyncio.sleep(float(os.environ.get("PODIUM_TEST_TOOL_DELAY", "0.02")))
     _log(f"{ctx.idempotency_key} {os.getpid()}")
     return f"did {item}"

@@ -38,10 +38,13 @@ class WorkerProcess:
         effects: Path,
         *extra: str,
         tool_delay: float = 0.02,
+        starts: Path | None = None,
     ) -> None:
         self.log = log_dir / f"{name}.log"
         env = dict(os.environ, PODIUM_TEST_EFFECTS=str(effects),
                    PODIUM_TEST_TOOL_DELAY=str(tool_delay), PYTHONUNBUFFERED="1")
+        if starts is not None:  # each call's start too, not only its effect
+            env["PODIUM_TEST_STARTS"] = str(starts)
         cmd = [sys.executable, "-m", "podium.cli.main", "worker", "--redis", redis_url,
                "--prefix", prefix, "--agent", agent, "--log-level", "WARNING", *extra]
         with self.log.open("wb") as out:

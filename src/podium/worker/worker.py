@@ -280,6 +280,11 @@ class Worker:
                     return None
                 if self._draining.is_set():
                     return "paused"
+                if record.status == "running" and await self._cancel_left(run_id):
+                    # Asked to cancel while no live worker drove it (its worker died, or
+                    # released it): end it here, before any of its calls starts again.
+                    await self.engine.end_stored(record, "cancelled", "cancelled", "cancelled")
+                    return "ended"
                 record = await self.engine.execute(agent, record, admit_ns=admit_ns)
                 # A run parked on a human leaves the queue too (no lease runs while it waits).
                 if record.done:
@@ -306,6 +311,11 @@ class Worker:
                 delay = backoff.next()
                 log.warning("run %s: store unavailable (%s); resuming in %.2fs", run_id, exc, delay)
                 await asyncio.sleep(delay)
+
+    async def _cancel_left(self, run_id: str) -> bool:
+        """Whether someone asked to cancel the run (a request left for its driver). Only a
+        run started before can have one: a queued run is cancelled in the store."""
+        return run_id in await self.engine.store.cancel_requests((run_id,))
 
     async def _lease_lost(self, claim: Claim) -> bool:
         """Whether the queue has given ``claim``'s run to another worker.
