@@ -40,7 +40,7 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from itertools import count
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
