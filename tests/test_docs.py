@@ -135,7 +135,7 @@ def test_command_line_parses(where: str, command: str) -> None:
 
 def routes() -> list[tuple[re.Pattern[str], set[str]]]:
     """The gateway's paths (as patterns) and methods, read from its route tables."""
-    found = [(r"/mcp", {"POST", "GET"})]
+    found = [(r"/mcp", {"POST"})]
     for module in (ROOT / "src" / "podium" / "gateway").glob("*.py"):
         for path, methods in re.findall(
             r'Route\(\s*"([^"]+)"[^)]*?methods=\[([^\]]*)\]', module.read_text()

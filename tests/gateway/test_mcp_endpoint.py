@@ -78,3 +78,25 @@ def test_mcp_needs_the_api_key(server: ServerProcess) -> None:
     assert httpx.post(f"{server.url}/mcp", json=body, headers=headers).status_code == 401
     bad = {**headers, "Authorization": "Bearer pk_wrong"}
     assert httpx.post(f"{server.url}/mcp", json=body, headers=bad).status_code == 401
+
+
+def test_mcp_reads_bodies_as_every_route_does(server: ServerProcess) -> None:
+    """``server.max_body_bytes`` holds on /mcp too (a 2 MB input made a run; only the SDK's
+    own 4 MB cap applied, in plain text), and its refusals have the API's error shape."""
+    auth = {"Authorization": f"Bearer {KEY_A}", "Accept": "application/json, text/event-stream"}
+    big = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"react",'
+    big += '"arguments":{"input":"' + "x" * 2_000_000 + '"}}}'
+    r = httpx.post(f"{server.url}/mcp", content=big, timeout=30,
+                   headers={**auth, "Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["type"] == "payload_too_large", r.text
+    plain = {**auth, "Content-Type": "text/plain"}
+    r = httpx.post(f"{server.url}/mcp", content="{}", headers=plain)
+    assert r.status_code == 415 and r.json()["error"]["field"] == "content-type", r.text
+    # Stateless, JSON answers: no stream to open, no session to end.
+    for method in ("GET", "DELETE"):
+        r = httpx.request(method, f"{server.url}/mcp", headers=auth, timeout=5)
+        assert r.status_code == 405 and r.json()["error"]["type"] == "method_not_allowed", r.text
+        assert r.headers["allow"] == "POST"
+    with server.client(KEY_A) as http:
+        runs = http.get("/v1/runs", params={"agent": "react", "limit": "1000"}).json()["data"]
+    assert all(len(r["input"]) < 1_000_000 for r in runs)

@@ -96,6 +96,20 @@ async def read_json(
 ) -> T:
     """Decode the body into ``type_``: 415 if not JSON, 413 if too big, 400/422 if invalid,
     408 if it takes longer than ``body_timeout_s`` to arrive."""
+    body = await read_body(request, max_bytes, body_timeout_s)
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        raise error_from_validation(exc) from None
+    except msgspec.DecodeError as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None
+
+
+async def read_body(request: Request, max_bytes: int, body_timeout_s: float = 30.0) -> bytes:
+    """A JSON request's body, undecoded: 415 if not JSON, 413 if too big, 408 if it takes
+    longer than ``body_timeout_s`` to arrive."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != "application/json":
         raise ApiError(
@@ -122,14 +136,7 @@ async def read_json(
             f"the body did not arrive within {body_timeout_s:g}s",
             headers={"Connection": "close"},
         ) from None
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        raise error_from_validation(exc) from None
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None
+    return bytes(body)
 
 
 def _too_large(limit: int) -> ApiError:

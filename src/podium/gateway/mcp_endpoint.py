@@ -24,7 +24,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.requests import Request
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from podium.gateway.errors import ApiError
 from podium.observe.tracing import submit_context
@@ -38,21 +38,41 @@ _NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class _Authenticated:
-    """Refuses a request without a valid API key before the MCP transport reads it."""
+    """Refuses a request without a valid API key before the MCP transport reads it, and
+    reads its body as every other route does (JSON only, ``server.max_body_bytes`` at
+    most, within ``server.body_timeout_s``): the transport is given it whole."""
 
     def __init__(self, app: StreamableHTTPASGIApp, gateway: Gateway) -> None:
         self.app = app
         self.gateway = gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from podium.gateway.app import json_response
+        from podium.gateway.app import json_response, read_body
 
+        request = Request(scope, receive)
+        server = self.gateway.config.server
         try:
-            self.gateway.keys.authenticate(Request(scope).headers)
+            self.gateway.keys.authenticate(request.headers)
+            body = await read_body(request, server.max_body_bytes, server.body_timeout_s)
         except ApiError as exc:
             await json_response(exc.body(), exc.status, exc.headers)(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        await self.app(scope, _replay(body, receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives the body already read, then what the client sends next
+    (its disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 def mcp_endpoint(gateway: Gateway) -> tuple[Route, Callable[[], AbstractAsyncContextManager[Any]]]:
@@ -73,10 +93,10 @@ def mcp_endpoint(gateway: Gateway) -> tuple[Route, Callable[[], AbstractAsyncCon
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     manager = server.session_manager
+    # POST only: stateless, with JSON answers, there is no session to stream on (GET) or
+    # to end (DELETE); the MCP spec lets the server answer those 405.
     route = Route(
-        "/mcp",
-        endpoint=_Authenticated(StreamableHTTPASGIApp(manager), gateway),
-        methods=["GET", "POST", "DELETE"],
+        "/mcp", endpoint=_Authenticated(StreamableHTTPASGIApp(manager), gateway), methods=["POST"]
     )
     return route, manager.run
 
