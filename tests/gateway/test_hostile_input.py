@@ -133,3 +133,14 @@ async def test_a_bad_idempotency_key_is_a_422(key: bytes) -> None:
             headers={"Idempotency-Key": key},
         )
         assert _error(r, 422)["field"] == "idempotency-key"
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/v1/runs/"), ("POST", "/v1/runs/"),
+                                              ("GET", "/healthz/")])
+async def test_a_trailing_slash_is_a_404_not_a_redirect_to_the_host_header(
+    method: str, path: str
+) -> None:
+    async with gateway_client() as (_, client):
+        r = await client.request(method, path, headers={"Host": "evil.example"})
+        assert _error(r, 404)["type"] == "not_found"
+        assert "location" not in r.headers

@@ -550,5 +550,9 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
         exception_handlers=handlers,
         lifespan=lifespan,
     )
+    # No redirect from /v1/runs/ to /v1/runs: Starlette builds its Location from the
+    # request's Host header (a client's, or an attacker's), with an empty body. A 404 in the
+    # API's error shape says what is wrong.
+    app.router.redirect_slashes = False
     app.state.gateway = gateway
     return app
