@@ -29,6 +29,7 @@ def check_config(config: Config) -> None:
     _check_agents(config)
     _check_mcp(config)
     _check_links(config)
+    _check_imported(config)
     _check_keys(config)
     adaptive = config.limits.adaptive
     if adaptive.min_rate > adaptive.max_rate:
@@ -97,7 +98,7 @@ def _check_models(config: Config) -> None:
         ):
             raise ConfigError(
                 f"models: {model.name!r}: base_url must be an http:// or https:// URL "
-                f"ending in /v1, got {url!r}"
+                f"(the API root, usually ending in /v1), got {url!r}"
             )
 
 
@@ -163,6 +164,37 @@ def _check_mcp(config: Config) -> None:
                     f"agents: {label!r} uses MCP server {name!r}, which no [[mcp_servers]] "
                     f"entry names (known: {known})"
                 )
+
+
+#: What only an agent declared in the file takes (an imported one has its own, in Python);
+#: tools, mcp, output_type, sub-agents and hand-offs are refused with their own reasons.
+_DECLARED_ONLY = (
+    "instructions", "description", "max_steps", "deadline_s", "max_context_tokens",
+    "max_tool_result_tokens", "max_tokens", "temperature", "tags", "output_mode",
+    "output_retries", "max_parallel_children", "tools",
+)
+
+
+def _check_imported(config: Config) -> None:
+    """An agent imported from Python (``path``) takes its name, pool and model from the
+    file, nothing else: a limit set here would be ignored, so it is refused."""
+    import msgspec
+
+    from podium.config import AgentConfig
+
+    defaults = {f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+                for f in msgspec.structs.fields(AgentConfig)}
+    for agent in config.agents:
+        if agent.path is None:
+            continue
+        given = [name for name in _DECLARED_ONLY if getattr(agent, name) != defaults[name]]
+        if given:
+            raise ConfigError(
+                f"agents: {agent.name or agent.path!r} is imported from {agent.path!r}, which "
+                f"sets its own {', '.join(given)}: set {'it' if len(given) == 1 else 'them'} "
+                "in Python, or declare the agent here (no 'path'); only name, pool and model "
+                "apply to an imported agent"
+            )
 
 
 def _check_links(config: Config) -> None:

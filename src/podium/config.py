@@ -235,7 +235,7 @@ class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     burst: NonNegative = 0.0
     latency_target_s: Positive = 30.0
     expected_run_s: Positive = 1.0
-    max_queue: Annotated[int, msgspec.Meta(ge=0)] = 10_000
+    max_queue: Annotated[int, msgspec.Meta(ge=1)] = 10_000  # 0 would refuse every run
 
 
 class AdaptiveConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

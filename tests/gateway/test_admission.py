@@ -57,6 +57,15 @@ def test_a_refused_run_costs_no_tokens() -> None:
     assert admission._tenant_bucket(tenant).statistics().tokens == pytest.approx(9)
 
 
+def test_a_full_queue_says_which_limit_it_hit() -> None:
+    admission = Admission(LimitsConfig(), {"default": PoolConfig(max_queue=3)})
+    with pytest.raises(ApiError, match="has 3 runs waiting; its max_queue is 3"):
+        admission.admit(Tenant("t"), "default", 3)
+    slow = Admission(LimitsConfig(), {"default": PoolConfig(expected_run_s=20.0)})
+    with pytest.raises(ApiError, match="would miss its latency target"):  # 256 slots, 10 s room
+        slow.admit(Tenant("t"), "default", 200)
+
+
 def test_backlog_gate_bounds_the_queue_by_the_latency_target() -> None:
     gate = BacklogGate(slots=10, latency_target_s=2.0, expected_run_s=0.5, max_queue=1000)
     assert gate.max_waiting == 30  # 10 slots × (2.0 − 0.5) s / 0.5 s

@@ -110,6 +110,12 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("[[keys]]\ntenant = 'a'\nkey = 'k'\n[[keys]]\ntenant = 'b'\nkey = 'k'\n", {},
          "same key is given twice"),
         ("[limits.adaptive]\nmin_rate = 50\nmax_rate = 10\n", {}, "min_rate .* above max_rate"),
+        ("[pools.cpu]\nmax_queue = 0\n", {}, r"pools\.cpu\.max_queue: Expected `int` >= 1"),
+        # An imported agent has its own limits: one set here would be ignored, so it is refused.
+        ("[[agents]]\npath = 'react'\nmax_steps = 1\n", {}, "which sets its own max_steps"),
+        ("[[agents]]\npath = 'react'\ndeadline_s = 5\ninstructions = 'x'\n", {},
+         "sets its own instructions, deadline_s: set them in Python"),
+        ("[[agents]]\npath = 'react'\ntools = ['m:t']\n", {}, "sets its own tools"),
         # The environment: each variable named, and read by its field's type.
         ("", {"PODIUM_SERVER__PORT": "abc"}, "PODIUM_SERVER__PORT: expected a whole number"),
         ("", {"PODIUM_SERVER__PORT": "80.5"}, "PODIUM_SERVER__PORT: expected a whole number"),
@@ -221,3 +227,17 @@ def test_a_config_without_agents_gives_the_gateway_and_its_workers_the_same_agen
     assert list(worker_agents(config, [], "default")) == [a.name for a in load_agents(config)]
     with pytest.raises(ConfigError, match="no agents to serve in pool 'batch'"):
         worker_agents(config, [], "batch")  # the built-ins are the default pool's only
+
+
+def test_an_embedded_pool_without_workers_is_said_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from podium.gateway.runtime import build_gateway
+
+    env = {"PODIUM_POOLS__DEFAULT__WORKERS": "0", "PODIUM_AGENTS": "react=react"}
+    config = load_config(None, env)
+    with caplog.at_level("WARNING", logger="podium.gateway"):
+        gateway = build_gateway(config, store=None)
+    assert gateway.workers == []
+    assert "pools.default.workers = 0" in caplog.text and "'react'" in caplog.text
+    assert "stay queued" in caplog.text

@@ -151,6 +151,39 @@ async def test_client_errors_are_not_retried(replay: ReplayServer) -> None:
     assert info.value.status == 400 and len(replay.requests) == 1
 
 
+async def test_a_404_page_names_the_url_and_the_likely_mistake(replay: ReplayServer) -> None:
+    # base_url without /v1: the server has no such path, and says so in plain text
+    replay.default = Reply(status=404, body=b"404: Not Found", content_type="text/plain")
+    async with model(replay) as m:
+        with pytest.raises(ModelHTTPError, match=r"chat/completions: is base_url") as info:
+            await m.request(REQ)
+    assert info.value.status == 404 and replay.base_url in str(info.value)
+
+
+async def test_an_unknown_model_is_the_servers_own_404(replay: ReplayServer) -> None:
+    body = b'{"error":{"message":"The model `m` does not exist.","type":"NotFoundError"}}'
+    replay.default = Reply(status=404, body=body)
+    async with model(replay) as m:
+        with pytest.raises(ModelHTTPError) as info:
+            await m.request(REQ)
+    assert str(info.value) == "HTTP 404: The model `m` does not exist."
+
+
+async def test_a_failed_health_check_says_where_and_why(replay: ReplayServer) -> None:
+    async with model(replay) as m:
+        replay.healthy = False
+        assert not await m.health()
+        assert m.health_error is not None and "/health: HTTP 503" in m.health_error
+        replay.healthy = True
+        assert await m.health() and m.health_error is None
+    url = replay.base_url
+    await replay.stop()
+    async with model(replay) as m:
+        assert not await m.health()
+        assert m.health_error is not None and url.removesuffix("/v1") in m.health_error
+        assert "Cannot connect" in m.health_error
+
+
 async def test_connection_refused_is_unavailable_after_retries(replay: ReplayServer) -> None:
     url = replay.base_url
     await replay.stop()

@@ -8,6 +8,7 @@ model" while a llama.cpp server restarts, a backend killed mid-call.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -140,8 +141,21 @@ async def test_no_wait_fails_at_once_with_the_reason(sim_server_factory: Factory
     server = sim_server_factory("--step-ms", "1", "--loading-s", "600")
     model = OpenAIChatModel(server.base_url, "podium-sim", retry=NO_RETRY)
     async with BackendPool([Backend(model)], healthy_wait_s=0) as pool:
-        with pytest.raises(ModelUnavailableError, match="no healthy backend"):
+        with pytest.raises(ModelUnavailableError, match="no healthy backend") as info:
             await pool.request(call("r"))
+    # where it looked and what it got: the health URL and the server's "loading" 503
+    assert f"GET {server.base_url.removesuffix('/v1')}/health: HTTP 503" in str(info.value)
+
+
+async def test_a_backend_nobody_listens_on_is_named_with_its_url() -> None:
+    with socket.socket() as sock:  # a port with nothing behind it
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    model = OpenAIChatModel(f"http://127.0.0.1:{port}/v1", "m", retry=NO_RETRY)
+    async with BackendPool([Backend(model)], healthy_wait_s=0) as pool:
+        with pytest.raises(ModelUnavailableError) as info:
+            await pool.request(call("r"))
+    assert f"GET http://127.0.0.1:{port}/health" in str(info.value), info.value
 
 
 async def test_in_flight_call_on_a_killed_backend_keeps_the_cause(

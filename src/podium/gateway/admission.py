@@ -345,13 +345,13 @@ class Admission:
 
     def admit(self, tenant: Tenant, pool: str, waiting: int) -> None:
         """Admit one run for ``tenant`` into ``pool``, behind ``waiting`` queued runs."""
-        wait = self.gate(pool).retry_after(waiting)
+        gate = self.gate(pool)
+        wait = gate.retry_after(waiting)
         if wait is not None:
+            why = (f"its max_queue is {gate.max_queue}" if waiting >= gate.max_queue
+                   else "one more would miss its latency target")
             raise self._refuse(
-                pool,
-                "queue_full",
-                f"pool {pool!r} has {waiting} runs waiting; one more would miss its latency target",
-                wait,
+                pool, "queue_full", f"pool {pool!r} has {waiting} runs waiting; {why}", wait
             )
         buckets = (
             (

@@ -8,6 +8,7 @@ as ``podium worker`` processes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from podium.config import Config
@@ -21,6 +22,8 @@ from podium.queue.local import LocalQueue
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.worker.worker import Worker
+
+log = logging.getLogger("podium.gateway")
 
 __all__ = ("build_gateway", "load_agents", "open_store")
 
@@ -81,6 +84,15 @@ def build_gateway(
     engine = Engine(store, profile=config.server.profile)
     by_name = {s.name: s.agent for s in served}
     pools = dict.fromkeys([*config.pool_names(), *(s.pool for s in served)])
+    for pool in dict.fromkeys(s.pool for s in served):  # embedded: the only workers are ours
+        if config.pool(pool).workers < 1:
+            # Allowed (a gateway that takes runs now and runs them after a restart with
+            # workers: they wait in the store), but never silently.
+            names = ", ".join(repr(s.name) for s in served if s.pool == pool)
+            log.warning(
+                "pools.%s.workers = 0: in embedded mode (no server.redis) nothing runs the "
+                "runs of %s; they stay queued until the server starts with workers", pool, names
+            )
     workers = [
         Worker(
             queue,

@@ -162,6 +162,8 @@ class OpenAIChatModel(Model):
             self._health_urls = [yarl.URL(root + "/health"), yarl.URL(base + "/models")]
         else:
             self._health_urls = [yarl.URL(root + "/" + p.lstrip("/")) for p in health_paths]
+        #: Why the last health check failed (the URL and the error), None after a pass.
+        self.health_error: str | None = None
         self._encoder = RequestEncoder(
             model, extra_body=dict(extra_body or {}), include_usage=include_usage
         )
@@ -271,7 +273,7 @@ class OpenAIChatModel(Model):
                         proto.start_timeout()
                     return resp
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                error = http_error(status, raw, retry_after)
+                error = http_error(status, raw, retry_after, self._url)
                 if status >= 500 and not error.invalid_request:
                     self.breaker.failure()
                 else:
@@ -464,14 +466,17 @@ class OpenAIChatModel(Model):
                     resp.release()
             except TimeoutError as exc:
                 raise ModelTimeoutError(
-                    f"{self.name}: no answer from {url.path} within {timeout_s}s"
+                    f"{self.name}: no answer from {url} within {timeout_s}s"
                 ) from exc
-            except aiohttp.ClientError:
+            except aiohttp.ClientError as exc:
+                self.health_error = f"GET {url}: {type(exc).__name__}: {exc}"
                 return False
             if resp.status == 200:
                 if url is not self._health_urls[0]:
                     self._health_urls = [url]  # remember the path that works
+                self.health_error = None
                 return True
+            self.health_error = f"GET {url}: HTTP {resp.status}"
             if resp.status not in (404, 405):
                 return False
         return False

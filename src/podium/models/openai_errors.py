@@ -55,10 +55,13 @@ _INVALID_RE = re.compile(
 _MAX_BODY = 64 * 1024
 
 
-def http_error(status: int, body: bytes, retry_after: float | None = None) -> ModelHTTPError:
+def http_error(
+    status: int, body: bytes, retry_after: float | None = None, url: object = None
+) -> ModelHTTPError:
     """The typed error for an error answer: the server's message whole, context-length
     overflows as :class:`ModelContextLengthError`, and ``invalid_request`` set when the
-    body says the request itself is wrong (whatever the status)."""
+    body says the request itself is wrong (whatever the status). A 404 that is not an
+    API's error (a web server's page: no such path) names ``url``, the request's."""
     text = body[:_MAX_BODY].decode("utf-8", "replace")
     message, kind = text, None
     try:
@@ -77,6 +80,10 @@ def http_error(status: int, body: bytes, retry_after: float | None = None) -> Mo
             message, kind = parsed.message, parsed.type
         elif parsed.detail:
             message = parsed.detail
+    if status == 404 and parsed is None and url is not None:
+        # "model not found" comes as an API error; this is a path the server does not have
+        message = (f"{message.strip() or 'Not Found'} (POST {url}: is base_url the server's "
+                   "API root? it usually ends in /v1)")
     low = (kind or "").lower()
     context = low in _CONTEXT_TYPES or (status != 503 and bool(_CONTEXT_RE.search(message)))
     invalid = (

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -51,6 +52,8 @@ from podium.models.openai_wire import StreamTruncatedError
 from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
 from podium.models.pool_routing import Router, RoutingRule
 from podium.models.pool_sched import LASQueue, service_level
+
+log = logging.getLogger(__name__)
 
 __all__ = ("Backend", "BackendPool", "BackendStatistics", "PoolStatistics")
 
@@ -138,6 +141,7 @@ class BackendPool(Model):
         self.healthy_wait_s = healthy_wait_s
         self.liveness_s = 3 * health_interval_s if liveness_s is None else liveness_s
         self._came_up = asyncio.Event()  # set (and replaced) when a backend is admitted
+        self._said_down = False  # the warning that calls wait for a backend, once an outage
         self._kick = asyncio.Event()  # wakes the health loop early
         self._awaiting = 0  # calls waiting for a healthy backend
         self._closed = False
@@ -202,6 +206,7 @@ class BackendPool(Model):
                 backend.state = "healthy"
                 self._came_up.set()
                 self._came_up = asyncio.Event()
+                self._said_down = False
                 self._dispatch(backend)
             return
         if result == "timeout" and backend.state == "healthy" and self._busy(backend):
@@ -294,6 +299,11 @@ class BackendPool(Model):
                 + (f" after waiting {self.healthy_wait_s}s" if self.healthy_wait_s > 0 else "")
                 + self._why_down(chain)
             )
+        if not self._said_down and self.healthy_wait_s > 0:
+            # Once per outage: a call may wait healthy_wait_s in silence otherwise.
+            self._said_down = True
+            log.warning("%s: no healthy backend in groups %s; calls wait up to %gs for one%s",
+                        self.name, chain, self.healthy_wait_s, self._why_down(chain))
         self._awaiting += 1
         self._kick.set()  # check now, then every _WAITING_INTERVAL_S while calls wait
         try:

@@ -9,7 +9,7 @@ from typing import Literal
 
 import msgspec
 
-from podium.errors import ConfigError, ModelTimeoutError
+from podium.errors import ConfigError, ModelTimeoutError, ModelUnavailableError
 from podium.models.base import Model
 
 __all__ = ("Backend", "BackendState", "BackendStatistics", "HealthCheck", "ProbeResult")
@@ -68,6 +68,9 @@ class Backend:
         except Exception as exc:  # a probe that breaks is a failed probe
             self.last_error = exc
             return "down"
+        if not ok:  # what the probe saw (the URL, refused or an error status), if it says
+            why = getattr(self.model, "health_error", None) or "its health check failed"
+            self.last_error = ModelUnavailableError(why)
         return "ok" if ok else "down"
 
 
