@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from podium.config import load_config
@@ -79,3 +80,31 @@ def test_bad_output_types_are_config_errors(tmp_path: Path, agent: str, needle: 
     path.write_text(f'[[models]]\nname = "m"\nmodel = "x"\n\n[[agents]]\n{agent}\n')
     with pytest.raises(ConfigError, match=needle):
         served_agents(load_config(path, environ={}))
+
+
+def test_run_takes_a_built_in_name_from_the_config_as_serve_does(tmp_path: Path) -> None:
+    """``[[agents]] path = "react"`` with a model of the file: ``podium run react`` runs
+    that agent (on the file's model), as ``podium serve`` serves it; it used to run the
+    built-in on its simulated model and never read the file."""
+    with sim_server("--step-ms", "1", "--model", "local-sim") as url:
+        (tmp_path / "podium.toml").write_text(
+            f'[[models]]\nname = "local"\nbase_url = "{url}"\nmodel = "local-sim"\n\n'
+            '[[agents]]\npath = "react"\nmodel = "local"\n'
+        )
+        out = subprocess.run(
+            [sys.executable, "-m", "podium.cli.main", "run", "react", "hi", "--json"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        metrics = httpx.get(url.removesuffix("/v1") + "/metrics").text
+    served = [line for line in metrics.splitlines() if line.startswith("sim_requests_total")]
+    assert served and float(served[0].split()[-1]) >= 1, metrics[:500]
+
+
+def test_run_reports_a_broken_config_whatever_the_agent(tmp_path: Path) -> None:
+    (tmp_path / "podium.toml").write_text("[server\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "podium.cli.main", "run", "react", "hi"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 2 and "podium.toml" in out.stderr, out.stderr

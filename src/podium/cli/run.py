@@ -213,26 +213,25 @@ def _print_profile(console: Console, record: RunRecord) -> None:
 
 
 def _open_agent(args: argparse.Namespace) -> Agent:
-    if args.agent in BUILTIN_AGENTS or ":" in args.agent:
-        # A --config named is read (and refused if missing or wrong) even when only
-        # --model would use it: a file the user points at is never silently skipped.
-        config = load_config(args.config) if args.config else None
-        agent = resolve_agent(args.agent)
-        if args.model:
-            if config is None and os.path.exists("podium.toml"):
-                config = load_config("podium.toml")
-            agent = with_model(agent, model_from_option(args.model, config))
-        return agent
-    # A name from podium.toml's [[agents]] (built from the file, with its model).
+    """The agent ``podium serve`` would serve by that name: the config's ``[[agents]]``
+    entry first (a built-in's name too, so both commands run the same agent), else a
+    built-in example, else an import path. The config (``--config``, else
+    ``./podium.toml``) is read whenever there is one: a file in use is never skipped."""
     path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
-    if path is None:
-        resolve_agent(args.agent)  # raises the error that names the accepted forms
-    config = load_config(path)
-    served = {s.name: s for s in served_agents(config)}
-    if args.agent not in served:
-        names = ", ".join(sorted([*served, *BUILTIN_AGENTS]))
-        raise UserError(f"agent {args.agent!r}: not in {path}; use MODULE:ATTR or one of: {names}")
-    agent = served[args.agent].agent
+    config = load_config(path) if path is not None else None
+    if ":" in args.agent or config is None or not config.agents:
+        agent = resolve_agent(args.agent)  # raises the error that names the accepted forms
+    else:
+        served = {s.name: s for s in served_agents(config)}
+        if args.agent in served:
+            agent = served[args.agent].agent
+        elif args.agent in BUILTIN_AGENTS:
+            agent = resolve_agent(args.agent)
+        else:
+            names = ", ".join(sorted({*served, *BUILTIN_AGENTS}))
+            raise UserError(
+                f"agent {args.agent!r}: not in {path}; use MODULE:ATTR or one of: {names}"
+            )
     if args.model:
         agent = with_model(agent, model_from_option(args.model, config))
     return agent
