@@ -100,6 +100,11 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("serve-rediss", ("serve", "--agent", "react", "--redis", "rediss://h:1/0"), "TLS"),
     ("serve-malformed-url", ("serve", "--agent", "react", "--redis", "redis//h"), "malformed"),
     ("bench-negative-runs", ("bench", "--runs", "-5"), "--runs"),
+    # Each was a 500 per request (a traceback in the server's log) or an odd server.
+    ("sim-negative-tokens", ("sim-server", "--output-tokens", "-3"), "--output-tokens"),
+    ("sim-negative-steps", ("sim-server", "--tool-steps", "-1"), "--tool-steps"),
+    ("sim-nan-loading", ("sim-server", "--loading-s", "nan"), "--loading-s"),
+    ("sim-empty-model", ("sim-server", "--model", ""), "--model: must not be empty"),
     ("bench-zero-concurrency", ("bench", "--concurrency", "0"), "--concurrency"),
     ("bench-unknown-tool", ("bench", "--scenario", "{scenario}"), "'nope'"),
     ("bench-missing-scenario", ("bench", "--scenario", "/no/such.toml"), "scenario"),
@@ -325,3 +330,53 @@ def podium_run_ok(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     out = podium(*args, cwd=cwd)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     return out
+
+
+def _nobody_listens() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"redis://127.0.0.1:{s.getsockname()[1]}/0"
+
+
+def test_a_burst_worker_gives_up_on_a_redis_that_never_answers(tmp_path: Path) -> None:
+    """A batch job pointed at the wrong Redis used to retry for ever; now it says so at
+    start, and exits 1 once ``--burst-patience`` has passed without an answer."""
+    url = _nobody_listens()
+    out = podium("worker", "--redis", url, "--agent", "react", "--burst",
+                 "--burst-patience", "1", "--log-level", "error", cwd=tmp_path)
+    assert out.returncode == 1, out
+    assert "Traceback" not in out.stderr, out.stderr
+    assert f"warning: {url} does not answer" in out.stderr, out.stderr
+    assert "has not answered for 1s; a --burst worker gives up" in out.stderr, out.stderr
+
+
+def test_serve_says_when_its_redis_does_not_answer(tmp_path: Path) -> None:
+    url = _nobody_listens()
+    proc = subprocess.Popen(
+        podium_cmd("serve", "--redis", url, "--agent", "react", "--port", "0"),
+        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    code, out, _ = _interrupt(proc, "Application startup complete")
+    assert "does not answer" in out and "starting anyway" in out, out
+    assert code == 130 and "Traceback" not in out, out
+
+
+def test_ctrl_c_on_a_worker_drains_and_exits_130(tmp_path: Path, shared_redis_url: str) -> None:
+    prefix = f"ctrlc-{os.getpid()}"
+    proc = subprocess.Popen(
+        podium_cmd("worker", "--redis", shared_redis_url, "--prefix", prefix, "--agent",
+                   "react", "--procs", "0"),
+        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    code, out, _ = _interrupt(proc, " ready ")
+    assert code == 130 and "Traceback" not in out, out
+    assert " done {" in out, out  # it drained and said so first
+
+
+def test_ctrl_c_on_sim_server_exits_130(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        podium_cmd("sim-server", "--port", "0"), cwd=tmp_path, env=env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    code, _, err = _interrupt(proc, "listening on")
+    assert code == 130 and err.strip() == "sim-server stopped (interrupted)", err

@@ -101,6 +101,28 @@ def positive_int(value: str) -> int:
     return n
 
 
+def count(value: str) -> int:
+    """An argparse type: a whole number, 0 or more (tokens, steps)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+def amount(value: str) -> float:
+    """An argparse type: a finite number, 0 or more (milliseconds, microseconds)."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
+    return x
+
+
 def non_empty(value: str) -> str:
     """An argparse type: a string with something in it. ``--config ""`` or ``--prefix ""``
     (an unset shell variable) would otherwise fall back to the default without a word."""

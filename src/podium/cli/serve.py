@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import socket
 import sys
@@ -150,6 +151,8 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
     server = config.server
     if server.redis:
         check_redis_url(server.redis)
+        for module in ("redis", "hiredis"):  # missing: main() names the extra to install
+            importlib.import_module(module)
         from podium.store.redis_preflight import preflight
 
         # a server that can never work is one line now, not a 500 per request

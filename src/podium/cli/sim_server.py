@@ -5,10 +5,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
-from podium.cli.common import UserError, host_port, port_number, positive_int
+from podium.cli.common import (
+    UserError,
+    amount,
+    count,
+    host_port,
+    non_empty,
+    port_number,
+    positive_int,
+    seconds,
+)
 
 if TYPE_CHECKING:
     # the server (aiohttp) loads when it is started, not with `podium --help`
@@ -27,39 +37,39 @@ def register(subparsers: Any) -> None:
             " Endpoints: /v1/chat/completions, /health, /v1/models, /metrics."
         ),
     )
-    p.add_argument("--host", default="127.0.0.1", help="listen address")
+    p.add_argument("--host", type=non_empty, default="127.0.0.1", help="listen address")
     p.add_argument("--port", type=port_number, default=8000, help="0 picks a free port (printed)")
-    p.add_argument("--model", default="podium-sim", help="the model id it serves")
+    p.add_argument("--model", type=non_empty, default="podium-sim", help="the model id it serves")
     p.add_argument("--capacity", type=positive_int, default=64, help="sequences decoded at once")
-    p.add_argument("--step-ms", type=float, default=15.0, help="decode step time at batch size 0")
+    p.add_argument("--step-ms", type=amount, default=15.0, help="decode step time at batch size 0")
     p.add_argument(
-        "--step-per-seq-us", type=float, default=100.0, help="extra step time per running sequence"
+        "--step-per-seq-us", type=amount, default=100.0, help="extra step time per running sequence"
     )
     p.add_argument(
-        "--prefill-per-token-us", type=float, default=20.0, help="prefill time per uncached token"
+        "--prefill-per-token-us", type=amount, default=20.0, help="prefill time per uncached token"
     )
     p.add_argument(
-        "--prefix-cache-tokens", type=int, default=2_000_000, help="prefix cache size in tokens"
+        "--prefix-cache-tokens", type=count, default=2_000_000, help="prefix cache size in tokens"
     )
-    p.add_argument("--output-tokens", type=int, default=24, help="tokens in each reply")
+    p.add_argument("--output-tokens", type=count, default=24, help="tokens in each reply")
     p.add_argument(
-        "--tool-steps", type=int, default=3, help="steps that call a tool before answering"
+        "--tool-steps", type=count, default=3, help="steps that call a tool before answering"
     )
     odd = p.add_argument_group(
         "real servers' behaviours", "to test clients against them (see podium.models.sim_server)"
     )
     odd.add_argument(
-        "--reasoning-tokens", type=int, default=0, help="reasoning_content tokens before a reply"
+        "--reasoning-tokens", type=count, default=0, help="reasoning_content tokens before a reply"
     )
     odd.add_argument("--no-usage", action="store_true", help="send no usage, streamed or not")
     odd.add_argument(
         "--stall-after",
-        type=int,
+        type=count,
         default=None,
         metavar="TOKENS",
         help="after this many tokens a stream sends only ': ping' keep-alives",
     )
-    odd.add_argument("--ping-ms", type=float, default=50.0, help="keep-alive interval of a stall")
+    odd.add_argument("--ping-ms", type=amount, default=50.0, help="keep-alive interval of a stall")
     odd.add_argument("--no-health", action="store_true", help="answer /health with 404")
     odd.add_argument(
         "--models-waits-for-generation",
@@ -68,13 +78,13 @@ def register(subparsers: Any) -> None:
     )
     odd.add_argument(
         "--loading-s",
-        type=float,
+        type=seconds,
         default=0.0,
         help="answer every path with 503 'Loading model' for this long after start",
     )
     odd.add_argument(
         "--context-tokens",
-        type=int,
+        type=count,
         default=0,
         help="refuse prompt + max_tokens above this (0: no limit)",
     )
@@ -127,7 +137,9 @@ async def serve(config: SimServerConfig, host: str, port: int) -> None:
 
     from podium.models.sim_server import build_app
 
-    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=True)
+    # Our signal handling, not aiohttp's (its SIGINT exits 1, in silence): SIGTERM stops it
+    # cleanly, Ctrl-C is a KeyboardInterrupt for run() to report.
+    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096)
     await site.start()
@@ -136,8 +148,11 @@ async def serve(config: SimServerConfig, host: str, port: int) -> None:
     if server is not None and server.sockets:
         bound = server.sockets[0].getsockname()[1]
     print(f"listening on http://{host_port(host, bound)}", flush=True)
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError):  # (no signal handlers on Windows)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     try:
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
 
@@ -151,8 +166,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         runner = asyncio.run
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            runner(serve(config, args.host, args.port))
+        runner(serve(config, args.host, args.port))
+    except KeyboardInterrupt:  # Ctrl-C: 130, as every podium command
+        print("sim-server stopped (interrupted)", file=sys.stderr)
+        return 130
     except OSError as exc:  # the port is taken, or the address is not ours
         where = host_port(args.host, args.port)
         raise UserError(f"cannot listen on {where}: {exc.strerror or exc}") from None

@@ -48,8 +48,8 @@ def _procs(value: str) -> int | None:
         n = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError("use a number of processes or 'auto'") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("at least one process")
+    if n < 0:
+        raise argparse.ArgumentTypeError("0 (this one process, the default), N or 'auto'")
     return n
 
 
@@ -88,6 +88,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "0: this one process, unpinned")
     p.add_argument("--burst", action="store_true",
                    help="exit when the pool has nothing waiting or in flight")
+    p.add_argument("--burst-patience", type=_positive_float, default=60.0, metavar="S",
+                   help="with --burst, exit 1 when Redis has not answered for S seconds")
     p.add_argument("--grace", type=seconds, default=30.0, metavar="S",
                    help="on SIGTERM, seconds running steps get to finish before release")
     p.add_argument("--max-deliveries", type=positive_int, default=3, metavar="N",
@@ -134,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
     worker = WorkerConfig(
         redis_url=redis_url, agents=tuple(args.agent), pool=args.pool,
         config_file=os.path.abspath(path) if path else None,
-        concurrency=args.concurrency, burst=args.burst, grace_s=args.grace,
+        concurrency=args.concurrency, burst=args.burst, burst_patience_s=args.burst_patience,
+        grace_s=args.grace,
         max_deliveries=args.max_deliveries, lease_s=args.lease,
         prefix=args.prefix or server.prefix, finished_ttl_s=ttl, profile=server.profile,
         threads=args.threads,

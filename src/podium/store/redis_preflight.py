@@ -31,7 +31,7 @@ def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
 
 def preflight(url: str, prefix: str, pools: Iterable[str], timeout_s: float = 2.0) -> str | None:
     """Check the server at ``url``; raise ConfigError if it cannot work, return a warning
-    line (an evicting ``maxmemory-policy``) or None."""
+    line (no answer, an evicting ``maxmemory-policy``) or None."""
     import redis
     from redis.exceptions import (
         AuthenticationError,
@@ -79,8 +79,11 @@ def preflight(url: str, prefix: str, pools: Iterable[str], timeout_s: float = 2.
         ) from None
     except InvalidResponse as exc:
         raise ConfigError(f"{where} does not speak the Redis protocol ({exc})") from None
-    except (RedisConnectionError, RedisTimeoutError, OSError):
-        return None  # away (or starting): the store and the queue wait for it
+    except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        # Away (or starting): not an error, the store and the queue wait for it; but said,
+        # or a wrong URL looks like a server that works and has nothing to do.
+        return (f"{where} does not answer ({exc}); starting anyway: requests that need it "
+                "answer 503 and workers wait for it until it does")
     except RedisError as exc:
         raise ConfigError(f"{where}: {exc}") from None
     finally:

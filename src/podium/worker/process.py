@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 
+from podium.errors import QueueUnavailableError
 from podium.gctune import tune_for_serving
 from podium.worker.topology import Placement, place_workers, read_topology
 
@@ -45,6 +46,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     config_file: str | None = None
     concurrency: int = 256
     burst: bool = False
+    burst_patience_s: float = 60.0  # a burst worker gives up on a Redis silent this long
     grace_s: float = 30.0
     max_deliveries: int = 3
     lease_s: float = 30.0
@@ -147,11 +149,14 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         consumer=config.consumer, heartbeat_s=config.lease_s / 3,
         max_deliveries=config.max_deliveries, claim_block_s=min(1.0, config.lease_s / 3),
         waiting_sweep_s=min(5.0, config.lease_s / 3),  # waiting runs' deadlines, as often
+        burst_patience_s=config.burst_patience_s,
     )
     loop = asyncio.get_running_loop()
     drained: list[asyncio.Task[None]] = []
+    signals: list[int] = []
 
     def on_signal(signum: int) -> None:
+        signals.append(signum)
         if not drained:
             log.info("signal %d: draining (grace %.1fs)", signum, config.grace_s)
             drained.append(loop.create_task(worker.drain(config.grace_s)))
@@ -175,6 +180,9 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         await worker.run(burst=config.burst)
         if drained:
             await drained[0]
+    except QueueUnavailableError as exc:  # a burst worker whose queue never answered
+        print(f"podium worker {worker.consumer}: error: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
         await engine.aclose()
         await tokens.aclose()
@@ -188,7 +196,9 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     stats = worker.statistics()
     print(f"podium worker {worker.consumer} done {msgspec.json.encode(stats).decode()}",
           file=sys.stderr, flush=True)
-    return 0
+    # Ctrl-C: 130, as every podium command (it drained first); SIGTERM, an orchestrator's
+    # stop, is a clean exit.
+    return 130 if signal.SIGINT in signals else 0
 
 
 # -- many worker processes ------------------------------------------------------------------
@@ -231,9 +241,12 @@ def supervise(
     children = {p.index: _spawn(config, p, env) for p in placements}
     stopping = False
 
+    interrupted = False
+
     def forward(signum: int, _frame: Any) -> None:
-        nonlocal stopping
+        nonlocal stopping, interrupted
         stopping = True
+        interrupted = interrupted or signum == signal.SIGINT
         for proc in children.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -265,6 +278,8 @@ def supervise(
             signal.signal(sig, handler)
         if shared is not None:
             shared.close()
+    if interrupted:  # Ctrl-C (the children, in the terminal's group, got it too: 130)
+        return 130
     return 0 if all(c == 0 for c in codes.values()) else 1
 
 

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import socket
+import time
 from collections.abc import Mapping
 from typing import Literal
 
@@ -25,7 +26,7 @@ from podium.agent import Agent
 from podium.engine.children import child_runs
 from podium.engine.driver import Engine
 from podium.engine.records import RunRecord
-from podium.errors import RunNotFoundError, StaleRunError, StoreError
+from podium.errors import QueueUnavailableError, RunNotFoundError, StaleRunError, StoreError
 from podium.lifecycle import stop_task
 from podium.queue.base import Claim, RunQueue
 from podium.queue.stranded import StrandedSweep
@@ -96,6 +97,7 @@ class Worker:
         cancel_poll_s: float = 0.5,
         waiting_sweep_s: float = 5.0,
         stranded_after_s: float = 60.0,
+        burst_patience_s: float = 60.0,
     ) -> None:
         self.queue = queue
         self.engine = engine
@@ -123,6 +125,10 @@ class Worker:
         self._lost_runs = 0
         self._lost: set[str] = set()  # runs whose lease was lost: cancelled, never released
         self._claim_backoff = Backoff()
+        #: A burst worker whose queue has not answered for this long gives up (raises
+        #: QueueUnavailableError): a batch job fails, instead of waiting for ever.
+        self.burst_patience_s = burst_patience_s
+        self._unreachable_since: float | None = None  # time.monotonic() of the first failure
 
     async def run(self, *, burst: bool = False) -> None:
         """Claim and drive runs until :meth:`drain`.
@@ -148,8 +154,10 @@ class Worker:
                     break
                 if not claims:
                     self._slots.release()
-                    if burst and not self._active and await self._nothing_left():
-                        break
+                    if burst and not self._active:
+                        if await self._nothing_left():
+                            break
+                        self._give_up_if_unreachable()
                     continue
                 for i, claim in enumerate(claims):
                     if i > 0:
@@ -167,11 +175,14 @@ class Worker:
                 self.consumer, pool=self.pool, count=count, block_s=self.claim_block_s
             )
         except (ConnectionError, OSError) as exc:  # the queue's service is away: back off
+            if self._unreachable_since is None:
+                self._unreachable_since = time.monotonic()
             delay = self._claim_backoff.next()
             log.warning("claim failed (%s); retrying in %.2fs", exc, delay)
             await asyncio.sleep(delay)
             return []
         self._claim_backoff.reset()
+        self._unreachable_since = None
         return claims
 
     async def _nothing_left(self) -> bool:
@@ -179,7 +190,17 @@ class Worker:
         try:
             return await self.queue.outstanding(self.pool) == 0
         except (ConnectionError, OSError):
+            if self._unreachable_since is None:
+                self._unreachable_since = time.monotonic()
             return False
+
+    def _give_up_if_unreachable(self) -> None:
+        since = self._unreachable_since
+        if since is not None and time.monotonic() - since > self.burst_patience_s:
+            raise QueueUnavailableError(
+                f"the queue has not answered for {self.burst_patience_s:g}s; a --burst "
+                "worker gives up (is Redis up, and is this its URL?)"
+            )
 
     def _start(self, claim: Claim) -> None:
         held = self._active.get(claim.item.run_id)
