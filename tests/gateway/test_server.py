@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import signal
+import threading
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from conftest import KEY_A, KEY_ADMIN, KEY_B, KEY_LIMITED, ServerProcess, podium_server
+from conftest import (
+    KEY_A,
+    KEY_ADMIN,
+    KEY_B,
+    KEY_LIMITED,
+    SERVER_CONFIG,
+    ServerProcess,
+    podium_server,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -116,3 +125,49 @@ def test_graceful_shutdown_drains_in_flight_runs(tmp_path: Path) -> None:
         # uvicorn re-raises SIGTERM once it has shut down cleanly, for the conventional status.
         assert srv.proc.wait(30) in (0, -signal.SIGTERM)
         assert "Application shutdown complete" in "".join(srv.lines)
+
+
+def test_a_stop_ends_every_stream_with_a_reconnect_event(tmp_path: Path) -> None:
+    """SIGTERM with followers of runs that cannot end in the grace (one waits for a human,
+    one is mid-way through a 30 s model call): once the runs have paused, each stream
+    gets a ``shutting_down`` error event and ends cleanly; the server exits on time with
+    nothing in its log but the drain (before: the streams were cut at the grace's end
+    with no event, and uvicorn logged a CancelledError traceback)."""
+    config = SERVER_CONFIG.replace("drain_grace_s = 10", "drain_grace_s = 2")
+    config += '\n[[agents]]\npath = "podium.examples.refunds:agent"\n'
+    with podium_server(tmp_path, config) as srv, srv.client() as client:
+        waiting = client.post("/v1/runs", json={
+            "agent": "refunds", "input": "Refund 250 on order A-1001",
+            "wait": True,
+        }).json()
+        assert waiting["status"] == "waiting", waiting
+        sleepy = client.post("/v1/runs", json={"agent": "sleepy", "input": "q"}).json()
+        streams: dict[str, list[str]] = {}
+        errors: list[BaseException] = []
+        opened = threading.Barrier(3)
+
+        def follow(run_id: str) -> None:
+            lines = streams.setdefault(run_id, [])
+            try:
+                with srv.client() as c, c.stream("GET", f"/v1/runs/{run_id}/events") as r:
+                    opened.wait(10)
+                    lines.extend(r.iter_lines())
+            except BaseException as exc:  # a cut stream: RemoteProtocolError
+                errors.append(exc)
+
+        threads = [threading.Thread(target=follow, args=(run["id"],))
+                   for run in (waiting, sleepy)]
+        for t in threads:
+            t.start()
+        opened.wait(10)
+        srv.proc.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join(30)
+        assert srv.proc.wait(30) in (0, -signal.SIGTERM)
+    assert errors == []
+    for run_id, lines in streams.items():
+        events = [line[7:] for line in lines if line.startswith("event: ")]
+        assert events[-1] == "error", (run_id, lines)
+        assert '"shutting_down"' in lines[-1] or any('"shutting_down"' in x for x in lines[-3:])
+    log = "".join(srv.lines)
+    assert "Traceback" not in log and "ERROR" not in log, log

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import pytest
 
 from podium.engine.records import RunRecord
+from podium.gateway.live import LiveFrames
 from podium.gateway.sse import KEEPALIVE, follow_journal, parse_last_event_id
 from podium.store.memory import MemoryRunStore
 
@@ -34,3 +38,38 @@ async def test_a_run_ended_without_a_final_entry_still_gets_a_final_event() -> N
 )
 def test_last_event_id_parsing(value: str | None, after: int) -> None:
     assert parse_last_event_id(value) == after
+
+
+async def _never() -> AsyncIterator[bytes]:
+    yield b"first\n\n"
+    await asyncio.Event().wait()  # a quiet run
+    yield b"unreachable\n\n"
+
+
+async def test_a_shut_stream_ends_with_its_farewell_even_while_it_waits() -> None:
+    body = LiveFrames(_never(), None, b"farewell\n\n")
+    assert await anext(body) == b"first\n\n"
+    reading = asyncio.ensure_future(anext(body))
+    await asyncio.sleep(0)  # it waits for the next frame
+    body.shut()
+    assert await reading == b"farewell\n\n"
+    with pytest.raises(StopAsyncIteration):
+        await anext(body)
+    await body.aclose()
+
+
+async def test_a_stream_shut_between_frames_says_farewell_next() -> None:
+    body = LiveFrames(_never(), None, b"farewell\n\n")
+    body.shut()
+    assert [frame async for frame in body] == [b"farewell\n\n"]
+
+
+async def test_a_client_leaving_is_still_a_cancellation() -> None:
+    body = LiveFrames(_never(), None, b"farewell\n\n")
+    assert await anext(body) == b"first\n\n"
+    reading = asyncio.ensure_future(anext(body))
+    await asyncio.sleep(0)
+    reading.cancel()  # what the server does when the client hangs up
+    with pytest.raises(asyncio.CancelledError):
+        await reading
+    await body.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import math
 import os
 import socket
 import sys
@@ -224,9 +225,12 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
             timeout_keep_alive=max(1, round(server.keep_alive_s)),
             log_level=args.log_level.lower(),
             access_log=False,
-            timeout_graceful_shutdown=int(server.drain_grace_s) or None,
+            # The gateway's drain takes drain_grace_s at most, then ends its streams:
+            # a little more, so they can say so before uvicorn cancels what is left.
+            timeout_graceful_shutdown=math.ceil(server.drain_grace_s) + 2,
         ),
         url,
+        on_stop=gateway.begin_stop,
     )
     try:
         uv.run(sockets=listeners)

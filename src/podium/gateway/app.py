@@ -256,7 +256,7 @@ def _routes(gw: Gateway) -> list[Route]:
             headers["Idempotent-Replayed"] = "true"
         if body.stream:
             frames = follow_live(gw.store, record.run_id, -1, tokens)
-            return sse_response(LiveFrames(frames, tokens), headers)
+            return sse_response(gw.stream(frames, tokens), headers)
         if body.wait:
             record = await gw.wait(
                 record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
@@ -283,7 +283,7 @@ def _routes(gw: Gateway) -> list[Route]:
         record = await gw.get(tenant, request.path_params["run_id"])
         tokens = None if record.done else await gw.listen(record.run_id)
         frames = follow_live(gw.store, record.run_id, after, tokens)
-        return sse_response(LiveFrames(frames, tokens))
+        return sse_response(gw.stream(frames, tokens))
 
     async def cancel_run(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)

@@ -184,19 +184,61 @@ async def follow_live(
 class LiveFrames:
     """An SSE body that closes its token subscription however the response ends,
     even if the client left before the body was first read (the generator then
-    never ran, and its own cleanup with it)."""
+    never ran, and its own cleanup with it).
 
-    __slots__ = ("_frames", "_tokens")
+    :meth:`shut` ends it early, between two frames or while it waits for the next:
+    ``farewell`` (an event telling the client to reconnect) is its last frame. A
+    stopping server does this to every stream it still holds once its runs have paused,
+    so no client is cut off mid-event when the server's grace runs out.
+    """
 
-    def __init__(self, frames: AsyncIterator[bytes], tokens: TokenSubscription | None) -> None:
+    __slots__ = ("__weakref__", "_farewell", "_frames", "_reading", "_shut", "_tokens")
+
+    def __init__(
+        self,
+        frames: AsyncIterator[bytes],
+        tokens: TokenSubscription | None,
+        farewell: bytes = b"",
+    ) -> None:
         self._frames = frames
         self._tokens = tokens
+        self._farewell = farewell
+        self._shut = False
+        self._reading: asyncio.Task[Any] | None = None  # the task awaiting the next frame
 
     def __aiter__(self) -> LiveFrames:
         return self
 
     async def __anext__(self) -> bytes:
-        return await anext(self._frames)
+        if self._shut:
+            return self._last_frame()
+        task = self._reading = asyncio.current_task()
+        try:
+            return await anext(self._frames)
+        except asyncio.CancelledError:
+            if not self._was_shut() or task is None or task.cancelling() > 1:
+                raise  # the client left, or the server is going down: not ours to keep
+            task.uncancel()  # cancelled by shut(): end with the farewell instead
+            return self._last_frame()
+        finally:
+            self._reading = None
+
+    def _was_shut(self) -> bool:
+        return self._shut  # (read anew: shut() may have run while the frame was awaited)
+
+    def shut(self) -> None:
+        """End the stream now: its farewell is the next (and last) frame."""
+        if self._shut:
+            return
+        self._shut = True
+        if self._reading is not None:
+            self._reading.cancel()
+
+    def _last_frame(self) -> bytes:
+        farewell, self._farewell = self._farewell, b""
+        if not farewell:
+            raise StopAsyncIteration
+        return farewell
 
     async def aclose(self) -> None:
         close = getattr(self._frames, "aclose", None)

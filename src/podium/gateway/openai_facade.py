@@ -42,7 +42,7 @@ from starlette.responses import Response, StreamingResponse
 from podium.engine.records import ModelTurn, RunFinished, RunRecord, StepRecord
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
-from podium.gateway.live import LiveFrames, live_events
+from podium.gateway.live import live_events
 from podium.gateway.outage import UNAVAILABLE
 from podium.gateway.schemas import (
     AssistantMessage,
@@ -63,6 +63,11 @@ __all__ = ("ChatRequest", "complete", "input_from_messages")
 
 _encode = msgspec.json.Encoder().encode
 _WAIT_ERRORS: tuple[type[BaseException], ...] = (ApiError, *UNAVAILABLE)
+#: A stopping server's last chunk (an error chunk, as OpenAI sends them: its SDK raises it).
+_SHUTTING_DOWN = b"data: " + _encode({"error": {
+    "type": "shutting_down",
+    "message": "the server is stopping; the run goes on: GET /v1/runs/{id} for its end",
+}}) + b"\n\n"
 #: Between the texts of two steps in a stream (tool steps that say something, then the answer).
 STEP_BREAK = "\n\n"
 
@@ -188,7 +193,7 @@ async def complete(
         structured,
     )
     return StreamingResponse(
-        LiveFrames(chunks, tokens),
+        gw.stream(chunks, tokens, _SHUTTING_DOWN),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Podium-Run-Id": record.run_id},
     )

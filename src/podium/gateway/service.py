@@ -16,7 +16,8 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from podium.agent import Agent
@@ -39,8 +40,10 @@ from podium.errors import DecisionError, StaleRunError, StoreError, ThreadNotFou
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
+from podium.gateway.live import LiveFrames
 from podium.gateway.metrics import GatewayMetrics
 from podium.gateway.outage import UNAVAILABLE, Retrier
+from podium.gateway.sse import SHUTTING_DOWN
 from podium.lifecycle import stop_task
 from podium.observe.blocking import BlockingDetector, detector_from_env
 from podium.observe.looplag import LoopLagMonitor
@@ -132,6 +135,11 @@ class Gateway:
         self._service_ns: dict[str, int] = {}
         self._admitted_at: dict[str, tuple[str, float]] = {}
         self._settling: set[asyncio.Task[None]] = set()
+        # Event streams open now (ended, each with a reconnect event, once a stopping
+        # server's runs have paused) and the stop's drain, once it has begun.
+        self._streams: weakref.WeakSet[LiveFrames] = weakref.WeakSet()
+        self._draining: asyncio.Task[None] | None = None
+        self.stopped = False  # the drain is over: streams and waits end at once
         if engine is not None:
             engine.observers.append(self._observe)
             if tokens is None:
@@ -161,10 +169,43 @@ class Gateway:
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers
         ]
 
+    def begin_stop(self) -> None:
+        """The server stops taking connections: drain the workers (runs pause at a step
+        boundary within ``drain_grace_s``), then end the event streams and waits still
+        open, each with where the run stands, so the server's own grace ends on time and
+        no client is cut off mid-event. Idempotent."""
+        if self._draining is None:
+            self._draining = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        grace = self.config.server.drain_grace_s
+        try:
+            await asyncio.gather(*(w.drain(grace) for w in self.workers))
+        finally:
+            self.stopped = True
+            for stream in list(self._streams):
+                stream.shut()
+            for waiters in self._finished.values():
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+
+    def stream(
+        self, frames: AsyncIterator[bytes], tokens: TokenSubscription | None,
+        farewell: bytes = SHUTTING_DOWN,
+    ) -> LiveFrames:
+        """An event stream's body, ended (with ``farewell``) if the server stops."""
+        body = LiveFrames(frames, tokens, farewell)
+        self._streams.add(body)
+        if self.stopped:  # came in on a kept-alive connection after the drain
+            body.shut()
+        return body
+
     async def stop(self) -> None:
         """Drain: stop admitting, let in-flight runs finish within the grace period."""
-        grace = self.config.server.drain_grace_s
-        await asyncio.gather(*(w.drain(grace) for w in self.workers))
+        self.begin_stop()
+        assert self._draining is not None
+        await self._draining
         for task in [*self._worker_tasks, *self._settling]:
             await stop_task(task)
         await self.admission.controller.stop()
@@ -376,7 +417,7 @@ class Gateway:
         deadline = time.monotonic() + wait_s
         retry = Retrier(deadline + _OUTAGE_GRACE_S)
         record = await self._record(retry, run_id)
-        if _settled(record):
+        if _settled(record) or self.stopped:
             return record
         if self.engine is not None:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -404,8 +445,10 @@ class Gateway:
 
     async def _follow_until_done(self, run_id: str, deadline: float, retry: Retrier) -> None:
         after = -1
-        while (left := deadline - time.monotonic()) > 0:
-            items = await retry.call(self.store.wait_journal, run_id, after, min(left, 5.0))
+        while (left := deadline - time.monotonic()) > 0 and not self.stopped:
+            # (1 s at a time once stopping: a wait ends soon after the drain)
+            chunk = 1.0 if self._draining is not None else 5.0
+            items = await retry.call(self.store.wait_journal, run_id, after, min(left, chunk))
             if any(isinstance(e, RunFinished | ApprovalRequested) for _, e in items):
                 return
             if items:

@@ -170,6 +170,16 @@ def entry_frames(seq: int, entry: JournalEntry) -> bytes:
     )
 
 
+#: The last event of a stream a stopping server ends (its runs paused, or driven elsewhere):
+#: the client reconnects, with ``Last-Event-ID``, to follow the run where it stands. The
+#: ``retry`` field asks an EventSource to wait a second first.
+SHUTTING_DOWN = b"retry: 1000\n" + format_event(None, "error", {"error": {
+    "type": "shutting_down",
+    "message": "the server is stopping; reconnect with Last-Event-ID to follow the run",
+    "retry_after": 1,
+}})
+
+
 def unavailable_event(exc: BaseException) -> bytes:
     """The ``error`` event that ends a stream whose store stayed away too long."""
     error = {"type": "unavailable", "message": f"the run store is unreachable: {exc}"}
