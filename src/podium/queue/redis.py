@@ -269,7 +269,8 @@ class RedisQueue(RunQueue):
         key = self.stream_key(pool)
         now = time.time()
         claims: list[Claim] = []
-        if time.monotonic() >= self._next_reclaim.get(pool, 0.0):
+        mono = time.monotonic()
+        if mono >= self._next_reclaim.get(pool, 0.0) and await self._settled(mono):
             reply: list[Any] = await self._pipe.execute(
                 "EVALSHA", self._reclaim, 1, key, _GROUP, consumer, int(self.lease_s * 1000),
                 count, self._cursor.get(pool, "0-0"),
@@ -296,6 +297,19 @@ class RedisQueue(RunQueue):
                 for entry_id, fields in rows:
                     claims.append(self._claim_of(consumer, entry_id, fields, 1, now))
         return claims
+
+    async def _settled(self, mono: float) -> bool:
+        """Whether runs whose lease ran out may be taken now: not within one lease of this
+        client's connection coming back after it was lost (a Redis restart loses every
+        client's). Redis counts an outage in every lease's idle time, and their holders,
+        back too, need a heartbeat to say they are alive; else the calls they finished
+        during the outage would run again elsewhere."""
+        pipe = self._pipe
+        if not pipe.lost_at:
+            return True
+        if pipe.up_since is None:  # lost, and nothing sent since: connect (and count) now
+            await pipe.execute("PING")
+        return pipe.up_since is not None and mono >= pipe.up_since + self.lease_s
 
     def _claim_of(
         self, consumer: str, entry_id: bytes, fields: Any, deliveries: int, now: float

@@ -167,6 +167,10 @@ class Autopipeline:
         self.refusals = RefusalLog.of(f"{self.host}:{self.port}")
         self.batches = 0
         self.commands = 0
+        #: time.monotonic() since when the connection in use has been up (None: there is
+        #: none), and when the last one in use was lost (0.0: never).
+        self.up_since: float | None = None
+        self.lost_at = 0.0
 
     def register(self, script: str) -> str:
         """Remember a Lua script; returns the SHA to call it by (``EVALSHA``)."""
@@ -330,6 +334,8 @@ class Autopipeline:
     def _lost(self, protocol: _Protocol) -> None:
         if self._protocol is protocol:
             self._protocol = None
+            self.up_since = None
+            self.lost_at = time.monotonic()
         unanswered = []
         for op in protocol.waiting:
             if op.fut.done():
@@ -366,6 +372,7 @@ class Autopipeline:
                         self._handshake(opened), min(self.timeout, self.unavailable_s)
                     )
                     self._protocol = opened  # commands go out once the server answered
+                    self.up_since = time.monotonic()
                     break
                 except ResponseError as exc:  # a wrong password, an unknown database…
                     if protocol is not None:
