@@ -25,6 +25,7 @@ _SHA256 = re.compile(r"sha256:[0-9a-fA-F]{64}")
 def check_config(config: Config) -> None:
     """Every cross-field rule of the settings, in the order a reader meets them."""
     _check_server(config)
+    _check_pools(config)
     _check_models(config)
     _check_agents(config)
     _check_mcp(config)
@@ -73,6 +74,14 @@ def _check_server(config: Config) -> None:
             check_redis_url(server.redis)
         except ConfigError as exc:
             raise ConfigError(f"server.redis: {exc}") from None
+
+
+def _check_pools(config: Config) -> None:
+    """A pool's name is what agents and ``podium worker --pool`` say: an empty one (``[pools.""]``)
+    could never be named, like every other empty string in the file."""
+    for name in config.pools:
+        if not name.strip():
+            raise ConfigError(f'[pools."{name}"]: a pool\'s name must not be empty')
 
 
 def _check_agents(config: Config) -> None:

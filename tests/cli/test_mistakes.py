@@ -169,6 +169,19 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("worker-ttl-inf", ("worker", "--agent", "react", "--ttl", "inf"), "finite"),
     ("worker-grace-negative", ("worker", "--agent", "react", "--grace", "-5"), "--grace"),
     ("worker-lease-inf", ("worker", "--agent", "react", "--lease", "inf"), "--lease"),
+    # An empty value (an unset shell variable) started a server, ran the default bench, or
+    # listed every run; each is refused by name.
+    ("serve-empty-hash-key", ("serve", "--hash-key", ""), "--hash-key: must not be empty"),
+    ("serve-empty-model", ("serve", "--agent", "react", "--model", ""), "--model: must not"),
+    ("bench-empty-sweep", ("bench", "--sweep", ""), "--sweep: must not be empty"),
+    ("bench-empty-report", ("bench", "--report", ""), "--report: must not be empty"),
+    ("run-empty-resume", ("run", "react", "--resume", "", "--store", "x.db"), "--resume: must"),
+    ("runs-empty-prefix",
+     ("runs", "list", "--redis", "redis://127.0.0.1:6379/0", "--prefix", ""),
+     "podium runs list: error: argument --prefix: must not be empty"),
+    ("runs-empty-agent", ("runs", "list", "--store", "x.db", "--agent", ""), "--agent: must not"),
+    ("config-empty-pool-name", ("worker", "--agent", "react", "--config", "{empty_pool}"),
+     '[pools.""]: a pool\'s name must not be empty'),
 ]
 
 #: Files the cases above name as {key}, written into the test's directory.
@@ -183,6 +196,7 @@ FILES = {
     "not_agent": '[[agents]]\npath = "tests.cli.cli_agents:not_an_agent"\n',
     "not_agent_object": '[[agents]]\npath = "tests.cli.cli_agents:NOT_AN_AGENT"\n',
     "no_module": '[[agents]]\nname = "a"\npath = "no_such_module_here:agent"\n',
+    "empty_pool": '[pools.""]\nworkers = 1\n',
 }
 
 

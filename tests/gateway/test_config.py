@@ -100,6 +100,7 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("[server]\nredis = ''\n", {}, "server.redis: must not be empty"),
         ("[[agents]]\nname = ''\npath = 'react'\n", {}, r"agents\[0\]\.name"),
         ("[[keys]]\ntenant = 't'\nkey = ''\n", {}, r"keys\[0\]\.key"),
+        ("[pools.\"\"]\nworkers = 1\n", {}, r'\[pools\.""\]: a pool.s name must not be empty'),
         # Forms checked as the file is read, not when a server first opens them.
         ("[server]\nstore = 'postgres://db'\n", {}, "server.store: use 'sqlite:PATH' or 'memory'"),
         ("[server]\nstore = 'sqlite:'\n", {}, "server.store"),

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from podium.agent import Agent
-from podium.cli.common import check_output_file, check_sqlite_path, positive_int, seconds
+from podium.cli.common import (
+    check_output_file,
+    check_sqlite_path,
+    non_empty,
+    positive_int,
+    seconds,
+)
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
@@ -37,14 +43,18 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "bench", help="run a load test on the simulated model and print the workload profile"
     )
-    p.add_argument("--scenario", help="scenario file (.toml or .yaml); default: built-in ReAct")
+    # type=non_empty: an empty value (an unset shell variable) is a mistake, not the default.
+    p.add_argument("--scenario", type=non_empty,
+                   help="scenario file (.toml or .yaml); default: built-in ReAct")
     p.add_argument("--runs", type=positive_int, help="number of runs (overrides the scenario)")
     p.add_argument("--concurrency", type=positive_int, help="runs in flight at once (overrides)")
-    p.add_argument("--store", default="memory", help="memory, or a SQLite file path")
+    p.add_argument("--store", type=non_empty, default="memory",
+                   help="memory, or a SQLite file path")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.add_argument("--report", metavar="FILE", help="also write an HTML report with plots")
-    p.add_argument("--sweep", metavar="C1,C2,…",
+    p.add_argument("--report", type=non_empty, metavar="FILE",
+                   help="also write an HTML report with plots")
+    p.add_argument("--sweep", type=non_empty, metavar="C1,C2,…",
                    help="run once per concurrency and find the sweet spot (throughput vs p99)")
     over = p.add_argument_group(
         "engine overhead (--overhead)",

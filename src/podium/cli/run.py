@@ -78,7 +78,8 @@ def register(sub: Any) -> None:
     p.add_argument("input", nargs="?", default="", help="the user's input")
     p.add_argument("--store", type=non_empty, default="memory",
                    help="memory, or a SQLite file path (resumable)")
-    p.add_argument("--resume", metavar="RUN_ID", help="continue this run from its last checkpoint")
+    p.add_argument("--resume", type=non_empty, metavar="RUN_ID",
+                   help="continue this run from its last checkpoint")
     p.add_argument(
         "--model",
         type=non_empty,

@@ -22,6 +22,7 @@ import msgspec
 from podium.cli.common import (
     check_output_file,
     check_redis_url,
+    non_empty,
     positive_int,
     seconds,
     write_output_file,
@@ -84,18 +85,24 @@ def register(sub: Any) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--store", metavar="SPEC",
+        # An empty value (an unset shell variable) is a mistake, never "no filter" or the
+        # default: `--agent ""` listed every run and `--prefix ""` read keys without one.
+        q.add_argument("--store", type=non_empty, metavar="SPEC",
                        help="sqlite:PATH, a SQLite file path, or a redis:// URL")
-        q.add_argument("--redis", metavar="URL", help="a Redis store (instead of --store)")
-        q.add_argument("--prefix", default="podium", help="prefix of the Redis keys")
+        q.add_argument("--redis", type=non_empty, metavar="URL",
+                       help="a Redis store (instead of --store)")
+        q.add_argument("--prefix", type=non_empty, default="podium",
+                       help="prefix of the Redis keys")
         q.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     def filters(q: argparse.ArgumentParser, limit: int) -> None:
         q.add_argument("--status", choices=_STATUSES)
-        q.add_argument("--agent")
-        q.add_argument("--tenant")
-        q.add_argument("--since", metavar="WHEN", help="created after: 15m, 2h, 1d, ISO, epoch")
-        q.add_argument("--until", metavar="WHEN", help="created before (same forms)")
+        q.add_argument("--agent", type=non_empty)
+        q.add_argument("--tenant", type=non_empty)
+        q.add_argument("--since", type=non_empty, metavar="WHEN",
+                       help="created after: 15m, 2h, 1d, ISO, epoch")
+        q.add_argument("--until", type=non_empty, metavar="WHEN",
+                       help="created before (same forms)")
         q.add_argument("--limit", type=positive_int, default=limit,
                        help=f"at most N runs ({limit})")
 

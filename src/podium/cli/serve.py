@@ -88,13 +88,16 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--model",
+        type=non_empty,
         metavar="NAME",
         help="serve every agent on this model: a [[models]] name, else a model id "
         "at $OPENAI_BASE_URL",
     )
     parser.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
                         help="debug, info, warning, error, critical")
-    parser.add_argument("--hash-key", metavar="KEY", help="print the sha256 hash of KEY and exit")
+    # An empty KEY (an unset shell variable) started the whole server instead of hashing.
+    parser.add_argument("--hash-key", type=non_empty, metavar="KEY",
+                        help="print the sha256 hash of KEY and exit")
     parser.set_defaults(handler=serve)
 
 
@@ -113,7 +116,7 @@ def raise_fd_limit() -> None:
 def serve(args: argparse.Namespace) -> int:
     from podium.gateway.auth import hash_key
 
-    if args.hash_key:
+    if args.hash_key is not None:
         print(hash_key(args.hash_key))
         return 0
     configure_logging(args.log_level)
