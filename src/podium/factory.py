@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
+import inspect
 import logging
 import os
 import sys
@@ -91,10 +92,38 @@ class ServedSpec(msgspec.Struct, frozen=True):
     pool: str = "default"
 
 
+def _dotted(file_path: str) -> str | None:
+    """The module name of a ``.py`` file under the current directory (``./pk/wrong.py``:
+    ``pk.wrong``), or None when it has none."""
+    p = Path(file_path)
+    if p.is_absolute():
+        try:
+            p = p.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:  # outside the current directory: not importable from here
+            return None
+    if not p.name or p.suffix not in ("", ".py"):
+        return None
+    parts = [part for part in p.with_suffix("").parts if part != "."]
+    if not parts or not all(part.isidentifier() for part in parts):
+        return None
+    return ".".join(parts)
+
+
 def _import(path: str, what: str) -> Any:
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{what} {path!r}: use package.module:attribute")
+    if "/" in module_name or "\\" in module_name or (
+        module_name.endswith(".py") and Path(module_name).is_file()
+    ):
+        # A file path, not a module: importlib would say "the 'package' argument is
+        # required to perform a relative import", which names neither mistake nor fix.
+        dotted = _dotted(module_name)
+        hint = f": try {dotted}:{attr}" if dotted else ""
+        raise ConfigError(
+            f"{what} {path!r}: give a module path (package.module:attribute), not a file "
+            f"path{hint}"
+        )
     if str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))  # like `python -m`, find the user's own modules
     try:
@@ -126,6 +155,14 @@ def resolve_agent(spec: str) -> Agent:
             raise ConfigError(
                 f"agent {spec!r}: calling it raised {type(exc).__name__}: {exc}"
             ) from exc
+        if inspect.iscoroutine(target):
+            # Closed here, or Python warns "coroutine ... was never awaited" on the
+            # terminal after the one line; and the fix is in the user's definition.
+            target.close()
+            raise ConfigError(
+                f"agent {spec!r} is an async function: make it a plain function (def, not "
+                "async def) returning an Agent"
+            )
     if not isinstance(target, Agent):
         verb = "returned" if made else "is"
         raise ConfigError(f"agent {spec!r} {verb} a {type(target).__name__}, not an Agent")

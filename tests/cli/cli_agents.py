@@ -54,3 +54,8 @@ def not_an_agent() -> str:
 
 
 NOT_AN_AGENT = 42
+
+
+async def async_factory() -> Agent:
+    """An ``async def`` factory: refused with the fix, no "never awaited" warning after it."""
+    raise AssertionError("never awaited")

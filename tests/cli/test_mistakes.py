@@ -180,6 +180,16 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
      ("runs", "list", "--redis", "redis://127.0.0.1:6379/0", "--prefix", ""),
      "podium runs list: error: argument --prefix: must not be empty"),
     ("runs-empty-agent", ("runs", "list", "--store", "x.db", "--agent", ""), "--agent: must not"),
+    # A coroutine was refused but left to Python's "never awaited" warning, a second line.
+    ("run-async-factory", ("run", "tests.cli.cli_agents:async_factory", "hi"),
+     "is an async function: make it a plain function"),
+    ("config-async-factory", ("serve", "--port", "0", "--config", "{async_factory}"),
+     "is an async function"),
+    # A file path said "the 'package' argument is required to perform a relative import".
+    ("run-file-path-agent", ("run", "./tests/cli/cli_agents.py:slow", "hi"),
+     "not a file path: try tests.cli.cli_agents:slow"),
+    ("run-absolute-file-path", ("run", "/no/such/agents.py:agent", "hi"),
+     "give a module path (package.module:attribute), not a file path"),
     ("config-empty-pool-name", ("worker", "--agent", "react", "--config", "{empty_pool}"),
      '[pools.""]: a pool\'s name must not be empty'),
 ]
@@ -196,6 +206,7 @@ FILES = {
     "not_agent": '[[agents]]\npath = "tests.cli.cli_agents:not_an_agent"\n',
     "not_agent_object": '[[agents]]\npath = "tests.cli.cli_agents:NOT_AN_AGENT"\n',
     "no_module": '[[agents]]\nname = "a"\npath = "no_such_module_here:agent"\n',
+    "async_factory": '[[agents]]\npath = "tests.cli.cli_agents:async_factory"\n',
     "empty_pool": '[pools.""]\nworkers = 1\n',
 }
 
