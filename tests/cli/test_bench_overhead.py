@@ -40,7 +40,9 @@ def test_bad_sessions_is_a_one_line_error(
     sessions: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["bench", "--overhead", "--sessions", sessions]) == 2
-    assert "--sessions" in capsys.readouterr().out
+    # One line on stderr, named like every other bench error (it was stdout, unprefixed).
+    err = capsys.readouterr().err
+    assert err.startswith("podium bench: error: --sessions") and err.count("\n") == 1, err
 
 
 def test_a_negative_latency_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

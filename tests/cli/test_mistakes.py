@@ -106,6 +106,19 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("sim-nan-loading", ("sim-server", "--loading-s", "nan"), "--loading-s"),
     ("sim-empty-model", ("sim-server", "--model", ""), "--model: must not be empty"),
     ("bench-zero-concurrency", ("bench", "--concurrency", "0"), "--concurrency"),
+    # Printed as "error: ..." without the command, the --sessions one wrapped on two lines.
+    ("bench-sweep-zero", ("bench", "--sweep", "0,10"),
+     "podium bench: error: --sweep '0,10': concurrencies must be at least 1"),
+    ("bench-sessions-zero",
+     ("bench", "--overhead", "--sessions", "0,1000000000000,1000000000000,1000000000000"),
+     "podium bench: error: --sessions '0,1000000000000,1000000000000,1000000000000': give"),
+    # The options of one mode were silently ignored by the other.
+    ("bench-sessions-without-overhead", ("bench", "--sessions", "1"),
+     "podium bench: error: --sessions: only with --overhead"),
+    ("bench-no-profile-without-overhead", ("bench", "--no-profile", "--rounds", "2"),
+     "--rounds, --no-profile: only with --overhead"),
+    ("bench-runs-with-overhead", ("bench", "--overhead", "--runs", "5"),
+     "--runs: only for a load test, not with --overhead"),
     ("bench-unknown-tool", ("bench", "--scenario", "{scenario}"), "'nope'"),
     ("bench-missing-scenario", ("bench", "--scenario", "/no/such.toml"), "scenario"),
     # Refused before the load test, not after it (a million runs would pass the timeout).

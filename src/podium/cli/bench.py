@@ -13,6 +13,7 @@ import msgspec
 
 from podium.agent import Agent
 from podium.cli.common import (
+    UserError,
     check_output_file,
     check_sqlite_path,
     non_empty,
@@ -23,7 +24,6 @@ from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
 from podium.engine.records import RunRecord
-from podium.errors import ConfigError
 from podium.gctune import tune_for_serving
 from podium.observe.html import SweepPoint
 from podium.observe.looplag import LoopLagMonitor
@@ -63,12 +63,14 @@ def register(sub: Any) -> None:
     )
     over.add_argument("--overhead", action="store_true",
                       help="measure the engine's overhead instead of running a load test")
-    over.add_argument("--sessions", default="1,100,1000,10000", metavar="N1,N2,…",
+    # No defaults here (None): given without --overhead, they are refused, not ignored.
+    over.add_argument("--sessions", type=non_empty, metavar="N1,N2,…",
                       help="concurrent sessions per level (default 1,100,1000,10000)")
-    over.add_argument("--rounds", type=positive_int, default=7,
+    over.add_argument("--rounds", type=positive_int,
                       help="alternating rounds per level (default 7)")
-    over.add_argument("--latency", type=seconds, default=0.0, metavar="SECONDS",
-                      help="also the 20 ms model / 5 ms tool throughput at 1,000 sessions")
+    over.add_argument("--latency", type=seconds, metavar="SECONDS",
+                      help="also the 20 ms model / 5 ms tool throughput at 1,000 sessions "
+                      "(default 0: not measured)")
     over.add_argument("--no-profile", action="store_true",
                       help="Engine(profile=False): the floor without the workload profile")
     p.set_defaults(handler=main)
@@ -78,9 +80,14 @@ def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(stderr=args.json)
+    _check_mode(args)
     if args.overhead:
         return _overhead(args, console)
-    scenario = load_scenario(args.scenario)  # a ConfigError is one line, from main()
+    from podium.cli import bench_report
+
+    # Before the scenario and the store: a ConfigError is one line, from main().
+    levels = bench_report.parse_sweep(args.sweep) if args.sweep else None
+    scenario = load_scenario(args.scenario)
     if args.store != "memory":
         check_sqlite_path(args.store)
     if args.report:
@@ -88,7 +95,6 @@ def main(args: argparse.Namespace) -> int:
     runs = args.runs or scenario.load.runs
     concurrency = min(args.concurrency or scenario.load.concurrency, runs)
     agent = build_agent(scenario)
-    from podium.cli import bench_report
 
     def bench(n: int, c: int, keep: list[RunRecord] | None) -> Coroutine[Any, Any, BenchReport]:
         return run_bench(
@@ -105,11 +111,6 @@ def main(args: argparse.Namespace) -> int:
 
     records: list[RunRecord] | None = [] if args.report else None
     points: list[SweepPoint] = []
-    try:
-        levels = bench_report.parse_sweep(args.sweep) if args.sweep else None
-    except ConfigError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
     run = bench_report.run_on(args.loop)
     if levels:
         points, report = bench_report.sweep(levels, runs, bench, run, records)
@@ -130,24 +131,42 @@ def main(args: argparse.Namespace) -> int:
     return 0 if report.completed == report.runs else 1
 
 
+#: Options of one mode only: given to the other, each was silently ignored.
+_OVERHEAD_ONLY = ("sessions", "rounds", "latency", "no_profile")
+_LOAD_TEST_ONLY = ("scenario", "runs", "concurrency", "report", "sweep")
+
+
+def _check_mode(args: argparse.Namespace) -> None:
+    def given(names: tuple[str, ...]) -> str:
+        return ", ".join(f"--{n.replace('_', '-')}" for n in names
+                         if getattr(args, n) not in (None, False))
+
+    if not args.overhead and (wrong := given(_OVERHEAD_ONLY)):
+        raise UserError(f"{wrong}: only with --overhead (the engine overhead measurement), "
+                        "not a load test")
+    if args.overhead and (wrong := given(_LOAD_TEST_ONLY)):
+        raise UserError(f"{wrong}: only for a load test, not with --overhead")
+
+
 def _overhead(args: argparse.Namespace, console: Console) -> int:
     from podium.cli import overhead
 
+    text = args.sessions or "1,100,1000,10000"
     try:
-        sessions = [int(n) for n in args.sessions.split(",") if n.strip()]
+        sessions = [int(n) for n in text.split(",") if n.strip()]
     except ValueError:
         sessions = []
     if not sessions or min(sessions) < 1:
-        console.print(f"[red]error:[/red] --sessions {args.sessions!r}: give positive "
-                      "integers separated by commas, e.g. 1,100,1000")
-        return 2
+        raise UserError(f"--sessions {text!r}: give positive integers separated by commas, "
+                        "e.g. 1,100,1000")
 
     def show(level: overhead.SessionsResult) -> None:
         if not args.json:
             console.print(overhead.describe(level), highlight=False)
 
     coro = overhead.measure(
-        sessions, args.rounds, profile=not args.no_profile, latency_s=args.latency, report=show
+        sessions, args.rounds or 7, profile=not args.no_profile, latency_s=args.latency or 0.0,
+        report=show,
     )
     if args.loop == "uvloop":
         import uvloop

@@ -40,7 +40,7 @@ def parse_sweep(text: str) -> list[int]:
     except ValueError:
         raise ConfigError(f"--sweep {text!r}: give concurrencies like 10,100,1000") from None
     if not levels or levels[0] < 1:
-        raise ConfigError("--sweep: concurrencies must be positive")
+        raise ConfigError(f"--sweep {text!r}: concurrencies must be at least 1")
     return levels
 
 
