@@ -135,6 +135,11 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ),
     ("runs-no-store", ("runs", "list"), "podium runs list: error: give a store"),
     ("unknown-command", ("frobnicate",), "invalid choice"),
+    # Said by the top parser (podium: error: ... see podium --help), not the subcommand.
+    ("run-unknown-option", ("run", "react", "hi", "--bogus"),
+     "podium run: error: unrecognized arguments: --bogus (see podium run --help)"),
+    ("runs-list-unknown-option", ("runs", "list", "--store", "x.db", "--bogus"),
+     "podium runs list: error: unrecognized arguments: --bogus"),
     ("serve-port-range", ("serve", "--agent", "react", "--port", "99999"), "0 (any free one)"),
     ("serve-port-busy", ("serve", "--agent", "react", "--port", "{busy_port}"), "cannot listen"),
     ("serve-unknown-host", ("serve", "--agent", "react", "--host", "no-such-host.invalid"),
@@ -362,6 +367,11 @@ def test_version_and_help(tmp_path: Path) -> None:
     worker_help = podium_run_ok("worker", "--help", cwd=tmp_path).stdout
     assert "(default: 256)" in worker_help and "(default: 3)" in worker_help
     assert "(default: 64)" in podium_run_ok("sim-server", "--help", cwd=tmp_path).stdout
+    # Every built-in, from the registry (research-team was missing from a list by hand).
+    from podium.factory import BUILTIN_AGENTS
+
+    run_help = " ".join(podium_run_ok("run", "--help", cwd=tmp_path).stdout.split())
+    assert f"a built-in: {', '.join(BUILTIN_AGENTS)}" in run_help, run_help
 
 
 def podium_run_ok(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,9 @@ import math
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from podium._config_checks import check_redis_url  # the file's check, for the options too
 from podium.errors import ConfigError
@@ -79,12 +80,36 @@ class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Defaults shown, and the description and epilog kept as written (examples)."""
 
 
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands that refuse what they do not know themselves.
+
+    argparse hands a subcommand's unknown arguments back to the top parser, which said
+    ``podium: error: unrecognized arguments: --bogus (see podium --help)`` for
+    ``podium run react hi --bogus``: the wrong command and the wrong help. Here the
+    subcommand that was chosen (the innermost, for ``podium runs list``) says it."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        super().__call__(parser, namespace, values, option_string)
+        extras = getattr(namespace, argparse._UNRECOGNIZED_ARGS_ATTR, None)
+        if extras and values:
+            chosen: argparse.ArgumentParser = self.choices[values[0]]
+            chosen.error(f"unrecognized arguments: {' '.join(extras)}")
+
+
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit 2)."""
+    """An ``ArgumentParser`` whose usage errors are one line on stderr (exit 2), said by
+    the subcommand they belong to."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.register("action", "parsers", _Subcommands)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -73,7 +73,8 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "agent",
-        help="package.module:agent, or a built-in: react, order-support, research, refunds",
+        # From the one registry: a list written out here had already lost research-team.
+        help=f"package.module:agent, or a built-in: {', '.join(BUILTIN_AGENTS)}",
     )
     p.add_argument("input", nargs="?", default="", help="the user's input")
     p.add_argument("--store", type=non_empty, default="memory",
