@@ -121,6 +121,13 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
      "--runs: only for a load test, not with --overhead"),
     ("bench-unknown-tool", ("bench", "--scenario", "{scenario}"), "'nope'"),
     ("bench-missing-scenario", ("bench", "--scenario", "/no/such.toml"), "scenario"),
+    # Ran as no wait at all, and as a tool failing every call.
+    ("bench-negative-ttft", ("bench", "--scenario", "{neg_ttft}"),
+     "model.ttft_ms: Expected `float` >= 0.0"),
+    ("bench-error-rate-above-1", ("bench", "--scenario", "{error_rate}"),
+     "tools[0].error_rate: Expected `float` <= 1.0"),
+    ("bench-infinite-latency", ("bench", "--scenario", "{inf_latency}"),
+     "tools[0].latency_ms: must be a finite number"),
     # Refused before the load test, not after it (a million runs would pass the timeout).
     (
         "bench-report-missing-dir",
@@ -225,6 +232,9 @@ FILES = {
     "not_agent_object": '[[agents]]\npath = "tests.cli.cli_agents:NOT_AN_AGENT"\n',
     "no_module": '[[agents]]\nname = "a"\npath = "no_such_module_here:agent"\n',
     "async_factory": '[[agents]]\npath = "tests.cli.cli_agents:async_factory"\n',
+    "neg_ttft": "[model]\nttft_ms = -100\n",
+    "error_rate": '[[tools]]\nname = "lookup"\nerror_rate = 2\n',
+    "inf_latency": '[[tools]]\nname = "lookup"\nlatency_ms = inf\n',
     "empty_pool": '[pools.""]\nworkers = 1\n',
 }
 

@@ -55,30 +55,37 @@ class LoadSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     concurrency: Annotated[int, msgspec.Meta(ge=1)] = 1000
 
 
+#: Times, sizes and counts: a negative one is a mistake (a negative TTFT ran as no wait at
+#: all, and the bench measured a model the user did not describe).
+Ms = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+AtLeastOne = Annotated[int, msgspec.Meta(ge=1)]
+
+
 class AgentSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str = "react"
     instructions: str = "You are a research agent. Use the tools to answer."
-    max_steps: int = 12
-    max_context_tokens: int = 32_000
-    max_tool_result_tokens: int = 2_000
+    max_steps: AtLeastOne = 12
+    max_context_tokens: AtLeastOne = 32_000
+    max_tool_result_tokens: AtLeastOne = 2_000
 
 
 class ModelSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    ttft_ms: float = 150.0
-    per_token_ms: float = 10.0
-    prefill_per_token_ms: float = 0.0
+    ttft_ms: Ms = 150.0
+    per_token_ms: Ms = 10.0
+    prefill_per_token_ms: Ms = 0.0
     jitter: Literal["none", "lognormal"] = "lognormal"
-    sigma: float = 0.25
-    capacity: int = 0
-    output_tokens: int | None = None
+    sigma: Ms = 0.25
+    capacity: Count = 0
+    output_tokens: Count | None = None
     seed: int | None = 1
 
 
 class ScriptSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     tool: str = "lookup"
     arguments: dict[str, Any] = msgspec.field(default_factory=lambda: {"query": "podium"})
-    tool_steps: int = 6
-    parallel: int = 1
+    tool_steps: Count = 6
+    parallel: Count = 1
     final: str = "Here is what I found."
     steps: list[list[SimToolCall]] | None = None
 
@@ -86,13 +93,14 @@ class ScriptSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class ToolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     name: str
     kind: Literal["async", "sync", "cpu"] = "async"
-    latency_ms: float = 50.0
+    latency_ms: Ms = 50.0
     jitter: Literal["none", "lognormal"] = "lognormal"
-    sigma: float = 0.25
-    result_chars: int = 400
-    error_rate: float = 0.0
-    timeout_s: float = 30.0
-    retries: int = 0
+    sigma: Ms = 0.25
+    result_chars: Count = 400
+    # A probability: 2 failed every call, and the bench measured only errors.
+    error_rate: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.0
+    timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    retries: Count = 0
     description: str = "Look something up."
 
 
@@ -125,12 +133,28 @@ def load_scenario(path: str | Path | None) -> BenchScenario:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"scenario {p}: {exc}") from exc
+    _check_finite(raw, "", p)
     try:
         scenario = msgspec.convert(raw or {}, BenchScenario)
     except msgspec.ValidationError as exc:
-        raise ConfigError(f"scenario {p}: {exc}") from exc
+        # "Expected `float` >= 0.0 - at `$.model.ttft_ms`" as "model.ttft_ms: Expected ..."
+        message, _, at = str(exc).partition(" - at `")
+        where = at.rstrip("`").removeprefix("$").lstrip(".")
+        raise ConfigError(f"scenario {p}: {where + ': ' if where else ''}{message}") from None
     _check_tools(scenario, p)
     return scenario
+
+
+def _check_finite(node: Any, where: str, path: Path) -> None:
+    """TOML and YAML read ``inf`` and ``nan``: a time of ``inf`` would never end."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            _check_finite(value, f"{where}.{key}" if where else str(key), path)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_finite(value, f"{where}[{i}]", path)
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise ConfigError(f"scenario {path}: {where}: must be a finite number, got {node}")
 
 
 def _check_tools(scenario: BenchScenario, path: Path) -> None:
