@@ -141,6 +141,15 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
         "does not exist",
     ),
     ("runs-no-store", ("runs", "list"), "podium runs list: error: give a store"),
+    # --redis was silently ignored, and a window ending before it starts listed 0 runs.
+    ("runs-store-and-redis",
+     ("runs", "list", "--store", "x.db", "--redis", "redis://127.0.0.1:6379/0"),
+     "podium runs list: error: argument --redis: not allowed with argument --store"),
+    ("runs-since-after-until", ("runs", "list", "--store", "x.db", "--since", "1d", "--until",
+                                "2d"), "--since '1d' is after --until '2d'"),
+    ("runs-profile-since-after-until",
+     ("runs", "profile", "--store", "x.db", "--since", "2030-01-01", "--until", "2020-01-01"),
+     "podium runs profile: error: --since '2030-01-01' is after --until '2020-01-01'"),
     ("unknown-command", ("frobnicate",), "invalid choice"),
     # Said by the top parser (podium: error: ... see podium --help), not the subcommand.
     ("run-unknown-option", ("run", "react", "hi", "--bogus"),

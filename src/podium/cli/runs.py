@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -87,10 +88,12 @@ def register(sub: Any) -> None:
     def common(q: argparse.ArgumentParser) -> None:
         # An empty value (an unset shell variable) is a mistake, never "no filter" or the
         # default: `--agent ""` listed every run and `--prefix ""` read keys without one.
-        q.add_argument("--store", type=non_empty, metavar="SPEC",
-                       help="sqlite:PATH, a SQLite file path, or a redis:// URL")
-        q.add_argument("--redis", type=non_empty, metavar="URL",
-                       help="a Redis store (instead of --store)")
+        # One store: with both, --redis was silently ignored.
+        where = q.add_mutually_exclusive_group()
+        where.add_argument("--store", type=non_empty, metavar="SPEC",
+                           help="sqlite:PATH, a SQLite file path, or a redis:// URL")
+        where.add_argument("--redis", type=non_empty, metavar="URL",
+                           help="a Redis store (instead of --store)")
         q.add_argument("--prefix", type=non_empty, default="podium",
                        help="prefix of the Redis keys")
         q.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -138,6 +141,8 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
         try:
             if getattr(args, "report", None):  # written at the end: refused before the query
                 check_output_file(args.report, "--report")
+            if hasattr(args, "since"):  # list, profile: a filter that cannot match is refused
+                args.filter = _filter(args)
             redis = args.redis or (args.store if "://" in (args.store or "") else None)
             if redis is not None:  # a typo is one line, not redis-py's traceback
                 check_redis_url(redis)
@@ -163,10 +168,17 @@ async def _with_store(store: RunStore, verb: Verb, args: argparse.Namespace) -> 
 
 
 def _filter(args: argparse.Namespace) -> RunFilter:
+    now = time.time()  # one moment for both: "--since 1d --until 1d" is the same time
+    since = parse_time(args.since, now=now) if args.since else None
+    until = parse_time(args.until, now=now) if args.until else None
+    if since is not None and until is not None and since > until:
+        # Silently 0 runs, as if there were none: say the window is empty instead.
+        raise ConfigError(
+            f"--since {args.since!r} is after --until {args.until!r}: no run can match "
+            "(--since is the earlier time, e.g. --since 2d --until 1d)"
+        )
     return RunFilter(
-        status=args.status, agent=args.agent, tenant=args.tenant,
-        since=parse_time(args.since) if args.since else None,
-        until=parse_time(args.until) if args.until else None,
+        status=args.status, agent=args.agent, tenant=args.tenant, since=since, until=until,
         limit=args.limit,
     )
 
@@ -191,7 +203,7 @@ def _json(value: Any) -> None:
 
 
 async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> int:
-    runs = await find_runs(store, _filter(args))
+    runs = await find_runs(store, args.filter)
     if args.json:
         _json([msgspec.structs.replace(r, profile=None) for r in runs])
         return 0
@@ -436,7 +448,7 @@ def _print_step_timing(console: Console, entry: JournalEntry) -> None:
 
 
 async def _profile(store: RunStore, args: argparse.Namespace, console: Console) -> int:
-    runs = await find_runs(store, _filter(args))
+    runs = await find_runs(store, args.filter)
     agg = aggregate(runs)
     summary = agg.summary()
     if args.report:
