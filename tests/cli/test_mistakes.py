@@ -287,8 +287,12 @@ def test_mistake_is_one_line(
         ({"PODIUM_AGENTS": "a=react,a=research"}, "two agents are named 'a'"),
         ({"PODIUM_KEYS": "pk_same=acme,pk_same=other"}, "same key is given twice"),
         ({"PODIUM_GC": "lots"}, "PODIUM_GC: expected 'default' or three whole numbers"),
+        # Read as off without a word: no traces, and no reason.
+        ({"PODIUM_TRACING": "maybe"}, "PODIUM_TRACING='maybe': use 1 or true"),
+        ({"PODIUM_TRACING": "TRUE"}, "PODIUM_TRACING='TRUE'"),
     ],
-    ids=["type", "range", "section", "field", "empty", "rediss", "dup-agents", "dup-keys", "gc"],
+    ids=["type", "range", "section", "field", "empty", "rediss", "dup-agents", "dup-keys", "gc",
+         "tracing", "tracing-case"],
 )
 def test_bad_environment_is_one_line(
     variables: dict[str, str], needle: str, tmp_path: Path

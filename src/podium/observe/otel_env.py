@@ -58,6 +58,7 @@ def check_tracing_env(env: Mapping[str, str] | None = None) -> None:
     from podium.observe.tracing import default_sampler, tracing_configured
 
     e = os.environ if env is None else env
+    _check_podium_tracing(e)
     if not tracing_configured(e):
         return
     if not _installed("opentelemetry.sdk"):
@@ -76,6 +77,20 @@ def check_tracing_env(env: Mapping[str, str] | None = None) -> None:
                               f"{_INSTALL}")
     _check_sampler(e)
     default_sampler(e)  # PODIUM_TRACES_PER_SECOND, when it is the sampler
+
+
+#: What ``PODIUM_TRACING`` may be, exactly as :func:`~podium.observe.tracing.tracing_configured`
+#: reads it: ``1``/``true`` on; unset, empty, ``0``/``false`` off (then ``OTEL_*`` decide).
+_PODIUM_TRACING = ("", "0", "false", "1", "true")
+
+
+def _check_podium_tracing(e: Mapping[str, str]) -> None:
+    """Anything else (``maybe``, ``yes``, ``TRUE``) was read as off without a word, so an
+    operator who meant to turn tracing on got no traces and no reason."""
+    raw = e.get("PODIUM_TRACING")
+    if raw is not None and raw not in _PODIUM_TRACING:
+        raise ConfigError(f"PODIUM_TRACING={raw!r}: use 1 or true to trace runs (0, false or "
+                          "unset: only when OTEL_* variables ask for traces)")
 
 
 def _installed(module: str) -> bool:
