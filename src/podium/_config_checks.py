@@ -69,6 +69,10 @@ def check_redis_url(url: str) -> None:
 def _check_server(config: Config) -> None:
     server = config.server
     check_store(server.store)
+    if not server.keep_alive_s.is_integer():  # uvicorn's keep-alive is whole seconds
+        raise ConfigError(
+            f"server.keep_alive_s: whole seconds, at least 1, got {server.keep_alive_s:g}"
+        )
     if server.redis is not None:
         try:
             check_redis_url(server.redis)

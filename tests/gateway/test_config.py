@@ -112,6 +112,11 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
          "same key is given twice"),
         ("[limits.adaptive]\nmin_rate = 50\nmax_rate = 10\n", {}, "min_rate .* above max_rate"),
         ("[pools.cpu]\nmax_queue = 0\n", {}, r"pools\.cpu\.max_queue: Expected `int` >= 1"),
+        # Whole seconds, at least 1, as the doc says: 0.5 was silently rounded up to 1.
+        ("[server]\nkeep_alive_s = 0.5\n", {}, r"server\.keep_alive_s: Expected `float` >= 1"),
+        ("[server]\nkeep_alive_s = 0\n", {}, r"server\.keep_alive_s: Expected `float` >= 1"),
+        ("[server]\nkeep_alive_s = 2.5\n", {}, r"server\.keep_alive_s: whole seconds, at least 1"),
+        ("", {"PODIUM_SERVER__KEEP_ALIVE_S": "1.5"}, "server.keep_alive_s: whole seconds"),
         # An imported agent has its own limits: one set here would be ignored, so it is refused.
         ("[[agents]]\npath = 'react'\nmax_steps = 1\n", {}, "which sets its own max_steps"),
         ("[[agents]]\npath = 'react'\ndeadline_s = 5\ninstructions = 'x'\n", {},

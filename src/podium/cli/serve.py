@@ -225,7 +225,7 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
             loop=loop,
             lifespan="on",
             http=guarded_protocol(limits),
-            timeout_keep_alive=max(1, round(server.keep_alive_s)),
+            timeout_keep_alive=int(server.keep_alive_s),  # whole, >= 1: load_config
             log_level=args.log_level.lower(),
             access_log=False,
             # The gateway's drain takes drain_grace_s at most, then ends its streams:
