@@ -115,37 +115,47 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def positive_int(value: str) -> int:
-    """An argparse type: an integer of at least 1."""
+def _whole(value: str, least: int) -> int:
     try:
         n = int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    if n < least:
+        bound = "at least 1" if least == 1 else f"{least} or more"
+        raise argparse.ArgumentTypeError(f"must be {bound}, got {n}")
     return n
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    return _whole(value, 1)
 
 
 def count(value: str) -> int:
     """An argparse type: a whole number, 0 or more (tokens, steps)."""
+    return _whole(value, 0)
+
+
+def _finite(value: str, noun: str, above_zero: bool) -> float:
+    # ``nan`` and ``inf``, which float() reads, are refused: a NaN TTL crashed a store.
     try:
-        n = int(value)
+        x = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
-    return n
+        raise argparse.ArgumentTypeError(f"expected {noun}, got {value!r}") from None
+    if not math.isfinite(x) or x < 0 or (above_zero and x == 0):
+        bound = "above 0" if above_zero else "0 or more"
+        raise argparse.ArgumentTypeError(f"must be a finite number, {bound}, got {value}")
+    return x
 
 
 def amount(value: str) -> float:
     """An argparse type: a finite number, 0 or more (milliseconds, microseconds)."""
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not math.isfinite(x) or x < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
-    return x
+    return _finite(value, "a number", above_zero=False)
+
+
+def positive_seconds(value: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (a lease, a patience)."""
+    return _finite(value, "a number of seconds", above_zero=True)
 
 
 def non_empty(value: str) -> str:
@@ -159,13 +169,7 @@ def non_empty(value: str) -> str:
 def seconds(value: str) -> float:
     """An argparse type: a finite number of seconds, 0 or more (``nan`` and ``inf``, which
     ``float`` reads, are refused: a NaN TTL crashed the Redis store at start)."""
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
-    if not math.isfinite(x) or x < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
-    return x
+    return _finite(value, "a number of seconds", above_zero=False)
 
 
 def port_number(value: str) -> int:

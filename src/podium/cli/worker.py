@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import sys
 
@@ -24,6 +23,7 @@ from podium.cli.common import (
     non_empty,
     port_number,
     positive_int,
+    positive_seconds,
     seconds,
 )
 from podium.config import load_config
@@ -53,16 +53,6 @@ def _procs(value: str) -> int | None:
     return n
 
 
-def _positive_float(value: str) -> float:
-    try:
-        x = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
-    if not (x > 0 and math.isfinite(x)):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {value}")
-    return x
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "worker",
@@ -88,13 +78,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "0: this one process, unpinned")
     p.add_argument("--burst", action="store_true",
                    help="exit when the pool has nothing waiting or in flight")
-    p.add_argument("--burst-patience", type=_positive_float, default=60.0, metavar="S",
+    p.add_argument("--burst-patience", type=positive_seconds, default=60.0, metavar="S",
                    help="with --burst, exit 1 when Redis has not answered for S seconds")
     p.add_argument("--grace", type=seconds, default=30.0, metavar="S",
                    help="on SIGTERM, seconds running steps get to finish before release")
     p.add_argument("--max-deliveries", type=positive_int, default=3, metavar="N",
                    help="dead-letter a run delivered more than N times")
-    p.add_argument("--lease", type=_positive_float, default=30.0, metavar="S",
+    p.add_argument("--lease", type=positive_seconds, default=30.0, metavar="S",
                    help="a run whose worker stops heartbeating is reclaimed after S seconds")
     p.add_argument("--prefix", type=non_empty,
                    help="prefix of every Redis key (default: server.prefix, podium)")
