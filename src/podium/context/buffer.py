@@ -8,7 +8,7 @@ message, when it enters. Only compaction rewrites the middle of the list.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -130,10 +130,18 @@ class ContextBuffer(msgspec.Struct, gc=False):
             keep -= 1
         return None
 
-    def transcript(self, plan: CompactionPlan, max_chars_per_message: int = 400) -> str:
-        """The messages a plan removes, as plain text for a summarizer."""
+    def transcript(
+        self,
+        plan: CompactionPlan,
+        max_chars_per_message: int = 400,
+        shown: Callable[[Message], Message] | None = None,
+    ) -> str:
+        """The messages a plan removes, as plain text for a summarizer; ``shown`` gives each
+        message as it may be quoted (secrets withheld: the summary is journaled)."""
         lines: list[str] = []
         for m in self.messages[plan.start : plan.end]:
+            if shown is not None:
+                m = shown(m)
             if m.content.startswith(SUMMARY_MARKER):
                 lines.append(m.content[len(SUMMARY_MARKER) :].strip())
                 continue
@@ -150,9 +158,14 @@ class ContextBuffer(msgspec.Struct, gc=False):
                 lines.append(f"{m.role}: {m.content[:max_chars_per_message]}")
         return "\n".join(lines)
 
-    def extractive_summary(self, plan: CompactionPlan, max_tokens: int) -> str:
+    def extractive_summary(
+        self,
+        plan: CompactionPlan,
+        max_tokens: int,
+        shown: Callable[[Message], Message] | None = None,
+    ) -> str:
         """A summary without a model: the transcript's head lines, cut to ``max_tokens``."""
-        return truncate_text(self.transcript(plan, 160), max_tokens, self.tokenizer)
+        return truncate_text(self.transcript(plan, 160, shown), max_tokens, self.tokenizer)
 
     def apply_compaction(self, plan: CompactionPlan, summary: str) -> Message:
         """Replace the planned messages with one summary message; returns it."""

@@ -70,7 +70,7 @@ from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
-from podium.security.redact import redactor_for
+from podium.security.redact import Redactor, redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import RunStore
@@ -1302,8 +1302,11 @@ class Engine(AsyncCloseable):
             return None
         method = "extractive"
         summary: str | None = None
+        # The summary is journaled: it quotes the context with its secrets withheld (and so
+        # does the transcript a summarizing model reads).
+        shown = state.redact.shown if isinstance(state.redact, Redactor) else None
         if policy.compaction == "model":
-            prompt = ctx.transcript(plan)
+            prompt = ctx.transcript(plan, shown=shown)
             request = ModelRequest(
                 [Message("system", _SUMMARIZE_PROMPT), Message("user", prompt)],
                 run_id=state.record.run_id,
@@ -1325,7 +1328,7 @@ class Engine(AsyncCloseable):
                 method = "model"
                 state.add_usage(response.usage)
         if summary is None:
-            summary = ctx.extractive_summary(plan, policy.summary_max_tokens)
+            summary = ctx.extractive_summary(plan, policy.summary_max_tokens, shown)
         message = ctx.apply_compaction(plan, summary)
         return Compacted(state.step, time.time(), plan.start, plan.end, message, method)
 

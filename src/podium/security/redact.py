@@ -17,16 +17,23 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from podium.engine.records import JournalEntry, ModelTurn, StepRecord, ToolOutcome
+from podium.engine.records import (
+    ApprovalDecided,
+    ApprovalRequested,
+    JournalEntry,
+    ModelTurn,
+    StepRecord,
+    ToolOutcome,
+)
 from podium.messages import Message, ToolCall
 from podium.tools.executor import ToolResult
+from podium.tools.policy import SECRET
 
 if TYPE_CHECKING:
     from podium.agent import Agent
 
 __all__ = ("SECRET", "Redactor", "redactor_for")
 
-SECRET = "[secret]"
 _WITHHELD = "[secret result: not journaled]"
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
@@ -53,7 +60,24 @@ class Redactor:
             return msgspec.structs.replace(entry, message=self.message(entry.message))
         if isinstance(entry, ToolOutcome):
             return msgspec.structs.replace(entry, result=self.result(entry.result))
+        # A call waiting for a human, and a human's edit of it: what the approver sees
+        # (GET /v1/approvals, the event stream) is the call as journaled, secrets withheld.
+        if isinstance(entry, ApprovalRequested) and entry.tool in self.args:
+            return msgspec.structs.replace(
+                entry, arguments=self.arguments(entry.tool, entry.arguments)
+            )
+        if isinstance(entry, ApprovalDecided) and entry.arguments and entry.tool in self.args:
+            return msgspec.structs.replace(
+                entry, arguments=self.arguments(entry.tool, entry.arguments)
+            )
         return entry
+
+    def shown(self, message: Message) -> Message:
+        """``message`` as a summary of the context may quote it (compaction): secret
+        arguments replaced, a secret result withheld."""
+        if message.role == "tool" and message.name in self.results:
+            return msgspec.structs.replace(message, content=_WITHHELD)
+        return self.message(message)
 
     def message(self, message: Message) -> Message:
         if not any(c.name in self.args for c in message.tool_calls):
@@ -62,16 +86,22 @@ class Redactor:
         return msgspec.structs.replace(message, tool_calls=calls)
 
     def call(self, call: ToolCall) -> ToolCall:
-        secret = self.args.get(call.name)
-        if not secret:
+        if not self.args.get(call.name):
             return call
+        return msgspec.structs.replace(call, arguments=self.arguments(call.name, call.arguments))
+
+    def arguments(self, tool: str, arguments: str) -> str:
+        """A call's JSON arguments with ``tool``'s secret ones replaced."""
+        secret = self.args.get(tool)
+        if not secret:
+            return arguments
         try:
-            args: Any = _decode(call.arguments or "{}")
+            args: Any = _decode(arguments or "{}")
         except msgspec.DecodeError:  # unparseable: it may hold the secret anywhere
-            return msgspec.structs.replace(call, arguments=_encode(SECRET).decode())
+            return _encode(SECRET).decode()
         if isinstance(args, dict):
             args = {k: (SECRET if k in secret else v) for k, v in args.items()}
-        return msgspec.structs.replace(call, arguments=_encode(args).decode())
+        return _encode(args).decode()
 
     def result(self, result: ToolResult) -> ToolResult:
         if result.name not in self.results or not result.ok:

@@ -232,7 +232,7 @@ class ToolExecutor:
             except BaseException as exc:  # SystemExit too: a CLI's main() made a tool
                 if _escapes(exc):
                     raise
-                failure = ("exception", _describe(tool, exc))
+                failure = ("exception", policy.without_secrets(_describe(tool, exc), args))
                 retryable = isinstance(exc, policy.retry_on)
             else:
                 try:

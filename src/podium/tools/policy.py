@@ -15,6 +15,11 @@ __all__ = ("BreakerPolicy", "BreakerStatistics", "CircuitBreaker", "ToolPolicy",
 # The breaker is shared with the model endpoints; re-exported here, where tools find it.
 
 
+#: What a secret is replaced by, wherever it would have been written.
+SECRET = "[secret]"
+_SHORTEST_SECRET = 3
+
+
 class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """How a tool is called.
 
@@ -47,6 +52,19 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     sandbox: Sandbox | None = None
     secret_args: tuple[str, ...] = ()
     secret_result: bool = False
+
+    def without_secrets(self, text: str, args: object) -> str:
+        """``text`` (an error a tool raised, say) with the values of ``args``'s secret
+        arguments replaced by :data:`SECRET`: an exception that quotes its input (``bad
+        credentials bob:hunter2``) would carry them into the context and the journal."""
+        for name in self.secret_args:
+            value = getattr(args, name, None)
+            if value is None or isinstance(value, bool):
+                continue
+            shown = value if isinstance(value, str) else str(value)
+            if len(shown) >= _SHORTEST_SECRET:  # ("1" would blank every digit)
+                text = text.replace(shown, SECRET)
+        return text
 
     def __post_init__(self) -> None:
         if self.retries < 0:
