@@ -1,4 +1,5 @@
-"""A real aiohttp server on loopback for the egress tests: pages, redirects, big bodies."""
+"""A real aiohttp server on loopback for the egress tests: pages, redirects, big bodies, the
+headers it was sent."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ def _app() -> web.Application:
         content_type = f"text/plain; charset={request.query['cs']}"
         return web.Response(body="héllo".encode(), headers={"Content-Type": content_type})
 
+    async def headers(request: web.Request) -> web.Response:
+        return web.json_response(dict(request.headers))
+
     async def redirect(request: web.Request) -> web.Response:
         raise web.HTTPFound(request.query["to"])
 
@@ -38,6 +42,7 @@ def _app() -> web.Application:
     app.router.add_get("/page", page)
     app.router.add_get("/data/{city}", data)
     app.router.add_get("/redirect", redirect)
+    app.router.add_get("/headers", headers)
     app.router.add_get("/charset", charset)
     app.router.add_get("/big", big)
     return app

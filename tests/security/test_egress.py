@@ -119,6 +119,22 @@ async def test_redirect_to_private_address_is_refused() -> None:
         await client.aclose()
 
 
+async def test_no_header_the_caller_set_follows_a_redirect_to_another_origin() -> None:
+    """Credentials are dropped across origins: an ``X-Api-Key`` an http_tool was given went
+    on to whichever host a redirect named (only Authorization, Cookie and
+    Proxy-Authorization were dropped; found from the outside)."""
+    sent = {"Authorization": "Bearer T0K", "X-Api-Key": "K3Y", "X-Custom-Token": "C0DE"}
+    async with serve() as first, serve() as other:
+        client = HttpClient(LOOPBACK)
+        elsewhere = await client.get(f"{first}/redirect?to={other}/headers", headers=sent)
+        assert elsewhere.redirects == 1
+        got = elsewhere.json()
+        assert not {"Authorization", "X-Api-Key", "X-Custom-Token"} & set(got), got
+        same = await client.get(f"{first}/redirect?to=/headers", headers=sent)
+        assert {k: same.json()[k] for k in sent} == sent  # the same origin keeps them
+        await client.aclose()
+
+
 async def test_redirect_loops_are_bounded() -> None:
     async with serve() as base:
         client = HttpClient(EgressPolicy.loopback(max_redirects=2))

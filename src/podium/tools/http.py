@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 __all__ = ("HttpClient", "HttpError", "HttpResponse", "ResponseTooLarge", "http_tool")
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-# Headers that must not follow a redirect to another origin.
-_CREDENTIALS = ("Authorization", "Cookie", "Proxy-Authorization")
 
 
 class ResponseTooLarge(EgressDenied):
@@ -227,8 +225,10 @@ class HttpClient:
                         if resp.status in _REDIRECTS and location:
                             nxt = policy.check_url(target.join(URL(location)))
                             if nxt.origin() != target.origin():
-                                for name in _CREDENTIALS:
-                                    hdrs.pop(name, None)
+                                # None of the caller's headers go to another origin: they
+                                # carry its credentials, by any name (Authorization,
+                                # X-Api-Key, ...). The trace context goes on.
+                                hdrs = trace_headers({})
                             if resp.status == 303 or (
                                 resp.status in (301, 302) and method != "GET"
                             ):
