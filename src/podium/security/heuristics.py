@@ -47,7 +47,9 @@ from podium.security.findings import Finding
 
 __all__ = ("HeuristicScreener",)
 
-_GAP = r"[^.\n。!?]{0,40}?"
+# Up to 40 characters within a sentence; a single line break too (a wrapped line), not a
+# blank line (a paragraph's end).
+_GAP = r"(?:[^.\n。!?]|\n(?!\n)){0,40}?"
 _W = r"(?<![\w])"  # a word start that also works after punctuation and CJK
 _OVERRIDE_VERBS = r"(?:ignore|ignoring|disregard|forget|override|bypass|skip)"
 _OVERRIDE_WHAT = r"(?:previous|prior|above|earlier|preceding|original|initial|all|any|your|system|developer|safety)"
@@ -82,6 +84,25 @@ class _Family:
     guard: bytes
 
 
+def _spaces_as_whitespace(pattern: str) -> str:
+    r"""``pattern`` with each space outside a character class as ``\s``."""
+    out: list[str] = []
+    in_class = escaped = False
+    for c in pattern:
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class:
+            in_class = False
+        elif c == " " and not in_class:
+            c = r"\s"
+        out.append(c)
+    return "".join(out)
+
+
 def _as_bytes(pattern: str) -> re.Pattern[bytes]:
     # str-mode ``\s`` also matches the ASCII separators \x1c-\x1f; bytes-mode does not.
     return re.compile(pattern.replace(r"\s", r"[\s\x1c-\x1f]").encode())
@@ -112,6 +133,9 @@ def _family(
 ) -> _Family:
     assert all(c.isascii() and not c.isalnum() for c in needs)
     assert not guard or before == 0
+    # A space in a rule is any one whitespace character: a phrase wrapped onto the next
+    # line ("your system\nprompt") is the phrase.
+    rules = tuple((r, sc, _spaces_as_whitespace(p)) for r, sc, p in rules)
     merged = _merged(rules) if before == 0 else rules
     return _Family(
         anchors,
@@ -368,8 +392,15 @@ _HIDDEN_CHARS = (
     + "".join(map(chr, range(0x202A, 0x202F)))
     + "".join(map(chr, range(0x2066, 0x206A)))
 )
+# Invisible characters with uses of their own (joiners in Persian, Indic scripts and
+# emoji, direction marks in right-to-left text, soft hyphens, variation selectors,
+# Hangul fillers): not findings themselves, but a phrase split by them is still found.
+_IGNORABLE_CHARS = (
+    "\u200c\u200d\u200e\u200f\u061c\u00ad\u034f\u3164\u115f\u1160\uffa0"
+    + "".join(map(chr, range(0xFE00, 0xFE10)))
+)
 _HIDDEN_ANCHORS = (
-    *(c.encode() for c in _HIDDEN_CHARS),
+    *(c.encode() for c in _HIDDEN_CHARS + _IGNORABLE_CHARS),
     b"\xf3\xa0\x80",  # U+E0000-E003F
     b"\xf3\xa0\x81",  # U+E0040-E007F
 )
@@ -414,10 +445,12 @@ _STOPS = [i for i, stop in enumerate(_STOP) if stop]
 # Hyperscan where its wheel is installed, else an Aho-Corasick automaton (see anchors.py).
 _SCANNER = anchor_scanner(_ANCHORS, _GUARDS, _STOPS)
 
-_TAGS = re.compile("[\U000e0000-\U000e007f]+")
 _ZERO_WIDTH = re.compile("[\u200b\u180e\u2060-\u2064\ufeff]+")
 _BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]+")
-_ANY_HIDDEN = re.compile("[\u200b\u180e\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f]")
+_ANY_HIDDEN = re.compile(
+    "[\u200b\u180e\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f"
+    + _IGNORABLE_CHARS + "]+"
+)
 # Past this many anchors of one family, search the whole text once instead of each window.
 _MAX_WINDOWS = 64
 
@@ -598,24 +631,57 @@ def _search(
 
 def _screen_hidden(text: str) -> list[Finding]:
     """Report hidden characters, then screen the visible text (so "ig\\u200bnore" still
-    reads "ignore") with every family, mapping spans back to the text as given."""
-    findings = [Finding("hidden_tags", 0.95, m.start(), m.end()) for m in _TAGS.finditer(text)]
-    zw = list(_ZERO_WIDTH.finditer(text))
+    reads "ignore"), mapping spans back to the text as given. One pass finds the hidden
+    runs; each is split into its tag, zero-width and bidi characters (reported) and its
+    ignorable ones (not)."""
+    runs = [m.span() for m in _ANY_HIDDEN.finditer(text)]
+    tags: list[Finding] = []
+    zw: list[tuple[int, int]] = []
+    bidi: list[Finding] = []
+    for start, end in runs:  # short: a few characters each
+        kind, since = None, start
+        for at in range(start, end + 1):
+            now = _hidden_kind(text[at]) if at < end else None
+            if now != kind:
+                if kind == "tags":
+                    tags.append(Finding("hidden_tags", 0.95, since, at))
+                elif kind == "zw":
+                    zw.append((since, at))
+                elif kind == "bidi":
+                    bidi.append(Finding("hidden_bidi", 0.6, since, at))
+                kind, since = now, at
+    findings = tags
     if zw:
         # One stray zero-width space is common in copied text; many are not.
         score = min(0.9, 0.25 + 0.1 * len(zw))
-        findings.extend(Finding("hidden_zero_width", score, m.start(), m.end()) for m in zw)
-    findings.extend(Finding("hidden_bidi", 0.6, m.start(), m.end()) for m in _BIDI.finditer(text))
-    keep = [i for i, c in enumerate(text) if _ANY_HIDDEN.match(c) is None]
-    keep.append(len(text))
-    visible = "".join(text[i] for i in keep[:-1])
-    best: dict[str, Finding] = {}
-    for family in _FAMILIES:
-        _search(family, visible, 0, best, anchored=False)
-    for f in best.values():
-        end = keep[f.end - 1] + 1 if f.end > f.start else keep[f.start]
-        findings.append(Finding(f.rule, f.score, keep[f.start], end))
+        findings.extend(Finding("hidden_zero_width", score, a, b) for a, b in zw)
+    findings.extend(bidi)
+    # The visible text holds no hidden character: screened as any text is (its anchors),
+    # not by every family over all of it (16 KB of Persian or emoji text, whose joiners
+    # and selectors are ignorable, cost 30 times as much that way).
+    gaps = list(zip([0, *(e for _, e in runs)], [*(s for s, _ in runs), len(text)], strict=True))
+    found = _screen("".join([text[a:b] for a, b in gaps]))
+    if found:
+        keep: list[int] = []  # where each visible character is in the text
+        for a, b in gaps:
+            keep.extend(range(a, b))
+        keep.append(len(text))
+        for f in found:
+            end = keep[f.end - 1] + 1 if f.end > f.start else keep[f.start]
+            findings.append(Finding(f.rule, f.score, keep[f.start], end))
     return findings
+
+
+def _hidden_kind(c: str) -> str | None:
+    """Which finding a hidden character makes: tags, zw (zero-width), bidi, or None
+    (ignorable: not reported)."""
+    if "\U000e0000" <= c <= "\U000e007f":
+        return "tags"
+    if _ZERO_WIDTH.match(c):
+        return "zw"
+    if _BIDI.match(c):
+        return "bidi"
+    return None
 
 
 def _lower_mapped(text: str) -> tuple[str, list[int]]:
