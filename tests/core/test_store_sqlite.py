@@ -171,3 +171,21 @@ async def test_sole_user_tells_whether_another_process_has_the_file(tmp_path: Pa
             assert not store.sole_user() and not other.sole_user()
         assert store.sole_user()
     assert SQLiteRunStore(":memory:").sole_user()
+
+
+async def test_a_restarted_server_requeues_no_child_run(tmp_path: Path) -> None:
+    """An embedded server's start-up requeue leaves child runs to their parents: a child
+    queued on its own was driven as a top-level run (dead-lettered when its agent is not
+    served at the top, driven twice when it is; found from the outside)."""
+    from podium.engine.records import RunRecord
+    from podium.queue.local import LocalQueue
+    from podium.queue.stranded import requeue_left_behind
+
+    async with SQLiteRunStore(tmp_path / "runs.sqlite") as store:
+        await store.create(RunRecord("parent", "team", "go", status="running"))
+        await store.create(RunRecord("parent.0.0", "worker", "sub", status="running",
+                                     parent_run_id="parent", parent_call="0:0"))
+        queue = LocalQueue()
+        assert await requeue_left_behind(store, queue) == 1
+        claims = await queue.claim("c", count=10, block_s=0)
+        assert [c.item.run_id for c in claims] == ["parent"]

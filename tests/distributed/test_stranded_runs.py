@@ -129,3 +129,17 @@ async def test_a_decision_whose_submit_never_came_is_picked_up(
         keys = [key for key, _ in effect_lines(effects_log)]
         assert len(keys) == len(set(keys)) == 2  # effect and payout, once each
         assert await queue.client.keys(f"{prefix}:submitted:*") == []
+
+
+async def test_a_child_run_is_left_to_its_parent(shared_redis_url: str, prefix: str) -> None:
+    """A child run (an agent called as a tool) is resumed by its parent, which makes the
+    same call again: a sweep that submitted it on its own had it driven twice (found from
+    the outside, on the embedded server's start-up requeue)."""
+    async with (
+        RedisRunStore(shared_redis_url, prefix=prefix) as store,
+        RedisQueue(shared_redis_url, prefix=prefix) as queue,
+    ):
+        await store.create(RunRecord("parent", "team", "go", created_at=1.0, updated_at=2.0))
+        await store.create(RunRecord("parent.0.0", "worker", "sub", created_at=1.0,
+                                     updated_at=2.0, parent_run_id="parent", parent_call="0:0"))
+        assert await StrandedSweep(store, queue, after_s=0).run_once() == ["parent"]

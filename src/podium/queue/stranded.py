@@ -17,7 +17,8 @@ the run ``queued`` in the store with nothing to deliver it. Two cases:
   however many of them submit it.
 
 Either way the run resumes from its last checkpoint: a call that had finished is not
-made again; one cut short is.
+made again; one cut short is. A child run (an agent called as a tool) is never
+submitted on its own: its parent, resumed, makes the same call and resumes it.
 """
 
 from __future__ import annotations
@@ -83,7 +84,10 @@ async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
                 where,
             )
         return 0
-    runs = await unfinished_runs(store)
+    # A child run (an agent called as a tool) is resumed by its parent, which makes the
+    # same call again and finds it: queued on its own it would be driven twice, or
+    # dead-lettered by a server that does not serve its agent at the top.
+    runs = [r for r in await unfinished_runs(store) if r.parent_run_id is None]
     now = time.time()
     for record in runs:
         await queue.submit(queue_item(record, now))
@@ -122,6 +126,8 @@ class StrandedSweep:
         submitted = []
         for record in page:
             if record.updated_at > settled:  # queued again just now (a decision): not yet
+                continue
+            if record.parent_run_id is not None:  # its parent's resume finds it (see above)
                 continue
             if await self.queue.submit(queue_item(record, now)):
                 submitted.append(record.run_id)
