@@ -3,6 +3,7 @@ stderr, and never a traceback. The real ``podium`` command runs in a subprocess.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -451,3 +452,15 @@ def test_ctrl_c_on_sim_server_exits_130(tmp_path: Path) -> None:
     )
     code, _, err = _interrupt(proc, "listening on")
     assert code == 130 and err.strip() == "sim-server stopped (interrupted)", err
+
+
+def test_resume_with_another_agent_is_one_line_and_changes_nothing(tmp_path: Path) -> None:
+    store = str(tmp_path / "runs.sqlite")
+    first = podium("run", "refunds", "Refund 250 on order A-1001", "--store", store, "--json",
+                   cwd=tmp_path)
+    assert first.returncode == 3, first.stderr  # waiting for a human
+    run_id = json.loads(first.stdout)["run_id"]
+    out = podium("run", "research-team", "--resume", run_id, "--store", store, "--approve",
+                 cwd=tmp_path)
+    assert_one_line_error(out, "belongs to agent 'refunds', not 'research-team'")
+    assert f"podium run refunds --resume {run_id}" in out.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 from collections import Counter
 from typing import Any
 
@@ -137,3 +138,21 @@ async def test_resuming_a_finished_run_does_nothing() -> None:
         again = await engine.resume(agent, record.run_id)
     assert again.status == "completed"
     assert tools.executions == Counter({"fetch 1": 2})
+
+
+async def test_resume_refuses_a_run_of_another_agent(tmp_path: pathlib.Path) -> None:
+    """Driven by another agent, the run's journaled calls were unknown tools (a human's
+    approval thrown away) and it ended completed with that agent's answer (found from the
+    outside with `podium run research-team --resume` on a refunds run)."""
+    from podium.errors import ConfigError
+    from podium.examples import refunds, research_team
+    from podium.store.sqlite import SQLiteRunStore
+
+    store = SQLiteRunStore(tmp_path / "runs.sqlite")
+    async with store, Engine(store) as engine:
+        record = await engine.run(refunds.agent, "Refund 250 on order A-1001")
+        assert record.status == "waiting"
+        with pytest.raises(ConfigError, match="belongs to agent 'refunds', not 'research-team'"):
+            await engine.resume(research_team.agent, record.run_id)
+        after = await store.get(record.run_id)
+    assert after is not None and after.status == "waiting" and after.version == record.version

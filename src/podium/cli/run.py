@@ -362,8 +362,15 @@ async def _run(
     async with store, Engine(store, observers=observers) as engine:
         if args.resume:
             started.append(args.resume)
-            if await engine.store.get(args.resume) is None:
+            found = await engine.store.get(args.resume)
+            if found is None:
                 raise UserError(f"--resume: no run {args.resume!r} in {args.store}")
+            if found.agent != agent.name:  # (the engine refuses it too, in its words)
+                raise UserError(
+                    f"--resume: run {args.resume} belongs to agent {found.agent!r}, not "
+                    f"{agent.name!r}: podium run {found.agent} --resume {args.resume} "
+                    f"--store {args.store}"
+                )
             record = await engine.resume(agent, args.resume)
         else:
             record = await engine.create(agent, args.input)

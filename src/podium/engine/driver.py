@@ -315,10 +315,19 @@ class Engine(AsyncCloseable):
         return asyncio.create_task(self.execute(agent, record, admit_ns=admit_ns))
 
     async def resume(self, agent: Agent, run_id: str) -> RunRecord:
-        """Continue a run from its last checkpoint (e.g. after its process was killed)."""
+        """Continue a run from its last checkpoint (e.g. after its process was killed).
+
+        Raises :class:`~podium.errors.ConfigError` if the run belongs to another agent:
+        driven by this one, its journaled calls would be unknown tools (a human's
+        approval thrown away) and its end written under the wrong agent."""
         record = await self.store.get(run_id)
         if record is None:
             raise RunNotFoundError(run_id)
+        if record.agent != agent.name:
+            raise ConfigError(
+                f"run {run_id} belongs to agent {record.agent!r}, not {agent.name!r}: "
+                f"resume it with {record.agent!r}"
+            )
         return await self.execute(agent, record)
 
     def cancel(self, run_id: str) -> bool:
