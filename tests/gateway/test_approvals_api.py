@@ -115,3 +115,20 @@ async def test_edited_arguments_after_a_hand_off_use_the_agent_handed_to() -> No
     assert record.status == "completed", record.error
     assert record.output == "payments: refunded 40 on A-1"
     assert paid == ["A-1:40"]
+
+
+async def test_chat_completions_say_at_once_that_the_run_waits_for_a_human() -> None:
+    """Found from the outside: a 504 "did not finish within the wait timeout" after 3 ms,
+    and a stream of keep-alives until the wait timeout (300 s by default)."""
+    body = {"model": "refunds", "messages": [
+        {"role": "user", "content": "Refund 250 on order A-1001"}]}
+    async with gateway_client(agents=AGENTS) as (_, client):
+        r = await client.post("/v1/chat/completions", json=body)
+        assert r.status_code == 409 and r.json()["error"]["type"] == "run_waiting", r.text
+        run_id = r.headers["x-podium-run-id"]
+        assert f"/v1/runs/{run_id}/approvals" in r.json()["error"]["message"]
+        assert (await client.get(f"/v1/runs/{run_id}")).json()["status"] == "waiting"
+        stream = await client.post("/v1/chat/completions", json={**body, "stream": True},
+                                   timeout=10)
+        lines = [x for x in stream.text.splitlines() if x.startswith("data: ")]
+        assert '"run_waiting"' in lines[-2] and lines[-1] == "data: [DONE]", lines

@@ -26,6 +26,7 @@ idempotency_mismatch       422     an ``Idempotency-Key`` reused with a differen
 rate_limited               429     the tenant's or the pool's token bucket is empty
 overloaded                 429     the adaptive limit (CPU or loop lag) is reached
 queue_full                 429     the pool's backlog would miss its latency target
+run_waiting                409     (chat completions) the run waits for a human's decision
 run_failed                 502     (chat completions) the agent's run did not complete
 timeout                    504     (chat completions) the run outlived ``server.wait_timeout_s``
 unavailable                503     the run store or queue is unreachable (with Retry-After)

@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Mapping
 import msgspec
 from starlette.responses import Response, StreamingResponse
 
-from podium.engine.records import ModelTurn, RunFinished, RunRecord, StepRecord
+from podium.engine.records import ApprovalRequested, ModelTurn, RunFinished, RunRecord, StepRecord
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError
 from podium.gateway.live import live_events
@@ -99,9 +99,19 @@ def _usage(record: RunRecord) -> ChatUsage:
     return ChatUsage(u.input_tokens, u.output_tokens, u.total_tokens)
 
 
+def _waiting(run_id: str) -> str:
+    return (
+        f"run {run_id} is waiting for a human's decision: decide its calls "
+        f"(GET /v1/runs/{run_id}/approvals), then read its answer at GET /v1/runs/{run_id}"
+    )
+
+
 def _check_completed(record: RunRecord) -> None:
     if record.status == "completed":
         return
+    if record.status == "waiting":  # parked on a human: no answer is coming by itself
+        raise ApiError(409, "run_waiting", _waiting(record.run_id),
+                       headers={"X-Podium-Run-Id": record.run_id})
     if record.done:
         raise ApiError(
             502,
@@ -270,8 +280,8 @@ async def _chunks(
                     rest = said.rest(entry.step, entry.message.content)
                     if rest:
                         yield chunk(ChunkDelta(content=said.piece(entry.step, rest)))
-                elif isinstance(entry, RunFinished):
-                    break
+                elif isinstance(entry, RunFinished | ApprovalRequested):
+                    break  # it ended, or it waits for a human: no more text is coming
             elif isinstance(item, RunRecord):  # it ended without a final entry
                 ended = item
                 break
@@ -291,6 +301,8 @@ async def _chunks(
         if structured and record.output:
             yield chunk(ChunkDelta(content=record.output))
         yield chunk(ChunkDelta(), "stop")
+    elif record.status == "waiting":
+        yield error("run_waiting", _waiting(run_id))
     else:
         # Headers are sent: the failure travels in-band, as OpenAI's own streams do.
         why = record.error or record.reason or f"the run did not finish within {wait_s}s"
