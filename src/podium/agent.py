@@ -176,6 +176,11 @@ class Agent:
                 )
         if isinstance(tags, str):  # tuple("prod") would be ("p", "r", "o", "d")
             raise ConfigError(f"agent {name!r}: tags takes a list of strings: tags=[{tags!r}]")
+        given_tags: object = tags
+        if not isinstance(given_tags, list | tuple) or not all(
+            isinstance(t, str) for t in given_tags
+        ):
+            raise ConfigError(f"agent {name!r}: tags takes a list of strings, got {tags!r:.60}")
         if isinstance(handoffs, Agent):
             raise ConfigError(f"agent {name!r}: handoffs takes a list of agents: handoffs=[...]")
         if approval_timeout_s is not None and not approval_timeout_s > 0:

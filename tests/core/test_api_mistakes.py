@@ -35,7 +35,7 @@ from podium import (
     tool_call_reply,
 )
 from podium.errors import ToolDefinitionError
-from podium.messages import Message
+from podium.messages import Message, ToolCall
 from podium.store.sqlite import SQLiteRunStore
 from podium.tools import ToolExecutor, ToolResult
 
@@ -207,8 +207,14 @@ def test_a_wrapped_function_is_still_a_tool() -> None:
         ({"breaker": True}, ConfigError, "not a bool"),
         ({"timeout": math.nan}, ConfigError, "timeout_s must be positive"),
         ({"max_result_tokens": 0}, ConfigError, "max_result_tokens must be >= 1"),
+        # A caller without type checking: Python's own TypeError, or a silent misreading.
+        ({"timeout": "5"}, ConfigError, "timeout_s must be a number of seconds or None, got '5'"),
+        ({"retries": 1.5}, ConfigError, "retries must be a whole number, got 1.5"),
+        ({"name": 123}, ToolDefinitionError, "tool name 123: a str, not int"),
+        ({"description": 5}, ToolDefinitionError, "tool description 5: a str, not int"),
     ],
-    ids=["misspelt-secret", "secret-as-str", "breaker-true", "timeout-nan", "no-result-tokens"],
+    ids=["misspelt-secret", "secret-as-str", "breaker-true", "timeout-nan", "no-result-tokens",
+         "timeout-str", "retries-float", "name-int", "description-int"],
 )
 def test_tool_options_that_would_be_ignored_or_misread_are_refused(
     options: dict[str, Any], error: type[Exception], says: str
@@ -432,6 +438,7 @@ _HELPER = Agent("helper", _MODEL, "Helps.")
         _by_kwargs({"max_invalid_tool_calls": -1}, "max_invalid_tool_calls must be a whole number"),
         _by_kwargs({"deadline_s": "60"}, "deadline_s must be positive seconds"),
         _by_kwargs({"tags": "prod"}, "tags=['prod']"),
+        _by_kwargs({"tags": None}, "tags takes a list of strings, got None"),
         _by_kwargs({"context": {"max_context_tokens": 1000}}, "context takes a ContextPolicy(...)"),
         _by_kwargs({"settings": {"temperature": 0}}, "settings takes a ModelSettings(...)"),
         _by_kwargs({"screening": True}, "screening takes a ScreeningPolicy(...)"),
@@ -493,6 +500,85 @@ async def test_a_reply_function_returning_neither_str_nor_response_fails_the_run
     assert (record.status, record.reason) == ("failed", "model_error")
     assert record.error is not None
     assert f"mine: the reply function returned {reply!r}; return a str" in record.error
+
+
+@pytest.mark.parametrize(
+    ("reply", "says"),
+    [
+        (ModelResponse(tool_calls=(ToolCall("c0", "lookup", {"q": "x"}),)),  # type: ignore[arg-type]
+         "tool_calls[0].arguments is dict, not str (JSON text: json.dumps it)"),
+        (ModelResponse(tool_calls=(ToolCall("c0", None, "{}"),)),  # type: ignore[arg-type]
+         "tool_calls[0].name is NoneType, not str"),
+        (ModelResponse(tool_calls=({"name": "lookup"},)),  # type: ignore[arg-type]
+         "tool_calls[0] is dict, not ToolCall(id, name, arguments)"),
+        (ModelResponse(content=5), "content is int, not str"),  # type: ignore[arg-type]
+    ],
+    ids=["arguments-dict", "name-none", "call-dict", "content-int"],
+)
+@anyio
+async def test_a_reply_with_fields_of_the_wrong_types_fails_the_run_saying_which(
+    reply: ModelResponse, says: str
+) -> None:
+    """Found from the outside: each raised a TypeError or AttributeError out of run(), and
+    the run stayed ``running`` for good."""
+    class Mine(Model):  # a custom model, its reply as it made it
+        name = "mine"
+
+        async def request(self, request: ModelRequest) -> ModelResponse:
+            return reply
+
+    agent = Agent("a", Mine(), "", [lookup])
+    async with Engine() as engine:
+        record = await engine.run(agent, "go")
+        stored = await engine.store.get(record.run_id)
+    assert (record.status, record.reason) == ("failed", "model_error")
+    assert record.error is not None and f"mine: its reply is malformed: {says}" in record.error
+    assert stored is not None and stored.status == "failed"
+
+
+def test_tool_call_reply_takes_a_dict_and_refuses_what_is_neither() -> None:
+    reply = tool_call_reply(("lookup", {"q": "x"}), ("lookup", '{"q": "y"}'))
+    assert [c.arguments for c in reply.tool_calls] == ['{"q":"x"}', '{"q": "y"}']
+    with pytest.raises(TypeError, match="the arguments of 'lookup' are NoneType"):
+        tool_call_reply(("lookup", None))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"give \(name, arguments\)"):
+        tool_call_reply("lookup")  # type: ignore[arg-type]
+
+
+def test_a_cpu_bound_tool_that_another_process_cannot_import_is_refused() -> None:
+    def double(x: int) -> int:
+        """Double.
+
+        Args:
+            x: A number.
+        """
+        return 2 * x
+
+    with pytest.raises(ToolDefinitionError, match=r"define .*'double' at module level"):
+        tool(cpu_bound=True)(double)
+
+
+def test_memory_tools_over_a_run_store_is_refused_with_the_wrapper() -> None:
+    from podium.memory import memory_tools
+
+    with pytest.raises(ConfigError, match=r"not MemoryRunStore \(a run store: wrap it"):
+        memory_tools(MemoryRunStore())  # type: ignore[arg-type]
+
+
+@anyio
+async def test_a_tool_result_that_holds_itself_is_an_observation() -> None:
+    @tool
+    def loop() -> Any:
+        """Return a dict that holds itself."""
+        d: dict[str, Any] = {}
+        d["self"] = d
+        return d
+
+    model, read = _calling("loop")
+    record = await Agent("a", model, "", [loop]).run("go")
+    assert record.status == "completed"
+    [result] = read
+    assert "returned a dict, which cannot be sent as JSON" in result
 
 
 def test_simulated_model_mistakes_are_refused() -> None:

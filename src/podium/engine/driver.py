@@ -24,7 +24,7 @@ from podium.engine import approvals, decisions
 from podium.engine.children import attach
 from podium.engine.handoff import find_agent, handed_off
 from podium.engine.hook import EngineHook
-from podium.engine.model_faults import model_fault, not_a_reply
+from podium.engine.model_faults import malformed_reply, model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
 from podium.engine.profile import ProfileAggregator, StepProfile
 from podium.engine.records import (
@@ -535,6 +535,7 @@ class Engine(AsyncCloseable):
             sink = None if self.aggregator is None else self.aggregator.add_step
             sw = self._stopwatch.start(self._cpu, sink, state.profile.steps)
             end: tuple[RunStatus, str | None, str | None]
+            response: ModelResponse | None = None  # the reply the step works on
             try:
                 if state.blocked is not None:
                     raise _Finish("failed", "injection_blocked", state.blocked)
@@ -580,7 +581,6 @@ class Engine(AsyncCloseable):
                     )
                     sw.lap(_ASSEMBLE)
                     # model
-                    response: ModelResponse
                     tokens = self.tokens
                     if tokens is not None and tokens.listening(run_id):  # a client listens
                         response = await stream_model(agent, request, sw, tokens, _MODEL)
@@ -694,6 +694,14 @@ class Engine(AsyncCloseable):
                 end = ("failed", "invalid_reply", str(exc))
             except ModelError as exc:
                 end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
+            except (TypeError, AttributeError):
+                # A reply of the right class with fields of the wrong types (a custom model's
+                # mistake: arguments as a dict, a call as a tuple) fails where the step first
+                # reads them; checked here, on the error's path, not at every step.
+                fault = malformed_reply(agent.model, response)
+                if fault is None:
+                    raise  # not the reply's fault: a bug, as it is
+                end = ("failed", "model_error", f"ModelError: {fault}")
             except asyncio.CancelledError:
                 end = self._cancelled(state, deadline)  # re-raises on shutdown
             finally:

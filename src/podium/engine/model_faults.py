@@ -16,9 +16,10 @@ from __future__ import annotations
 import logging
 
 from podium.errors import ModelError
-from podium.models.base import Model
+from podium.messages import ToolCall, Usage
+from podium.models.base import Model, ModelResponse
 
-__all__ = ("model_fault", "not_a_reply")
+__all__ = ("malformed_reply", "model_fault", "not_a_reply")
 
 log = logging.getLogger("podium.engine")
 
@@ -35,3 +36,39 @@ def not_a_reply(model: Model, value: object) -> ModelError:
         f"{model.name}: request() returned {type(value).__name__} {value!r:.80}, not a "
         "ModelResponse"
     )
+
+
+def malformed_reply(model: Model, response: ModelResponse | None) -> str | None:
+    """What is wrong with the fields of ``response`` (a ``ModelResponse`` whose fields
+    have the wrong types), or None if nothing is. Only called once a step has failed on
+    the reply: the check costs nothing on the steps that do not."""
+    if response is None:
+        return None
+    problems: list[str] = []
+    # Typed as what they may be at run time: a custom model's code fills them.
+    content: object = response.content
+    calls: object = response.tool_calls
+    usage: object = response.usage
+    if not isinstance(content, str):
+        problems.append(f"content is {type(content).__name__}, not str")
+    if not isinstance(calls, tuple | list):
+        problems.append(f"tool_calls is {type(calls).__name__}, not a tuple of ToolCall")
+        calls = ()
+    for i, call in enumerate(calls):
+        if not isinstance(call, ToolCall):
+            problems.append(
+                f"tool_calls[{i}] is {type(call).__name__}, not ToolCall(id, name, arguments)"
+            )
+            continue
+        for field in ("id", "name", "arguments"):
+            value: object = getattr(call, field)
+            if not isinstance(value, str):
+                fix = " (JSON text: json.dumps it)" if field == "arguments" else ""
+                problems.append(
+                    f"tool_calls[{i}].{field} is {type(value).__name__}, not str{fix}"
+                )
+    if not isinstance(usage, Usage):
+        problems.append(f"usage is {type(usage).__name__}, not Usage")
+    if not problems:
+        return None
+    return f"{model.name}: its reply is malformed: {'; '.join(problems)}"

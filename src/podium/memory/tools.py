@@ -71,6 +71,10 @@ def memory_tools(
         memory = StoreMemory(store)
         agent = Agent("assistant", model, tools=[*memory_tools(memory, per_run(store))])
     """
+    given: object = memory  # (a caller without type checking may pass anything)
+    if not isinstance(given, Memory):  # a run store, say: every call would fail later
+        hint = " (a run store: wrap it, StoreMemory(store))" if hasattr(given, "journal") else ""
+        raise ConfigError(f"memory_tools: give a Memory, not {type(given).__name__}{hint}")
 
     async def resolve(ctx: ToolContext) -> str:
         if isinstance(namespace, str):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import msgspec
 
 from podium.errors import ConfigError, ModelError
 from podium.messages import Message, ToolCall, Usage
@@ -17,13 +20,28 @@ ReplyFunction = Callable[
 ]
 
 
-def tool_call_reply(*calls: tuple[str, str], content: str = "") -> ModelResponse:
-    """A reply that calls tools, each given as ``(name, arguments_json)``."""
-    return ModelResponse(
-        content=content,
-        tool_calls=tuple([ToolCall(f"call_{i}", n, args) for i, (n, args) in enumerate(calls)]),
-        finish_reason="tool_calls",
-    )
+def tool_call_reply(
+    *calls: tuple[str, str | Mapping[str, Any]], content: str = ""
+) -> ModelResponse:
+    """A reply that calls tools, each given as ``(name, arguments)``: the arguments as
+    JSON text (``'{"q": "x"}'``, as a model sends them) or a dict (encoded here)."""
+    made: list[ToolCall] = []
+    for i, call in enumerate(calls):
+        if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], str)):
+            raise TypeError(
+                f"tool_call_reply: call {i} is {call!r:.80}; give (name, arguments), e.g. "
+                '("lookup", {"q": "x"})'
+            )
+        name, args = call
+        if isinstance(args, Mapping):
+            args = msgspec.json.encode(args).decode()
+        elif not isinstance(args, str):
+            raise TypeError(
+                f"tool_call_reply: the arguments of {name!r} are {type(args).__name__}; give "
+                "JSON text or a dict"
+            )
+        made.append(ToolCall(f"call_{i}", name, args))
+    return ModelResponse(content=content, tool_calls=tuple(made), finish_reason="tool_calls")
 
 
 class FunctionModel(Model):

@@ -237,7 +237,8 @@ class ToolExecutor:
             else:
                 try:
                     content = render_result(value)
-                except (msgspec.EncodeError, TypeError) as exc:
+                # (a value that holds itself is a RecursionError)
+                except (msgspec.EncodeError, TypeError, ValueError, RecursionError) as exc:
                     failure = ("unserializable", _unserializable(tool, value, exc))
                     retryable = False
                 else:

@@ -67,6 +67,15 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         return text
 
     def __post_init__(self) -> None:
+        # Types first (a caller without type checking): "5" would fail at the comparison
+        # below with Python's words, 1.5 retries would be taken as two.
+        retries: object = self.retries
+        if not isinstance(retries, int) or isinstance(retries, bool):
+            raise ConfigError(f"retries must be a whole number, got {retries!r}")
+        timeout: object = self.timeout_s
+        if timeout is not None and (not isinstance(timeout, int | float)
+                                    or isinstance(timeout, bool)):
+            raise ConfigError(f"timeout_s must be a number of seconds or None, got {timeout!r}")
         if self.retries < 0:
             raise ConfigError("retries must be >= 0")
         if self.timeout_s is not None and not self.timeout_s > 0:  # NaN too: it never fires

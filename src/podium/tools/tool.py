@@ -69,6 +69,12 @@ class Tool(Generic[P, R]):
         requires_approval: ApprovalPolicy = False,
     ) -> None:
         _refuse_non_function(fn, name)
+        if name is not None and not isinstance(name, str):
+            raise ToolDefinitionError(f"tool name {name!r}: a str, not {type(name).__name__}")
+        if description is not None and not isinstance(description, str):
+            raise ToolDefinitionError(
+                f"tool description {description!r:.40}: a str, not {type(description).__name__}"
+            )
         self.fn = fn
         self.name = name or fn.__name__
         if not self.name.replace("_", "").replace("-", "").isalnum():
@@ -81,6 +87,14 @@ class Tool(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(fn)
         if self.policy.cpu_bound and self.is_async:
             raise ToolDefinitionError(f"tool {self.name!r}: cpu_bound tools must be sync functions")
+        if self.policy.cpu_bound and "<locals>" in fn.__qualname__:
+            # The process pool imports the function by module and name: a nested one (or a
+            # lambda) cannot be found there, and every call would fail.
+            raise ToolDefinitionError(
+                f"tool {self.name!r}: cpu_bound tools run in other processes, which import "
+                f"them: define {fn.__qualname__.split('.<locals>')[0]}'s "
+                f"{fn.__name__!r} at module level"
+            )
         self.context_param = _find_context_param(fn)
         doc = parse_docstring(fn.__doc__)
         self.description = description or doc.summary or self.name
