@@ -75,6 +75,25 @@ def test_bench_json_report_has_the_documented_keys(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("name", ["burn", "make", "time", "crunch"])
+def test_a_cpu_tool_works_whatever_its_name_and_the_report_counts_failures(
+    tmp_path: Path, name: str
+) -> None:
+    """A `kind = "cpu"` tool named like the module that makes it (`burn`) replaced that
+    module's own function: every call failed, and the bench said completed 40/40 (found
+    from the outside). The report counts the tool calls and those that failed."""
+    scenario = tmp_path / "cpu.toml"
+    cpu = FAST.replace('tool = "lookup"', f'tool = "{name}"').replace(
+        'name = "lookup"\nlatency_ms = 1', f'name = "{name}"\nkind = "cpu"\nlatency_ms = 1'
+    )
+    scenario.write_text(cpu)
+    done = podium("bench", "--scenario", str(scenario), "--runs", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["tool_calls"], report["tool_failures"]) == (12, 0), report
+
+
+@pytest.mark.slow
 def test_bench_table_and_bad_scenario(tmp_path: Path) -> None:
     scenario = tmp_path / "fast.toml"
     scenario.write_text(FAST)

@@ -193,6 +193,29 @@ async def test_an_engine_without_profiles_still_counts_its_steps_and_tools() -> 
                    for (name, _), value in parsed.items())
 
 
+@pytest.mark.anyio
+async def test_steps_are_counted_under_the_name_the_run_was_served_as() -> None:
+    """podium.toml may serve one agent object under several names: its steps were counted
+    under the object's own name, its ends under the served ones, so the two disagreed
+    (found from the outside)."""
+    from observe_agents import support
+
+    registry = CollectorRegistry()
+    metrics = RunMetrics(registry)
+    agent = support()
+    async with Engine() as engine:
+        engine.hook = metrics
+        for i, served in enumerate(("helpdesk", "sales", "helpdesk")):
+            record = RunRecord(f"run_{i}", served, "where is A-1?")
+            await engine.store.create(record)
+            assert (await engine.execute(agent, record)).status == "completed"
+    metrics.fold()
+    parsed = _samples(generate_latest(registry).decode())
+    assert parsed[("podium_steps_total", frozenset({("agent", "helpdesk")}))] == 4
+    assert parsed[("podium_steps_total", frozenset({("agent", "sales")}))] == 2
+    assert ("podium_steps_total", frozenset({("agent", "support")})) not in parsed
+
+
 @pytest.mark.parametrize("alike", [True, False])
 def test_run_ends_count_what_one_observation_per_run_does(alike: bool) -> None:
     # Runs that all ended alike are counted in bulk; mixed ones (agents, statuses, pools,

@@ -22,6 +22,10 @@ def make(name: str) -> Callable[[str], str]:
     def cpu_tool(query: str) -> str:
         return burn(name, query, ms)
 
-    cpu_tool.__qualname__ = cpu_tool.__name__ = name
-    globals()[name] = cpu_tool  # the process pool finds the tool by module and name
+    # The process pool finds the tool by module and qualified name: under a name of its
+    # own, so a tool named like this module's own (burn, make, time) does not replace it.
+    attr = f"scenario_tool_{name}"
+    cpu_tool.__qualname__ = attr
+    cpu_tool.__name__ = name
+    globals()[attr] = cpu_tool
     return cpu_tool

@@ -288,4 +288,6 @@ async def run_bench(
         run_wall_p50_ms=round(percentile(latencies, 50) / 1e6, 3),
         run_wall_p99_ms=round(percentile(latencies, 99) / 1e6, 3),
         phases=summary.phases,
+        tool_calls=engine.executor.calls,
+        tool_failures=engine.executor.failures,
     )

@@ -89,7 +89,7 @@ class RunMetrics:
         depth, loop lag, CPU utilization) are kept off ``registry``."""
         self.interval_s = interval_s
         self._tallies: dict[tuple[str, str], StepTally] = {}
-        self._filers: dict[int, tuple[StepHook, StepTally]] = {}
+        self._filers: dict[tuple[int, str | None], tuple[StepHook, StepTally]] = {}
         self._ends: list[Any] = []  # the runs that ended since the last fold (count_ends)
         self._task: asyncio.Task[None] | None = None
         self._sources: dict[str, Any] = {}
@@ -166,32 +166,36 @@ class RunMetrics:
         they file, so the steps are still in the CPU's caches. (With nobody folding, what a
         tally holds is bounded by the steps of the runs since its agent's last run start,
         and by the fold that every ``_FOLD_AT`` runs ending do.)"""
-        return self._step_of(agent)
+        # Under the name the run was made with (the served one: podium.toml may serve one
+        # agent object under several names), as the runs' ends and tokens are counted.
+        return self._step_of(agent, record.agent)
 
-    def _filer(self, agent: Agent) -> tuple[StepHook, StepTally]:
-        """The filing function of ``agent``'s steps and its tally (made on its first run;
-        also asked for the steps an agent takes over by a hand-off)."""
+    def _filer(self, agent: Agent, name: str | None = None) -> tuple[StepHook, StepTally]:
+        """The filing function of ``agent``'s steps under ``name`` (None: its own) and its
+        tally (made on its first run; also asked for the steps an agent takes over by a
+        hand-off)."""
         # By id: any agent object will do (the filer holds it, so its id is not reused).
-        filer = self._filers.get(id(agent))
+        key = (id(agent), name)
+        filer = self._filers.get(key)
         if filer is None:
             if len(self._filers) >= _MAX_FILERS:  # agents made per request: start afresh
                 self._filers.clear()
-            tally = self._tally(agent)
-            filer = self._filers[id(agent)] = (tally.filer(agent, self._step_of), tally)
+            tally = self._tally(agent, name)
+            filer = self._filers[key] = (tally.filer(agent, self._step_of), tally)
         return filer
 
-    def _step_of(self, agent: Agent) -> StepHook:
+    def _step_of(self, agent: Agent, name: str | None = None) -> StepHook:
         """``agent``'s filing function, its tally compacted when full: as a run starts, and
         for a step after a hand-off (the other agent may start no runs of its own)."""
-        step, tally = self._filer(agent)
+        step, tally = self._filer(agent, name)
         if len(tally.phases) >= TIMED_FULL:
             tally.compact()
         return step
 
-    def _tally(self, agent: Agent) -> StepTally:
-        """The tally of ``agent`` and its model, by their label values (so at most
-        ``_MAX_NAMES`` squared of them: kept for good, as runs hold them)."""
-        key = (self._name(agent.name), self._name(agent.model.name))
+    def _tally(self, agent: Agent, name: str | None = None) -> StepTally:
+        """The tally of ``agent`` (as ``name``) and its model, by their label values (so at
+        most ``_MAX_NAMES`` squared of them: kept for good, as runs hold them)."""
+        key = (self._name(name or agent.name), self._name(agent.model.name))
         tally = self._tallies.get(key)
         if tally is None:
             tally = self._tallies[key] = StepTally(*key)

@@ -34,6 +34,10 @@ class BenchReport(msgspec.Struct, frozen=True):
     run_wall_p50_ms: float
     run_wall_p99_ms: float
     phases: dict[str, PhaseSummary]
+    #: Tool calls made, and those that failed (after their retries): a scenario's
+    #: error_rate, or a tool that cannot work (each failure is the model's observation).
+    tool_calls: int = 0
+    tool_failures: int = 0
 
 
 def render_report(report: BenchReport, console: Console) -> None:
@@ -78,6 +82,7 @@ def render_report(report: BenchReport, console: Console) -> None:
         ),
         ("event-loop lag p99", f"{report.loop_lag_p99_ms:.2f} ms"),
         ("RSS per run", f"{report.rss_per_run_kb:.1f} KiB"),
+        ("tool calls failed", f"{report.tool_failures:,} of {report.tool_calls:,}"),
     ]
     for k, v in rows:
         summary.add_row(k, v)
