@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -201,8 +203,11 @@ def _free_port() -> int:
         ("missing", "no such SQLite store"),
         ("directory", "is a directory, not a SQLite store"),
         ("not-sqlite", "cannot open as a SQLite database: file is not a database"),
+        # A read-only verb gave these Podium's tables and WAL mode (found from the outside).
+        ("foreign", "not a Podium run store (a SQLite database without Podium's runs"),
+        ("empty", "not a Podium run store (an empty file)"),
     ],
-    ids=["redis-down", "missing", "directory", "not-sqlite"],
+    ids=["redis-down", "missing", "directory", "not-sqlite", "foreign", "empty"],
 )
 @pytest.mark.parametrize(
     "verb", [("list",), ("show", "run_x"), ("tail", "run_x"), ("profile",)],
@@ -212,11 +217,19 @@ def test_a_store_that_cannot_be_reached_is_one_line(
     verb: tuple[str, ...], store: str, said: str, tmp_path: Path
 ) -> None:
     (tmp_path / "not.sqlite").write_text("this is not a database\n")
+    foreign = tmp_path / "app.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as db:
+        db.execute("CREATE TABLE users (id INTEGER)")
+        db.commit()
+    before = foreign.read_bytes()
+    (tmp_path / "empty.db").write_bytes(b"")
     spec = {
         "redis": f"redis://127.0.0.1:{_free_port()}/0",  # nothing listens there
         "missing": f"sqlite:{tmp_path / 'typo.sqlite'}",
         "directory": str(tmp_path),
         "not-sqlite": str(tmp_path / "not.sqlite"),
+        "foreign": str(foreign),
+        "empty": str(tmp_path / "empty.db"),
     }[store]
     # 80 columns: a long message is still one line, never wrapped into two.
     out = podium(*verb, "--store", spec, columns="80")
@@ -225,3 +238,8 @@ def test_a_store_that_cannot_be_reached_is_one_line(
     assert "Traceback" not in out.stderr
     assert len(lines) == 1, out.stderr
     assert said in lines[0] and lines[0].count("unavailable") <= 1, lines[0]
+    # Looked at, never written: no byte changed, no WAL, shared-memory or lock file beside.
+    assert foreign.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("app", "empty"))) \
+        == ["app.db", "empty.db"]
+    assert (tmp_path / "empty.db").read_bytes() == b""

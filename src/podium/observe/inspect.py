@@ -55,9 +55,31 @@ def open_store(spec: str | None, *, redis: str | None = None, prefix: str = "pod
         raise ConfigError(f"{path}: is a directory, not a SQLite store")
     if not path.is_file():
         raise ConfigError(f"{path}: no such SQLite store")
+    _check_run_store(path)
     from podium.store.sqlite import SQLiteRunStore
 
     return SQLiteRunStore(path)
+
+
+def _check_run_store(path: Path) -> None:
+    """Refuse a file that is not a Podium run store, looking without writing: opened as a
+    store, another application's database (or an empty file) would get Podium's tables and
+    WAL mode, by a command that only reads."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{path}: cannot open as a SQLite database: {exc}") from None
+    if not {"runs", "journal"} <= tables:
+        what = "an empty file" if not tables and path.stat().st_size == 0 else (
+            "a SQLite database without Podium's runs and journal tables")
+        raise ConfigError(f"{path}: not a Podium run store ({what})")
 
 
 def parse_time(text: str, *, now: float | None = None) -> float:
