@@ -347,3 +347,40 @@ async def test_openapi_document_is_served() -> None:
             "/readyz",
             "/metrics",
         } <= set(spec["paths"])
+
+
+async def test_a_running_run_reads_with_its_steps_and_tokens_so_far() -> None:
+    """GET /v1/runs/{id} of a running run said 0 steps and 0 tokens (its record has them
+    at its end; found from the outside)."""
+    from podium import Agent, FunctionModel, tool, tool_call_reply
+    from podium.gateway.service import ServedAgent
+
+    second, release = asyncio.Event(), asyncio.Event()
+    calls: list[int] = []
+
+    @tool
+    async def wait_here(query: str) -> str:
+        """Wait.
+
+        Args:
+            query: Ignored.
+        """
+        calls.append(1)
+        if len(calls) == 2:  # step 0 is journaled: park the run here
+            second.set()
+            await release.wait()
+        return "ok"
+
+    agent = Agent("stepper", FunctionModel(
+        lambda m, r: tool_call_reply(("wait_here", {"query": "x"})) if r.step < 2 else "done"),
+        tools=[wait_here])
+    async with gateway_client(agents=[ServedAgent(agent)]) as (_, client):
+        run = (await client.post("/v1/runs", json={"agent": "stepper", "input": "go"})).json()
+        await asyncio.wait_for(second.wait(), 30)
+        seen = (await client.get(f"/v1/runs/{run['id']}")).json()
+        release.set()
+        done = (await client.post("/v1/runs", json={"agent": "stepper", "input": "again",
+                                                    "wait": True})).json()
+    assert seen["status"] == "running" and seen["steps"] == 1, seen
+    assert seen["usage"]["requests"] == 1, seen
+    assert done["status"] == "completed"

@@ -243,3 +243,46 @@ def test_a_store_that_cannot_be_reached_is_one_line(
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("app", "empty"))) \
         == ["app.db", "empty.db"]
     assert (tmp_path / "empty.db").read_bytes() == b""
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_a_running_run_shows_its_steps_and_tokens_so_far(
+    store_args: tuple[list[str], RunStore, list[Any]],
+) -> None:
+    """Its record is written with them at its end: read as stored, a running run said
+    0 steps, 0 ms and 0 tokens in `runs list`, `runs show` and GET /v1/runs/{id} (found
+    from the outside); only the journal had them."""
+    from podium import Agent, FunctionModel, tool, tool_call_reply
+
+    args, store, _ = store_args
+    parked, second, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def wait_here(query: str) -> str:
+        """Wait.
+
+        Args:
+            query: Ignored.
+        """
+        if parked.is_set():  # the second call (step 0 is journaled): park the run here
+            second.set()
+            await release.wait()
+        parked.set()
+        return "ok"
+
+    agent = Agent("stepper", FunctionModel(
+        lambda m, r: tool_call_reply(("wait_here", {"query": "x"})) if r.step < 2 else "done"),
+        tools=[wait_here])
+    async with Engine(store) as engine:
+        record = await engine.create(agent, "go")
+        run = asyncio.create_task(engine.execute(agent, record))
+        await asyncio.wait_for(second.wait(), 30)
+        listed = [r for r in await asyncio.to_thread(as_json, "list", *args)
+                  if r["run_id"] == record.run_id]
+        shown = (await asyncio.to_thread(as_json, "show", record.run_id, *args))["record"]
+        release.set()
+        await run
+    for seen in (listed[0], shown):
+        assert seen["status"] == "running" and seen["steps"] == 1, seen
+        assert seen["usage"]["requests"] == 1, seen  # step 0's model call
+    assert shown["profile"] is not None

@@ -45,7 +45,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.errors import ConfigError, PodiumError
+from podium.errors import ConfigError, PodiumError, RunNotFoundError
 from podium.messages import Message
 from podium.observe.display import clip, keep_ends
 from podium.observe.inspect import (
@@ -57,6 +57,7 @@ from podium.observe.inspect import (
     open_store,
     parse_time,
     step_timeline,
+    with_progress,
 )
 from podium.store.base import JournalItem, RunStore
 from podium.tools.executor import ToolResult
@@ -202,8 +203,18 @@ def _json(value: Any) -> None:
 # -- list -----------------------------------------------------------------------------------
 
 
+async def _journal_or_none(store: RunStore, run_id: str) -> list[JournalItem]:
+    try:
+        return await store.journal(run_id)
+    except RunNotFoundError:  # gone since it was listed (expired, deleted)
+        return []
+
+
 async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> int:
     runs = await find_runs(store, args.filter)
+    # A running run's steps and tokens so far (one journal read each: the runs listed).
+    runs = [r if r.done else with_progress(r, await _journal_or_none(store, r.run_id))
+            for r in runs]
     if args.json:
         _json([msgspec.structs.replace(r, profile=None) for r in runs])
         return 0
@@ -249,6 +260,7 @@ async def _get(store: RunStore, run_id: str) -> RunRecord:
 async def _show(store: RunStore, args: argparse.Namespace, console: Console) -> int:
     record = await _get(store, args.run_id)
     journal = await store.journal(args.run_id)
+    record = with_progress(record, journal)  # a running run's steps and tokens so far
     timeline = step_timeline(record, journal)
     children = await _tree(store, record)
     if args.json:

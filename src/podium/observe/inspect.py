@@ -14,8 +14,9 @@ from pathlib import Path
 
 import msgspec
 
-from podium.engine.profile import STEP_PHASES, ProfileAggregator, StepProfile
+from podium.engine.profile import STEP_PHASES, ProfileAggregator, RunProfile, StepProfile
 from podium.engine.records import (
+    ModelTurn,
     OutputRejected,
     RunFinished,
     RunRecord,
@@ -23,6 +24,7 @@ from podium.engine.records import (
     StepRecord,
 )
 from podium.errors import ConfigError
+from podium.messages import Usage
 from podium.store.base import JournalItem, RunStore
 
 __all__ = (
@@ -34,6 +36,7 @@ __all__ = (
     "open_store",
     "parse_time",
     "step_timeline",
+    "with_progress",
 )
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
@@ -190,3 +193,29 @@ async def follow(
             if record is None:
                 await asyncio.sleep(poll_s)
 
+
+
+def with_progress(record: RunRecord, journal: Sequence[JournalItem]) -> RunRecord:
+    """``record`` with its steps, tokens and step profiles so far, from its journal, while
+    it has not ended: the record is written with those at the end (a write per step would
+    cost every step), so a running run read as stored says 0 steps, 0 ms, 0 tokens."""
+    if record.done or not journal:
+        return record
+    steps = inputs = outputs = cached = requests = 0
+    profiles: list[StepProfile] = []
+    for _, entry in journal:
+        if isinstance(entry, StepRecord | OutputRejected | StepCommitted):
+            steps += 1
+            if entry.profile is not None:
+                profiles.append(entry.profile)
+        if isinstance(entry, StepRecord | OutputRejected | ModelTurn):
+            u = entry.usage
+            inputs, outputs = inputs + u.input_tokens, outputs + u.output_tokens
+            cached, requests = cached + u.cached_tokens, requests + u.requests
+    admit = record.profile.admit_ns if record.profile is not None else 0
+    return msgspec.structs.replace(
+        record,
+        steps=max(record.steps, steps),
+        usage=Usage(inputs, outputs, cached, requests),
+        profile=RunProfile(admit, profiles),
+    )
