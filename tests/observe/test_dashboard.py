@@ -184,10 +184,11 @@ async def test_a_stuck_run_stays_at_the_top_however_many_runs_came_after_it() ->
     import time
 
     from podium.config import load_config
-    from podium.engine.records import RunRecord
+    from podium.engine.records import RunRecord, StepRecord
     from podium.gateway.app import create_app
     from podium.gateway.runtime import build_gateway
     from podium.gateway.service import ServedAgent
+    from podium.messages import Message, Usage
     from podium.store.memory import MemoryRunStore
 
     from .observe_agents import support
@@ -197,6 +198,9 @@ async def test_a_stuck_run_stays_at_the_top_however_many_runs_came_after_it() ->
     stuck = RunRecord("run_stuck", "support", "A-1?", status="running", created_at=now - 3600,
                       started_at=now - 3600)
     await store.create(stuck)
+    # One step journaled: its record says 0 until its end (the table reads the journal).
+    await store.append("run_stuck", (StepRecord(0, now, Message("assistant", "looking"), (),
+                                                Usage(5, 1, 0, 1), None),))
     for i in range(600):  # newer runs, finished
         await store.create(RunRecord(f"run_done_{i}", "support", "A-1?", status="completed",
                                      created_at=now - 60 + i / 100, finished_at=now))
@@ -213,3 +217,4 @@ async def test_a_stuck_run_stays_at_the_top_however_many_runs_came_after_it() ->
     assert data["statuses"] == {"completed": 500}  # the newest 500 runs, as documented
     assert [r["run_id"] for r in data["running"]] == ["run_stuck"]
     assert data["running"][0]["elapsed_s"] >= 3600
+    assert data["running"][0]["steps"] == 1
