@@ -45,7 +45,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.errors import ConfigError, PodiumError, RunNotFoundError
+from podium.errors import ConfigError, PodiumError
 from podium.messages import Message
 from podium.observe.display import clip, keep_ends
 from podium.observe.inspect import (
@@ -56,6 +56,7 @@ from podium.observe.inspect import (
     follow,
     open_store,
     parse_time,
+    read_progress,
     step_timeline,
     with_progress,
 )
@@ -203,18 +204,10 @@ def _json(value: Any) -> None:
 # -- list -----------------------------------------------------------------------------------
 
 
-async def _journal_or_none(store: RunStore, run_id: str) -> list[JournalItem]:
-    try:
-        return await store.journal(run_id)
-    except RunNotFoundError:  # gone since it was listed (expired, deleted)
-        return []
-
-
 async def _list(store: RunStore, args: argparse.Namespace, console: Console) -> int:
     runs = await find_runs(store, args.filter)
     # A running run's steps and tokens so far (one journal read each: the runs listed).
-    runs = [r if r.done else with_progress(r, await _journal_or_none(store, r.run_id))
-            for r in runs]
+    runs = [await read_progress(store, r) for r in runs]
     if args.json:
         _json([msgspec.structs.replace(r, profile=None) for r in runs])
         return 0

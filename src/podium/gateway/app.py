@@ -60,7 +60,7 @@ from podium.gateway.schemas import (
 )
 from podium.gateway.service import Gateway
 from podium.gateway.sse import MAX_EVENT_ID, parse_last_event_id
-from podium.observe.inspect import with_progress
+from podium.observe.inspect import read_progress
 from podium.observe.tracing import submit_context
 from podium.threads.record import check_thread_id
 
@@ -269,9 +269,8 @@ def _routes(gw: Gateway) -> list[Route]:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
         record = await gw.get(tenant, request.path_params["run_id"])
-        if not record.done:  # its steps and tokens so far: the record has them at the end
-            record = with_progress(record, await gw.store.journal(record.run_id))
-        return json_response(run_out(record))
+        # A running run's steps and tokens so far: its record has them at its end.
+        return json_response(run_out(await read_progress(gw.store, record)))
 
     async def run_children(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)

@@ -30,11 +30,9 @@ from starlette.routing import Route
 
 from podium.engine.profile import STEP_PHASES
 from podium.engine.records import ModelTurn, StepRecord, ToolOutcome
-from podium.errors import RunNotFoundError
 from podium.gateway.errors import ApiError
 from podium.observe.display import clip, keep_ends
-from podium.observe.inspect import aggregate, step_timeline, with_progress
-from podium.store.base import JournalItem
+from podium.observe.inspect import aggregate, read_progress, step_timeline
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
@@ -94,13 +92,6 @@ def _backends(gw: Gateway) -> list[dict[str, Any]] | None:
     return rows
 
 
-
-async def _journal(gw: Gateway, run_id: str) -> list[JournalItem]:
-    try:
-        return await gw.store.journal(run_id)
-    except RunNotFoundError:  # ended and expired since it was listed
-        return []
-
 async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
     runs = await gw.store.list(tenant=tenant, limit=_RECENT)
     now = time.time()
@@ -120,7 +111,7 @@ async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
     running = sorted(await gw.store.list(tenant=tenant, status="running", limit=_RUNNING),
                      key=lambda r: r.started_at or now)[:_LONGEST]
     # Their steps so far, from their journals (_LONGEST reads): a record has them at its end.
-    running = [with_progress(r, await _journal(gw, r.run_id)) for r in running]
+    running = [await read_progress(gw.store, r) for r in running]
     queues = {}
     for pool in gw.pools:
         try:

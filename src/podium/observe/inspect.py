@@ -23,7 +23,7 @@ from podium.engine.records import (
     StepCommitted,
     StepRecord,
 )
-from podium.errors import ConfigError
+from podium.errors import ConfigError, RunNotFoundError
 from podium.messages import Usage
 from podium.store.base import JournalItem, RunStore
 
@@ -35,6 +35,7 @@ __all__ = (
     "follow",
     "open_store",
     "parse_time",
+    "read_progress",
     "step_timeline",
     "with_progress",
 )
@@ -219,3 +220,15 @@ def with_progress(record: RunRecord, journal: Sequence[JournalItem]) -> RunRecor
         usage=Usage(inputs, outputs, cached, requests),
         profile=RunProfile(admit, profiles),
     )
+
+
+async def read_progress(store: RunStore, record: RunRecord) -> RunRecord:
+    """:func:`with_progress` of ``record``, its journal read from ``store`` (not read for a
+    run that has ended; a run gone since ``record`` was read is as it was)."""
+    if record.done:
+        return record
+    try:
+        journal = await store.journal(record.run_id)
+    except RunNotFoundError:  # ended and expired, or deleted, since it was read
+        return record
+    return with_progress(record, journal)

@@ -175,8 +175,7 @@ class Worker:
                 self.consumer, pool=self.pool, count=count, block_s=self.claim_block_s
             )
         except (ConnectionError, OSError) as exc:  # the queue's service is away: back off
-            if self._unreachable_since is None:
-                self._unreachable_since = time.monotonic()
+            self._note_unreachable()
             delay = self._claim_backoff.next()
             log.warning("claim failed (%s); retrying in %.2fs", exc, delay)
             await asyncio.sleep(delay)
@@ -190,9 +189,13 @@ class Worker:
         try:
             return await self.queue.outstanding(self.pool) == 0
         except (ConnectionError, OSError):
-            if self._unreachable_since is None:
-                self._unreachable_since = time.monotonic()
+            self._note_unreachable()
             return False
+
+    def _note_unreachable(self) -> None:
+        """The queue did not answer: since when, if it had answered before."""
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
 
     def _give_up_if_unreachable(self) -> None:
         since = self._unreachable_since
