@@ -62,11 +62,11 @@ class Redactor:
             return msgspec.structs.replace(entry, result=self.result(entry.result))
         # A call waiting for a human, and a human's edit of it: what the approver sees
         # (GET /v1/approvals, the event stream) is the call as journaled, secrets withheld.
-        if isinstance(entry, ApprovalRequested) and entry.tool in self.args:
-            return msgspec.structs.replace(
-                entry, arguments=self.arguments(entry.tool, entry.arguments)
-            )
-        if isinstance(entry, ApprovalDecided) and entry.arguments and entry.tool in self.args:
+        if (
+            isinstance(entry, ApprovalRequested | ApprovalDecided)
+            and entry.arguments is not None  # (a decision without an edit has none)
+            and entry.tool in self.args
+        ):
             return msgspec.structs.replace(
                 entry, arguments=self.arguments(entry.tool, entry.arguments)
             )
