@@ -180,7 +180,12 @@ class Gateway:
     async def _drain(self) -> None:
         grace = self.config.server.drain_grace_s
         try:
-            await asyncio.gather(*(w.drain(grace) for w in self.workers))
+            # The runs under way go on for two thirds of the grace (a stream's run may end
+            # meanwhile, as its client waits for); those still running then pause at their
+            # next step boundary, within the rest of it.
+            await asyncio.gather(
+                *(w.drain(grace / 3, finish_s=grace * 2 / 3) for w in self.workers)
+            )
         finally:
             self.stopped = True
             for stream in list(self._streams):

@@ -474,7 +474,7 @@ class Worker:
                         self._lost_runs += 1
                         held[1].cancel()
 
-    async def drain(self, grace_s: float = 30.0) -> None:
+    async def drain(self, grace_s: float = 30.0, *, finish_s: float = 0.0) -> None:
         """Stop claiming; give running steps ``grace_s`` to finish and checkpoint.
 
         Each run stops at its next step boundary and is released; a run whose
@@ -482,8 +482,14 @@ class Worker:
         released too. Either way its last checkpoint is intact and another
         worker resumes it there (re-running only the calls that had no outcome,
         under the same idempotency keys).
+
+        ``finish_s``: first, the runs go on that long, and those that end meanwhile end
+        as usual (an embedded server's: nobody else would drive them before its restart,
+        and their clients wait for their ends); only then do the others pause.
         """
         self._draining.set()
+        if finish_s > 0 and self._active:
+            await asyncio.wait([t for _, t in self._active.values()], timeout=finish_s)
         for run_id in self._active:
             self.engine.pause(run_id)  # stop after the step in progress is checkpointed
         tasks = [t for _, t in self._active.values()]
