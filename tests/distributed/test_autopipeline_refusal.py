@@ -68,7 +68,10 @@ def full(tmp_path: Path) -> Iterator[Full]:
 async def test_every_caller_waiting_on_a_full_server_learns_why_in_time(full: Full) -> None:
     """Many pipelines at once, each with several callers: each connection attempt races
     the server's refusal against the handshake, and every caller gets the refusal."""
-    pipes = [full.pipeline(unavailable_s=0.2) for _ in range(30)]
+    # A second of patience, not less: 30 connections refused at once on a loaded 2-core
+    # machine can take longer than 0.2 s to be read, and a caller whose patience ran out
+    # before its refusal arrived is told "unavailable", not the server's reason.
+    pipes = [full.pipeline(unavailable_s=1.0) for _ in range(30)]
     start = time.monotonic()
     try:
         async with asyncio.timeout(10):  # a caller left hanging fails here, not at 120 s
@@ -83,7 +86,7 @@ async def test_every_caller_waiting_on_a_full_server_learns_why_in_time(full: Fu
     for result in results:
         assert isinstance(result, RedisConnectionError), result
         assert MAX_CLIENTS in str(result), result
-    assert time.monotonic() - start < 5  # patience is 0.2 s: nothing waited for long
+    assert time.monotonic() - start < 5  # patience is 1 s: nothing waited for long
 
 
 async def test_a_refused_pipeline_connects_again_once_the_server_has_room(full: Full) -> None:
