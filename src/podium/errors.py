@@ -97,12 +97,16 @@ class ModelHTTPError(ModelError):
         retry_after: float | None = None,
         message: str | None = None,
         invalid_request: bool = False,
+        backend: str = "",
     ) -> None:
         text = (message if message is not None else body).strip()
         if len(text) > self.MAX_MESSAGE:
             text = text[: self.MAX_MESSAGE] + f"… ({len(text) - self.MAX_MESSAGE} more characters)"
-        super().__init__(f"HTTP {status}: {text}")
+        # ``backend`` (the client's name, model@host:port) leads: in a pool, which one said it
+        said = f"HTTP {status}: {text}"
+        super().__init__(f"{backend}: {said}" if backend else said)
         self.status = status
+        self.backend = backend
         self.body = body
         self.message = text
         self.retry_after = retry_after

@@ -50,6 +50,9 @@ async def test_readyz_is_not_ok_when_a_backend_probe_says_unhealthy(loading_serv
     assert r.status_code == 503
     body = r.json()
     assert body["status"] == "unavailable"
-    assert body["checks"]["model:direct"] == "unhealthy"
-    assert body["checks"]["model:pooled"] == "unhealthy"
+    # each says what its probe saw: the loading server's 503 on its health path
+    health = loading_server.removesuffix("/v1") + "/health"
+    assert body["checks"]["model:direct"] == f"unhealthy: GET {health}: HTTP 503"
+    pooled = body["checks"]["model:pooled"]
+    assert pooled.startswith("unhealthy: podium-sim@") and f"GET {health}: HTTP 503" in pooled
     assert body["checks"]["store"] == "ok"

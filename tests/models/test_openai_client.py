@@ -166,7 +166,9 @@ async def test_an_unknown_model_is_the_servers_own_404(replay: ReplayServer) -> 
     async with model(replay) as m:
         with pytest.raises(ModelHTTPError) as info:
             await m.request(REQ)
-    assert str(info.value) == "HTTP 404: The model `m` does not exist."
+    # the client's name leads (in a pool: which backend said it), then the server's words
+    assert str(info.value) == f"{m.name}: HTTP 404: The model `m` does not exist."
+    assert info.value.message == "The model `m` does not exist." and info.value.backend == m.name
 
 
 async def test_a_failed_health_check_says_where_and_why(replay: ReplayServer) -> None:
@@ -268,3 +270,67 @@ async def test_health_uses_health_then_falls_back_to_models(replay: ReplayServer
         assert not await m.health()  # llama.cpp's 503 while loading
         replay.healthy, replay.has_health = True, False
         assert await m.health()  # Ollama: no /health, /v1/models answers
+
+
+# --- odd shapes of a reply: what follows [DONE], JSON to a streamed call, an HTML page ---
+
+_EVENTS = [
+    b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n',
+    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+]
+_WHOLE = (
+    b'{"choices":[{"message":{"content":"whole"},"finish_reason":"stop"}],"model":"m",'
+    b'"usage":{"prompt_tokens":5,"completion_tokens":1}}'
+)
+
+
+async def test_what_follows_done_in_the_same_write_is_ignored(replay: ReplayServer) -> None:
+    # [DONE] and garbage in one write: whether it failed the call depended on TCP's cut
+    replay.default = Reply(chunks=[*_EVENTS, b"data: [DONE]\n\ndata: {not json\n\n"])
+    async with model(replay, stream=True, retry=RetryPolicy(attempts=1)) as m:
+        assert (await m.request(REQ)).content == "hello"
+        deltas = [d async for d in m.stream(REQ)]
+    assert deltas[-1].response is not None and deltas[-1].response.content == "hello"
+    assert len(replay.requests) == 2
+
+
+async def test_a_streamed_call_answered_with_one_json_reply_takes_it(
+    replay: ReplayServer,
+) -> None:
+    # a server (or a proxy) that ignores "stream": true
+    replay.default = Reply(body=_WHOLE)
+    async with model(replay, stream=True) as m:
+        reply = await m.request(REQ)
+        deltas = [d async for d in m.stream(REQ)]
+    assert reply.content == "whole" and reply.usage.output_tokens == 1
+    assert [d.content for d in deltas[:-1]] == ["whole"]
+    final = deltas[-1].response
+    assert final is not None and final.content == "whole" and final.finish_reason == "stop"
+
+
+async def test_an_html_error_page_is_cut_to_its_title(replay: ReplayServer) -> None:
+    page = (
+        b"<!DOCTYPE html><html><head><title>502 Bad Gateway</title><style>body{}</style>"
+        b"</head><body>" + b"<p>nginx says no</p>" * 400 + b"</body></html>"
+    )
+    replay.default = Reply(status=502, body=page, content_type="text/html")
+    async with model(replay, retry=RetryPolicy(attempts=1)) as m:
+        with pytest.raises(ModelHTTPError) as info:
+            await m.request(REQ)
+    said = str(info.value)
+    assert said == f"{m.name}: HTTP 502: 502 Bad Gateway (an HTML page of {len(page)} bytes)"
+    assert info.value.body.startswith("<!DOCTYPE html>")  # the page itself is kept
+
+
+async def test_an_html_error_page_without_a_title_is_cut_to_its_first_words(
+    replay: ReplayServer,
+) -> None:
+    page = b"<html><body><script>var x = 1;</script><h1>Service</h1> " + b"down " * 500
+    replay.default = Reply(status=500, body=page + b"</body></html>", content_type="text/html")
+    async with model(replay, retry=RetryPolicy(attempts=1)) as m:
+        with pytest.raises(ModelHTTPError) as info:
+            await m.request(REQ)
+    message = info.value.message
+    assert message.startswith("Service down down") and "var x" not in message
+    assert len(message) < 300 and message.endswith(f"… (an HTML page of {len(page) + 14} bytes)")

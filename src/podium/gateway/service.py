@@ -586,24 +586,31 @@ class Gateway:
         """``{component: "ok" | reason}`` for the store, the queue and each agent's model."""
         checks: dict[str, str] = {}
 
-        async def check(name: str, probe: asyncio.Future[object] | object) -> None:
+        async def check(
+            name: str, probe: asyncio.Future[object] | object, of: object = None
+        ) -> None:
             try:
                 async with asyncio.timeout(_READY_TIMEOUT_S):
                     if asyncio.iscoroutine(probe) or isinstance(probe, asyncio.Future):
                         result = await probe
                         if result is False:  # a health probe that answered "not healthy"
-                            checks[name] = "unhealthy"
+                            why = getattr(of, "health_error", None)  # what it saw, if it says
+                            checks[name] = f"unhealthy: {why}"[:300] if why else "unhealthy"
                             return
                 checks[name] = "ok"
+            except TimeoutError:
+                checks[name] = f"no answer within {_READY_TIMEOUT_S:g}s"
             except Exception as exc:  # readiness reports every failure, whatever its kind
-                checks[name] = f"{type(exc).__name__}: {exc}"[:200] or "error"
+                checks[name] = f"{type(exc).__name__}: {exc}"[:300] or "error"
 
         probes = [check("store", self.store.list(limit=1)),
                   check("queue", self.queue.depth(self.pools[0]))]
         for served in self.agents.values():
             model = served.agent.model
             probe = getattr(model, "health", None)
-            probes.append(check(f"model:{served.name}", probe() if callable(probe) else None))
+            probes.append(
+                check(f"model:{served.name}", probe() if callable(probe) else None, model)
+            )
         # At once: a probe (a load balancer's, often with a 1 s timeout) waits for the
         # slowest check, not for the sum of them.
         await asyncio.gather(*probes)

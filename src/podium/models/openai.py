@@ -225,8 +225,9 @@ class OpenAIChatModel(Model):
             self.breaker.check()
             error: ModelError
             retry_after: float | None = None
+            first_byte = loop.time() + t.first_byte_s
             try:
-                async with asyncio.timeout_at(min(deadline, loop.time() + t.first_byte_s)):
+                async with asyncio.timeout_at(min(deadline, first_byte)):
                     resp = await session.post(
                         self._url, data=body, headers=trace_headers(self._headers),
                         timeout=self._post_timeout
@@ -254,9 +255,13 @@ class OpenAIChatModel(Model):
                 self.breaker.failure()
             except TimeoutError as exc:
                 self.breaker.failure()
-                raise ModelTimeoutError(
-                    f"{self.name}: no response within {t.first_byte_s}s (or the total deadline)"
-                ) from exc
+                # Which limit it was: the first byte's, or the call's total (timeout_s)
+                limit = (
+                    f"first_byte_s={t.first_byte_s:g}"
+                    if first_byte <= deadline
+                    else f"the call's total of {t.total_s:g}s, retries included"
+                )
+                raise ModelTimeoutError(f"{self.name}: no response within {limit}") from exc
             except BaseException:
                 self.breaker.abandon()
                 raise
@@ -273,7 +278,7 @@ class OpenAIChatModel(Model):
                         proto.start_timeout()
                     return resp
                 retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-                error = http_error(status, raw, retry_after, self._url)
+                error = http_error(status, raw, retry_after, self._url, self.name)
                 if status >= 500 and not error.invalid_request:
                     self.breaker.failure()
                 else:
@@ -307,16 +312,14 @@ class OpenAIChatModel(Model):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeouts.total_s
         resp = await self._open(body, deadline)
+        if not streaming or _whole_reply(resp):
+            out = await self._whole(resp, deadline, request.prompt_tokens)
+            out.cpu_ns += cpu
+            return out
         try:
             async with asyncio.timeout_at(deadline):
-                if not streaming:
-                    data = await resp.read()
-                    c0 = _thread_ns()
-                    out = decode_completion(data, self.name, request.prompt_tokens)
-                    cpu += _thread_ns() - c0
-                else:
-                    out, spent = await self._read_stream(resp, t0, request.prompt_tokens)
-                    cpu += spent
+                out, spent = await self._read_stream(resp, t0, request.prompt_tokens)
+                cpu += spent
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise StreamTruncatedError(
                 f"{self.name}: connection lost in the reply body: {exc}", connection_lost=True
@@ -388,6 +391,13 @@ class OpenAIChatModel(Model):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeouts.total_s
         resp = await self._open(body, deadline)
+        if _whole_reply(resp):  # a server (or a proxy) that does not stream
+            whole = await self._whole(resp, deadline, request.prompt_tokens)
+            whole.cpu_ns += cpu
+            if whole.content:
+                yield StreamDelta(content=whole.content)
+            yield StreamDelta(response=whole)
+            return
         try:
             asm = StreamAssembler(backend=self.name, deltas=True)
             sse = SSEDecoder()
@@ -446,6 +456,26 @@ class OpenAIChatModel(Model):
             resp.release()
         yield StreamDelta(response=final)
 
+    async def _whole(
+        self, resp: aiohttp.ClientResponse, deadline: float, prompt_tokens: int
+    ) -> ModelResponse:
+        """The whole reply ``resp`` carries (one JSON completion), read by ``deadline``."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                data = await resp.read()
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            raise StreamTruncatedError(
+                f"{self.name}: connection lost in the reply body: {exc}", connection_lost=True
+            ) from exc
+        except TimeoutError as exc:
+            raise ModelTimeoutError(f"{self.name}: reply not complete in time") from exc
+        finally:
+            resp.release()
+        c0 = _thread_ns()
+        out = decode_completion(data, self.name, prompt_tokens)
+        out.cpu_ns = _thread_ns() - c0
+        return out
+
     # --- health ------------------------------------------------------------
 
     async def health(self, timeout_s: float = 2.0) -> bool:
@@ -483,6 +513,13 @@ class OpenAIChatModel(Model):
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.base_url!r}, {self.model!r})"
+
+
+def _whole_reply(resp: aiohttp.ClientResponse) -> bool:
+    """A reply that is one JSON completion: what a server that ignores ``"stream": true``
+    (or a proxy that buffers) sends to a streamed call. Read as such, not as an event
+    stream (where it would be "a stream that ended before finish_reason")."""
+    return resp.content_type == "application/json"
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:

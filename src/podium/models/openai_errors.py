@@ -4,6 +4,7 @@ vLLM's, SGLang's, llama.cpp's, llama-cpp-python's, Ollama's or OpenAI's words.""
 
 from __future__ import annotations
 
+import html
 import re
 
 import msgspec
@@ -56,18 +57,26 @@ _MAX_BODY = 64 * 1024
 
 
 def http_error(
-    status: int, body: bytes, retry_after: float | None = None, url: object = None
+    status: int,
+    body: bytes,
+    retry_after: float | None = None,
+    url: object = None,
+    backend: str = "",
 ) -> ModelHTTPError:
     """The typed error for an error answer: the server's message whole, context-length
     overflows as :class:`ModelContextLengthError`, and ``invalid_request`` set when the
     body says the request itself is wrong (whatever the status). A 404 that is not an
-    API's error (a web server's page: no such path) names ``url``, the request's."""
+    API's error (a web server's page: no such path) names ``url``, the request's. An HTML
+    page (a proxy's or a load balancer's error page) is cut to its title or first words.
+    ``backend`` (the client's name) leads the message."""
     text = body[:_MAX_BODY].decode("utf-8", "replace")
     message, kind = text, None
     try:
         parsed = _error_decoder.decode(body)
     except (msgspec.DecodeError, msgspec.ValidationError):
         parsed = None
+        if _HTML_RE.match(text):
+            message = _html_excerpt(text, len(body))
     if parsed is not None:
         err = parsed.error
         if isinstance(err, _ErrorDetail):
@@ -93,4 +102,29 @@ def http_error(
         or (status == 500 and bool(_INVALID_RE.search(message)))
     )
     cls = ModelContextLengthError if context else ModelHTTPError
-    return cls(status, text, retry_after=retry_after, message=message, invalid_request=invalid)
+    return cls(
+        status,
+        text,
+        retry_after=retry_after,
+        message=message,
+        invalid_request=invalid,
+        backend=backend,
+    )
+
+
+_HTML_RE = re.compile(r"\s*(<!--.*?-->\s*)*<(!doctype\s+html|html|head|body|title)\b", re.I | re.S)
+_TITLE_RE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+_SCRIPT_RE = re.compile(r"<(script|style)\b.*?</\1\s*>", re.I | re.S)
+_TAG_RE = re.compile(r"<[^>]*>")
+_HTML_EXCERPT = 200
+
+
+def _html_excerpt(page: str, size: int) -> str:
+    """An error page in a line: its title, else its text, cut; the run's error and the
+    terminal get that, not kilobytes of markup."""
+    title = _TITLE_RE.search(page)
+    words = title.group(1) if title is not None else _TAG_RE.sub(" ", _SCRIPT_RE.sub(" ", page))
+    words = html.unescape(" ".join(words.split()))
+    if len(words) > _HTML_EXCERPT:
+        words = words[:_HTML_EXCERPT] + "…"
+    return f"{words or 'an empty page'} (an HTML page of {size} bytes)"

@@ -302,12 +302,13 @@ def decode_completion(body: bytes, backend: str = "", prompt_tokens: int = 0) ->
     A body without usage gets an estimate, flagged ``usage_estimated``: the
     caller's ``prompt_tokens`` as input, about four characters per output token.
     """
+    who = f"{backend}: " if backend else ""  # a pool's error must say which backend
     try:
         reply = _completion_decoder.decode(body)
     except msgspec.DecodeError as exc:
-        raise ModelReplyError(f"invalid chat-completion body: {exc}") from exc
+        raise ModelReplyError(f"{who}invalid chat-completion body: {exc}") from exc
     if not reply.choices:
-        raise ModelReplyError("chat-completion body has no choices")
+        raise ModelReplyError(f"{who}chat-completion body has no choices")
     choice = reply.choices[0]
     msg = choice.message
     calls: tuple[ToolCall, ...] = ()
@@ -481,12 +482,14 @@ class StreamAssembler:
         "_times",
         "_timings",
         "_usage",
+        "_who",
         "backend",
         "done",
     )
 
     def __init__(self, *, backend: str = "", deltas: bool = False) -> None:
         self.backend = backend
+        self._who = f"{backend}: " if backend else ""  # errors name the backend
         self.done = False
         self._deltas = deltas
         self._content: list[str] = []
@@ -501,18 +504,21 @@ class StreamAssembler:
         self._times: list[float] = []
 
     def feed(self, data: bytes, now: float) -> list[StreamDelta]:
-        """Take one event's data; ``[DONE]`` marks the end."""
+        """Take one event's data; ``[DONE]`` marks the end: what follows it is ignored
+        (as OpenAI's SDK does), whether it came in the same read or a later one."""
+        if self.done:
+            return []
         if data == b"[DONE]":
             self.done = True
             return []
         try:
             chunk = _chunk_decoder.decode(data)
         except msgspec.DecodeError as exc:
-            raise ModelReplyError(f"invalid stream chunk: {exc}") from exc
+            raise ModelReplyError(f"{self._who}invalid stream chunk: {exc}") from exc
         error = chunk.error
         if error is not None:
             text = error if isinstance(error, str) else error.message
-            raise ModelReplyError(f"backend error in stream: {text}")
+            raise ModelReplyError(f"{self._who}backend error in stream: {text}")
         if chunk.usage is not None:
             self._usage = chunk.usage
         if chunk.timings is not None:
@@ -595,14 +601,16 @@ class StreamAssembler:
         if self._finish is None:
             where = "mid tool-call" if self._calls else "before finish_reason"
             how = "connection lost" if connection_lost else "stream ended"
-            raise StreamTruncatedError(f"{how} {where}", connection_lost=connection_lost)
+            raise StreamTruncatedError(
+                f"{self._who}{how} {where}", connection_lost=connection_lost
+            )
         calls = tuple(
             ToolCall(c.id or f"call_{i}", c.name, "".join(c.args))
             for i, c in enumerate(self._calls)
         )
         for c in calls:
             if not c.name:
-                raise ModelReplyError(f"streamed tool call {c.id} has no name")
+                raise ModelReplyError(f"{self._who}streamed tool call {c.id} has no name")
         times = self._times
         estimated = self._usage is None
         usage = (

@@ -27,10 +27,17 @@
   :class:`~podium.models.pool_sched.LASQueue`: least attained service first.
 * A call that fails because its backend went away (connection refused, a
   stream cut, a 502/503 such as llama.cpp's "Loading model") is checked,
-  drained if dead, and retried on another backend; if it fails for good the
-  error says why the backend was lost.
+  drained if dead, and retried on another backend; with none other (a pool of
+  one, or every backend failed it) the same ones are tried again after a
+  backoff (``Retry-After`` honoured) as the backend's :class:`RetryPolicy`
+  allows; if it fails for good the error says why the backend was lost.
+* Calls that time out one after another on a backend whose health path still
+  answers (a wedged engine) take it out for ``eject_s`` (doubling each time,
+  up to 5 minutes) while another backend of its group is healthy.
 * With no healthy backend a call waits up to ``healthy_wait_s`` for one to
   come up (a rolling restart), with health checks every ``0.5`` s meanwhile.
+  The backends' ``Timeouts.total_s`` bounds a call, that wait and its retries
+  included. Drains and re-admissions are logged.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -52,6 +60,7 @@ from podium.models.openai_wire import StreamTruncatedError
 from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
 from podium.models.pool_routing import Router, RoutingRule
 from podium.models.pool_sched import LASQueue, service_level
+from podium.models.resilience import RetryPolicy, Timeouts
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,9 @@ __all__ = ("Backend", "BackendPool", "BackendStatistics", "PoolStatistics")
 V = TypeVar("V")
 _FAILOVER_STATUSES = frozenset({502, 503})  # the backend (or the proxy before it) is not serving
 _WAITING_INTERVAL_S = 0.5  # health checks while calls wait for a healthy backend
+_EJECT_MAX_S = 300.0  # the longest a backend whose calls time out is left out
+_DEFAULT_CALL_S = Timeouts().total_s  # a call's bound when no backend says its own
+_DEFAULT_RETRY = RetryPolicy()
 
 
 class PoolStatistics(msgspec.Struct, frozen=True):
@@ -104,6 +116,7 @@ class BackendPool(Model):
         affinity_entries: int = 100_000,
         healthy_wait_s: float = 30.0,
         liveness_s: float | None = None,
+        eject_s: float = 30.0,
     ) -> None:
         if not backends:
             raise ConfigError("a BackendPool needs at least one backend")
@@ -139,6 +152,15 @@ class BackendPool(Model):
         self.las_quantum_s = las_quantum_s
         self.failover_attempts = failover_attempts
         self.healthy_wait_s = healthy_wait_s
+        self.eject_s = eject_s
+        # A call's bound, waits and retries included: the longest its backends allow.
+        bounds = [getattr(b.model, "timeouts", None) for b in self.backends]
+        self._call_s = max(
+            (t.total_s for t in bounds if isinstance(t, Timeouts)), default=_DEFAULT_CALL_S
+        )
+        self._rng = random.Random()
+        #: How long a call waits for a healthy backend: within the call's own bound.
+        self._wait_s = min(healthy_wait_s, self._call_s)
         self.liveness_s = 3 * health_interval_s if liveness_s is None else liveness_s
         self._came_up = asyncio.Event()  # set (and replaced) when a backend is admitted
         self._said_down = False  # the warning that calls wait for a backend, once an outage
@@ -202,7 +224,12 @@ class BackendPool(Model):
         if result == "ok":
             backend._fails = 0
             backend._passes += 1
+            if backend.ejected_until and time.monotonic() < backend.ejected_until:
+                return  # it answers its health path, but its calls timed out: not yet
             if backend.state != "healthy" and backend._passes >= self.healthy_after:
+                if backend.state == "drained":
+                    log.info("%s: backend %s passed its health check: it takes calls again",
+                             self.name, backend.name)
                 backend.state = "healthy"
                 self._came_up.set()
                 self._came_up = asyncio.Event()
@@ -222,6 +249,14 @@ class BackendPool(Model):
         return backend.outstanding > 0 or self._answered_within(backend, self.liveness_s)
 
     def _drain(self, backend: Backend) -> None:
+        why = backend.last_error
+        others = sum(b.state == "healthy" and b is not backend for b in self.backends)
+        reason = f"{type(why).__name__}: {why}" if why is not None else "its health check failed"
+        if backend.state == "pending":
+            log.warning("%s: backend %s is not taking calls: %s", self.name, backend.name, reason)
+        else:
+            log.warning("%s: backend %s drained (%s); %d other backend(s) take its calls",
+                        self.name, backend.name, reason, others)
         backend.state = "drained"
         self._fail_stranded()
         for other in self.backends:  # calls whose group went down may use a fallback now
@@ -296,14 +331,14 @@ class BackendPool(Model):
         if loop.time() >= deadline:
             raise ModelUnavailableError(
                 f"{self.name}: no healthy backend in groups {chain}"
-                + (f" after waiting {self.healthy_wait_s}s" if self.healthy_wait_s > 0 else "")
+                + (f" after waiting {self._wait_s:g}s" if self._wait_s > 0 else "")
                 + self._why_down(chain)
             )
-        if not self._said_down and self.healthy_wait_s > 0:
+        if not self._said_down and self._wait_s > 0:
             # Once per outage: a call may wait healthy_wait_s in silence otherwise.
             self._said_down = True
             log.warning("%s: no healthy backend in groups %s; calls wait up to %gs for one%s",
-                        self.name, chain, self.healthy_wait_s, self._why_down(chain))
+                        self.name, chain, self._wait_s, self._why_down(chain))
         self._awaiting += 1
         self._kick.set()  # check now, then every _WAITING_INTERVAL_S while calls wait
         try:
@@ -381,6 +416,8 @@ class BackendPool(Model):
         backend.outstanding -= 1
         if ok:
             backend.served += 1
+            backend.timeouts_in_row = 0
+            backend.ejections = 0
             backend.last_ok = time.monotonic()
             if run_id:
                 self._remember(self._affinity, run_id, backend)
@@ -403,6 +440,26 @@ class BackendPool(Model):
                             _NoHealthyBackend(f"{self.name}: no healthy backend in {chain}")
                         )
 
+    def _timed_out(self, backend: Backend, exc: ModelTimeoutError) -> None:
+        """A call on ``backend`` got no reply in time. One is a slow generation; calls that
+        time out one after another on a backend that still answers its health path (a
+        wedged engine) take it out of the pool for a while, doubling each time, while
+        another backend of its group is healthy: a dead one would get half the calls."""
+        backend.failures += 1
+        backend.last_error = exc
+        backend.timeouts_in_row += 1
+        if backend.state != "healthy" or backend.timeouts_in_row < self.unhealthy_after:
+            return
+        if not any(b.state == "healthy" and b is not backend for b in self._groups[backend.group]):
+            return  # the only one left: no better place for its calls
+        eject_s = min(_EJECT_MAX_S, self.eject_s * 2**backend.ejections)
+        backend.ejections += 1
+        backend.timeouts_in_row = 0
+        backend.ejected_until = time.monotonic() + eject_s
+        log.warning("%s: backend %s timed out %d calls in a row (%s): no calls for %gs",
+                    self.name, backend.name, self.unhealthy_after, exc, eject_s)
+        self._drain(backend)
+
     async def _on_backend_error(self, backend: Backend, exc: BaseException) -> None:
         backend.failures += 1
         backend.last_error = exc
@@ -413,8 +470,58 @@ class BackendPool(Model):
 
     # --- calls --------------------------------------------------------------------
 
-    def _wait_deadline(self) -> float:
-        return asyncio.get_running_loop().time() + self.healthy_wait_s
+    def _deadlines(self) -> tuple[float, float]:
+        """The loop times by which a call gives up waiting for a healthy backend, and
+        by which it ends whatever happens: its backends' ``total_s`` (``timeout_s`` in
+        ``podium.toml``: one call, retries included) bounds both."""
+        now = asyncio.get_running_loop().time()
+        return now + self._wait_s, now + self._call_s
+
+    def _alternative(self, request: ModelRequest, exclude: frozenset[str]) -> bool:
+        """Whether a healthy backend of the request's groups has not failed this call."""
+        group = self._active_group(self.router.chain(request))
+        return group is not None and any(
+            b.state == "healthy" and b.name not in exclude for b in self._groups[group]
+        )
+
+    async def _after_loss(
+        self,
+        request: ModelRequest,
+        backend: Backend,
+        exc: BaseException,
+        exclude: frozenset[str],
+        tries: list[int],
+        end: float,
+    ) -> frozenset[str]:
+        """``backend`` failed this call and is checked; the backends to leave out of its
+        next try. Drained (its health check failed too): another backend, or whichever
+        passes its health check within ``healthy_wait_s`` (this one too, back). Still
+        healthy, with another healthy backend: that one, at once. Either is a failover,
+        ``failover_attempts`` at most. Still healthy and none other left (one backend, or
+        all failed the call): the same ones again after a backoff (``Retry-After``
+        honoured), as a lone client retries, within the backend's retry policy and the
+        call's time. Else ``exc`` is raised."""
+        await self._on_backend_error(backend, exc)
+        drained = backend.state != "healthy"
+        if not drained:
+            exclude |= {backend.name}
+        if drained or self._alternative(request, exclude):
+            if tries[0] >= self.failover_attempts:
+                raise exc
+            tries[0] += 1
+            self.failovers += 1
+            return exclude
+        policy = getattr(backend.model, "retry", None)
+        if not isinstance(policy, RetryPolicy):
+            policy = _DEFAULT_RETRY
+        retry_after = exc.retry_after if isinstance(exc, ModelHTTPError) else None
+        delay = policy.delay(tries[1], self._rng, retry_after)
+        loop = asyncio.get_running_loop()
+        if delay is None or loop.time() + delay >= end:
+            raise exc
+        tries[1] += 1
+        await asyncio.sleep(delay)
+        return frozenset()
 
     async def _acquire_after(
         self,
@@ -434,10 +541,11 @@ class BackendPool(Model):
     async def request(self, request: ModelRequest) -> ModelResponse:
         await self.start()
         exclude: frozenset[str] = frozenset()
-        deadline = self._wait_deadline()
+        wait_until, end = self._deadlines()
         cause: BaseException | None = None
-        for attempt in range(self.failover_attempts + 1):
-            backend = await self._acquire_after(request, exclude, deadline, cause)
+        tries = [0, 0]  # failovers, retries of backends that all failed the call
+        while True:
+            backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
             ok = False
             try:
@@ -447,25 +555,24 @@ class BackendPool(Model):
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
                 if not _backend_lost(exc):
                     raise
-                await self._on_backend_error(backend, exc)
-                if attempt >= self.failover_attempts:
-                    raise
-                exclude |= {backend.name}
                 cause = exc
-                self.failovers += 1
+            except ModelTimeoutError as exc:
+                self._timed_out(backend, exc)
+                raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-        raise AssertionError("unreachable")  # pragma: no cover
+            exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
         """Stream from one backend; fails over like :meth:`request` only until the
         first delta has been yielded."""
         await self.start()
         exclude: frozenset[str] = frozenset()
-        deadline = self._wait_deadline()
+        wait_until, end = self._deadlines()
         cause: BaseException | None = None
-        for attempt in range(self.failover_attempts + 1):
-            backend = await self._acquire_after(request, exclude, deadline, cause)
+        tries = [0, 0]  # failovers, retries of backends that all failed the call
+        while True:
+            backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
             ok = False
             flowed = False
@@ -476,22 +583,31 @@ class BackendPool(Model):
                 ok = True
                 return
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
-                if not _backend_lost(exc):
+                if flowed or not _backend_lost(exc):
+                    if flowed and _backend_lost(exc):
+                        await self._on_backend_error(backend, exc)
                     raise
-                await self._on_backend_error(backend, exc)
-                if flowed or attempt >= self.failover_attempts:
-                    raise
-                exclude |= {backend.name}
                 cause = exc
-                self.failovers += 1
+            except ModelTimeoutError as exc:
+                self._timed_out(backend, exc)
+                raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+            exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def health(self, timeout_s: float = 2.0) -> bool:
         """True if at least one backend is healthy (runs the first health round if needed)."""
         async with asyncio.timeout(timeout_s):
             await self.start()
         return any(b.state == "healthy" for b in self.backends)
+
+    @property
+    def health_error(self) -> str | None:
+        """Why no backend is healthy (each one's last error), None while one is."""
+        if any(b.state == "healthy" for b in self.backends):
+            return None
+        why = self._why_down(tuple(self._groups))
+        return why.removeprefix(" (last errors: ").removesuffix(")") or "no backend is healthy"
 
     def statistics(self) -> PoolStatistics:
         return PoolStatistics(

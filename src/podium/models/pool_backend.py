@@ -17,6 +17,7 @@ __all__ = ("Backend", "BackendState", "BackendStatistics", "HealthCheck", "Probe
 BackendState = Literal["pending", "healthy", "drained"]
 ProbeResult = Literal["ok", "down", "timeout"]
 HealthCheck = Callable[[float], Awaitable[bool]]
+_GUARD_S = 0.05
 
 
 class Backend:
@@ -49,6 +50,9 @@ class Backend:
         self.failures = 0
         self.last_ok = 0.0  # time.monotonic() of the last successful call
         self.last_error: BaseException | None = None  # why it was last drained or failed
+        self.timeouts_in_row = 0  # calls that timed out since its last reply
+        self.ejections = 0  # times it was left out for timeouts since its last reply
+        self.ejected_until = 0.0  # time.monotonic() before which it takes no calls
         self._fails = 0
         self._passes = 0
 
@@ -61,9 +65,15 @@ class Backend:
         if self._health is None:
             return "ok"
         try:
-            async with asyncio.timeout(timeout_s):
+            # A little past the check's own bound, so that a check that keeps it (the
+            # model's: it names the URL that did not answer) says so first.
+            async with asyncio.timeout(timeout_s + _GUARD_S):
                 ok = await self._health(timeout_s)
-        except (TimeoutError, ModelTimeoutError):
+        except ModelTimeoutError as exc:
+            self.last_error = exc
+            return "timeout"
+        except TimeoutError:
+            self.last_error = ModelTimeoutError(f"no answer to its health check in {timeout_s:g}s")
             return "timeout"
         except Exception as exc:  # a probe that breaks is a failed probe
             self.last_error = exc
