@@ -129,6 +129,33 @@ def effect(query: str) -> str:
     return f"effect {n}"
 
 
+@tool
+def die(query: str) -> str:
+    """Record a call in ``$PODIUM_TEST_EFFECTS``, then end the process at once, as an
+    out-of-memory kill would (nothing is cleaned up, nothing is journaled).
+
+    Args:
+        query: Ignored.
+    """
+    import os
+    from pathlib import Path
+
+    with Path(os.environ["PODIUM_TEST_EFFECTS"]).open("a") as out:
+        out.write("start\n")
+    os._exit(3)
+
+
+def dies() -> Agent:
+    """A run whose one tool call ends the process driving it (see :func:`die`)."""
+    return Agent(
+        "dies",
+        SimulatedModel(Scenario.react("die", {"query": "q"}, tool_steps=1, final="never")),
+        "You end things.",
+        [die],
+        max_steps=3,
+    )
+
+
 def effects() -> Agent:
     """Two tool steps with side effects (see :func:`effect`), then the answer."""
     return Agent(

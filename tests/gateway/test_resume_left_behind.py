@@ -10,7 +10,10 @@ file's only user resumes nothing (another process may be driving those runs).
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -117,3 +120,31 @@ async def test_a_left_run_of_an_agent_no_longer_served_ends_with_the_reason(
         assert (await client.get("/healthz")).status_code == 200
         (_, last), *_ = reversed(await gw.store.journal(record.run_id))
         assert isinstance(last, RunFinished) and last.reason == "dead_letter"
+
+
+def test_a_run_that_kills_every_server_is_dead_lettered_after_max_deliveries(
+    tmp_path: Path,
+) -> None:
+    """A tool that ends the process (os._exit here; an out-of-memory kill is the same death)
+    took down every server started on the file, for ever: each resumed the run at start-up.
+    Each start counts the run's restarts in its record; past the worker's ``max_deliveries``
+    (3) it is dead-lettered instead, and the server stays up."""
+    effects = tmp_path / "effects.log"
+    config = CONFIG.replace('"gateway_agents:effects"', '"gateway_agents:dies"')
+    env = {"PODIUM_TEST_EFFECTS": str(effects)}
+    with podium_server(tmp_path, config, env) as first, first.client(KEY_A) as client:
+        run = client.post("/v1/runs", json={"agent": "dies", "input": "go"}).json()
+        assert first.proc.wait(30) == 3  # the tool ended it
+    child_env = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(sys.path)}
+    serve = [sys.executable, "-m", "podium.cli.main", "serve", "--config", "podium.toml"]
+    for _ in range(2):  # each start resumes the run, and dies of it again
+        died = subprocess.run(
+            [*serve, "--port", "0"], cwd=tmp_path, env=child_env, capture_output=True, timeout=60
+        )
+        assert died.returncode == 3, died.stderr.decode()[-2000:]
+    with podium_server(tmp_path, config, env) as last, last.client(KEY_A) as client:
+        ended = _final(client, str(run["id"]))
+        assert last.proc.poll() is None  # up, and serving
+    assert ended["status"] == "failed" and ended["reason"] == "dead_letter", ended
+    assert "stopped 3 times before it finished" in str(ended["error"])
+    assert effects.read_text().splitlines() == ["start"] * 3  # driven three times, as on Redis

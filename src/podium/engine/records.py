@@ -113,6 +113,11 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     paused_s: float = 0.0
     #: The conversation the run belongs to: it starts from the thread's history.
     thread_id: str | None = None
+    #: Times an embedded server took the run up again at its start after the process
+    #: driving it stopped first (killed, out of memory, a tool that ended the process).
+    #: Past the worker's ``max_deliveries`` the run is dead-lettered, not driven again:
+    #: a run that kills its process would otherwise kill every server started after it.
+    restarts: int = 0
 
     @property
     def done(self) -> bool:

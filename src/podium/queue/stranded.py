@@ -27,6 +27,7 @@ import logging
 import time
 
 from podium.engine.records import RunRecord
+from podium.errors import StaleRunError
 from podium.queue.base import QueueItem, RunQueue
 from podium.store.base import RunStore
 
@@ -90,10 +91,25 @@ async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
     runs = [r for r in await unfinished_runs(store) if r.parent_run_id is None]
     now = time.time()
     for record in runs:
+        if record.status == "running":  # its driver stopped before it finished: counted
+            await _count_restart(store, record)
         await queue.submit(queue_item(record, now))
     if runs:
         log.warning("resuming %d run(s) an earlier server left unfinished in %s", len(runs), where)
     return len(runs)
+
+
+async def _count_restart(store: RunStore, record: RunRecord) -> None:
+    """One more ``restarts`` for ``record`` (its worker dead-letters it past its
+    ``max_deliveries``, as a shared queue's redeliveries are)."""
+    record.restarts += 1
+    try:
+        await store.update(record)
+    except StaleRunError:  # written meanwhile (a cancel): submitted as it now stands
+        record.restarts -= 1
+        fresh = await store.get(record.run_id)
+        if fresh is not None:
+            record.version = fresh.version
 
 
 class StrandedSweep:

@@ -72,6 +72,13 @@ class Backoff:
 _Outcome = Literal["ended", "waiting", "paused"]
 
 
+def _restarted(times: int) -> str:
+    return (
+        f"the process driving it stopped {times} times before it finished (a tool that "
+        "ends the process or runs it out of memory?); not driven again"
+    )
+
+
 class Worker:
     """Drive queued runs with ``engine``, at most ``concurrency`` at a time.
 
@@ -304,6 +311,9 @@ class Worker:
                     return None
                 if self._draining.is_set():
                     return "paused"
+                if record.status == "running" and record.restarts >= self.max_deliveries:
+                    await self._dead_letter(claim, _restarted(record.restarts))
+                    return None
                 if record.status == "running" and await self._cancel_left(run_id):
                     # Asked to cancel while no live worker drove it (its worker died, or
                     # released it): end it here, before any of its calls starts again.
