@@ -84,6 +84,12 @@ class RunQueue(AsyncCloseable, abc.ABC):
     #: stored but died before submitting is found by a worker's sweep and submitted then.
     shared: bool = False
 
+    @property
+    def leased(self) -> bool:
+        """Whether a claim its worker stops heartbeating is delivered again (counted): a
+        worker may leave a run it failed to drive to its lease. True unless a queue says."""
+        return True
+
     @abc.abstractmethod
     async def submit(self, item: QueueItem) -> bool:
         """Enqueue a run (its record must already be in the store). False: the item has a

@@ -49,6 +49,10 @@ class LocalQueue(RunQueue):
         self._receipts = itertools.count(1)
         self._versions: OrderedDict[str, int] = OrderedDict()  # run -> last submitted
 
+    @property
+    def leased(self) -> bool:
+        return self.lease_s is not None
+
     def _pool(self, name: str) -> _Pool:
         pool = self._pools.get(name)
         if pool is None:

@@ -70,6 +70,7 @@ class Backoff:
 
 #: How a drive ends (see :meth:`Worker._execute`).
 _Outcome = Literal["ended", "waiting", "paused"]
+_RETRY_CAP_S = 30.0  # the longest wait before a run that failed in the worker is tried again
 
 
 def _restarted(times: int) -> str:
@@ -105,6 +106,7 @@ class Worker:
         waiting_sweep_s: float = 5.0,
         stranded_after_s: float = 60.0,
         burst_patience_s: float = 60.0,
+        failure_backoff_s: float = 1.0,
     ) -> None:
         self.queue = queue
         self.engine = engine
@@ -131,10 +133,14 @@ class Worker:
         self._dead = 0
         self._lost_runs = 0
         self._lost: set[str] = set()  # runs whose lease was lost: cancelled, never released
+        self._failures: dict[str, int] = {}  # failures in this worker, on a queue without leases
         self._claim_backoff = Backoff()
         #: A burst worker whose queue has not answered for this long gives up (raises
         #: QueueUnavailableError): a batch job fails, instead of waiting for ever.
         self.burst_patience_s = burst_patience_s
+        #: On a queue without leases, the wait before a run that failed in the worker (a
+        #: bug) is tried again; doubled with each failure, up to 30 s.
+        self.failure_backoff_s = failure_backoff_s
         self._unreachable_since: float | None = None  # time.monotonic() of the first failure
 
     async def run(self, *, burst: bool = False) -> None:
@@ -244,17 +250,37 @@ class Worker:
             else:
                 await self._ack(self._claim_of(claim), ended=outcome == "ended")
                 self._completed += 1
+                self._failures.pop(run_id, None)
         except asyncio.CancelledError:
             if run_id in self._lost:
                 self._lost.discard(run_id)
             else:
                 await asyncio.shield(self._release(self._forget(run_id, claim)))
             raise
-        except Exception:  # a bug, not a crash: leave the lease to expire and count deliveries
-            log.exception("run %s failed in the worker; it will be delivered again", run_id)
+        except Exception as exc:  # a bug, not a crash
+            if self.queue.leased:  # leave the lease to expire: redelivered, counted
+                log.exception("run %s failed in the worker; it will be delivered again", run_id)
+            else:  # no lease would ever give it back: retried here, counted here
+                await self._retry_failed(claim, exc)
         finally:
             self._forget(run_id, claim)
             slot.release()
+
+    async def _retry_failed(self, claim: Claim, exc: Exception) -> None:
+        """A run that failed in the worker on a queue without leases (the embedded one):
+        given back after a backoff, up to ``max_deliveries`` failures, then dead-lettered
+        with the error (it stayed in flight, never driven again, before)."""
+        run_id = claim.item.run_id
+        failures = self._failures[run_id] = self._failures.get(run_id, 0) + 1
+        if failures >= self.max_deliveries:
+            log.exception("run %s failed in the worker %d times; dead-lettered", run_id, failures)
+            self._failures.pop(run_id, None)
+            await self._dead_letter(claim, f"failed in the worker {failures} times: {exc!r}")
+            return
+        delay = min(_RETRY_CAP_S, self.failure_backoff_s * 2 ** (failures - 1))
+        log.exception("run %s failed in the worker; trying it again in %gs", run_id, delay)
+        await asyncio.sleep(delay)
+        await self._release(self._forget(run_id, claim))
 
     def _claim_of(self, claim: Claim) -> Claim:
         """The claim this task drives ``claim``'s run under now (a reclaim of our own
