@@ -23,8 +23,9 @@ import pytest
 
 from conftest import KEY_A, SERVER_CONFIG, gateway_client, podium_server
 from podium import Engine
-from podium.engine.records import RunFinished
+from podium.engine.records import RunFinished, StepRecord
 from podium.gateway.service import ServedAgent
+from podium.messages import Message, Usage
 from podium.store.sqlite import SQLiteRunStore
 
 pytestmark = pytest.mark.anyio
@@ -148,3 +149,66 @@ def test_a_run_that_kills_every_server_is_dead_lettered_after_max_deliveries(
     assert ended["status"] == "failed" and ended["reason"] == "dead_letter", ended
     assert "stopped 3 times before it finished" in str(ended["error"])
     assert effects.read_text().splitlines() == ["start"] * 3  # driven three times, as on Redis
+
+
+async def _left_running(path: Path) -> str:
+    """A run a dead server left ``running`` on ``path`` after one step (its record holds
+    no counts yet: they are written at a run's end)."""
+    async with SQLiteRunStore(path) as store:
+        record = await Engine(store).create(gateway_agents.effects(), "go", tenant="tenant-a")
+        record.status, record.started_at = "running", record.created_at
+        await store.update(record)
+        step = StepRecord(0, time.time(), Message("assistant", "hm"), usage=Usage(120, 29, 0, 1))
+        await store.append(record.run_id, (step,))
+    return record.run_id
+
+
+async def _another_driver(path: Path) -> SQLiteRunStore:
+    """Another process driving runs on ``path`` (its own store: its own lock, as a process
+    has), which has written a run of its own."""
+    other = SQLiteRunStore(path)
+    await Engine(other).create(gateway_agents.react(), "mine", tenant="tenant-b")
+    return other
+
+
+async def test_a_cancel_of_a_run_nobody_drives_ends_it_at_once(tmp_path: Path) -> None:
+    """The run was left by a server that died while another process had the file open, so
+    the server started after it did not resume it. Once it is the file's only user, a cancel
+    ends the run in the store (it waited 10 s, then answered 200 with the run `running`)."""
+    path = tmp_path / "runs.sqlite"
+    run_id = await _left_running(path)
+    other = await _another_driver(path)  # open at the server's start
+    agents = [ServedAgent(gateway_agents.effects())]
+    async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
+        await other.aclose()  # it went away: the run has no driver anywhere
+        gw.cancel_wait_s = 30.0  # a wait would fail the test's own timeout, not pass
+        r = await client.post(f"/v1/runs/{run_id}/cancel")
+        assert r.status_code == 200, r.text
+        ended = r.json()
+    assert ended["status"] == "cancelled"
+    # its counts so far, read from its journal (the record said 0 steps and no tokens)
+    assert ended["steps"] == 1 and ended["usage"]["input_tokens"] == 120, ended
+
+
+async def test_a_cancel_another_process_may_drive_is_requested_and_honoured_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process has the file open: it may be driving the run, so the request is left
+    for its driver. Not ended within the wait: 202 with the run as it stands; the next
+    server that takes the run up ends it, with none of its calls made."""
+    path, effects = tmp_path / "runs.sqlite", tmp_path / "effects.log"
+    monkeypatch.setenv("PODIUM_TEST_EFFECTS", str(effects))
+    monkeypatch.setenv("PODIUM_TEST_HOLD", str(tmp_path / "hold"))
+    run_id = await _left_running(path)
+    other = await _another_driver(path)
+    agents = [ServedAgent(gateway_agents.effects())]
+    async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
+        gw.cancel_wait_s = 0.2
+        r = await client.post(f"/v1/runs/{run_id}/cancel")
+        assert r.status_code == 202, r.text
+        assert r.json()["status"] == "running"
+    await other.aclose()
+    async with gateway_client(agents=agents, store=SQLiteRunStore(path)) as (gw, client):
+        ended = await gw.wait(run_id, 30)
+    assert ended is not None and ended.status == "cancelled", ended
+    assert not effects.exists()  # no call started

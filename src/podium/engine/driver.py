@@ -68,6 +68,7 @@ from podium.errors import (
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
+from podium.observe.inspect import read_progress
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.redact import Redactor, redactor_for
@@ -378,7 +379,10 @@ class Engine(AsyncCloseable):
         dead-lettered one): its record and a ``RunFinished`` entry in one write, so the
         run's followers and waiters hear of its end as of any other, and this engine's
         observers too. Raises :class:`~podium.errors.StaleRunError` if the run was
-        written since ``record`` was read."""
+        written since ``record`` was read. Its steps and tokens so far are read from its
+        journal (a running run's record holds them only from its end)."""
+        so_far = await read_progress(self.store, record)
+        record.steps, record.usage, record.profile = so_far.steps, so_far.usage, so_far.profile
         final = _ended_record(record, status, reason, error)
         await self.store.append(record.run_id, (final,), record=record)
         for observer in self.observers:

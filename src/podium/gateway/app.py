@@ -291,7 +291,9 @@ def _routes(gw: Gateway) -> list[Route]:
     async def cancel_run(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)
         _query(request, frozenset())
-        return json_response(run_out(await gw.cancel(tenant, request.path_params["run_id"])))
+        record = await gw.cancel(tenant, request.path_params["run_id"])
+        # Not ended within the cancel's wait: requested, for a driver to honour (202).
+        return json_response(run_out(record), 200 if record.done else 202)
 
     async def list_runs(request: Request) -> Response:
         tenant = gw.keys.authenticate(request.headers)

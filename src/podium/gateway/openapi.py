@@ -242,6 +242,12 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_RUN_ID],
                 "responses": {
                     "200": {"description": "The cancelled run.", "content": _json("RunOut")},
+                    "202": {
+                        "description": "Cancel requested; the run as it stands: its driver "
+                        "did not end it within 10 s (a worker, or the next server that takes "
+                        "the run up, ends it).",
+                        "content": _json("RunOut"),
+                    },
                     **_errors("401", "404", "409", "422", "503"),
                 },
             }

@@ -476,11 +476,14 @@ class Gateway:
             )
         return ended
 
+    #: How long a cancel waits for the run's driver to end it (else: 202, requested).
+    cancel_wait_s = 10.0
+
     async def _cancel(self, record: RunRecord) -> RunRecord:
         run_id = record.run_id
         engine = self.engine
         if engine is not None and engine.cancel(run_id):
-            return await self.wait(run_id, 10.0)
+            return await self.wait(run_id, self.cancel_wait_s)
         if record.status in ("queued", "waiting"):
             # Not claimed yet, or parked on a human (no worker holds it): end it here; a
             # worker that claims it meanwhile adopts that end (in this process through the
@@ -491,15 +494,31 @@ class Gateway:
                     return record
                 if await engine.cancel_stored(record):
                     return record
-                return await self.wait(run_id, 10.0)  # a driver started: it was cancelled
+                # a driver started: it was cancelled
+                return await self.wait(run_id, self.cancel_wait_s)
             except StaleRunError:
                 pass  # a worker advanced it meanwhile: ask that worker, below
+        if engine is not None and record.status == "running" and self._no_other_driver():
+            # Not driven here, and no other process could be driving it: left by a server
+            # that died (this one did not resume it: it was not alone on the file then), or
+            # between drivers here. Nobody would read a request: end it now.
+            try:
+                await engine.end_stored(record, "cancelled", "cancelled", "cancelled")
+                return record
+            except StaleRunError:
+                pass  # a driver took it up meanwhile: ask it, below
         # Running (here but between drivers, or on another process): leave the request where
         # its worker looks for it, then report the run as it stands once it has ended.
         await self.store.request_cancel(run_id)
         if engine is not None:
             engine.cancel(run_id)  # a driver that started meanwhile
-        return await self.wait(run_id, 10.0)
+        return await self.wait(run_id, self.cancel_wait_s)
+
+    def _no_other_driver(self) -> bool:
+        """Whether only this process can drive the store's runs: a SQLite file it alone has
+        open, or an in-memory store with the in-process queue (not a shared queue's)."""
+        alone = self.store.sole_user()
+        return alone is True or (alone is None and not self.queue.shared)
 
     async def _cancel_stored(self, record: RunRecord) -> None:
         final = RunFinished(time.time(), "cancelled", error="cancelled", reason="cancelled")
