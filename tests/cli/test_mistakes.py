@@ -464,3 +464,37 @@ def test_resume_with_another_agent_is_one_line_and_changes_nothing(tmp_path: Pat
                  cwd=tmp_path)
     assert_one_line_error(out, "belongs to agent 'refunds', not 'research-team'")
     assert f"podium run refunds --resume {run_id}" in out.stderr
+
+
+def test_resume_of_a_run_another_process_may_drive_is_refused(tmp_path: Path) -> None:
+    """A `podium serve` on the file takes up its queued and running runs: a `--resume` of
+    one alongside ran its calls a second time (a side effect three times, as probed)."""
+    store = str(tmp_path / "runs.sqlite")
+    holder = (
+        "import asyncio, sys\n"
+        "from podium import Engine\n"
+        "from podium.examples import react\n"
+        "from podium.store.sqlite import SQLiteRunStore\n"
+        "async def main():\n"
+        "    async with SQLiteRunStore(sys.argv[1]) as store:\n"
+        "        record = await Engine(store).create(react.agent, 'hold it')\n"
+        "        print(record.run_id, flush=True)\n"
+        "        sys.stdin.readline()\n"
+        "asyncio.run(main())\n"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", holder, store], cwd=tmp_path, env=env(), text=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    try:
+        assert driver.stdout is not None
+        run_id = driver.stdout.readline().strip()
+        out = podium("run", "react", "--resume", run_id, "--store", store, cwd=tmp_path)
+    finally:
+        driver.communicate("\n", timeout=30)
+    assert_one_line_error(out, f"run {run_id} is queued and another process")
+    assert "may be driving the run" in out.stderr
+    if Path("/proc/locks").exists():  # Linux says who holds the lock
+        assert f"(pid {driver.pid})" in out.stderr
+    alone = podium("run", "react", "--resume", run_id, "--store", store, "--json", cwd=tmp_path)
+    assert alone.returncode == 0 and json.loads(alone.stdout)["status"] == "completed", alone

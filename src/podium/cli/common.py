@@ -273,7 +273,9 @@ def check_sqlite_path(path: str) -> None:
 
     A missing file is fine (it is created); an existing one must be empty or
     start with SQLite's header. Opening anything else would fail inside the
-    store's database thread, far from the user's mistake.
+    store's database thread, far from the user's mistake. The commands that call
+    this write the store, so a file (or directory) they may not write is refused too:
+    a server on it would fail at start-up with SQLite's "unable to open database file".
     """
     p = Path(path)
     if p.is_dir():
@@ -281,6 +283,7 @@ def check_sqlite_path(path: str) -> None:
     if not p.exists():
         if not p.parent.exists():
             raise UserError(f"store {path!r}: directory {str(p.parent)!r} does not exist")
+        _check_writable(path)
         return
     try:
         with p.open("rb") as f:
@@ -289,6 +292,15 @@ def check_sqlite_path(path: str) -> None:
         raise UserError(f"store {path!r}: {exc.strerror or exc}") from None
     if head and head != b"SQLite format 3\x00":
         raise UserError(f"store {path!r} is not a SQLite database")
+    _check_writable(path)
+
+
+def _check_writable(path: str) -> None:
+    from podium.store.sqlite import read_only_reason  # loaded by the commands that get here
+
+    why = read_only_reason(path)
+    if why is not None:
+        raise UserError(f"store {path!r} is read-only: {why}")
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str | None:

@@ -46,6 +46,7 @@ from podium.factory import (
 )
 from podium.messages import Message, Usage
 from podium.observe.display import terminal_safe
+from podium.store.base import RunStore
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
@@ -371,6 +372,7 @@ async def _run(
                     f"{agent.name!r}: podium run {found.agent} --resume {args.resume} "
                     f"--store {args.store}"
                 )
+            _refuse_a_driven_run(engine.store, found, args.store)
             record = await engine.resume(agent, args.resume)
         else:
             record = await engine.create(agent, args.input)
@@ -384,6 +386,21 @@ async def _run(
                 return record
             record = await engine.resume(agent, record.run_id)
         return record
+
+
+def _refuse_a_driven_run(store: RunStore, found: RunRecord, path: str) -> None:
+    """A run ``queued`` or ``running`` on a file another process has open may be driven
+    there (a ``podium serve`` takes up such runs): driven here too, its calls would run
+    twice (the store refuses the second writer's checkpoint, not its side effects)."""
+    if found.status not in ("queued", "running") or store.sole_user() is not False:
+        return
+    pids = store.other_users()
+    who = f" (pid {', '.join(map(str, pids))})" if pids else ""
+    raise UserError(
+        f"--resume: run {found.run_id} is {found.status} and another process{who} has "
+        f"{path} open: it may be driving the run. Cancel it there, or stop that process "
+        "and resume here"
+    )
 
 
 async def _decide(

@@ -148,8 +148,7 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
             redis = args.redis or (args.store if "://" in (args.store or "") else None)
             if redis is not None:  # a typo is one line, not redis-py's traceback
                 check_redis_url(redis)
-            store = open_store(args.store, redis=args.redis, prefix=args.prefix)
-            return asyncio.run(_with_store(store, verb, args))
+            return asyncio.run(_with_store(_open_viewer(args), verb, args))
         # Named like every other command's line (`podium runs list: error: ...`), so
         # the one line says which command refused.
         except (ConfigError, PodiumError) as exc:
@@ -160,6 +159,13 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
             return 130
 
     return handle
+
+
+def _open_viewer(args: argparse.Namespace) -> RunStore:
+    """The store, opened to look at it: a SQLite file read-only, and not counted among the
+    processes that drive its runs (a `runs tail` left open kept a restarted server from
+    resuming the runs the last one left)."""
+    return open_store(args.store, redis=args.redis, prefix=args.prefix, read_only=True)
 
 
 async def _with_store(store: RunStore, verb: Verb, args: argparse.Namespace) -> int:
@@ -197,8 +203,28 @@ def _wall_ms(record: RunRecord) -> float | None:
 
 
 def _json(value: Any) -> None:
-    sys.stdout.write(msgspec.json.encode(value).decode() + "\n")
+    sys.stdout.write(msgspec.json.encode(_every_field(value)).decode() + "\n")
     sys.stdout.flush()
+
+
+def _every_field(value: Any) -> Any:
+    """``value`` with each struct in it as a dict of all its fields. The records omit the
+    fields at their defaults when encoded (smaller checkpoints), so a queued run had no
+    ``"status"``: a script reading ``run["status"]`` must find it, and ``"steps": 0``."""
+    if isinstance(value, msgspec.Struct):
+        config = value.__struct_config__
+        out: dict[str, Any] = {}
+        if config.tag_field is not None:  # a journal entry's kind, as encoded
+            out[config.tag_field] = config.tag
+        for name, key in zip(value.__struct_fields__, value.__struct_encode_fields__,
+                             strict=True):
+            out[key] = _every_field(getattr(value, name))
+        return out
+    if isinstance(value, dict):
+        return {key: _every_field(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_every_field(item) for item in value]
+    return value
 
 
 # -- list -----------------------------------------------------------------------------------

@@ -36,7 +36,13 @@ from podium.engine.records import (
     StepCommitted,
     StepRecord,
 )
-from podium.errors import DecisionError, StaleRunError, StoreError, ThreadNotFoundError
+from podium.errors import (
+    DecisionError,
+    StaleRunError,
+    StoreError,
+    StoreUnavailableError,
+    ThreadNotFoundError,
+)
 from podium.gateway.admission import Admission
 from podium.gateway.auth import KeyRing, Tenant
 from podium.gateway.errors import ApiError
@@ -514,6 +520,14 @@ class Gateway:
             engine.cancel(run_id)  # a driver that started meanwhile
         return await self.wait(run_id, self.cancel_wait_s)
 
+    async def _store_ready(self) -> None:
+        """A read answers, and the store knows of nothing that stops writes (a full disk,
+        its file deleted under it): a read alone said ready on both."""
+        await self.store.list(limit=1)
+        problem = self.store.problem()
+        if problem is not None:
+            raise StoreUnavailableError(problem)
+
     def _no_other_driver(self) -> bool:
         """Whether only this process can drive the store's runs: a SQLite file it alone has
         open, or an in-memory store with the in-process queue (not a shared queue's)."""
@@ -622,7 +636,7 @@ class Gateway:
             except Exception as exc:  # readiness reports every failure, whatever its kind
                 checks[name] = f"{type(exc).__name__}: {exc}"[:300] or "error"
 
-        probes = [check("store", self.store.list(limit=1)),
+        probes = [check("store", self._store_ready()),
                   check("queue", self.queue.depth(self.pools[0]))]
         for served in self.agents.values():
             model = served.agent.model

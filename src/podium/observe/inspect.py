@@ -44,10 +44,13 @@ _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def open_store(spec: str | None, *, redis: str | None = None, prefix: str = "podium") -> RunStore:
+def open_store(
+    spec: str | None, *, redis: str | None = None, prefix: str = "podium", read_only: bool = False
+) -> RunStore:
     """A store from an address: ``sqlite:PATH``, a SQLite file path, or a ``redis://`` URL
     (or ``redis``, given on its own). An SQLite file that does not exist is an error: looking
-    at runs must never create an empty store by a typo."""
+    at runs must never create an empty store by a typo. ``read_only``: a SQLite file is
+    opened to look at it, not counted among the processes that drive its runs."""
     if redis is not None or (spec is not None and spec.startswith(("redis://", "rediss://"))):
         from podium.store.redis import RedisRunStore
 
@@ -62,7 +65,7 @@ def open_store(spec: str | None, *, redis: str | None = None, prefix: str = "pod
     _check_run_store(path)
     from podium.store.sqlite import SQLiteRunStore
 
-    return SQLiteRunStore(path)
+    return SQLiteRunStore(path, read_only=read_only)
 
 
 def _check_run_store(path: Path) -> None:
@@ -79,6 +82,15 @@ def _check_run_store(path: Path) -> None:
         finally:
             conn.close()
     except sqlite3.Error as exc:
+        from podium.store.sqlite import read_only_reason
+
+        why = read_only_reason(str(path))
+        if why is not None:  # SQLite's "unable to open database file" says nothing of it
+            raise ConfigError(
+                f"{path} is read-only: {why}, and SQLite cannot read a WAL database there "
+                "without the -shm file beside it; copy the file to a writable directory "
+                "to look at it"
+            ) from None
         raise ConfigError(f"{path}: cannot open as a SQLite database: {exc}") from None
     if not {"runs", "journal"} <= tables:
         what = "an empty file" if not tables and path.stat().st_size == 0 else (

@@ -78,11 +78,13 @@ async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
             status="queued", limit=1
         )
         if left:
+            pids = store.other_users()
             log.warning(
-                "runs are queued or running in %s and another process uses it: this server "
+                "runs are queued or running in %s and another process%s uses it: this server "
                 "does not resume any (start it alone on the store to resume what a stopped "
                 "server left)",
                 where,
+                f" (pid {', '.join(map(str, pids))})" if pids else "",
             )
         return 0
     # A child run (an agent called as a tool) is resumed by its parent, which makes the

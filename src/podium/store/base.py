@@ -177,5 +177,17 @@ class RunStore(AsyncCloseable, abc.ABC):
         means (Redis deployments: the queue's leases). A SQLite file can tell."""
         return None
 
+    def problem(self) -> str | None:
+        """Why the store cannot take writes now, as far as it knows without writing (a full
+        disk its last write met, its file deleted under it), or None: what ``/readyz``
+        reports beside a read."""
+        return None
+
+    def other_users(self) -> builtins.list[int]:
+        """The process ids of the other processes using the store now, where the store can
+        tell (a SQLite file on Linux): what a warning that :meth:`sole_user` is False names.
+        Empty where it cannot tell."""
+        return []
+
     async def aclose(self) -> None:
         """Flush and release the store."""

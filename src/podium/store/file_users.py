@@ -6,6 +6,10 @@ know it is alone on the file (so that no other one is driving the runs it finds
 unfinished) asks for the lock exclusively, without waiting: that succeeds only
 when nobody else holds it. The kernel drops a process's lock when it dies, so a
 killed process never leaves the file looking used.
+
+Only processes that drive runs count: one that only looks at the runs (``podium runs``)
+opens the store without joining, or a viewer left open would keep a restarted server
+from resuming what the last one left.
 """
 
 from __future__ import annotations
@@ -60,6 +64,29 @@ class FileUsers:
         # (flock converts by unlocking first), and holding it exclusive would block others.
         fcntl.flock(self._fd, fcntl.LOCK_SH)
         return alone
+
+    def others(self) -> list[int]:
+        """The ids of the other processes holding the lock now, as Linux lists them in
+        ``/proc/locks`` (for a warning that names them); empty where the system does not
+        say, or before this process joins. A process in another pid namespace (another
+        container) is listed as 0 there, and left out."""
+        if self._fd is None:
+            return []
+        try:
+            st = os.fstat(self._fd)
+            table = Path("/proc/locks").read_text()
+        except OSError:
+            return []
+        # A line: "1: FLOCK  ADVISORY  READ  1234 fe:00:2146801 0 EOF" (a waiter's has "->"
+        # after the number); the file is "major:minor:inode", the device numbers in hex.
+        key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        pids = {
+            int(fields[4])
+            for fields in map(str.split, table.splitlines())
+            if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == key
+            and fields[4].isdigit()
+        }
+        return sorted(pids - {0, os.getpid()})
 
     def leave(self) -> None:
         if self._fd is not None:

@@ -10,6 +10,15 @@ inserts only the rows its step added.
 ``synchronous="NORMAL"`` (the default) survives a killed process; choose
 ``"FULL"`` to also survive a power cut at the cost of an fsync per commit.
 
+A store opened with ``read_only=True`` only looks (``podium runs``): it opens the file
+read-only, writes nothing, and is not counted among the processes that use the file
+(see :meth:`SQLiteRunStore.sole_user`), so a server started meanwhile still resumes the
+runs an earlier one left. A full disk, an I/O error or a file turned read-only under a
+writer is an outage of the store's medium, not a bug: the write is refused with
+:class:`~podium.errors.StoreUnavailableError` and :attr:`SQLiteRunStore.write_error`
+says so until a write succeeds again; :meth:`SQLiteRunStore.file_problem` tells when
+the file was deleted or replaced under the store.
+
 Record writes are fenced like in every store: one whose version is not the
 stored one is refused with :class:`~podium.errors.StaleRunError`, and so is a
 journal-only append from a store whose record write was overtaken by another
@@ -22,8 +31,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import os
 import queue
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -38,6 +49,7 @@ from podium.errors import (
     RunNotFoundError,
     StaleRunError,
     StoreError,
+    StoreUnavailableError,
     ThreadNotFoundError,
 )
 from podium.memory.item import MemoryItem
@@ -46,7 +58,7 @@ from podium.store.file_users import FileUsers
 from podium.store.notify import JournalNotifier
 from podium.threads.record import ThreadRecord
 
-__all__ = ("SQLiteRunStore",)
+__all__ = ("SQLiteRunStore", "read_only_reason")
 
 T = TypeVar("T")
 
@@ -102,9 +114,34 @@ _EXPIRY_INDEX = (
 )
 _LIVE = "(expires_at IS NULL OR expires_at > ?)"
 _PURGE_EVERY_S = 1.0
+_FRESH_FAILURE_S = 10.0  # how long a refused write keeps readiness down (see problem())
 _MAX_SEQ = 2**63 - 1  # SQLite's largest integer: a larger ``after`` asks for nothing
 
 _Op = tuple[Callable[[sqlite3.Connection], Any], "asyncio.Future[Any]"]
+
+
+def read_only_reason(path: str | Path) -> str | None:
+    """Why this process cannot write the SQLite database at ``path`` (or create it there),
+    or None. SQLite writes its ``-wal`` and ``-shm`` files beside the database, so its
+    directory must be writable too. (``os.access`` answers for root as well: root may
+    write any file, but not on a read-only file system.)"""
+    p = Path(path)
+    if sys.platform != "win32":
+        with contextlib.suppress(OSError):  # a missing directory is said elsewhere
+            if os.statvfs(p if p.exists() else p.parent).f_flag & os.ST_RDONLY:
+                return "it is on a read-only file system"
+    if p.exists() and not os.access(p, os.W_OK):
+        return "this process may not write the file"
+    if p.parent.is_dir() and not os.access(p.parent, os.W_OK):
+        return (
+            f"this process may not write its directory {str(p.parent)!r}, where SQLite "
+            "keeps its -wal and -shm files"
+        )
+    for suffix in ("-wal", "-shm"):
+        side = p.with_name(p.name + suffix)
+        if side.exists() and not os.access(side, os.W_OK):
+            return f"this process may not write its {suffix} file"
+    return None
 
 
 class SQLiteRunStore(RunStore):
@@ -124,8 +161,10 @@ class SQLiteRunStore(RunStore):
         synchronous: Literal["OFF", "NORMAL", "FULL"] = "NORMAL",
         busy_timeout_s: float = 5.0,
         finished_ttl_s: float | None = None,
+        read_only: bool = False,
     ) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         if self.path.is_dir():
             raise ConfigError(
                 f"{self.path} is a directory: SQLiteRunStore takes the database file's path, "
@@ -150,17 +189,99 @@ class SQLiteRunStore(RunStore):
         self._entries = 0
         self._bytes = 0
         self._closed = False
-        # Every process with the file open holds a shared lock beside it (see sole_user).
         # (sqlite3 is not opened with uri=True, so ":memory:" is the one private database.)
+        self._private = str(path) == ":memory:"
+        # Every process driving runs from the file holds a shared lock beside it (see
+        # sole_user). A read-only store drives nothing: counted, a `podium runs tail` left
+        # open kept a restarted server from resuming the runs an earlier one left.
         lock = self.path.with_name(f"{self.path.name}.lock")
-        self._users = None if str(path) == ":memory:" else FileUsers(lock)
+        self._users = None if self._private or read_only else FileUsers(lock)
+        # Written by the database thread, read by readiness checks (one assignment each).
+        self._write_error: str | None = None
+        self._write_error_at = 0.0  # time.monotonic() of that failure
+        self._identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
 
     def sole_user(self) -> bool | None:
         """Whether no other process has this file open as a store now (a private
-        ``:memory:`` database has no other user; None where the system cannot tell)."""
+        ``:memory:`` database has no other user; None where the system cannot tell, and
+        for a read-only store, which drives no runs to resume)."""
         if self._closed:
             raise StoreError(f"{self.path}: store is closed")
-        return self._users is None or self._users.alone()
+        if self.read_only:
+            return None
+        if self._users is None:
+            return True
+        self._join_users()
+        return self._users.alone()
+
+    def other_users(self) -> builtins.list[int]:
+        """The process ids of the other processes using this file as a store now, where
+        the system tells (Linux); empty where it cannot, or for a read-only store."""
+        return [] if self._users is None else self._users.others()
+
+    @property
+    def write_error(self) -> str | None:
+        """Why the last write to the file failed for want of its medium (the disk is full,
+        an I/O error, the file turned read-only; a read's I/O error too), or None: before
+        any such failure, and again once a later write has committed (a read does not
+        clear it: it proves nothing about the room left). A readiness check reads it:
+        while it is set, writes are likely refused with :class:`StoreUnavailableError`."""
+        return self._write_error
+
+    def problem(self) -> str | None:
+        """What readiness reports: the file gone or replaced, or a write its medium refused
+        in the last :data:`_FRESH_FAILURE_S` with none committed since. A failure ages out:
+        a server that takes no traffic while it is not ready would write nothing to prove
+        the disk has room again, and stay not ready for good; the next refused write says
+        so again."""
+        moved = self.file_problem()
+        if moved is not None:
+            return moved
+        failed = self._write_error
+        if failed is not None and time.monotonic() - self._write_error_at < _FRESH_FAILURE_S:
+            return failed
+        return None
+
+    def file_problem(self) -> str | None:
+        """Why the store's file is no longer the one at its path, or None while it is.
+
+        The store keeps the file it opened: deleted or replaced under it (a clean-up
+        script, a restore), it goes on answering from the old one, and what it writes is
+        lost once it closes. A few microseconds (one ``stat``): fit for a readiness check.
+        None too before the file is first opened, and for ``:memory:``."""
+        opened = self._identity
+        if opened is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return (
+                f"{self.path} was deleted while the store had it open: what it writes now "
+                "is lost when it closes (restart on the file)"
+            )
+        except OSError as exc:
+            return f"{self.path}: cannot look at the store's file: {exc.strerror or exc}"
+        if (st.st_dev, st.st_ino) != opened:
+            return (
+                f"{self.path} was replaced by another file while the store had it open: "
+                "what it writes now is lost when it closes (restart on the file)"
+            )
+        return None
+
+    def _join_users(self) -> None:
+        """Count this process among the file's users: a lock file that cannot be created
+        (a read-only directory) is one line that says why, not an OSError's traceback."""
+        assert self._users is not None
+        try:
+            self._users.join()
+        except OSError as exc:
+            raise self._cannot_open(exc) from None
+
+    def _cannot_open(self, exc: sqlite3.Error | OSError) -> StoreError:
+        why = None if self._private else read_only_reason(self.path)
+        if why is not None:
+            return StoreError(f"{self.path} is read-only: {why}")
+        return StoreError(f"{self.path}: cannot open as a SQLite database: {exc}")
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -182,10 +303,10 @@ class SQLiteRunStore(RunStore):
                 f"{self.path}: this store serves another event loop, still open; "
                 "open one SQLiteRunStore per loop"
             )
+        if self._thread is None and self._users is not None:
+            self._join_users()  # first: refused, the store is left unbound, as it was
         self._loop = loop
         if self._thread is None:
-            if self._users is not None:
-                self._users.join()
             self._thread = threading.Thread(target=self._serve, name="podium-sqlite", daemon=True)
             self._thread.start()
 
@@ -199,7 +320,48 @@ class SQLiteRunStore(RunStore):
             self._loop.call_soon_threadsafe(self._resolve, outcomes)
 
     def _open(self) -> sqlite3.Connection:
+        conn = self._open_read_only() if self.read_only else self._open_writable()
+        if not self._private:
+            with contextlib.suppress(OSError):  # (gone already: file_problem cannot tell)
+                st = os.stat(self.path)
+                self._identity = (st.st_dev, st.st_ino)
+        return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """Open the file to look, never to write: a viewer changes nothing, and works on a
+        file it may not write where SQLite can (the -shm file beside it exists, or can
+        be created)."""
+        conn = sqlite3.connect(
+            f"{self.path.resolve().as_uri()}?mode=ro",
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self._busy_timeout_ms / 1000,
+        )
+        try:
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+        except sqlite3.Error as exc:
+            conn.close()
+            why = read_only_reason(self.path)
+            if why is None:
+                raise
+            raise StoreError(
+                f"{self.path} is read-only: {why}, and SQLite cannot read a WAL database "
+                f"there without the -shm file beside it ({exc}); copy the file to a "
+                "writable directory to look at it"
+            ) from None
+        if "expires_at" not in columns:  # another application's file, or a very old one
+            conn.close()
+            raise StoreError(
+                f"{self.path}: not a Podium run store of this version (open it once with "
+                "`podium serve` or `podium run`, which upgrade it)"
+            )
+        return conn
+
+    def _open_writable(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._private and (why := read_only_reason(self.path)) is not None:
+            raise StoreError(f"{self.path} is read-only: {why}")
         conn = sqlite3.connect(
             self.path,
             isolation_level=None,
@@ -249,8 +411,11 @@ class SQLiteRunStore(RunStore):
     def _serve(self) -> None:
         try:
             conn = self._open()
+        except StoreError as exc:
+            self._refuse(exc)
+            return
         except (sqlite3.Error, OSError) as exc:
-            self._refuse(StoreError(f"{self.path}: cannot open as a SQLite database: {exc}"))
+            self._refuse(self._cannot_open(exc))
             return
         try:
             while True:
@@ -278,13 +443,22 @@ class SQLiteRunStore(RunStore):
         outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
         seq_before = dict(self._next_seq)
         held_before = dict(self._held)
+        changes = conn.total_changes
+        committed = False
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            self._purge(conn)
+            # A viewer reads in a deferred transaction: it never queues for the write lock.
+            conn.execute("BEGIN" if self.read_only else "BEGIN IMMEDIATE")
+            if not self.read_only:
+                self._purge(conn)
             for fn, future in batch:
                 conn.execute("SAVEPOINT op")
                 try:
                     value = fn(conn)
+                except sqlite3.Error as exc:
+                    if not conn.in_transaction:  # SQLite rolled it all back (a full disk…)
+                        raise
+                    conn.execute("ROLLBACK TO op")
+                    outcomes.append((future, None, self._store_error(exc)))
                 except Exception as exc:
                     conn.execute("ROLLBACK TO op")
                     outcomes.append((future, None, exc))
@@ -292,14 +466,51 @@ class SQLiteRunStore(RunStore):
                     outcomes.append((future, value, None))
                 conn.execute("RELEASE op")
             conn.execute("COMMIT")
+            committed = True
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            # On a failing disk the rollback may fail too: the thread must go on answering.
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
             self._next_seq = seq_before
             self._held = held_before
-            error = StoreError(f"{self.path}: {exc}")
+            error = self._store_error(exc)
             outcomes = [(future, None, error) for _, future in batch]
+        self._note_medium(outcomes, wrote=committed and conn.total_changes > changes)
         self._answer(outcomes)
+
+    def _store_error(self, exc: sqlite3.Error) -> StoreError:
+        """The store's error for SQLite's ``exc``: an outage of the file's medium is a
+        :class:`StoreUnavailableError` (answered 503, retried by workers), anything else
+        a :class:`StoreError`."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        primary = None if code is None else code & 0xFF  # the extended code's primary part
+        if primary == sqlite3.SQLITE_READONLY and self.read_only:
+            return StoreError(f"{self.path}: this store was opened read-only ({exc})")
+        if primary == sqlite3.SQLITE_FULL:
+            what = "the disk is full"
+        elif primary == sqlite3.SQLITE_IOERR:
+            what = "its disk failed a read or write"
+        elif primary == sqlite3.SQLITE_READONLY:
+            what = "it has turned read-only (a file system remounted read-only after errors?)"
+        else:
+            return StoreError(f"{self.path}: {exc}")
+        return StoreUnavailableError(
+            f"{self.path}: {what} ({exc}); nothing of this write was stored"
+        )
+
+    def _note_medium(
+        self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]], wrote: bool
+    ) -> None:
+        """Keep :attr:`write_error` up to date: set by a write its medium refused, cleared
+        by one that committed changes (a read proves nothing about the disk)."""
+        for _, _, exc in outcomes:
+            if isinstance(exc, StoreUnavailableError):
+                self._write_error = str(exc)
+                self._write_error_at = time.monotonic()
+                return
+        if wrote:
+            self._write_error = None
 
     def _resolve(
         self, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
