@@ -25,6 +25,19 @@ from aiohttp import web
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "backends"
 
 
+#: A whole chat completion that says "ok".
+OK_BODY = msgspec.json.encode(
+    {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "model": "m"}
+)
+#: A streamed reply that says "hello", in SSE events, ``[DONE]`` last.
+HELLO_EVENTS = [
+    b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n',
+    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+    b"data: [DONE]\n\n",
+]
+
+
 def fixture_bytes(name: str) -> bytes:
     return (FIXTURES / name).read_bytes()
 

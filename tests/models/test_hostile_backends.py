@@ -13,9 +13,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import msgspec
 import pytest
 from backend_servers import (
+    HELLO_EVENTS,
+    OK_BODY,
     Handler,
     RawServer,
     http_chunk,
@@ -42,15 +43,7 @@ pytestmark = pytest.mark.anyio
 
 REQ = ModelRequest(messages=[Message("user", "hi")])
 NO_RETRY = RetryPolicy(attempts=1)
-BODY = msgspec.json.encode(
-    {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "model": "m"}
-)
-EVENTS = [
-    b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
-    b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n',
-    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
-    b"data: [DONE]\n\n",
-]
+BODY, EVENTS = OK_BODY, HELLO_EVENTS
 SSE_HEAD = http_head(200, "text/event-stream", Transfer_Encoding="chunked")
 
 Serve = Callable[[Handler], Awaitable[RawServer]]

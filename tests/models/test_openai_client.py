@@ -7,7 +7,7 @@ import time
 
 import aiohttp
 import pytest
-from backend_servers import ReplayServer, Reply, fixture_bytes, sse_events
+from backend_servers import HELLO_EVENTS, ReplayServer, Reply, fixture_bytes, sse_events
 
 from podium.errors import (
     ModelHTTPError,
@@ -274,11 +274,7 @@ async def test_health_uses_health_then_falls_back_to_models(replay: ReplayServer
 
 # --- odd shapes of a reply: what follows [DONE], JSON to a streamed call, an HTML page ---
 
-_EVENTS = [
-    b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
-    b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n',
-    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
-]
+_EVENTS = HELLO_EVENTS[:-1]  # all but [DONE]
 _WHOLE = (
     b'{"choices":[{"message":{"content":"whole"},"finish_reason":"stop"}],"model":"m",'
     b'"usage":{"prompt_tokens":5,"completion_tokens":1}}'

@@ -14,9 +14,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import msgspec
 import pytest
-from backend_servers import ReplayServer, Reply
+from backend_servers import HELLO_EVENTS, OK_BODY, ReplayServer, Reply
 
 from distributed.harness import wait_until
 from podium.errors import ModelHTTPError, ModelTimeoutError, ModelUnavailableError
@@ -33,15 +32,7 @@ from podium.models import (
 pytestmark = pytest.mark.anyio
 Make = Callable[[], Any]
 
-BODY = msgspec.json.encode(
-    {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}], "model": "m"}
-)
-EVENTS = [
-    b'data: {"choices":[{"delta":{"content":"hel"}}]}\n\n',
-    b'data: {"choices":[{"delta":{"content":"lo"}}]}\n\n',
-    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
-    b"data: [DONE]\n\n",
-]
+BODY, EVENTS = OK_BODY, HELLO_EVENTS
 FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.01)
 
 

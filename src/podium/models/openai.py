@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -316,10 +316,19 @@ class OpenAIChatModel(Model):
             out = await self._whole(resp, deadline, request.prompt_tokens)
             out.cpu_ns += cpu
             return out
-        try:
+        with self._reading_body(resp):
             async with asyncio.timeout_at(deadline):
                 out, spent = await self._read_stream(resp, t0, request.prompt_tokens)
                 cpu += spent
+        out.cpu_ns = cpu
+        return out
+
+    @contextlib.contextmanager
+    def _reading_body(self, resp: aiohttp.ClientResponse) -> Iterator[None]:
+        """Read ``resp``'s body: a cut connection or the deadline said as the call's
+        errors, and the response released."""
+        try:
+            yield
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             raise StreamTruncatedError(
                 f"{self.name}: connection lost in the reply body: {exc}", connection_lost=True
@@ -328,8 +337,6 @@ class OpenAIChatModel(Model):
             raise ModelTimeoutError(f"{self.name}: reply not complete in time") from exc
         finally:
             resp.release()
-        out.cpu_ns = cpu
-        return out
 
     async def _read_stream(
         self, resp: aiohttp.ClientResponse, t0: float, prompt_tokens: int
@@ -460,17 +467,9 @@ class OpenAIChatModel(Model):
         self, resp: aiohttp.ClientResponse, deadline: float, prompt_tokens: int
     ) -> ModelResponse:
         """The whole reply ``resp`` carries (one JSON completion), read by ``deadline``."""
-        try:
+        with self._reading_body(resp):
             async with asyncio.timeout_at(deadline):
                 data = await resp.read()
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
-            raise StreamTruncatedError(
-                f"{self.name}: connection lost in the reply body: {exc}", connection_lost=True
-            ) from exc
-        except TimeoutError as exc:
-            raise ModelTimeoutError(f"{self.name}: reply not complete in time") from exc
-        finally:
-            resp.release()
         c0 = _thread_ns()
         out = decode_completion(data, self.name, prompt_tokens)
         out.cpu_ns = _thread_ns() - c0
