@@ -1,4 +1,4 @@
-"""``podium runs list|show|tail|profile``: look at the runs in any store from the shell.
+"""``podium runs list|show|tail|profile|cancel``: the runs in any store, from the shell.
 
 ::
 
@@ -6,6 +6,9 @@
     podium runs show run_… --redis redis://127.0.0.1:6379/0
     podium runs tail run_… --store runs.sqlite         # follow a live run to its end
     podium runs profile --store runs.sqlite --agent support --report profile.html
+    podium runs cancel run_… --store runs.sqlite       # works with no server up
+
+All but ``cancel`` only look: they open a SQLite file read-only.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.errors import ConfigError, PodiumError
+from podium.errors import ConfigError, PodiumError, StaleRunError
 from podium.messages import Message
 from podium.observe.display import clip, keep_ends
 from podium.observe.inspect import (
@@ -130,12 +133,23 @@ def register(sub: Any) -> None:
     filters(q, 1000)
     q.add_argument("--report", metavar="FILE", help="also write an HTML report with plots")
     q.set_defaults(handler=_handler(_profile))
+    q = verbs.add_parser(
+        "cancel",
+        help="cancel a queued, waiting or running run, whether or not a server is up",
+        description="A run nobody can be driving (queued, waiting for a human, or running "
+        "on a file no other process has open) ends `cancelled` at once; one another "
+        "process may drive gets a cancel request, which its driver honours at its next "
+        "step (or the next server that takes the run up, before any call).",
+    )
+    q.add_argument("run_id")
+    common(q)
+    q.set_defaults(handler=_handler(_cancel, writes=True))
 
 
 Verb: TypeAlias = "Callable[[RunStore, argparse.Namespace, Console], Coroutine[Any, Any, int]]"
 
 
-def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
+def _handler(verb: Verb, *, writes: bool = False) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
         from rich.console import Console
 
@@ -148,7 +162,9 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
             redis = args.redis or (args.store if "://" in (args.store or "") else None)
             if redis is not None:  # a typo is one line, not redis-py's traceback
                 check_redis_url(redis)
-            return asyncio.run(_with_store(_open_viewer(args), verb, args))
+            store = open_store(args.store, redis=args.redis, prefix=args.prefix,
+                               read_only=not writes)
+            return asyncio.run(_with_store(store, verb, args))
         # Named like every other command's line (`podium runs list: error: ...`), so
         # the one line says which command refused.
         except (ConfigError, PodiumError) as exc:
@@ -161,18 +177,50 @@ def _handler(verb: Verb) -> Callable[[argparse.Namespace], int]:
     return handle
 
 
-def _open_viewer(args: argparse.Namespace) -> RunStore:
-    """The store, opened to look at it: a SQLite file read-only, and not counted among the
-    processes that drive its runs (a `runs tail` left open kept a restarted server from
-    resuming the runs the last one left)."""
-    return open_store(args.store, redis=args.redis, prefix=args.prefix, read_only=True)
-
-
 async def _with_store(store: RunStore, verb: Verb, args: argparse.Namespace) -> int:
     from rich.console import Console
 
     async with store:
         return await verb(store, args, Console(highlight=False, soft_wrap=args.json))
+
+
+# -- cancel ---------------------------------------------------------------------------------
+
+
+async def _cancel(store: RunStore, args: argparse.Namespace, console: Console) -> int:
+    """End the run in the store when nobody can be driving it, else leave a request for its
+    driver (as ``POST /v1/runs/{id}/cancel`` does): the way out of a run no server can be
+    started for, or one left by a server that died."""
+    from podium.engine.driver import Engine
+
+    record = await store.get(args.run_id)
+    if record is None:
+        raise ConfigError(f"no run {args.run_id!r} in this store")
+    if record.done:
+        raise ConfigError(f"run {record.run_id} already {record.status}")
+    alone = store.sole_user()  # a viewer would not know: this one writes
+    if record.status in ("queued", "waiting") or (record.status == "running" and alone):
+        try:  # nobody drives it: a worker that claims it later finds it ended
+            await Engine(store).end_stored(record, "cancelled", "cancelled", "cancelled")
+        except StaleRunError:  # taken up meanwhile: ask its driver, below
+            pass
+        else:
+            _said(console, args, record, "cancelled")
+            return 0
+    await store.request_cancel(record.run_id)
+    pids = store.other_users()
+    who = f" (pid {', '.join(map(str, pids))})" if pids else ""
+    _said(console, args, record,
+          f"cancel requested: another process{who} may be driving it, and ends it at its "
+          "next step; the next server that takes it up ends it before any call")
+    return 0
+
+
+def _said(console: Console, args: argparse.Namespace, record: RunRecord, what: str) -> None:
+    if args.json:
+        _json({"run_id": record.run_id, "status": record.status, "cancel": what})
+    else:
+        console.print(_t(("run ", "dim"), record.run_id, (": ", "dim"), what))
 
 
 def _filter(args: argparse.Namespace) -> RunFilter:
