@@ -77,6 +77,8 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
         NOT_SQLITE,
     ),
     ("run-store-missing-dir", ("run", "react", "hi", "--store", "/no/such/r.db"), "not exist"),
+    ("run-store-url", ("run", "react", "hi", "--store", "redis://h:1/0"), "sqlite:PATH"),
+    ("run-store-memory-colon", ("run", "react", "hi", "--store", "memory:"), "sqlite:PATH"),
     ("resume-without-store", ("run", "react", "--resume", "run_x"), "--resume needs"),
     ("resume-unknown-id", ("run", "react", "--resume", "run_no", "--store", "{db}"), "no run"),
     ("run-no-input", ("run", "react"), "give an input"),
@@ -498,3 +500,14 @@ def test_resume_of_a_run_another_process_may_drive_is_refused(tmp_path: Path) ->
         assert f"(pid {driver.pid})" in out.stderr
     alone = podium("run", "react", "--resume", run_id, "--store", store, "--json", cwd=tmp_path)
     assert alone.returncode == 0 and json.loads(alone.stdout)["status"] == "completed", alone
+
+
+def test_run_takes_a_store_spelled_sqlite_path(tmp_path: Path) -> None:
+    """`sqlite:PATH` is how `podium serve` and `podium runs` take a store: `podium run`
+    made a file named `sqlite:runs.sqlite` of it, which `podium runs` then could not find."""
+    out = podium("run", "react", "hi", "--store", "sqlite:runs.sqlite", "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "runs.sqlite").is_file() and not (tmp_path / "sqlite:runs.sqlite").exists()
+    run_id = json.loads(out.stdout)["run_id"]
+    shown = podium("runs", "show", run_id, "--store", "sqlite:runs.sqlite", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr

@@ -36,6 +36,7 @@ __all__ = (
     "check_redis_url",
     "check_sqlite_path",
     "host_port",
+    "local_store",
     "log_level",
     "missing_extra",
     "non_empty",
@@ -163,6 +164,23 @@ def non_empty(value: str) -> str:
     (an unset shell variable) would otherwise fall back to the default without a word."""
     if not value.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def local_store(value: str) -> str:
+    """An argparse type: ``memory``, or a SQLite file as ``PATH`` or ``sqlite:PATH`` (the
+    spelling ``podium serve`` and ``podium runs`` take; it made a file named
+    ``sqlite:PATH`` here). A URL, or ``memory:`` with something after it, is refused: it
+    would be a file of that name."""
+    value = non_empty(value)
+    if value == "memory":
+        return value
+    if value.startswith("sqlite:"):
+        return non_empty(value.removeprefix("sqlite:"))
+    if "://" in value or value.startswith("memory:"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give memory, or a SQLite file as PATH or sqlite:PATH"
+        )
     return value
 
 

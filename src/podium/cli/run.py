@@ -16,6 +16,7 @@ from podium.cli.common import (
     RawHelpFormatter,
     UserError,
     check_sqlite_path,
+    local_store,
     non_empty,
 )
 from podium.cli.textline import line
@@ -78,8 +79,8 @@ def register(sub: Any) -> None:
         help=f"package.module:agent, or a built-in: {', '.join(BUILTIN_AGENTS)}",
     )
     p.add_argument("input", nargs="?", default="", help="the user's input")
-    p.add_argument("--store", type=non_empty, default="memory",
-                   help="memory, or a SQLite file path (resumable)")
+    p.add_argument("--store", type=local_store, default="memory",
+                   help="memory, or a SQLite file as PATH or sqlite:PATH (resumable)")
     p.add_argument("--resume", type=non_empty, metavar="RUN_ID",
                    help="continue this run from its last checkpoint")
     p.add_argument(
