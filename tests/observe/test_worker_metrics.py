@@ -293,3 +293,16 @@ async def test_backend_occupancy_and_queue_wait_are_sampled() -> None:
     assert value(done, "podium_backend_outstanding") == 0
     assert value(done, "podium_queue_wait_seconds_count", pool="default") == 1
     assert value(done, "podium_queue_wait_seconds_sum", pool="default") == pytest.approx(0.002)
+
+
+def test_process_cpu_counts_from_the_process_start() -> None:
+    """process_cpu_seconds_total, by convention, is the CPU since the process started (its
+    imports and start-up too): the counter began at 0 when the metrics did (0.04 s reported
+    while /proc said 2.3 s), which only rate() forgave."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    registry = CollectorRegistry()
+    RunMetrics(registry)
+    parsed = samples(generate_latest(registry).decode())
+    assert value(parsed, "podium_process_cpu_seconds_total") >= before.ru_utime + before.ru_stime

@@ -156,6 +156,9 @@ class RunMetrics:
                               registry=g, multiprocess_mode="livesum")
         self._rusage = resource.getrusage(resource.RUSAGE_SELF)
         self._rusage_at = time.monotonic()
+        # From the process's start, as process_cpu_seconds_total is by convention (its
+        # start-up, imports included): the sampler adds what each interval used.
+        self.cpu.inc(self._rusage.ru_utime + self._rusage.ru_stime)
 
     # -- the engine's hook (hot path: appends only) ------------------------------------------
 
