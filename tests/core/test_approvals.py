@@ -3,6 +3,7 @@ engine resumes it from its journal with no completed tool call repeated (memory 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -537,3 +538,34 @@ def test_sigkill_while_an_approved_call_runs_then_resume_records_each_outcome_on
             return [e for _, e in await store.journal(run_id)]
 
     assert _outcomes_by_call(asyncio.run(journal())) == {"call_0": 1, "call_1": 1, "call_2": 1}
+
+
+MODEL_S = 0.05
+
+
+@pytest.mark.parametrize("lone", [False, True], ids=["turn-before-tools", "turn-at-park"])
+async def test_a_step_resumed_after_a_decision_keeps_its_model_time(lone: bool) -> None:
+    """The model's time of a step that waited for a human was lost: the resumed step's
+    profile held only its tools, merge and checkpoint (a 104 ms call counted as 0). The
+    turn journaled before the wait carries the step's timings so far into its commit."""
+    refunds = Refunds()
+    reply = refunds.agent.model.fn  # type: ignore[attr-defined]
+
+    async def slow(messages: Sequence[Message], request: ModelRequest) -> Any:
+        await asyncio.sleep(MODEL_S)  # the model time the step's profile must keep
+        if lone and request.step == 0:  # one gated call: its turn is written as it parks
+            return tool_call_reply(("refund", '{"order_id": "A-1", "amount": 250}'))
+        return reply(messages, request)
+
+    agent = Agent("refunds", FunctionModel(slow), tools=list(refunds.agent.tools.values()))
+    async with Engine() as engine:
+        record = await engine.run(agent, "refund A-1")
+        assert record.status == "waiting"
+        (pending,) = await engine.pending_approvals(record.run_id)
+        await engine.decide(record.run_id, pending.call_id, approve=True)
+        record = await engine.resume(agent, record.run_id)
+    assert record.status == "completed" and record.profile is not None
+    first = record.profile.steps[0]
+    # the model's phase of the parked step (uvloop's timers may fire a little early: 80 %)
+    assert first.wall_ns[1] >= MODEL_S * 0.8e9, first
+    assert first.wall_ns[0] > 0 and first.wall_ns[2] > 0  # assemble and parse too

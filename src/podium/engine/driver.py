@@ -665,7 +665,8 @@ class Engine(AsyncCloseable):
                     if not result.ok and result.error == "interrupted":  # the tool asked a human
                         outcome = [(call.index, result)]
                         await self._park(
-                            agent, state, [call], [], [], outcome, {}, (message, response)
+                            agent, state, [call], [], [], outcome, {}, (message, response),
+                            sw, ttft,
                         )
                     # merge
                     ctx.append(tool_message(result))
@@ -1016,7 +1017,8 @@ class Engine(AsyncCloseable):
         ):
             # Durable before any tool runs: a resume then re-runs only unfinished calls, under
             # the same idempotency keys. A lone side-effect-free call rides with the commit.
-            turn = ModelTurn(state.step, time.time(), message, response.usage)
+            profile = sw.snapshot(state.step, 0, ttft)  # so far: kept if the step resumes
+            turn = ModelTurn(state.step, time.time(), message, response.usage, profile)
             await self._append(state, (turn,), sw)
             sw.lap(_CHECKPOINT)
             await self._finish_step(agent, state, sw, planned, rejected, {}, None, ttft)
@@ -1054,7 +1056,9 @@ class Engine(AsyncCloseable):
             results = await self._run_tools(agent, state, planned, done, sw)
         sw.lap(_TOOLS)
         if held or self.executor.interrupts != interrupts:
-            await self._park(agent, state, planned, held, rejected, results, done, deferred)
+            await self._park(
+                agent, state, planned, held, rejected, results, done, deferred, sw, ttft
+            )
         # merge
         if rejected:
             outcomes = [*rejected, *results]
@@ -1121,13 +1125,17 @@ class Engine(AsyncCloseable):
             )
             state.invalid_calls += invalid
         state.pending = None
+        ttft = 0
+        if pending.profile is not None:  # what the step did before it stopped
+            sw.carry(pending.profile)
+            ttft = pending.profile.ttft_ns
         done = pending.outcomes
         if done:  # journaled already (ran, refused, decided by a human): never again
             planned = [call for call in planned if call.index not in done]
             rejected = [item for item in rejected if item[0] not in done]
         if pending.requests is not None or pending.interrupted is not None:
             planned = await self._after_humans(agent, state, pending, planned, rejected)
-        await self._finish_step(agent, state, sw, planned, rejected, dict(done), None)
+        await self._finish_step(agent, state, sw, planned, rejected, dict(done), None, ttft)
         if verdict is not None and verdict.rejected is not None:
             self._output_failed(agent, state, verdict)
         state.approved = frozenset()
@@ -1144,6 +1152,8 @@ class Engine(AsyncCloseable):
         results: list[tuple[int, ToolResult]],
         done: dict[int, ToolResult],
         deferred: tuple[Message, ModelResponse] | None,
+        sw: Stopwatch,
+        ttft: int,
     ) -> None:
         """Journal the step so far and the calls that wait for a human, with the record
         ``waiting``, in one write; then end the drive (:class:`_Waiting`). Returns if no
@@ -1156,7 +1166,8 @@ class Engine(AsyncCloseable):
             return
         entries: list[JournalEntry] = []
         if deferred is not None:  # the lone call's turn rode with the commit: write it now
-            entries.append(ModelTurn(step, ts, message, deferred[1].usage))
+            profile = sw.snapshot(step, 0, ttft)  # so far, tools included: for the resume
+            entries.append(ModelTurn(step, ts, message, deferred[1].usage, profile))
         entries.extend(ToolOutcome(step, ts, i, r) for i, r in rejected)
         if deferred is not None or (len(planned) == 1 and not done):  # not journaled by _run_tools
             entries.extend(ToolOutcome(step, ts, i, r) for i, r in results if i not in done)

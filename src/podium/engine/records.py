@@ -146,12 +146,18 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
 
 
 class ModelTurn(msgspec.Struct, tag="model", gc=False, omit_defaults=True):
-    """The model's reply at ``step`` (persisted before any of its tool calls run)."""
+    """The model's reply at ``step`` (persisted before any of its tool calls run).
+
+    ``profile`` holds the step's timings so far (assemble, model, parse; the tools too for
+    a turn journaled as the step parks on a human): a step resumed from here (after a
+    decision, or on another worker) carries them on, so its committed profile has the
+    model's time it did not spend again."""
 
     step: int
     ts: float
     message: Message
     usage: Usage = Usage()
+    profile: StepProfile | None = None
 
 
 class ToolOutcome(msgspec.Struct, tag="tool", gc=False, omit_defaults=True):

@@ -10,7 +10,7 @@ import msgspec
 from podium.agent import Agent
 from podium.context.buffer import CompactionPlan, ContextBuffer
 from podium.engine.approvals import INTERRUPTED, decided_result
-from podium.engine.profile import RunProfile
+from podium.engine.profile import RunProfile, StepProfile
 from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
@@ -54,6 +54,8 @@ class PendingStep(msgspec.Struct, gc=False):
     requests: dict[int, ApprovalRequested] | None = None
     decisions: dict[int, ApprovalDecided] | None = None
     interrupted: dict[int, ToolResult] | None = None
+    #: The step's timings as its model turn was journaled: carried into its commit.
+    profile: StepProfile | None = None
 
 
 # gc=False: a run waiting in a tool should hold few objects the collector scans. Its one
@@ -194,7 +196,7 @@ def replay(
             state.finished = entry
     if turn is not None:
         state.pending = PendingStep(
-            turn.step, turn.message, outcomes, requests, decisions, interrupted
+            turn.step, turn.message, outcomes, requests, decisions, interrupted, turn.profile
         )
         state.step = turn.step
     return state

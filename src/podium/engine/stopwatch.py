@@ -147,6 +147,16 @@ class Stopwatch(msgspec.Struct, gc=False):
             t[6 + phase] += ns
             t[_SPLIT] = 1
 
+    def carry(self, profile: StepProfile) -> None:
+        """Add to this step what it did before it stopped (a park on a human, a worker's
+        death): ``profile``'s wall and CPU figures, as time outside the open slice."""
+        t = self.t
+        for p, (wall, cpu) in enumerate(zip(profile.wall_ns, profile.cpu_ns, strict=False)):
+            t[p] += wall
+            t[12 + p] += wall  # not running time of the slice open now
+            t[6 + p] += cpu
+        t[_SPLIT] = 1
+
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         """The step's profile so far, the open slice's CPU taken as its running wall time."""
         t = self.t
@@ -465,6 +475,9 @@ class NoStopwatch(Stopwatch, gc=False):
         pass
 
     def add_cpu(self, phase: int, ns: int) -> None:
+        pass
+
+    def carry(self, profile: StepProfile) -> None:
         pass
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:

@@ -104,7 +104,9 @@ def _profile_data(p: StepProfile) -> dict[str, Any]:
 def event_data(seq: int | None, entry: JournalEntry) -> dict[str, Any]:
     data: dict[str, Any] = msgspec.to_builtins(entry)
     data.pop("type", None)
-    if isinstance(entry, StepCommitted) and entry.profile is not None:
+    if isinstance(entry, ModelTurn):  # the step's timings so far: step_finished has them all
+        data.pop("profile", None)
+    elif isinstance(entry, StepCommitted) and entry.profile is not None:
         data["profile"] = _profile_data(entry.profile)
     elif isinstance(entry, RunFinished) and entry.structured:
         data["output"] = output_out(entry)  # the answer as JSON, not a string holding it
