@@ -92,3 +92,31 @@ async def test_file_problem_tells_a_file_deleted_or_replaced_under_the_store(
         await fresh.get("run_a")
         assert fresh.file_problem() is None
     assert SQLiteRunStore(":memory:").file_problem() is None
+
+
+class Recording(SQLiteRunStore):
+    """The real store, remembering the CPU each journal write says it spent."""
+
+    spent: list[int]
+
+    async def append(self, run_id, entries, *, record=None):  # type: ignore[no-untyped-def]
+        off_loop = await super().append(run_id, entries, record=record)
+        self.spent.append(off_loop or 0)
+        return off_loop
+
+
+async def test_the_database_threads_cpu_is_the_checkpoints_not_a_wait(tmp_path: Path) -> None:
+    """The store's writes run on its own thread: their CPU (statements, the commit) was
+    counted as the checkpoint's waiting (60 µs a step: more than the engine's own CPU).
+    Each write now says its share, and the run's checkpoint phase counts it as CPU."""
+    from podium import Engine
+    from podium.examples import react
+
+    store = Recording(tmp_path / "runs.sqlite")
+    store.spent = []
+    async with store, Engine(store) as engine:
+        record = await engine.run(react.agent, "Find podium")
+    assert record.status == "completed" and record.profile is not None
+    assert store.spent and all(ns > 0 for ns in store.spent), store.spent
+    checkpoint_cpu = sum(step.cpu_ns[5] for step in record.profile.steps)
+    assert checkpoint_cpu >= sum(store.spent[1:])  # (the first write creates the run)

@@ -1429,14 +1429,16 @@ class Engine(AsyncCloseable):
         state: RunState,
         entries: Sequence[JournalEntry],
         sw: Stopwatch,
-        coro: Coroutine[Any, Any, None],
+        coro: Coroutine[Any, Any, int | None],
         pending: Any,
     ) -> None:
         sw.suspend(_CHECKPOINT)
         try:
-            await continuation(coro, pending)
+            off_loop = await continuation(coro, pending)
         finally:
             sw.resume(_CHECKPOINT)
+        if off_loop:  # the store's own thread's CPU for this write (SQLite's): not waiting
+            sw.add_cpu(_CHECKPOINT, off_loop)
         if self.observers:
             self._notify(state, entries)
 

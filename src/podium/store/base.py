@@ -58,10 +58,13 @@ class RunStore(AsyncCloseable, abc.ABC):
     @abc.abstractmethod
     async def append(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
-    ) -> None:
+    ) -> int | None:
         """Append journal entries, and update ``record`` in the same atomic write if given.
 
-        When this returns the entries are durable (as durable as the store is).
+        When this returns the entries are durable (as durable as the store is). Returns
+        the CPU nanoseconds the store spent on the write off the event loop (its own
+        thread), where it can tell, else None: the run's checkpoint phase counts them as
+        CPU, not as waiting.
         """
 
     def append_nowait(
