@@ -108,3 +108,21 @@ def error_from_validation(exc: msgspec.ValidationError) -> ApiError:
             path = f"{path}.{named.group('name')}" if path else named.group("name")
             break
     return ApiError(422, "invalid_request", text, field=path or None)
+
+
+def run_waiting(run_id: str) -> str:
+    """Why a run has no answer yet: it waits for a human (what a client must do next)."""
+    return (
+        f"run {run_id} is waiting for a human's decision: decide its calls "
+        f"(GET /v1/runs/{run_id}/approvals), then read its answer at GET /v1/runs/{run_id}"
+    )
+
+
+def run_still_going(run_id: str, waited_s: float | None = None) -> str:
+    """Why a run has no answer yet: a wait for it timed out; it goes on."""
+    within = "the wait timeout" if waited_s is None else f"{waited_s:g}s (wait_timeout_s)"
+    return (
+        f"run {run_id} did not finish within {within}; it goes on: "
+        f"GET /v1/runs/{run_id} for its end"
+    )
+

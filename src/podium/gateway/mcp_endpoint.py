@@ -26,7 +26,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from podium.gateway.errors import ApiError
+from podium.engine.records import RunRecord
+from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.observe.tracing import submit_context
 
 if TYPE_CHECKING:
@@ -101,6 +102,17 @@ def mcp_endpoint(gateway: Gateway) -> tuple[Route, Callable[[], AbstractAsyncCon
     return route, manager.run
 
 
+def _not_completed(record: RunRecord, waited_s: float) -> str:
+    """Why a call has no answer, and where its run stands (it said "waiting (None): ")."""
+    run_id = record.run_id
+    if record.status == "waiting":
+        return run_waiting(run_id)
+    if not record.done:
+        return run_still_going(run_id, waited_s)
+    why = ": ".join(part for part in (record.reason, record.error) if part)
+    return f"run {run_id} {record.status}" + (f" ({why})" if why else "")
+
+
 def _runner(gateway: Gateway, name: str) -> Callable[..., Awaitable[str]]:
     async def run(input: str, ctx: Context) -> str:
         """Run the agent on ``input`` and return its answer."""
@@ -117,9 +129,7 @@ def _runner(gateway: Gateway, name: str) -> Callable[..., Awaitable[str]]:
         except ApiError as exc:  # refused (rate, backlog): the client reads why
             raise ToolError(f"{exc.type}: {exc}") from exc
         if record.status != "completed":
-            raise ToolError(
-                f"run {record.run_id} {record.status} ({record.reason}): {record.error or ''}"
-            )
+            raise ToolError(_not_completed(record, gateway.config.server.wait_timeout_s))
         return record.output or ""
 
     return run

@@ -41,7 +41,7 @@ from starlette.responses import Response, StreamingResponse
 
 from podium.engine.records import ApprovalRequested, ModelTurn, RunFinished, RunRecord, StepRecord
 from podium.gateway.auth import Tenant
-from podium.gateway.errors import ApiError
+from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.gateway.live import live_events
 from podium.gateway.outage import UNAVAILABLE
 from podium.gateway.schemas import (
@@ -99,26 +99,23 @@ def _usage(record: RunRecord) -> ChatUsage:
     return ChatUsage(u.input_tokens, u.output_tokens, u.total_tokens)
 
 
-def _waiting(run_id: str) -> str:
-    return (
-        f"run {run_id} is waiting for a human's decision: decide its calls "
-        f"(GET /v1/runs/{run_id}/approvals), then read its answer at GET /v1/runs/{run_id}"
-    )
-
-
 def _check_completed(record: RunRecord) -> None:
     if record.status == "completed":
         return
+    # The run exists: the same request again would start another one (its tools again).
+    # OpenAI's SDKs retry a 409 and every 5xx, twice by default, unless told not to.
+    headers = {"X-Podium-Run-Id": record.run_id, "x-should-retry": "false"}
     if record.status == "waiting":  # parked on a human: no answer is coming by itself
-        raise ApiError(409, "run_waiting", _waiting(record.run_id),
-                       headers={"X-Podium-Run-Id": record.run_id})
+        raise ApiError(409, "run_waiting", run_waiting(record.run_id), headers=headers)
     if record.done:
         raise ApiError(
             502,
             "run_failed",
             f"run {record.run_id} {record.status}: {record.error or record.reason}",
+            headers=headers,
         )
-    raise ApiError(504, "timeout", f"run {record.run_id} did not finish within the wait timeout")
+    raise ApiError(504, "timeout", run_still_going(record.run_id), headers=headers)
+
 
 
 async def complete(
@@ -302,10 +299,12 @@ async def _chunks(
             yield chunk(ChunkDelta(content=record.output))
         yield chunk(ChunkDelta(), "stop")
     elif record.status == "waiting":
-        yield error("run_waiting", _waiting(run_id))
+        yield error("run_waiting", run_waiting(run_id))
+    elif not record.done:  # the wait timed out, as a 504 "timeout" would say unstreamed
+        yield error("timeout", run_still_going(run_id, wait_s))
     else:
         # Headers are sent: the failure travels in-band, as OpenAI's own streams do.
-        why = record.error or record.reason or f"the run did not finish within {wait_s}s"
+        why = record.error or record.reason or record.status
         yield error("run_failed", f"run {run_id} {record.status}: {why}")
     if include_usage:
         usage = ChatCompletionChunk(

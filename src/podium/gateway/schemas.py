@@ -289,8 +289,12 @@ class ContentPart(msgspec.Struct, kw_only=True):
     text: str | None = None
 
 
-class ChatMessage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+# Unknown fields are accepted and ignored, as vLLM does: clients (OpenAI's SDK, LangChain)
+# send fields of OpenAI's API that change over time (an assistant message's `refusal`,
+# `tools` bound to a model, `logprobs`, `store`, `reasoning_effort`), and a 422 for each
+# broke them. The agent's own tools and settings apply.
+class ChatMessage(msgspec.Struct, kw_only=True):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_call_id: str | None = None
@@ -309,9 +313,10 @@ class ResponseFormat(msgspec.Struct, kw_only=True):
     json_schema: dict[str, Any] | None = None
 
 
-class ChatRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """``POST /v1/chat/completions``: ``model`` names the agent; sampling options are accepted
-    for compatibility and ignored (the agent's own settings apply). ``response_format``
+class ChatRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/chat/completions``: ``model`` names the agent; sampling options and any
+    other field of OpenAI's API (``tools``, ``tool_choice``, ``logprobs``…) are accepted for
+    compatibility and ignored (the agent's own tools and settings apply). ``response_format``
     asking for JSON needs an agent with an ``output_type``: its answer is the JSON."""
 
     model: Name
