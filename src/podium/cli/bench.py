@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import sys
 import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -13,9 +14,11 @@ import msgspec
 
 from podium.agent import Agent
 from podium.cli.common import (
+    EXIT_INTERRUPTED,
     UserError,
     check_output_file,
     check_sqlite_path,
+    local_store,
     non_empty,
     positive_int,
     seconds,
@@ -48,8 +51,8 @@ def register(sub: Any) -> None:
                    help="scenario file (.toml or .yaml); default: built-in ReAct")
     p.add_argument("--runs", type=positive_int, help="number of runs (overrides the scenario)")
     p.add_argument("--concurrency", type=positive_int, help="runs in flight at once (overrides)")
-    p.add_argument("--store", type=non_empty, default="memory",
-                   help="memory, or a SQLite file path")
+    p.add_argument("--store", type=local_store, default="memory",
+                   help="memory, or a SQLite file as PATH or sqlite:PATH")
     p.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="event loop")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--report", type=non_empty, metavar="FILE",
@@ -107,6 +110,7 @@ def main(args: argparse.Namespace) -> int:
             progress=not args.json,
             console=console,
             records=keep,
+            partial_on_interrupt=True,  # Ctrl-C: the report of the runs so far, then exit 130
         )
 
     records: list[RunRecord] | None = [] if args.report else None
@@ -116,19 +120,30 @@ def main(args: argparse.Namespace) -> int:
         points, report = bench_report.sweep(levels, runs, bench, run, records)
     else:
         report = run(bench(runs, concurrency, records))
+    # The results first: a report file that cannot be written (a full disk, its directory
+    # removed meanwhile) is said after them, not instead of them.
+    _print_results(args, console, report, points, swept=bool(levels))
     if args.report and records is not None:
         bench_report.write_report(args.report, report, records, points)
-    if args.json and points:  # the last level's report, plus every level and the sweet spot
-        print(msgspec.json.encode(bench_report.sweep_json(report, points)).decode())
+        console.print(f"report written to {args.report}")
+    if report.partial:  # the line any interrupted command says; the report says how far
+        print("podium bench: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    return 0 if report.completed == report.runs else 1
+
+
+def _print_results(args: argparse.Namespace, console: Console, report: BenchReport,
+                   points: list[SweepPoint], *, swept: bool) -> None:
+    from podium.cli import bench_report
+
+    if args.json and swept:  # the last level's report, plus every level and the sweet spot
+        print(msgspec.json.encode(bench_report.sweep_json(report, points)).decode(), flush=True)
     elif args.json:
-        print(msgspec.json.encode(report).decode())
+        print(msgspec.json.encode(report).decode(), flush=True)
     else:
         render_report(report, console)
     if points:
         bench_report.render_sweep(points, console)
-    if args.report:
-        console.print(f"report written to {args.report}")
-    return 0 if report.completed == report.runs else 1
 
 
 #: Options of one mode only: given to the other, each was silently ignored.
@@ -196,6 +211,89 @@ def _store(spec: str) -> RunStore:
     return SQLiteRunStore(spec)
 
 
+class _SessionMemory:
+    """RSS per session in flight, measured over the first wave of runs.
+
+    The process's RSS grows with what the bench keeps of every finished run (the profile's
+    samples, the latencies, the records ``--report`` plots) and with what allocators keep:
+    its peak over the whole test, divided by the sessions in flight, grew with the number
+    of runs (44 KiB at 500 runs, 173 at 12,000). Between the start and the end of the first
+    wave all ``concurrency`` sessions are in flight and the bench has kept next to nothing:
+    the RSS growth then, per session, is what sizing needs, whatever the number of runs."""
+
+    _SAMPLES = 64  # RSS reads over the first wave, at most: a read is a file read
+
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self.every = max(1, concurrency // self._SAMPLES)
+        self.ended = 0
+        self.baseline = self.peak = 0
+
+    def start(self) -> None:
+        """The baseline: call with everything up but the runs (store, engine, progress bar)."""
+        self.baseline = self.peak = rss_kb()
+
+    def run_ended(self) -> None:
+        """A run ended (called before the bench keeps anything of it)."""
+        ended = self.ended
+        if ended >= self.concurrency:
+            return
+        self.ended = ended + 1
+        if ended % self.every == 0 or ended == self.concurrency - 1:
+            self.peak = max(self.peak, rss_kb())
+
+    def per_session_kb(self) -> float:
+        return round(max(0, self.peak - self.baseline) / self.concurrency, 2)
+
+
+class _Outcomes:
+    """How the runs ended: counts, reasons, steps and latencies (nanoseconds)."""
+
+    def __init__(self) -> None:
+        self.latencies: list[int] = []
+        self.completed_latencies: list[int] = []
+        self.completed_steps = 0
+        self.failures: dict[str, int] = {}
+
+    def add(self, record: RunRecord, latency_ns: int) -> None:
+        self.latencies.append(latency_ns)
+        if record.status == "completed":
+            self.completed_latencies.append(latency_ns)
+            self.completed_steps += record.steps
+        else:  # failed or cancelled: by the stable code that says why
+            why = record.reason or record.status
+            self.failures[why] = self.failures.get(why, 0) + 1
+
+    @property
+    def completed(self) -> int:
+        return len(self.completed_latencies)
+
+
+async def _until_interrupted(lanes: list[Coroutine[Any, Any, None]], stop_early: bool) -> bool:
+    """Run the lanes to their end; True if Ctrl-C cut them short (``stop_early``).
+
+    ``asyncio.run`` answers Ctrl-C by cancelling the main task: the lanes are cancelled with
+    it (their runs stay ``running``, as at a shutdown) and the bench reports what finished.
+    A cancellation that is not of this task (a lane's own) is no interruption."""
+    try:
+        await asyncio.gather(*lanes)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not stop_early or task is None or task.cancelling() == 0:
+            raise
+        task.uncancel()  # handled: the store and the engine close as usual
+        return True
+    return False
+
+
+def _per_s(count: float, wall: float) -> float:
+    return round(count / wall, 3) if wall else 0.0
+
+
+def _ms(sorted_ns: list[int], q: float) -> float:
+    return round(percentile(sorted_ns, q) / 1e6, 3)
+
+
 async def run_bench(
     agent: Agent,
     *,
@@ -207,19 +305,21 @@ async def run_bench(
     progress: bool = False,
     console: Console | None = None,
     records: list[RunRecord] | None = None,
+    partial_on_interrupt: bool = False,
 ) -> BenchReport:
     """Drive ``runs`` runs, ``concurrency`` at a time, and measure them (keeping each
-    finished record in ``records`` when given: what the HTML report plots)."""
+    finished record in ``records`` when given: what the HTML report plots).
+
+    ``partial_on_interrupt``: a cancellation of the calling task while the runs are driven
+    (Ctrl-C under ``asyncio.run``) ends the test early with the report of the runs that
+    finished, marked ``partial``, instead of raising."""
     store = _store(store_spec)
     aggregator = ProfileAggregator()
     lag = LoopLagMonitor(0.01, window=1_000_000)  # the whole run, not a sliding window
-    latencies: list[int] = []
-    completed = 0
+    outcomes = _Outcomes()
     next_run = 0
-    peak_rss = 0
     thresholds = gc.get_threshold()
     tune_for_serving()  # as `podium worker` and `podium serve` do (see podium.gctune)
-    baseline_rss = rss_kb()
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -236,58 +336,71 @@ async def run_bench(
     task_id = bar.add_task("runs", total=runs)
 
     async with store, Engine(store, aggregator=aggregator) as engine:
+        memory = _SessionMemory(concurrency)
 
         async def lane() -> None:
-            nonlocal completed, next_run, peak_rss
+            nonlocal next_run
             while next_run < runs:
                 next_run += 1
                 t0 = time.perf_counter_ns()
                 record = await engine.run(agent, "Find out what Podium is.")
-                latencies.append(time.perf_counter_ns() - t0)
+                latency = time.perf_counter_ns() - t0
+                memory.run_ended()  # before the bench keeps anything of this run
+                outcomes.add(record, latency)
                 if records is not None:
                     records.append(msgspec.structs.replace(record, input=""))
-                if record.status == "completed":
-                    completed += 1
                 if isinstance(store, MemoryRunStore):
                     store.forget(record.run_id)  # keep memory flat: measure in-flight runs only
                 bar.advance(task_id)
-                if completed % 256 == 0:
-                    peak_rss = max(peak_rss, rss_kb())
 
         if progress and console is not None:
             console.print(f"bench: running {runs} runs, {concurrency} at a time ({label})")
         lag.start()
         with bar:
+            memory.start()
             wall0 = time.perf_counter()
             cpu0 = time.process_time()
-            await asyncio.gather(*(lane() for _ in range(concurrency)))
+            partial = await _until_interrupted(
+                [lane() for _ in range(concurrency)], partial_on_interrupt
+            )
             cpu = time.process_time() - cpu0
             wall = time.perf_counter() - wall0
         await lag.stop()
     gc.unfreeze()
     gc.set_threshold(*thresholds)
-    peak_rss = max(peak_rss, rss_kb())
     summary = aggregator.summary()
-    latencies.sort()
+    latencies = sorted(outcomes.latencies)
+    done = sorted(outcomes.completed_latencies)
     steps = summary.steps
+    finished = len(latencies)
     return BenchReport(
         scenario=label,
         loop=loop_name,
-        runs=runs,
-        completed=completed,
+        runs=finished,
+        completed=outcomes.completed,
         concurrency=concurrency,
         steps=steps,
         wall_s=round(wall, 3),
-        steps_per_s=round(steps / wall, 1) if wall else 0.0,
-        runs_per_s=round(runs / wall, 2) if wall else 0.0,
+        steps_per_s=_per_s(steps, wall),
+        runs_per_s=_per_s(finished, wall),
         cpu_us_per_step=round(cpu / steps * 1e6, 2) if steps else 0.0,
         profiled_cpu_us_per_step=round(summary.cpu_us_per_step, 2),
         cpu_utilization=round(cpu / wall, 3) if wall else 0.0,
         loop_lag_p99_ms=round(lag.p99_ms(), 3),
-        rss_per_run_kb=round(max(0, peak_rss - baseline_rss) / concurrency, 2),
-        run_wall_p50_ms=round(percentile(latencies, 50) / 1e6, 3),
-        run_wall_p99_ms=round(percentile(latencies, 99) / 1e6, 3),
+        rss_per_run_kb=memory.per_session_kb(),
+        run_wall_p50_ms=_ms(latencies, 50),
+        run_wall_p99_ms=_ms(latencies, 99),
         phases=summary.phases,
         tool_calls=engine.executor.calls,
         tool_failures=engine.executor.failures,
+        failed=finished - outcomes.completed,
+        failures=dict(sorted(outcomes.failures.items())),
+        completed_runs_per_s=_per_s(outcomes.completed, wall),
+        failed_runs_per_s=_per_s(finished - outcomes.completed, wall),
+        completed_steps=outcomes.completed_steps,
+        completed_steps_per_s=_per_s(outcomes.completed_steps, wall),
+        completed_run_wall_p50_ms=_ms(done, 50) if done else None,
+        completed_run_wall_p99_ms=_ms(done, 99) if done else None,
+        partial=partial,
+        runs_planned=runs,
     )

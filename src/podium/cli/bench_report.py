@@ -2,7 +2,8 @@
 
 A sweep runs the scenario once per concurrency (at least twice as many runs as
 sessions in flight, so each point reaches a steady state), then names the sweet
-spot: the lowest concurrency reaching 95 % of the best throughput.
+spot: the lowest concurrency reaching 95 % of the best throughput of completed runs
+(failed runs are no throughput). Interrupted (Ctrl-C), it stops at that level.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from rich.table import Table
 from podium.cli.common import write_output_file
 from podium.engine.records import RunRecord
 from podium.errors import ConfigError
-from podium.observe.html import SweepPoint, profile_report, sweet_spot
-from podium.observe.report import BenchReport
+from podium.observe.html import SWEEP_COLUMNS, SweepPoint, profile_report, sweep_cells, sweet_spot
+from podium.observe.report import BenchReport, ms, rate
+from podium.observe.report import summary_rows as report_rows
 
 __all__ = (
     "parse_sweep",
@@ -45,20 +47,31 @@ def parse_sweep(text: str) -> list[int]:
 
 
 def _point(report: BenchReport) -> SweepPoint:
-    return SweepPoint(report.concurrency, report.runs, report.runs_per_s, report.steps_per_s,
-                      report.run_wall_p50_ms, report.run_wall_p99_ms, report.cpu_utilization)
+    return SweepPoint(
+        report.concurrency, report.runs, report.runs_per_s, report.steps_per_s,
+        report.run_wall_p50_ms, report.run_wall_p99_ms, report.cpu_utilization,
+        completed_runs_per_s=report.completed_runs_per_s,
+        completed_steps_per_s=report.completed_steps_per_s, failed=report.failed,
+        completed_run_p50_ms=report.completed_run_wall_p50_ms,
+        completed_run_p99_ms=report.completed_run_wall_p99_ms,
+    )
 
 
 def sweep(
     levels: list[int], runs: int, bench: BenchFn, run: Callable[[Any], BenchReport],
     records: list[RunRecord] | None,
 ) -> tuple[list[SweepPoint], BenchReport]:
-    """One bench per level (each on a fresh loop); the last level's records are kept."""
+    """One bench per level (each on a fresh loop); the last level's records are kept. An
+    interrupted level ends the sweep: its partial report (and records) are returned, not
+    made a point."""
     points: list[SweepPoint] = []
     last: BenchReport | None = None
-    for i, level in enumerate(levels):
-        keep = records if i == len(levels) - 1 else None
-        last = run(bench(max(runs, 2 * level), level, keep))
+    for level in levels:
+        if records is not None:
+            records.clear()  # the level that ends the sweep, last or interrupted, is plotted
+        last = run(bench(max(runs, 2 * level), level, records))
+        if last.partial:
+            break
         points.append(_point(last))
     assert last is not None
     return points, last
@@ -72,38 +85,33 @@ def sweep_json(report: BenchReport, points: list[SweepPoint]) -> dict[str, Any]:
 
 
 def render_sweep(points: list[SweepPoint], console: Console) -> None:
-    table = Table(title="concurrency sweep", title_justify="left")
-    for col in ("concurrency", "runs", "runs/s", "steps/s", "p50 ms", "p99 ms", "CPU"):
+    table = Table(title="concurrency sweep (throughput and latency of completed runs)",
+                  title_justify="left")
+    for col in SWEEP_COLUMNS:
         table.add_column(col, justify="right")
     for p in points:
-        table.add_row(f"{p.concurrency:,}", f"{p.runs:,}", f"{p.runs_per_s:,.1f}",
-                      f"{p.steps_per_s:,.0f}", f"{p.run_p50_ms:,.1f}", f"{p.run_p99_ms:,.1f}",
-                      f"{p.cpu_utilization:.0%}")
+        table.add_row(*sweep_cells(p))
     console.print(table)
     spot = sweet_spot(points)
     if spot is not None:
         console.print(f"sweet spot: concurrency {spot.concurrency:,} "
-                      f"({spot.runs_per_s:,.1f} runs/s, p99 {spot.run_p99_ms:,.1f} ms)")
+                      f"({rate(spot.completed_runs_per_s)} completed runs/s, "
+                      f"p99 {ms(spot.completed_run_p99_ms)} ms)")
+    elif points:
+        console.print("no sweet spot: no run completed at any concurrency")
 
 
 def summary_rows(report: BenchReport) -> list[tuple[str, str]]:
-    return [
-        ("scenario", f"{report.scenario} ({report.loop})"),
-        ("runs completed", f"{report.completed:,} / {report.runs:,} at concurrency "
-                           f"{report.concurrency:,}"),
-        ("throughput", f"{report.runs_per_s:,.1f} runs/s, {report.steps_per_s:,.0f} steps/s"),
-        ("CPU µs per step (process)", f"{report.cpu_us_per_step:.1f}"),
-        ("CPU utilization", f"{report.cpu_utilization:.0%} of one core"),
-        ("run latency p50 / p99", f"{report.run_wall_p50_ms:.1f} / "
-                                  f"{report.run_wall_p99_ms:.1f} ms"),
-        ("event-loop lag p99", f"{report.loop_lag_p99_ms:.2f} ms"),
-    ]
+    """The HTML report's facts: those of the text report (its steps are the page's own)."""
+    return [("scenario", f"{report.scenario} ({report.loop})"),
+            *report_rows(report, steps=False)]
 
 
 def write_report(
     path: str, report: BenchReport, records: list[RunRecord], points: list[SweepPoint]
 ) -> None:
-    page = profile_report(records, title=f"podium bench — {report.scenario}",
+    partial = " (partial: interrupted)" if report.partial else ""
+    page = profile_report(records, title=f"podium bench — {report.scenario}{partial}",
                           summary=summary_rows(report), sweep=points)
     write_output_file(path, "--report", page)
 

@@ -535,8 +535,16 @@ async def _profile(store: RunStore, args: argparse.Namespace, console: Console) 
 
         page = profile_report(runs, title=f"Podium runs — {store_label(args)}")
         write_output_file(args.report, "--report", page)
-    if args.json:
+    if args.json:  # no run: its percentiles and shares are null, not zeros
         _json(summary)
+        return 0
+    if not summary.runs:  # a table of dashes would not say why
+        where = f" in {store_label(args)}" if store_label(args) else ""
+        console.print(f"no run matches{where}: nothing to profile" if not runs else
+                      f"{len(runs):,} run(s) match{where}, none with a workload profile",
+                      markup=False)
+        if args.report:
+            console.print(f"report written to {args.report}")
         return 0
     from rich.table import Table
 
@@ -545,9 +553,8 @@ async def _profile(store: RunStore, args: argparse.Namespace, console: Console) 
     table.add_column("phase")
     for col in ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "wait ms", "CPU share"):
         table.add_column(col, justify="right")
-    for name, p in summary.phases.items():
-        table.add_row(name, f"{p.wall_p50_ms:.3f}", f"{p.wall_p95_ms:.3f}", f"{p.wall_p99_ms:.3f}",
-                      f"{p.cpu_ms_total:.1f}", f"{p.wait_ms_total:.1f}", f"{p.cpu_share:.0%}")
+    for name, p in summary.phases.items():  # "-": no step had the phase
+        table.add_row(name, *p.cells())
     console.print(table)
     console.print(f"CPU µs per step (in phases): {summary.cpu_us_per_step:.1f}")
     if summary.ttft_p50_ms is not None:

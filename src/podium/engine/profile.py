@@ -90,13 +90,35 @@ class RunProfile(msgspec.Struct, array_like=True, gc=False):
 
 
 class PhaseSummary(msgspec.Struct, frozen=True):
-    wall_p50_ms: float
-    wall_p95_ms: float
-    wall_p99_ms: float
+    """One phase over many steps: wall-time percentiles, CPU and waiting totals.
+
+    A phase that did not happen in a step is no sample of it: ``tools`` and ``merge``
+    count only the steps that called a tool. With no sample (no step had the phase, no
+    run matched) the percentiles are None, and ``cpu_share`` is None with no wall time.
+    CPU is the loop thread's plus what work off the loop reported (thread- and
+    process-pool tools): with tools running in parallel it can exceed the phase's wall
+    time, and ``cpu_share`` is then above 1, truly. ``wait_ms_total`` sums each step's
+    wall time less its CPU, never below 0.
+    """
+
+    wall_p50_ms: float | None
+    wall_p95_ms: float | None
+    wall_p99_ms: float | None
     cpu_ms_total: float
     wait_ms_total: float
-    cpu_share: float
+    cpu_share: float | None
     samples: int
+
+    def cells(self) -> tuple[str, str, str, str, str, str]:
+        """p50, p95, p99 ms, CPU ms, wait ms and CPU share as a table shows them ("-": none)."""
+        p50, p95, p99 = (_or_dash(v, "{:.3f}") for v in
+                         (self.wall_p50_ms, self.wall_p95_ms, self.wall_p99_ms))
+        return (p50, p95, p99, f"{self.cpu_ms_total:.1f}", f"{self.wait_ms_total:.1f}",
+                _or_dash(self.cpu_share, "{:.0%}"))
+
+
+def _or_dash(value: float | None, spec: str) -> str:
+    return "-" if value is None else spec.format(value)
 
 
 class ProfileSummary(msgspec.Struct, frozen=True):
@@ -109,7 +131,9 @@ class ProfileSummary(msgspec.Struct, frozen=True):
 
 
 def percentile(sorted_values: array[int] | list[int] | list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted sequence (q in [0, 100])."""
+    """Nearest-rank percentile of an already sorted sequence (q in [0, 100]); 0.0 for an
+    empty one, so a caller that must tell "no sample" from zero checks for it first (as
+    :class:`PhaseSummary` does)."""
     n = len(sorted_values)
     if n == 0:
         return 0.0
@@ -117,8 +141,17 @@ def percentile(sorted_values: array[int] | list[int] | list[float], q: float) ->
     return float(sorted_values[min(n, rank) - 1])
 
 
+#: CPU above a phase's wall time by at most this much is the clocks' granularity (a tiny
+#: phase read by two clocks) and is cut to the wall time; more is real CPU done in
+#: parallel off the loop (two process-pool tools at once) and is kept.
+_CPU_GRAIN_NS = 1_000_000
+#: Phases that happen only in a step that calls tools: the other steps are no samples.
+_TOOL_PHASES = frozenset({STEP_PHASES.index("tools"), STEP_PHASES.index("merge")})
+
+
 class ProfileAggregator:
-    """Combines many runs' profiles: per-phase wall percentiles and CPU/wait totals.
+    """Combines many runs' profiles: per-phase wall percentiles and CPU/wait totals
+    (see :class:`PhaseSummary`).
 
     Samples are kept in compact ``array('q')`` buffers: no Python objects per
     sample for the garbage collector to scan.
@@ -130,6 +163,8 @@ class ProfileAggregator:
         self._step_cpu: array[int] = array("q")
         self._admit: array[int] = array("q")
         self._ttft: array[int] = array("q")
+        #: The indexes of the steps that called tools: the tools and merge phases' samples.
+        self._tool_steps: array[int] = array("q")
         self.runs = 0
         self.steps = 0
 
@@ -145,6 +180,8 @@ class ProfileAggregator:
             self.add_step(step)
 
     def add_step(self, step: StepProfile) -> None:
+        if step.tool_calls:
+            self._tool_steps.append(self.steps)
         self.steps += 1
         self._step_wall.extend(step.wall_ns)
         self._step_cpu.extend(step.cpu_ns)
@@ -157,18 +194,17 @@ class ProfileAggregator:
 
     def summary(self) -> ProfileSummary:
         n = len(STEP_PHASES)
-        phases: dict[str, PhaseSummary] = {
-            "admit": _phase(sorted(self._admit), sum(self._admit), 0)
-        }
+        admit = sum(self._admit)
+        phases: dict[str, PhaseSummary] = {"admit": _phase(sorted(self._admit), admit, 0, admit)}
         step_cpu = 0
         for i, name in enumerate(STEP_PHASES):
             walls = self._step_wall[i::n]
-            # CPU can exceed wall by clock granularity on tiny phases; cap it per sample.
-            cpu = sum(
-                min(c, w) if w else c for c, w in zip(self._step_cpu[i::n], walls, strict=True)
-            )
+            cpu, wait = _cpu_and_wait(self._step_cpu[i::n], walls)
             step_cpu += cpu
-            phases[name] = _phase(sorted(walls), sum(walls), cpu)
+            # Totals over every step (a step without the phase adds zeros), percentiles over
+            # the steps that had it.
+            samples = [walls[j] for j in self._tool_steps] if i in _TOOL_PHASES else walls
+            phases[name] = _phase(sorted(samples), sum(walls), cpu, wait)
         ttft = sorted(self._ttft)
         return ProfileSummary(
             runs=self.runs,
@@ -180,13 +216,31 @@ class ProfileAggregator:
         )
 
 
-def _phase(samples: list[int], wall_total: int, cpu_total: int) -> PhaseSummary:
+def _cpu_and_wait(cpus: array[int], walls: array[int]) -> tuple[int, int]:
+    """A phase's CPU and waiting over its steps. A step's CPU above its wall time by clock
+    granularity only is cut to it (a phase with no wall time recorded keeps its CPU); more
+    is parallel work off the loop, kept. Waiting is each step's wall time less its CPU, at
+    least 0: one step's parallel CPU does not hide another step's wait."""
+    cpu = wait = 0
+    for c, w in zip(cpus, walls, strict=True):
+        if w and 0 < c - w <= _CPU_GRAIN_NS:
+            c = w
+        cpu += c
+        if w > c:
+            wait += w - c
+    return cpu, wait
+
+
+def _phase(samples: list[int], wall_total: int, cpu_total: int, wait_total: int) -> PhaseSummary:
+    def ms(q: float) -> float | None:
+        return percentile(samples, q) / 1e6 if samples else None
+
     return PhaseSummary(
-        wall_p50_ms=percentile(samples, 50) / 1e6,
-        wall_p95_ms=percentile(samples, 95) / 1e6,
-        wall_p99_ms=percentile(samples, 99) / 1e6,
+        wall_p50_ms=ms(50),
+        wall_p95_ms=ms(95),
+        wall_p99_ms=ms(99),
         cpu_ms_total=cpu_total / 1e6,
-        wait_ms_total=max(0, wall_total - cpu_total) / 1e6,
-        cpu_share=(cpu_total / wall_total) if wall_total else 0.0,
+        wait_ms_total=wait_total / 1e6,
+        cpu_share=(cpu_total / wall_total) if wall_total else None,
         samples=len(samples),
     )

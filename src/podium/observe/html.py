@@ -11,16 +11,18 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 import msgspec
 
 from podium.engine.profile import PHASES, STEP_PHASES, ProfileAggregator
 from podium.engine.records import RunRecord
+from podium.observe.report import ms, rate
 from podium.observe.svg import Series, line_chart, stacked_bars, timelines
 
-__all__ = ("SweepPoint", "profile_report", "sweep_section", "sweet_spot")
+__all__ = ("SWEEP_COLUMNS", "SweepPoint", "profile_report", "sweep_cells", "sweep_section",
+           "sweet_spot")
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
@@ -42,7 +44,11 @@ _CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 
 
 
 class SweepPoint(msgspec.Struct, frozen=True):
-    """One concurrency of a sweep: how fast, how long the tail."""
+    """One concurrency of a sweep: how fast, how long the tail.
+
+    ``runs_per_s`` and ``run_p50_ms``/``run_p99_ms`` count every run that finished, failed
+    ones too; the ``completed_*`` figures the completed runs only (None: none completed),
+    what the sweet spot and the tables go by; ``failed``: the runs that did not complete."""
 
     concurrency: int
     runs: int
@@ -51,18 +57,37 @@ class SweepPoint(msgspec.Struct, frozen=True):
     run_p50_ms: float
     run_p99_ms: float
     cpu_utilization: float
+    completed_runs_per_s: float = 0.0
+    completed_steps_per_s: float = 0.0
+    failed: int = 0
+    completed_run_p50_ms: float | None = None
+    completed_run_p99_ms: float | None = None
+
+
+#: The sweep table's columns, in the terminal and in the HTML report (see :func:`sweep_cells`).
+SWEEP_COLUMNS = ("concurrency", "runs", "failed", "completed/s", "steps/s", "p50 ms", "p99 ms",
+                 "CPU")
+
+
+def sweep_cells(p: SweepPoint) -> tuple[str, ...]:
+    """One row of the sweep table: throughput and latency of the completed runs."""
+    return (f"{p.concurrency:,}", f"{p.runs:,}", f"{p.failed:,}", rate(p.completed_runs_per_s),
+            rate(p.completed_steps_per_s), ms(p.completed_run_p50_ms), ms(p.completed_run_p99_ms),
+            f"{p.cpu_utilization:.0%}")
 
 
 def sweet_spot(points: Sequence[SweepPoint], share: float = 0.95) -> SweepPoint | None:
-    """The lowest concurrency reaching ``share`` of the best throughput: past it, more
-    sessions in flight only lengthen the tail."""
+    """The lowest concurrency reaching ``share`` of the best throughput of completed runs:
+    past it, more sessions in flight only lengthen the tail. None when no run completed
+    (failed runs are no throughput: the fastest way to fail is no sweet spot)."""
     # A NaN throughput (a sweep step with no time) compares false to everything: left out,
     # it cannot make the best a NaN that no point reaches.
-    measured = [p for p in points if math.isfinite(p.runs_per_s)]
-    if not measured:
+    measured = [p for p in points if math.isfinite(p.completed_runs_per_s)]
+    best = max((p.completed_runs_per_s for p in measured), default=0.0)
+    if best <= 0:
         return None
-    best = max(p.runs_per_s for p in measured)
-    return min((p for p in measured if p.runs_per_s >= share * best), key=lambda p: p.concurrency)
+    return min((p for p in measured if p.completed_runs_per_s >= share * best),
+               key=lambda p: p.concurrency)
 
 
 def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
@@ -78,16 +103,13 @@ def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
 
 def _phase_table(agg: ProfileAggregator) -> str:
     s = agg.summary()
-    rows = []
-    for name in PHASES:
-        p = s.phases[name]
-        rows.append(
-            f"<tr><td>{name}</td><td>{p.wall_p50_ms:.3f}</td><td>{p.wall_p95_ms:.3f}</td>"
-            f"<td>{p.wall_p99_ms:.3f}</td><td>{p.cpu_ms_total:.1f}</td>"
-            f"<td>{p.wait_ms_total:.1f}</td><td>{p.cpu_share:.0%}</td></tr>"
-        )
+    rows = [f"<tr><td>{name}</td>{_cells(s.phases[name].cells())}</tr>" for name in PHASES]
     return ("<table><tr><th>phase</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th>"
             "<th>CPU ms</th><th>wait ms</th><th>CPU share</th></tr>" + "".join(rows) + "</table>")
+
+
+def _cells(cells: Sequence[str]) -> str:
+    return "".join(f"<td>{escape(c)}</td>" for c in cells)
 
 
 def _cpu_vs_wait(agg: ProfileAggregator) -> str:
@@ -171,30 +193,40 @@ def _slowest(runs: Sequence[RunRecord], n: int = 10) -> str:
                      (*STEP_PHASES, "admit"))
 
 
+def _measured(
+    points: Sequence[SweepPoint], figure: Callable[[SweepPoint], float | None]
+) -> list[tuple[float, float]]:
+    """(concurrency, figure) of the points that have the figure (no run completed: none)."""
+    return [(p.concurrency, v) for p in points if (v := figure(p)) is not None]
+
+
 def sweep_section(points: Sequence[SweepPoint]) -> str:
     """Throughput and p99 per concurrency, with the sweet spot named."""
     if not points:
         return ""
     spot = sweet_spot(points)
-    rows = "".join(
-        f"<tr><td>{p.concurrency:,}</td><td>{p.runs:,}</td><td>{p.runs_per_s:,.1f}</td>"
-        f"<td>{p.steps_per_s:,.0f}</td><td>{p.run_p50_ms:,.1f}</td><td>{p.run_p99_ms:,.1f}</td>"
-        f"<td>{p.cpu_utilization:.0%}</td></tr>" for p in points)
-    tp: list[Series] = [("runs/s", [(p.concurrency, p.runs_per_s) for p in points])]
-    p99: list[Series] = [("run p99 ms", [(p.concurrency, p.run_p99_ms) for p in points]),
-                         ("run p50 ms", [(p.concurrency, p.run_p50_ms) for p in points])]
+    rows = "".join(f"<tr>{_cells(sweep_cells(p))}</tr>" for p in points)
+    header = "".join(f"<th>{escape(c)}</th>" for c in SWEEP_COLUMNS)
+    tp: list[Series] = [
+        ("completed runs/s", [(p.concurrency, p.completed_runs_per_s) for p in points])
+    ]
+    p99: list[Series] = [
+        ("run p99 ms (completed)", _measured(points, lambda p: p.completed_run_p99_ms)),
+        ("run p50 ms (completed)", _measured(points, lambda p: p.completed_run_p50_ms)),
+    ]
     verdict = (f"<p>Sweet spot: <b>concurrency {spot.concurrency:,}</b> — the lowest that "
-               f"reaches 95 % of the best throughput ({spot.runs_per_s:,.1f} runs/s, p99 "
-               f"{spot.run_p99_ms:,.1f} ms). Past it more sessions in flight only lengthen "
-               f"the tail.</p>") if spot else ""
+               f"reaches 95 % of the best throughput of completed runs "
+               f"({rate(spot.completed_runs_per_s)} runs/s, p99 "
+               f"{ms(spot.completed_run_p99_ms)} ms). Past it more sessions in flight only "
+               f"lengthen the tail.</p>") if spot else (
+               "<p>No sweet spot: no run completed at any concurrency.</p>")
     return (
         "<h2>Concurrency sweep</h2>" + verdict + '<div class="grid-2">'
         + line_chart("Throughput per concurrency", tp, x_label="concurrency (log scale)",
-                     y_label="runs/s", log_x=True, markers=True)
+                     y_label="completed runs/s", log_x=True, markers=True)
         + line_chart("Run latency per concurrency", p99, x_label="concurrency (log scale)",
                      y_label="ms", log_x=True, markers=True)
-        + "</div><table><tr><th>concurrency</th><th>runs</th><th>runs/s</th><th>steps/s</th>"
-        "<th>p50 ms</th><th>p99 ms</th><th>CPU</th></tr>" + rows + "</table>"
+        + f"</div><table><tr>{header}</tr>" + rows + "</table>"
     )
 
 

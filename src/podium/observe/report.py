@@ -11,11 +11,19 @@ from podium.engine.profile import PHASES, PhaseSummary
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ("BenchReport", "render_report")
+__all__ = ("BenchReport", "ms", "rate", "render_report", "summary_rows")
 
 
 class BenchReport(msgspec.Struct, frozen=True):
-    """What ``podium bench --json`` prints."""
+    """What ``podium bench --json`` prints.
+
+    ``runs`` are the runs that finished (all of them, unless ``partial``); ``completed`` of
+    them completed and ``failed`` did not (``failures``: how many by their ``reason`` code,
+    or their status when they have none). ``runs_per_s``, ``steps_per_s`` and
+    ``run_wall_p50_ms``/``run_wall_p99_ms`` count every finished run, failed ones too; the
+    ``completed_*`` figures count the completed runs only, what a load test's throughput
+    and latency mean (None: no run completed).
+    """
 
     scenario: str
     loop: str
@@ -30,6 +38,13 @@ class BenchReport(msgspec.Struct, frozen=True):
     profiled_cpu_us_per_step: float
     cpu_utilization: float
     loop_lag_p99_ms: float
+    #: Resident memory per session in flight, KiB: the process's RSS growth from just
+    #: before the first runs start to the end of the first wave (while the first
+    #: ``concurrency`` runs finish, all ``concurrency`` sessions in flight), divided by
+    #: ``concurrency``. Measured in that window only, it does not grow with the number of
+    #: runs (what the bench keeps of each finished run, for its figures and ``--report``,
+    #: is not a session's); it includes the first runs' one-time costs (caches, pools),
+    #: which weigh at low concurrency.
     rss_per_run_kb: float
     run_wall_p50_ms: float
     run_wall_p99_ms: float
@@ -38,52 +53,96 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: error_rate, or a tool that cannot work (each failure is the model's observation).
     tool_calls: int = 0
     tool_failures: int = 0
+    failed: int = 0
+    failures: dict[str, int] = {}
+    completed_runs_per_s: float = 0.0
+    failed_runs_per_s: float = 0.0
+    completed_steps: int = 0
+    completed_steps_per_s: float = 0.0
+    completed_run_wall_p50_ms: float | None = None
+    completed_run_wall_p99_ms: float | None = None
+    #: Interrupted (Ctrl-C): the figures of the ``runs`` that finished before, of
+    #: ``runs_planned``.
+    partial: bool = False
+    runs_planned: int = 0
+
+
+def rate(per_s: float) -> str:
+    """A rate with the precision its size needs: 0.73 is not "1", 3,347 not "3,347.0"."""
+    if per_s >= 100:
+        return f"{per_s:,.0f}"
+    return f"{per_s:.1f}" if per_s >= 10 else f"{per_s:.2f}"
+
+
+def ms(value: float | None) -> str:
+    """Milliseconds to a tenth, or "-" for a figure there is none of (no run completed)."""
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def _failures(report: BenchReport) -> str:
+    if not report.failed:
+        return "0"
+    reasons = sorted(report.failures.items(), key=lambda kv: (-kv[1], kv[0]))
+    return f"{report.failed:,} ({', '.join(f'{why} {n:,}' for why, n in reasons)})"
+
+
+def _throughput(report: BenchReport) -> list[tuple[str, str]]:
+    if not report.failed:  # then every figure is the completed runs' own
+        return [("steps/s", rate(report.steps_per_s)),
+                ("runs/s", rate(report.runs_per_s))]
+    return [
+        ("steps/s", f"{rate(report.completed_steps_per_s)} in completed runs "
+                    f"({rate(report.steps_per_s)} in all)"),
+        ("runs/s", f"{rate(report.completed_runs_per_s)} completed, "
+                   f"{rate(report.failed_runs_per_s)} failed"),
+    ]
+
+
+def summary_rows(report: BenchReport, *, steps: bool = True) -> list[tuple[str, str]]:
+    """The figures under the phase table (``steps=False``: without the step count, which
+    the HTML report states already)."""
+    rows = [
+        ("runs completed", f"{report.completed:,} / {report.runs:,} at concurrency "
+                           f"{report.concurrency:,}"),
+        ("runs failed", _failures(report)),
+    ]
+    if report.partial:
+        rows.insert(0, ("PARTIAL", f"interrupted: {report.runs:,} of "
+                                   f"{report.runs_planned:,} runs finished"))
+    if steps:
+        rows.append(("steps", f"{report.steps:,}"))
+    rows += [
+        ("wall", f"{report.wall_s:.2f} s"),
+        *_throughput(report),
+        ("CPU µs per step (process)", f"{report.cpu_us_per_step:.1f}"),
+        ("CPU µs per step (in phases)", f"{report.profiled_cpu_us_per_step:.1f}"),
+        ("CPU utilization", f"{report.cpu_utilization:.0%} of one core"),
+        ("run latency p50 / p99 (completed runs)",
+         f"{ms(report.completed_run_wall_p50_ms)} / {ms(report.completed_run_wall_p99_ms)} ms"),
+        ("event-loop lag p99", f"{report.loop_lag_p99_ms:.2f} ms"),
+        ("RSS per run in flight", f"{report.rss_per_run_kb:.1f} KiB"),
+        ("tool calls failed", f"{report.tool_failures:,} of {report.tool_calls:,}"),
+    ]
+    return rows
 
 
 def render_report(report: BenchReport, console: Console) -> None:
     from rich.table import Table  # with the table printed, not with `podium --help`
 
+    partial = " — PARTIAL (interrupted)" if report.partial else ""
     table = Table(
-        title=f"workload profile — {report.scenario} ({report.loop})", title_justify="left"
+        title=f"workload profile — {report.scenario} ({report.loop}){partial}",
+        title_justify="left",
     )
     table.add_column("phase")
     for col in ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "wait ms", "CPU share"):
         table.add_column(col, justify="right")
     for name in PHASES:
-        p = report.phases[name]
-        table.add_row(
-            name,
-            f"{p.wall_p50_ms:.3f}",
-            f"{p.wall_p95_ms:.3f}",
-            f"{p.wall_p99_ms:.3f}",
-            f"{p.cpu_ms_total:.1f}",
-            f"{p.wait_ms_total:.1f}",
-            f"{p.cpu_share:.0%}",
-        )
+        table.add_row(name, *report.phases[name].cells())
     console.print(table)
     summary = Table(show_header=False, box=None)
     summary.add_column(style="bold")
     summary.add_column(justify="right")
-    rows = [
-        (
-            "runs completed",
-            f"{report.completed:,} / {report.runs:,} at concurrency {report.concurrency:,}",
-        ),
-        ("steps", f"{report.steps:,}"),
-        ("wall", f"{report.wall_s:.2f} s"),
-        ("steps/s", f"{report.steps_per_s:,.0f}"),
-        ("runs/s", f"{report.runs_per_s:,.1f}"),
-        ("CPU µs per step (process)", f"{report.cpu_us_per_step:.1f}"),
-        ("CPU µs per step (in phases)", f"{report.profiled_cpu_us_per_step:.1f}"),
-        ("CPU utilization", f"{report.cpu_utilization:.0%} of one core"),
-        (
-            "run latency p50 / p99",
-            f"{report.run_wall_p50_ms:.1f} / {report.run_wall_p99_ms:.1f} ms",
-        ),
-        ("event-loop lag p99", f"{report.loop_lag_p99_ms:.2f} ms"),
-        ("RSS per run", f"{report.rss_per_run_kb:.1f} KiB"),
-        ("tool calls failed", f"{report.tool_failures:,} of {report.tool_calls:,}"),
-    ]
-    for k, v in rows:
+    for k, v in summary_rows(report):
         summary.add_row(k, v)
     console.print(summary)

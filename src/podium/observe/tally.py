@@ -60,6 +60,9 @@ COMPACT_AT = 256
 _PER_STEP = 2 * len(STEP_PHASES)
 #: :attr:`StepTally.phases` holds :data:`COMPACT_AT` steps' figures: time to compact.
 TIMED_FULL = COMPACT_AT * _PER_STEP
+#: Phases only a step that calls tools has: the engine times them in no other step (their
+#: wall time is 0 there, and above 0 in any step that called a tool).
+_TOOL_PHASES = frozenset({STEP_PHASES.index("tools"), STEP_PHASES.index("merge")})
 
 
 def bucket_of(value_ns: int) -> int:
@@ -260,7 +263,10 @@ class StepTally:
         self.untimed.clear()
         if phases:
             for i, buckets in enumerate(figures.walls):
-                buckets.add(phases[i::n])
+                walls = phases[i::n]
+                if i in _TOOL_PHASES:  # a step that called no tool has no tools or merge phase:
+                    walls = [w for w in walls if w]  # no sample (its 0 is no latency)
+                buckets.add(walls)
             figures.cpu_ns = [total + sum(phases[i::n])
                               for i, total in enumerate(figures.cpu_ns, len(STEP_PHASES))]
             phases.clear()

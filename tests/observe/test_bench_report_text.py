@@ -1,0 +1,70 @@
+"""What `podium bench` prints and writes, from a report: rates with the precision they need,
+"-" for what there is none of, the sweet spot on completed runs only."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from podium.engine.profile import PHASES, ProfileAggregator
+from podium.observe.html import SweepPoint, profile_report, sweep_section, sweet_spot
+from podium.observe.report import BenchReport, rate, render_report
+
+
+def report(**changes: object) -> BenchReport:
+    phases = ProfileAggregator().summary().phases
+    figures: dict[str, object] = dict(
+        scenario="s", loop="asyncio", runs=3, completed=3, concurrency=1, steps=3, wall_s=4.1,
+        steps_per_s=0.73, runs_per_s=0.73, cpu_us_per_step=50.0, profiled_cpu_us_per_step=20.0,
+        cpu_utilization=0.01, loop_lag_p99_ms=0.1, rss_per_run_kb=10.0, run_wall_p50_ms=1370.0,
+        run_wall_p99_ms=1400.0, phases=phases, completed_runs_per_s=0.73,
+        completed_steps_per_s=0.73, completed_run_wall_p50_ms=1370.0,
+        completed_run_wall_p99_ms=1400.0, runs_planned=3,
+    )
+    figures.update(changes)
+    return BenchReport(**figures)  # type: ignore[arg-type]
+
+
+def printed(r: BenchReport) -> str:
+    out = io.StringIO()
+    render_report(r, Console(file=out, width=200))
+    return " ".join(out.getvalue().split())
+
+
+def test_rates_keep_their_precision() -> None:
+    assert [rate(v) for v in (0.73, 0.0, 9.87, 12.34, 3346.6)] == [
+        "0.73", "0.00", "9.87", "12.3", "3,347"]
+    text = printed(report())
+    assert "steps/s 0.73" in text and "runs/s 0.73" in text, text  # "1" before
+
+
+def test_phases_without_samples_print_dashes_not_zeros() -> None:
+    text = printed(report())
+    for name in PHASES:
+        assert f"│ {name} │ - │ - │ - │ 0.0 │ 0.0 │ - │" in text, text
+    page = profile_report([])
+    assert re.search(r"<tr><td>tools</td><td>-</td><td>-</td><td>-</td>", page), page
+
+
+def test_a_partial_report_says_so() -> None:
+    text = printed(report(partial=True, runs_planned=100))
+    assert "PARTIAL (interrupted)" in text and "interrupted: 3 of 100 runs finished" in text
+
+
+def test_the_sweet_spot_goes_by_completed_runs() -> None:
+    # Failing fast at 8 was "the best throughput"; the completed runs peak at 4.
+    points = [
+        SweepPoint(1, 10, 5.0, 50.0, 10.0, 20.0, 0.1, completed_runs_per_s=5.0),
+        SweepPoint(4, 10, 18.0, 180.0, 10.0, 20.0, 0.3, completed_runs_per_s=18.0, failed=1),
+        SweepPoint(8, 16, 90.0, 90.0, 1.0, 2.0, 0.5, completed_runs_per_s=2.0, failed=15),
+    ]
+    spot = sweet_spot(points)
+    assert spot is not None and spot.concurrency == 4
+    nan = float("nan")
+    failing = [SweepPoint(c, 10, 99.0, 99.0, 1.0, 1.0, 0.1, failed=10) for c in (1, 2)]
+    assert sweet_spot(failing) is None
+    assert sweet_spot([SweepPoint(1, 1, 1.0, 1.0, 1.0, 1.0, 0.1, completed_runs_per_s=nan)]) \
+        is None
+    assert "No sweet spot: no run completed" in sweep_section(failing)
