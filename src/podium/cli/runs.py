@@ -74,6 +74,8 @@ if TYPE_CHECKING:
 __all__ = ("register",)
 
 _STATUSES = RUN_STATUSES
+#: What the timeline's figures (step, start, six phases, CPU) take of a terminal's width.
+_FIGURE_COLUMNS = 72
 #: One colour per step phase on the timeline bars.
 _PHASE_STYLE = dict(zip(STEP_PHASES, ("blue", "magenta", "cyan", "yellow", "green", "red"),
                         strict=True))
@@ -447,7 +449,9 @@ def _print_timeline(console: Console, timeline: list[StepTiming]) -> None:
     if not timeline:
         return
     total = max(t.start_ms + t.total_ms for t in timeline) or 1.0
-    width = 40
+    # The bars get what the figures leave of the terminal (about 72 columns), 40 at most:
+    # drawn 40 wide in 80 columns, every bar but the first was cut to "…".
+    width = min(40, max(8, console.width - _FIGURE_COLUMNS))
     from rich.table import Table
 
     table = Table(title="step timeline (ms)", title_justify="left", box=None)
@@ -456,7 +460,7 @@ def _print_timeline(console: Console, timeline: list[StepTiming]) -> None:
     for name in STEP_PHASES:
         table.add_column(f"[{_PHASE_STYLE[name]}]{name}[/]", justify="right")
     table.add_column("CPU", justify="right")
-    table.add_column("bar")
+    table.add_column("bar", no_wrap=True, overflow="crop")
     head, tail, left_out = keep_ends(timeline, _TIMELINE_LIMIT)
     for t in head:
         _timeline_row(table, t, total, width)
