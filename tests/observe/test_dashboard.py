@@ -77,6 +77,12 @@ async def test_the_dashboard_draws_and_updates_as_runs_are_submitted(server: str
         assert len(visible) == 2 and all(s["marks"] > 0 for s in visible), svgs
         backends = await page.evaluate("document.getElementById('backends').innerText")
         assert "no backend pool" in backends  # the simulated model has none
+        # Read without hovering: the throughput's axes, each phase bar's value.
+        labels = await page.evaluate(
+            "[...document.querySelectorAll('#throughput text, #phases text')]"
+            ".map(t => t.textContent)")
+        assert {"now", "-60 s", "-120 s", "0.00/s"} <= set(labels), labels
+        assert sum(label.endswith(" ms") for label in labels) == 6, labels
         await page.screenshot("dashboard")
         await page.evaluate(f"location.hash = 'run={ids[0]}'")
         text = await page.evaluate(

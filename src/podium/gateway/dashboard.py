@@ -207,7 +207,7 @@ _BODY = """
 <h2>Runs (newest <span id="n">0</span>)</h2>
 <div class="cards" id="statuses"></div>
 <h2>Throughput: runs finished per second, last two minutes</h2>
-<svg id="throughput" width="600" height="120" viewBox="0 0 600 120"></svg>
+<svg id="throughput" width="600" height="132" viewBox="0 0 600 132"></svg>
 <h2>Where a step's time goes (ms per step of completed runs: blue CPU, orange waiting)</h2>
 <svg id="phases" width="600" height="170" viewBox="0 0 600 170"></svg>
 <h2>Longest-running runs</h2><table id="running"></table>
@@ -259,23 +259,37 @@ function bars(svg, items) {
   items.forEach((it, n) => {
     const y = 6 + n * 26;
     svg.appendChild(el("text", {x: 4, y: y + 14, "font-size": 11}, it.phase));
-    const cw = it.cpu_ms / max * 480, ww = it.wait_ms / max * 480;
+    const cw = it.cpu_ms / max * 420, ww = it.wait_ms / max * 420;
     svg.appendChild(el("rect", {x: 90, y, width: Math.max(cw, 0.5), height: 18, fill: COLORS[0],
       class: "mark"})).appendChild(el("title", {}, it.phase + " CPU " + it.cpu_ms.toFixed(3)));
     svg.appendChild(el("rect", {x: 90 + cw, y, width: Math.max(ww, 0.5), height: 18,
       fill: COLORS[1], class: "mark"})).appendChild(
       el("title", {}, it.phase + " wait " + it.wait_ms.toFixed(3)));
+    // the value at the bar's end: readable without hovering
+    svg.appendChild(el("text", {x: 94 + cw + ww, y: y + 14, "font-size": 11},
+      (it.cpu_ms + it.wait_ms).toFixed(2) + " ms"));
   });
 }
-function line(svg, values) {
+function line(svg, values, seconds) {
   svg.replaceChildren();
-  const max = Math.max(1, ...values);
-  const pts = values.map((v, i) => (10 + i * 580 / Math.max(1, values.length - 1)).toFixed(1)
+  const max = Math.max(1, ...values), left = 48, right = 590;
+  for (const f of [0, 0.5, 1]) {  // the y axis: runs/s at 0, half and the top
+    const y = 110 - f * 100;
+    svg.appendChild(el("line", {x1: left, x2: right, y1: y, y2: y, stroke: "#ddd"}));
+    svg.appendChild(el("text", {x: 2, y: y + 4, "font-size": 10},
+      (max * f).toFixed(max * f >= 10 ? 0 : 2) + "/s"));
+  }
+  for (const f of [0, 0.5, 1]) {  // the x axis: how long ago
+    const ago = Math.round(seconds * (1 - f));
+    svg.appendChild(el("text", {x: left + f * (right - left) - (f ? 24 : 0), y: 126,
+      "font-size": 10}, ago ? "-" + ago + " s" : "now"));
+  }
+  const pts = values.map((v, i) =>
+    (left + i * (right - left) / Math.max(1, values.length - 1)).toFixed(1)
     + "," + (110 - v / max * 100).toFixed(1));
-  if (pts.length === 1) pts.push("590," + pts[0].split(",")[1]);
+  if (pts.length === 1) pts.push(right + "," + pts[0].split(",")[1]);
   svg.appendChild(el("polyline", {points: pts.join(" "), fill: "none", stroke: COLORS[0],
     "stroke-width": 2, class: "mark"}));
-  svg.appendChild(el("text", {x: 12, y: 14, "font-size": 11}, "max " + max.toFixed(2) + "/s"));
 }
 async function get(query) {
   const resp = await fetch("/dashboard/data" + query,
@@ -303,7 +317,8 @@ function overview(d) {
     c.append(b, s);
     st.appendChild(c);
   }
-  line(document.getElementById("throughput"), d.throughput);
+  line(document.getElementById("throughput"), d.throughput,
+       d.throughput.length * d.throughput_bucket_s);
   bars(document.getElementById("phases"), d.phases);
   const rt = document.getElementById("running");
   rt.replaceChildren();
