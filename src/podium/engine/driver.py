@@ -10,6 +10,8 @@ slices that ran on this run's behalf.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import math
 import os
 import time
@@ -21,7 +23,7 @@ import msgspec
 
 from podium.agent import Agent, positive_seconds
 from podium.engine import approvals, decisions
-from podium.engine.children import attach
+from podium.engine.children import attach, child_runs
 from podium.engine.handoff import find_agent, handed_off
 from podium.engine.hook import EngineHook
 from podium.engine.model_faults import malformed_reply, model_fault, not_a_reply
@@ -64,6 +66,7 @@ from podium.errors import (
     ModelReplyError,
     RunNotFoundError,
     StaleRunError,
+    StoreError,
 )
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
@@ -88,6 +91,7 @@ __all__ = ("Engine", "Observer", "new_run_id")
 _NO_CALLS: list[Any] = []  # no call held for approval (shared, never mutated)
 
 T = TypeVar("T")
+log = logging.getLogger("podium.engine")
 
 #: Called with (run_id, entry) after each journal append: live printing, streaming.
 Observer = Callable[[str, JournalEntry], None]
@@ -380,13 +384,34 @@ class Engine(AsyncCloseable):
         run's followers and waiters hear of its end as of any other, and this engine's
         observers too. Raises :class:`~podium.errors.StaleRunError` if the run was
         written since ``record`` was read. Its steps and tokens so far are read from its
-        journal (a running run's record holds them only from its end)."""
+        journal (a running run's record holds them only from its end). Its unfinished
+        child runs (agents it called as tools) end with it, theirs too: only their parent
+        drives them, so nothing would again."""
         so_far = await read_progress(self.store, record)
         record.steps, record.usage, record.profile = so_far.steps, so_far.usage, so_far.profile
         final = _ended_record(record, status, reason, error)
         await self.store.append(record.run_id, (final,), record=record)
         for observer in self.observers:
             observer(record.run_id, final)
+        try:
+            await self._end_children(record, status, reason, error)
+        except (StoreError, ConnectionError, OSError) as exc:  # the parent's end stands
+            log.warning("run %s: its children not ended with it: %s", record.run_id, exc)
+
+    async def _end_children(
+        self, record: RunRecord, status: RunStatus, reason: str, error: str
+    ) -> None:
+        why = (
+            f"its parent run {record.run_id} was cancelled"
+            if status == "cancelled"
+            else f"its parent run {record.run_id} ended {status} ({reason}): {error}"
+        )
+        for child in await child_runs(self.store, record):
+            if child.done:
+                continue
+            child.waiting = None
+            with contextlib.suppress(StaleRunError):  # written meanwhile: as it stands
+                await self.end_stored(child, status, reason, why)  # and its own children
 
     def pause(self, run_id: str) -> bool:
         """Ask a run driven here to stop after its current step's checkpoint (for a drain).

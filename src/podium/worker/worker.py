@@ -23,10 +23,8 @@ from typing import Literal
 import msgspec
 
 from podium.agent import Agent
-from podium.engine.children import child_runs
 from podium.engine.driver import Engine
-from podium.engine.records import RunRecord
-from podium.errors import QueueUnavailableError, RunNotFoundError, StaleRunError, StoreError
+from podium.errors import QueueUnavailableError, RunNotFoundError, StaleRunError
 from podium.lifecycle import stop_task
 from podium.queue.base import Claim, RunQueue
 from podium.queue.stranded import StrandedSweep
@@ -419,30 +417,10 @@ class Worker:
                     return
         else:
             return  # kept being overtaken: the lease runs out and the queue decides again
-        if record is not None:
-            try:
-                await self._end_children(record, reason)
-            except (StoreError, ConnectionError, OSError) as exc:  # the parent's end stands
-                log.warning("run %s: children not ended with it: %s", record.run_id, exc)
+        # (its unfinished child runs ended with it: Engine.end_stored ends them)
         await self.queue.dead_letter(claim, reason)
         self._dead += 1
         log.error("run %s dead-lettered: %s", claim.item.run_id, reason)
-
-    async def _end_children(self, record: RunRecord, reason: str) -> None:
-        """End the unfinished child runs of a dead-lettered run (and theirs): they are
-        driven only by their parent, on its lease, so nothing would drive them again."""
-        store = self.engine.store
-        parents = [record]
-        while parents:
-            parent = parents.pop()
-            for child in await child_runs(store, parent):
-                if child.done:
-                    continue
-                child.waiting = None
-                why = f"its parent run {parent.run_id} was dead-lettered: {reason}"
-                with contextlib.suppress(StaleRunError):  # written meanwhile: as it stands
-                    await self.engine.end_stored(child, "failed", "dead_letter", why)
-                parents.append(child)
 
     async def _release(self, claim: Claim) -> None:
         self._released += 1
