@@ -194,3 +194,22 @@ crash_team = Agent(
     [crasher.as_tool()],
     max_steps=3,
 )
+
+
+#: ``approvals``, then a step that calls ``effect`` again: it runs on after the decision for
+#: ``PODIUM_TEST_TOOL_DELAY`` (a run to cancel once a human has approved its call).
+approvals_then_more = Agent(
+    "approvals_then_more",
+    SimulatedModel(Scenario(
+        steps=(
+            SimStep(tool_calls=(SimToolCall("effect", {"item": "a"}),
+                                SimToolCall("payout", {"item": "b"}))),
+            SimStep(tool_calls=(SimToolCall("effect", {"item": "c"}),)),
+        ),
+        final="paid and more",
+    )),
+    "Pay, then more.",
+    [effect, payout],
+    max_steps=4,
+)
+

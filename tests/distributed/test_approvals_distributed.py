@@ -19,7 +19,11 @@ from .redis_server import RedisServer
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 KEY = "pk_approvals_test"
-AGENTS = ("tests.distributed.app:approvals", "tests.distributed.app:approvals_short")
+AGENTS = (
+    "tests.distributed.app:approvals",
+    "tests.distributed.app:approvals_short",
+    "tests.distributed.app:approvals_then_more",
+)
 
 
 @pytest.fixture
@@ -35,10 +39,18 @@ def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
         yield url
 
 
-def _worker(tmp_path: Path, name: str, redis: RedisServer, effects: Path) -> WorkerProcess:
+def _worker(
+    tmp_path: Path,
+    name: str,
+    redis: RedisServer,
+    effects: Path,
+    tool_delay: float = 0.02,
+    starts: Path | None = None,
+) -> WorkerProcess:
     return WorkerProcess(
         tmp_path, name, redis.url, "podium", AGENTS[0], effects,
-        "--agent", AGENTS[1], "--lease", "1.5",
+        "--agent", AGENTS[1], "--agent", AGENTS[2], "--lease", "1.5", tool_delay=tool_delay,
+        starts=starts,
     )
 
 
@@ -115,5 +127,66 @@ async def test_deadline_passes_while_waiting_with_no_worker_driving(
             got = (await client.get(f"/v1/runs/{run['id']}")).json()
             assert got["reason"] == "deadline"
             assert (await client.get("/v1/approvals")).json()["data"] == []
+    finally:
+        worker.stop()
+
+
+async def test_a_cancel_after_an_approval_waits_for_the_run_to_end(
+    tmp_path: Path, private_redis: RedisServer, gateway: str
+) -> None:
+    """The gateway follows the run's journal from its start for a cancel's (or a wait's)
+    end: the request for a human decided long ago ended the follow at once, and the cancel
+    answered 202 "running" in 2 ms though the run ended cancelled a moment later."""
+    starts = tmp_path / "starts.log"
+    worker = _worker(tmp_path, "w1", private_redis, tmp_path / "effects.log", tool_delay=3.0,
+                     starts=starts)
+    try:
+        await worker.wait_ready()
+        async with httpx.AsyncClient(
+            base_url=gateway, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+        ) as client:
+            r = await client.post("/v1/runs", json={
+                "agent": "approvals_then_more", "input": "pay", "wait": True,
+                "wait_timeout_s": 20})
+            run = r.json()
+            assert run["status"] == "waiting", r.text
+            (pending,) = (await client.get(f"/v1/runs/{run['id']}/approvals")).json()["data"]
+            decided = await client.post(
+                f"/v1/runs/{run['id']}/approvals/{pending['call_id']}",
+                json={"decision": "approve"})
+            assert decided.status_code == 200, decided.text
+
+            def in_its_next_steps_call() -> bool:  # (3 s long)
+                return starts.exists() and f"{run['id']}:1:0" in starts.read_text()
+
+            await wait_until(in_its_next_steps_call, 20, "the approved run's next call")
+            cancelled = await client.post(f"/v1/runs/{run['id']}/cancel")
+        assert cancelled.status_code == 200, cancelled.text
+        assert cancelled.json()["status"] == "cancelled"
+    finally:
+        worker.stop()
+
+
+async def test_a_run_cancelled_while_it_waits_leaves_no_submitted_version(
+    tmp_path: Path, private_redis: RedisServer, gateway: str
+) -> None:
+    """A waiting run has no item in the queue to ack: cancelled there, its
+    PREFIX:submitted:RUN key stayed for 7 days (17 after a probe's batch)."""
+    import redis
+
+    worker = _worker(tmp_path, "w1", private_redis, tmp_path / "effects.log")
+    try:
+        await worker.wait_ready()
+        async with httpx.AsyncClient(
+            base_url=gateway, headers={"Authorization": f"Bearer {KEY}"}, timeout=30
+        ) as client:
+            r = await client.post("/v1/runs", json={"agent": "approvals", "input": "pay",
+                                                     "wait": True, "wait_timeout_s": 20})
+            run = r.json()
+            assert run["status"] == "waiting", r.text
+            cancelled = await client.post(f"/v1/runs/{run['id']}/cancel")
+            assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+        with redis.Redis.from_url(private_redis.url) as client_:
+            assert client_.exists(f"podium:submitted:{run['id']}") == 0
     finally:
         worker.stop()

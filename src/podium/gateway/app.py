@@ -408,6 +408,7 @@ def _routes(gw: Gateway) -> list[Route]:
     async def metrics(request: Request) -> Response:
         # Process-wide numbers (every tenant's traffic): operators only.
         gw.keys.authenticate_admin(request.headers)
+        await gw.refresh_queue_figures()
         return Response(gw.metrics.render(), media_type=CONTENT_TYPE)
 
     spec = _encode(openapi_document())

@@ -77,6 +77,7 @@ _SETTLE_S = 300.0
 _OUTAGE_GRACE_S = 60.0
 _SETTLE_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, StoreError)
 _CHANNEL_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, OSError)
+_QUEUE_READ_S = 1.0  # a scrape's read of the queue's sizes waits this long at most
 
 
 def idempotent_run_id(tenant: str, key: str) -> str:
@@ -460,11 +461,15 @@ class Gateway:
             # (1 s at a time once stopping: a wait ends soon after the drain)
             chunk = 1.0 if self._draining is not None else 5.0
             items = await retry.call(self.store.wait_journal, run_id, after, min(left, chunk))
-            if any(isinstance(e, RunFinished | ApprovalRequested) for _, e in items):
+            if any(isinstance(e, RunFinished) for _, e in items):
                 return
             if items:
                 after = items[-1][0]
-            elif _settled(await self._record(retry, run_id)):
+            # A request for a human settles the wait only while the run waits on it: the
+            # journal read from its start holds those of decisions taken long ago (the
+            # wait and the cancel of a run resumed after an approval answered at once).
+            asked = any(isinstance(e, ApprovalRequested) for _, e in items)
+            if (asked or not items) and _settled(await self._record(retry, run_id)):
                 return
 
     async def cancel(self, tenant: Tenant, run_id: str) -> RunRecord:
@@ -497,8 +502,10 @@ class Gateway:
             try:
                 if engine is None:
                     await self._cancel_stored(record)
+                    await self._forget_submitted(record)
                     return record
                 if await engine.cancel_stored(record):
+                    await self._forget_submitted(record)
                     return record
                 # a driver started: it was cancelled
                 return await self.wait(run_id, self.cancel_wait_s)
@@ -527,6 +534,14 @@ class Gateway:
         problem = self.store.problem()
         if problem is not None:
             raise StoreUnavailableError(problem)
+
+    async def _forget_submitted(self, record: RunRecord) -> None:
+        """A run ended here, in the store: the queue forgets its last submitted version now.
+        One that waited for a human has no item in the queue to ack, and on Redis its key
+        was left for 7 days; a queued one's item is acked all the same by the worker that
+        claims it and finds it ended (nothing queues an ended run again)."""
+        with contextlib.suppress(*_CHANNEL_ERRORS):  # the key expires on its own
+            await self.queue.forget(record.run_id)
 
     def _no_other_driver(self) -> bool:
         """Whether only this process can drive the store's runs: a SQLite file it alone has
@@ -614,6 +629,15 @@ class Gateway:
                 fut.set_result(None)
 
     # -- readiness --------------------------------------------------------------------------
+
+    async def refresh_queue_figures(self) -> None:
+        """Read the queue's sizes now (a scrape's): its waiting and in-flight figures are as
+        of the last read, the last admission's, and stayed stale (7 in flight for minutes
+        on an empty queue). A queue that does not answer within a second leaves them as
+        they were: a scrape during an outage still answers."""
+        with contextlib.suppress(TimeoutError, *_CHANNEL_ERRORS):
+            async with asyncio.timeout(_QUEUE_READ_S):
+                await asyncio.gather(*(self.queue.depth(pool) for pool in self.pools))
 
     async def readiness(self) -> dict[str, str]:
         """``{component: "ok" | reason}`` for the store, the queue and each agent's model."""

@@ -117,6 +117,11 @@ class RunQueue(AsyncCloseable, abc.ABC):
         human, whose version is kept (it comes back at a later one, and a sweep that read
         it before must not queue the earlier one again)."""
 
+    async def forget(self, run_id: str) -> None:
+        """The run ended outside the queue (cancelled while it waited for a human, with no
+        item here to ack): forget its last submitted version, as an ack would."""
+        return None
+
     @abc.abstractmethod
     async def release(self, claim: Claim) -> None:
         """Give the run back unfinished (draining): another worker resumes it."""

@@ -53,6 +53,9 @@ class LocalQueue(RunQueue):
     def leased(self) -> bool:
         return self.lease_s is not None
 
+    async def forget(self, run_id: str) -> None:
+        self._versions.pop(run_id, None)
+
     def _pool(self, name: str) -> _Pool:
         pool = self._pools.get(name)
         if pool is None:

@@ -348,6 +348,10 @@ class RedisQueue(RunQueue):
             await self._pipe.execute_all(*commands)
         self._stats(claim.item.pool).acked += 1
 
+    async def forget(self, run_id: str) -> None:
+        async with _translate():
+            await self._pipe.execute("DEL", self.version_key(run_id))
+
     async def release(self, claim: Claim) -> None:
         """Hand the run to the next worker now; a release is not counted as a delivery."""
         async with _translate():
