@@ -569,3 +569,31 @@ async def test_a_step_resumed_after_a_decision_keeps_its_model_time(lone: bool) 
     # the model's phase of the parked step (uvloop's timers may fire a little early: 80 %)
     assert first.wall_ns[1] >= MODEL_S * 0.8e9, first
     assert first.wall_ns[0] > 0 and first.wall_ns[2] > 0  # assemble and parse too
+
+
+async def test_a_cancel_left_as_a_decision_lands_ends_the_run_before_its_calls() -> None:
+    """A cancel and an approval at the same moment: the cancel read the run `waiting`, its
+    store write lost to the decision's (stale), so it left a request for the driver. The
+    worker checked requests only for `running` runs, the decided one was `queued`: the
+    approved side-effecting call ran and the run completed (1 of 11 races, probed)."""
+    from podium.queue.base import QueueItem
+    from podium.queue.local import LocalQueue
+    from podium.worker.worker import Worker
+
+    refunds = Refunds()
+    queue = LocalQueue()
+    async with Engine() as engine:
+        record = await engine.run(refunds.agent, "refund A-1")
+        assert record.status == "waiting"
+        await engine.store.request_cancel(record.run_id)  # the cancel that lost the race
+        (pending,) = await engine.pending_approvals(record.run_id)
+        await engine.decide(record.run_id, pending.call_id, approve=True)
+        decided = await engine.store.get(record.run_id)
+        assert decided is not None and decided.status == "queued"
+        await queue.submit(QueueItem(record.run_id, refunds.agent.name))
+        worker = Worker(queue, engine, {refunds.agent.name: refunds.agent}, claim_block_s=0.05)
+        running = asyncio.create_task(worker.run(burst=True))
+        await asyncio.wait_for(running, 10)
+        ended = await engine.store.get(record.run_id)
+    assert ended is not None and ended.status == "cancelled", ended
+    assert refunds.calls["refund"] == 0  # the approved call never started

@@ -338,9 +338,10 @@ class Worker:
                 if record.status == "running" and record.restarts >= self.max_deliveries:
                     await self._dead_letter(claim, _restarted(record.restarts))
                     return None
-                if record.status == "running" and await self._cancel_left(run_id):
+                if record.started_at is not None and await self._cancel_left(run_id):
                     # Asked to cancel while no live worker drove it (its worker died, or
-                    # released it): end it here, before any of its calls starts again.
+                    # released it; or, queued again by a human's decision, the cancel came
+                    # as the decision was written): end it here, before any call starts.
                     await self.engine.end_stored(record, "cancelled", "cancelled", "cancelled")
                     return "ended"
                 record = await self.engine.execute(agent, record, admit_ns=admit_ns)
@@ -372,7 +373,7 @@ class Worker:
 
     async def _cancel_left(self, run_id: str) -> bool:
         """Whether someone asked to cancel the run (a request left for its driver). Only a
-        run started before can have one: a queued run is cancelled in the store."""
+        run started before can have one: a run never started is cancelled in the store."""
         return run_id in await self.engine.store.cancel_requests((run_id,))
 
     async def _lease_lost(self, claim: Claim) -> bool:
