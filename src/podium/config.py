@@ -102,6 +102,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Slow and hostile clients (enforced per connection, before the app sees a request).
     header_timeout_s: Positive = 10.0
     body_timeout_s: Positive = 30.0
+    write_timeout_s: Positive = 60.0
     # Whole seconds (5 or 5.0), at least 1: uvicorn takes an int, and 0.5 was silently
     # rounded up to 1; a fraction is refused by check_config.
     keep_alive_s: Annotated[float, msgspec.Meta(ge=1)] = 5.0

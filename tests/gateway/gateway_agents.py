@@ -156,6 +156,16 @@ def dies() -> Agent:
     )
 
 
+def verbose() -> Agent:
+    """An answer of 5 MB: its events fill any socket's buffers."""
+    return Agent(
+        "verbose",
+        SimulatedModel(Scenario(final="word " * 1_000_000)),
+        "You say a lot.",
+        max_steps=2,
+    )
+
+
 def effects() -> Agent:
     """Two tool steps with side effects (see :func:`effect`), then the answer."""
     return Agent(

@@ -199,6 +199,7 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
     raise_fd_limit()  # each connection is a descriptor: the usual 1,024 is few
     limits = ConnectionLimits(
         header_timeout_s=server.header_timeout_s,
+        write_timeout_s=server.write_timeout_s,
         max_header_bytes=server.max_header_bytes,
         max_headers=server.max_headers,
         max_connections=server.max_connections,

@@ -10,6 +10,9 @@ httptools protocol adds, per connection:
   start); otherwise ``408`` and the connection is closed;
 - a **head size limit**: more than ``max_header_bytes`` of head, or more than
   ``max_headers`` header lines, is ``431`` and the connection is closed;
+- a **write timeout**: a client that reads nothing while the socket's buffers are full
+  (an event stream's reader that stopped) is disconnected after ``write_timeout_s``;
+  its response, held in memory meanwhile, goes with it;
 - a **connection cap**: past ``max_connections`` open connections a new one
   gets a ready-made ``503`` with ``Retry-After`` at once and is closed. Below
   the operator's cap, the process's file-descriptor limit is a cap too: there,
@@ -46,6 +49,7 @@ _LINGER_S = 1.0
 
 class ConnectionLimits(msgspec.Struct, frozen=True, kw_only=True):
     header_timeout_s: float = 10.0
+    write_timeout_s: float = 60.0
     max_header_bytes: int = 16384
     max_headers: int = 100
     max_connections: int = 10000
@@ -107,6 +111,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refused = False  # refused at the cap: never registered with the server
         self._discarding = False  # answered and closing: what still arrives is dropped
         self._lingers = False  # counted in _lingering until the connection is lost
+        self._stall_timer: asyncio.TimerHandle | None = None  # armed while writing is paused
 
     # -- connection ---------------------------------------------------------------------
 
@@ -154,7 +159,33 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._lingers = True
         self.loop.call_later(_LINGER_S, transport.close)
 
+    def pause_writing(self) -> None:
+        """The client's socket is full (it reads slower than we write, or not at all):
+        the response waits; past ``write_timeout_s`` without a byte read, it is closed."""
+        super().pause_writing()
+        if self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.limits.write_timeout_s, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._cancel_stall_timer()
+
+    def _cancel_stall_timer(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _stalled(self) -> None:
+        self._stall_timer = None
+        if not self.transport.is_closing():
+            self.logger.info(
+                "closing a connection whose client read nothing for %gs (write_timeout_s)",
+                self.limits.write_timeout_s,
+            )
+            self.transport.abort()  # what it holds unsent goes too (close would wait on it)
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_stall_timer()
         self._cancel_head_timer()
         if self._lingers:
             self._lingers = False

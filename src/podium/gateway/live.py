@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
-from podium.engine.records import ModelTurn, RunRecord, StepCommitted, StepRecord
+from podium.engine.records import JournalEntry, ModelTurn, RunRecord, StepCommitted, StepRecord
 from podium.gateway.outage import UNAVAILABLE
 from podium.gateway.sse import (
     OUTAGE_GRACE_S,
@@ -50,6 +51,8 @@ LiveItem = JournalItem | list[TokenDelta] | bytes | RunRecord
 #: Deltas held while the journal catches up, at most (more are dropped: the step's
 #: ``model_reply`` carries its text anyway).
 _HELD_MAX = 4096
+#: Journal items and batches of deltas waiting for a client to take them, at most.
+_QUEUED_MAX = 8
 _JOURNAL, _DELTAS = 0, 1
 
 
@@ -74,7 +77,11 @@ async def live_events(
         ):
             yield item
         return
-    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+    # Bounded: a client that stops reading stops the pumps here, so its deltas back up
+    # into the subscription, which drops them past its own bound (the step's model_reply
+    # has the text); unbounded, the server held every delta of the run for it (17 MB for
+    # one client a probe left asleep), and the subscription's bound never applied.
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue(_QUEUED_MAX)
 
     async def pump_journal() -> None:
         # From the start: the steps before ``after`` tell which deltas are current.
@@ -82,17 +89,17 @@ async def live_events(
             async for item in journal_events(
                 store, run_id, -1, heartbeat_s=heartbeat_s, outage_grace_s=outage_grace_s
             ):
-                queue.put_nowait((_JOURNAL, item))
+                await queue.put((_JOURNAL, item))
         except Exception as exc:  # handed to the consumer, which raises it
-            queue.put_nowait((_JOURNAL, exc))
+            await queue.put((_JOURNAL, exc))
             return
-        queue.put_nowait((_JOURNAL, None))
+        await queue.put((_JOURNAL, None))
 
     async def pump_tokens() -> None:
         sub = tokens
         assert sub is not None
         while True:
-            queue.put_nowait((_DELTAS, await sub.get()))
+            await queue.put((_DELTAS, await sub.get()))
 
     tasks = [asyncio.ensure_future(pump_journal()), asyncio.ensure_future(pump_tokens())]
     turned = committed = -1  # the last step whose model turn / end the journal holds
@@ -147,6 +154,36 @@ async def live_events(
         tokens.close()
 
 
+class _SharedFrames:
+    """The SSE frames of large journal entries, encoded once for every client that follows
+    the run: per client, 200 followers of a run with a 2 MB answer held the loop 4.2 s
+    encoding the same entry 200 times (and each kept its own copy). Small entries are
+    encoded each time (cheaper than keeping them); the kept ones are bounded in bytes."""
+
+    def __init__(self, min_bytes: int = 8192, max_bytes: int = 32 << 20) -> None:
+        self.min_bytes, self.max_bytes = min_bytes, max_bytes
+        self._kept: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._size = 0
+
+    def frames(self, run_id: str, seq: int, entry: JournalEntry) -> bytes:
+        key = (run_id, seq)  # a journal entry never changes once written
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept.move_to_end(key)
+            return kept
+        frames = entry_frames(seq, entry)
+        if self.min_bytes <= len(frames) <= self.max_bytes // 4:
+            self._kept[key] = frames
+            self._size += len(frames)
+            while self._size > self.max_bytes:
+                _, dropped = self._kept.popitem(last=False)
+                self._size -= len(dropped)
+        return frames
+
+
+_FRAMES = _SharedFrames()
+
+
 def delta_frames(deltas: list[TokenDelta]) -> bytes:
     """One ``delta`` SSE event per delta, without ids (deltas are not resumable)."""
     return b"".join(format_event(None, "delta", d) for d in deltas)
@@ -174,7 +211,7 @@ async def follow_live(
             elif isinstance(item, RunRecord):
                 yield final_from_record(item)
             else:
-                yield entry_frames(*item)
+                yield _FRAMES.frames(run_id, *item)
     except UNAVAILABLE as exc:
         yield unavailable_event(exc)
     finally:
