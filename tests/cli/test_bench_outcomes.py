@@ -159,16 +159,17 @@ def test_tool_phase_percentiles_count_only_the_steps_that_called_tools(tmp_path:
     done = bench(tmp_path, ONE_TOOL, "--json", "--store", str(store), "--report", str(report))
     assert done.returncode == 0, done.stderr
     tools = json.loads(done.stdout)["phases"]["tools"]
-    assert tools["samples"] == 20 and tools["wall_p50_ms"] >= 5, tools
+    # (4, not 5: uvloop's timers fire up to a millisecond early; the bug read 0)
+    assert tools["samples"] == 20 and tools["wall_p50_ms"] >= 4, tools
     assert json.loads(done.stdout)["phases"]["merge"]["samples"] == 20
     row = re.search(r"<tr><td>tools</td><td>([\d.]+)</td>", report.read_text())
-    assert row is not None and float(row.group(1)) >= 5, row
+    assert row is not None and float(row.group(1)) >= 4, row
 
     profile = subprocess.run(podium_cmd("runs", "profile", "--store", str(store), "--json"),
                              cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=60)
     assert profile.returncode == 0, profile.stderr
     tools = json.loads(profile.stdout)["phases"]["tools"]
-    assert tools["samples"] == 20 and tools["wall_p50_ms"] >= 5, tools
+    assert tools["samples"] == 20 and tools["wall_p50_ms"] >= 4, tools
 
 
 def test_runs_profile_of_no_run_says_so(tmp_path: Path) -> None:

@@ -130,3 +130,30 @@ async def test_a_reconnect_after_the_final_event_reads_only_the_journals_tail() 
     store.reads.clear()
     assert [f async for f in follow_live(store, "run_long", after=5)] == []  # the final's id
     assert store.reads == [5, 4], store.reads  # what follows 5, then the entry at 5
+
+
+def test_a_slow_but_steady_reader_is_not_cut(tmp_path: Path) -> None:
+    """The write timeout is for a client that reads nothing: one that takes a stream of 5 MB
+    frames at about a megabyte a second (each frame longer than the timeout to drain)
+    keeps reading (it was cut at 5 MB: the timer ran from the socket filling up until the
+    whole frame had drained, progress or not)."""
+    config = SERVER_CONFIG.replace('"gateway_agents:react"', '"gateway_agents:verbose"')
+    env = {"PODIUM_SERVER__WRITE_TIMEOUT_S": "1"}
+    with podium_server(tmp_path, config, env) as server:
+        with server.client(KEY_A) as client:
+            run = client.post("/v1/runs", json={"agent": "verbose", "input": "go", "wait": True,
+                                                "wait_timeout_s": 30}).json()
+        host, port = server.url.removeprefix("http://").split(":")
+        got = 0
+        with socket.socket() as slow:
+            slow.connect((host, int(port)))
+            slow.sendall(f"GET /v1/runs/{run['id']}/events HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer {KEY_A}\r\n\r\n".encode())
+            started = time.monotonic()
+            while got < 6_000_000:  # past the first 5 MB frame
+                chunk = slow.recv(65536)
+                assert chunk, f"cut after {got:,} bytes"
+                got += len(chunk)
+                time.sleep(0.05)  # the slow reader's own pace (the test is its client)
+        assert time.monotonic() - started > 2  # longer than the timeout, twice over
+        assert "closing a connection" not in "".join(server.lines)

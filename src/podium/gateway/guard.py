@@ -11,8 +11,9 @@ httptools protocol adds, per connection:
 - a **head size limit**: more than ``max_header_bytes`` of head, or more than
   ``max_headers`` header lines, is ``431`` and the connection is closed;
 - a **write timeout**: a client that reads nothing while the socket's buffers are full
-  (an event stream's reader that stopped) is disconnected after ``write_timeout_s``;
-  its response, held in memory meanwhile, goes with it;
+  (an event stream's reader that stopped) is disconnected after ``write_timeout_s``
+  without progress (a slow reader that takes some is not); its response, held in
+  memory meanwhile, goes with it;
 - a **connection cap**: past ``max_connections`` open connections a new one
   gets a ready-made ``503`` with ``Retry-After`` at once and is closed. Below
   the operator's cap, the process's file-descriptor limit is a cap too: there,
@@ -29,7 +30,11 @@ Use it as uvicorn's ``http`` class::
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import resource
+import struct
+import termios
 import time
 from typing import Any, ClassVar
 
@@ -39,6 +44,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = ("ConnectionLimits", "GuardedHttpToolsProtocol", "fd_headroom", "guarded_protocol")
 
+#: The ioctl that reads a socket's unsent bytes (SIOCOUTQ is TIOCOUTQ on Linux).
+_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 #: File descriptors kept free for the process's own needs (store, model clients, logs).
 _FD_RESERVE = 64
 #: How long a refused or rejected connection is kept open to read (and drop) what the
@@ -112,6 +119,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._discarding = False  # answered and closing: what still arrives is dropped
         self._lingers = False  # counted in _lingering until the connection is lost
         self._stall_timer: asyncio.TimerHandle | None = None  # armed while writing is paused
+        self._unsent = 0  # the write buffer's size when the stall timer was armed
 
     # -- connection ---------------------------------------------------------------------
 
@@ -164,7 +172,25 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         the response waits; past ``write_timeout_s`` without a byte read, it is closed."""
         super().pause_writing()
         if self._stall_timer is None:
-            self._stall_timer = self.loop.call_later(self.limits.write_timeout_s, self._stalled)
+            self._arm_stall_timer()
+
+    def _arm_stall_timer(self) -> None:
+        # What is still to send now: while writing is paused nothing is added to it, so
+        # less of it at the timer means the client read some (slow, not stuck).
+        self._unsent = self._unsent_bytes()
+        self._stall_timer = self.loop.call_later(self.limits.write_timeout_s, self._stalled)
+
+    def _unsent_bytes(self) -> int:
+        """Bytes not yet taken by the client: the transport's buffer, and (Linux) the
+        socket's send queue in the kernel, which a slow reader drains while the
+        transport's buffer waits for the socket to be writable again."""
+        unsent = self.transport.get_write_buffer_size()
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None and _OUTQ is not None:
+            with contextlib.suppress(OSError, ValueError):
+                queued = fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0")
+                unsent += struct.unpack("i", queued)[0]
+        return unsent
 
     def resume_writing(self) -> None:
         super().resume_writing()
@@ -177,12 +203,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _stalled(self) -> None:
         self._stall_timer = None
-        if not self.transport.is_closing():
-            self.logger.info(
-                "closing a connection whose client read nothing for %gs (write_timeout_s)",
-                self.limits.write_timeout_s,
-            )
-            self.transport.abort()  # what it holds unsent goes too (close would wait on it)
+        if self.transport.is_closing():
+            return
+        if self._unsent_bytes() < self._unsent:
+            self._arm_stall_timer()  # it read some meanwhile: a slow reader, not a stuck one
+            return
+        self.logger.info(
+            "closing a connection whose client read nothing for %gs (write_timeout_s)",
+            self.limits.write_timeout_s,
+        )
+        self.transport.abort()  # what it holds unsent goes too (close would wait on it)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_stall_timer()

@@ -108,7 +108,8 @@ def summary_rows(report: BenchReport, *, steps: bool = True) -> list[tuple[str, 
     ]
     if report.partial:
         rows.insert(0, ("PARTIAL", f"interrupted: {report.runs:,} of "
-                                   f"{report.runs_planned:,} runs finished"))
+                                   f"{report.runs_planned:,} runs finished; steps, phases "
+                                   "and tool calls count the runs cut short too"))
     if steps:
         rows.append(("steps", f"{report.steps:,}"))
     rows += [
