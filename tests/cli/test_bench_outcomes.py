@@ -10,24 +10,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from cli.test_mistakes import env, podium_cmd
+
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def podium_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "podium.cli.main", *args]
-
-
-def env() -> dict[str, str]:
-    """This environment without a developer's own ``PODIUM_*`` settings; wide lines."""
-    base = {k: v for k, v in os.environ.items() if not k.upper().startswith("PODIUM_")}
-    return {**base, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
 
 #: Every run fails: it may take one step and its script wants three tool steps first.
 FAILING = """

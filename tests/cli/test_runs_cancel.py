@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.test_mistakes import podium
 from podium.engine.records import RunFinished, RunRecord, StepRecord
 from podium.messages import Message, Usage
 from podium.store.sqlite import SQLiteRunStore
@@ -22,12 +22,8 @@ from podium.store.sqlite import SQLiteRunStore
 pytestmark = pytest.mark.slow
 
 
-def podium_runs(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PODIUM_")}
-    return subprocess.run(
-        [sys.executable, "-m", "podium.cli.main", "runs", *args],
-        capture_output=True, text=True, timeout=60, env=env,
-    )
+def podium_runs(*args: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return podium("runs", *args, "--store", str(path), cwd=path.parent)
 
 
 def fill(path: Path) -> None:
@@ -86,7 +82,7 @@ def holder(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
 def test_a_run_nobody_drives_ends_at_once_with_its_counts(tmp_path: Path) -> None:
     path = tmp_path / "runs.sqlite"
     fill(path)
-    out = podium_runs("cancel", "run_left", "--store", str(path), "--json")
+    out = podium_runs("cancel", "run_left", "--json", path=path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"run_id": "run_left", "status": "cancelled",
                                       "cancel": "cancelled"}
@@ -99,7 +95,7 @@ def test_a_running_run_another_process_may_drive_gets_a_request(
     holder: tuple[Path, subprocess.Popen[str]],
 ) -> None:
     path, proc = holder
-    out = podium_runs("cancel", "run_left", "--store", str(path))
+    out = podium_runs("cancel", "run_left", path=path)
     assert out.returncode == 0, out.stderr
     assert "cancel requested: another process" in out.stdout
     if Path("/proc/locks").exists():
@@ -117,7 +113,7 @@ def test_a_queued_run_ends_even_with_a_server_on_the_file(
     holder: tuple[Path, subprocess.Popen[str]],
 ) -> None:
     path, _ = holder
-    out = podium_runs("cancel", "run_queued", "--store", str(path))
+    out = podium_runs("cancel", "run_queued", path=path)
     assert out.returncode == 0, out.stderr
     assert stored(path, "run_queued").status == "cancelled"
 
@@ -127,6 +123,6 @@ def test_a_queued_run_ends_even_with_a_server_on_the_file(
 def test_what_cannot_be_cancelled_is_one_line(tmp_path: Path, run_id: str, said: str) -> None:
     path = tmp_path / "runs.sqlite"
     fill(path)
-    out = podium_runs("cancel", run_id, "--store", str(path))
+    out = podium_runs("cancel", run_id, path=path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

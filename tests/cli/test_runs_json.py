@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cli.test_mistakes import podium
 from podium.engine.profile import ProfileSummary
 from podium.engine.records import RunFinished, RunRecord
 from podium.messages import Usage
@@ -28,11 +26,7 @@ RUN_FIELDS = set(RunRecord.__struct_fields__)
 
 
 def runs_json(*args: str) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PODIUM_")}
-    out = subprocess.run(
-        [sys.executable, "-m", "podium.cli.main", "runs", *args, "--json"],
-        capture_output=True, text=True, timeout=60, env=env,
-    )
+    out = podium("runs", *args, "--json", cwd=Path.cwd())
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
 

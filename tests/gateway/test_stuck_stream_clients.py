@@ -16,12 +16,13 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from conftest import KEY_A, SERVER_CONFIG, podium_server
+from conftest import KEY_A, SERVER_CONFIG, ServerProcess, podium_server
 from podium.engine.records import RunFinished, RunRecord, StepCommitted
 from podium.gateway.live import follow_live, live_events
 from podium.store.memory import MemoryRunStore
@@ -76,31 +77,41 @@ async def test_the_frames_of_a_large_entry_are_encoded_once_for_its_followers() 
     assert first is second and len(first) > 200_000  # one object, shared
 
 
-def test_a_client_that_reads_nothing_is_disconnected_after_the_write_timeout(
-    tmp_path: Path,
-) -> None:
+@contextlib.contextmanager
+def _verbose_events(tmp_path: Path, rcvbuf: int | None = None) -> Iterator[
+    tuple[ServerProcess, socket.socket]
+]:
+    """A server with a 1 s write timeout, a finished run of the 5 MB-answer agent, and a
+    raw socket (``rcvbuf``: its receive buffer) that has asked for the run's events."""
     config = SERVER_CONFIG.replace('"gateway_agents:react"', '"gateway_agents:verbose"')
-    env = {"PODIUM_SERVER__WRITE_TIMEOUT_S": "1"}
-    with podium_server(tmp_path, config, env) as server:
+    with podium_server(tmp_path, config, {"PODIUM_SERVER__WRITE_TIMEOUT_S": "1"}) as server:
         with server.client(KEY_A) as client:
             run = client.post("/v1/runs", json={"agent": "verbose", "input": "go", "wait": True,
                                                 "wait_timeout_s": 30}).json()
             assert run["status"] == "completed", run
         host, port = server.url.removeprefix("http://").split(":")
-        with socket.socket() as stuck:
-            stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            stuck.connect((host, int(port)))
-            stuck.sendall(f"GET /v1/runs/{run['id']}/events HTTP/1.1\r\nHost: x\r\n"
-                          f"Authorization: Bearer {KEY_A}\r\n\r\n".encode())
-            said = "closing a connection whose client read nothing for 1s"
-            deadline = time.monotonic() + 30
-            while said not in "".join(server.lines):  # the server's timer, not ours
-                assert time.monotonic() < deadline, "".join(server.lines)[-3000:]
-                time.sleep(0.1)
-            got = 0
-            with contextlib.suppress(ConnectionError):  # what was sent before the cut,
-                while chunk := stuck.recv(1 << 20):  # then EOF or a reset
-                    got += len(chunk)
+        with socket.socket() as sock:
+            if rcvbuf is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            sock.connect((host, int(port)))
+            sock.sendall(f"GET /v1/runs/{run['id']}/events HTTP/1.1\r\nHost: x\r\n"
+                         f"Authorization: Bearer {KEY_A}\r\n\r\n".encode())
+            yield server, sock
+
+
+def test_a_client_that_reads_nothing_is_disconnected_after_the_write_timeout(
+    tmp_path: Path,
+) -> None:
+    with _verbose_events(tmp_path, rcvbuf=4096) as (server, stuck):
+        said = "closing a connection whose client read nothing for 1s"
+        deadline = time.monotonic() + 30
+        while said not in "".join(server.lines):  # the server's timer, not ours
+            assert time.monotonic() < deadline, "".join(server.lines)[-3000:]
+            time.sleep(0.1)
+        got = 0
+        with contextlib.suppress(ConnectionError):  # what was sent before the cut,
+            while chunk := stuck.recv(1 << 20):  # then EOF or a reset
+                got += len(chunk)
         assert got < 4_000_000  # cut off: the whole stream is two 5 MB copies of the answer
         assert httpx.get(f"{server.url}/healthz").status_code == 200
 
@@ -137,23 +148,13 @@ def test_a_slow_but_steady_reader_is_not_cut(tmp_path: Path) -> None:
     frames at about a megabyte a second (each frame longer than the timeout to drain)
     keeps reading (it was cut at 5 MB: the timer ran from the socket filling up until the
     whole frame had drained, progress or not)."""
-    config = SERVER_CONFIG.replace('"gateway_agents:react"', '"gateway_agents:verbose"')
-    env = {"PODIUM_SERVER__WRITE_TIMEOUT_S": "1"}
-    with podium_server(tmp_path, config, env) as server:
-        with server.client(KEY_A) as client:
-            run = client.post("/v1/runs", json={"agent": "verbose", "input": "go", "wait": True,
-                                                "wait_timeout_s": 30}).json()
-        host, port = server.url.removeprefix("http://").split(":")
+    with _verbose_events(tmp_path) as (server, slow):
         got = 0
-        with socket.socket() as slow:
-            slow.connect((host, int(port)))
-            slow.sendall(f"GET /v1/runs/{run['id']}/events HTTP/1.1\r\nHost: x\r\n"
-                         f"Authorization: Bearer {KEY_A}\r\n\r\n".encode())
-            started = time.monotonic()
-            while got < 6_000_000:  # past the first 5 MB frame
-                chunk = slow.recv(65536)
-                assert chunk, f"cut after {got:,} bytes"
-                got += len(chunk)
-                time.sleep(0.05)  # the slow reader's own pace (the test is its client)
+        started = time.monotonic()
+        while got < 6_000_000:  # past the first 5 MB frame
+            chunk = slow.recv(65536)
+            assert chunk, f"cut after {got:,} bytes"
+            got += len(chunk)
+            time.sleep(0.05)  # the slow reader's own pace (the test is its client)
         assert time.monotonic() - started > 2  # longer than the timeout, twice over
         assert "closing a connection" not in "".join(server.lines)

@@ -34,7 +34,7 @@ from podium.engine.handoff import restore
 from podium.engine.records import JournalEntry, ModelTurn, RunRecord, StepRecord
 from podium.errors import StoreError
 from podium.observe.tracing import TRACE_KEYS, child_trace_context
-from podium.store.base import RunStore
+from podium.store.base import JournalItem, RunStore
 from podium.tools.tool import ToolContext
 
 if TYPE_CHECKING:
@@ -160,11 +160,15 @@ async def run_child(agent: Agent, user_input: str, ctx: ToolContext) -> str:
     return await links.run(agent, user_input, ctx)
 
 
-async def child_runs(store: RunStore, record: RunRecord) -> list[RunRecord]:
+async def child_runs(
+    store: RunStore, record: RunRecord, journal: Sequence[JournalItem] | None = None
+) -> list[RunRecord]:
     """The child runs ``record``'s run started, in call order (read from its journal: the
-    calls it made name their children's ids)."""
+    calls it made name their children's ids). ``journal``: the run's, read already."""
+    if journal is None:
+        journal = await store.journal(record.run_id)
     ids: dict[str, None] = {}
-    for _, entry in await store.journal(record.run_id):
+    for _, entry in journal:
         if isinstance(entry, StepRecord | ModelTurn):
             for index in range(len(entry.message.tool_calls)):
                 ids[child_run_id(record.run_id, entry.step, index)] = None

@@ -71,13 +71,13 @@ from podium.errors import (
 from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
-from podium.observe.inspect import read_progress
+from podium.observe.inspect import with_progress
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.redact import Redactor, redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
-from podium.store.base import RunStore
+from podium.store.base import JournalItem, RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
@@ -387,26 +387,36 @@ class Engine(AsyncCloseable):
         journal (a running run's record holds them only from its end). Its unfinished
         child runs (agents it called as tools) end with it, theirs too: only their parent
         drives them, so nothing would again."""
-        so_far = await read_progress(self.store, record)
+        # One read of its journal serves both: its progress and its children.
+        try:
+            journal = [] if record.done else await self.store.journal(record.run_id)
+        except RunNotFoundError:  # gone since it was read: its append says so
+            journal = []
+        so_far = with_progress(record, journal)
         record.steps, record.usage, record.profile = so_far.steps, so_far.usage, so_far.profile
         final = _ended_record(record, status, reason, error)
         await self.store.append(record.run_id, (final,), record=record)
         for observer in self.observers:
             observer(record.run_id, final)
         try:
-            await self._end_children(record, status, reason, error)
+            await self._end_children(record, journal, status, reason, error)
         except (StoreError, ConnectionError, OSError) as exc:  # the parent's end stands
             log.warning("run %s: its children not ended with it: %s", record.run_id, exc)
 
     async def _end_children(
-        self, record: RunRecord, status: RunStatus, reason: str, error: str
+        self,
+        record: RunRecord,
+        journal: Sequence[JournalItem],
+        status: RunStatus,
+        reason: str,
+        error: str,
     ) -> None:
         why = (
             f"its parent run {record.run_id} was cancelled"
             if status == "cancelled"
             else f"its parent run {record.run_id} ended {status} ({reason}): {error}"
         )
-        for child in await child_runs(self.store, record):
+        for child in await child_runs(self.store, record, journal):
             if child.done:
                 continue
             child.waiting = None

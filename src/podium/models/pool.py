@@ -86,6 +86,16 @@ class _NoHealthyBackend(ModelUnavailableError):
     """Handed to queued calls when every backend of their groups went down; they wait."""
 
 
+class _Tries:
+    """What one call has spent: moves to another backend, and tries again of backends
+    that had all failed it."""
+
+    __slots__ = ("failovers", "retries")
+
+    def __init__(self) -> None:
+        self.failovers = self.retries = 0
+
+
 class _Call:
     __slots__ = ("chain", "exclude", "future")
 
@@ -490,7 +500,7 @@ class BackendPool(Model):
         backend: Backend,
         exc: BaseException,
         exclude: frozenset[str],
-        tries: list[int],
+        tries: _Tries,
         end: float,
     ) -> frozenset[str]:
         """``backend`` failed this call and is checked; the backends to leave out of its
@@ -506,20 +516,20 @@ class BackendPool(Model):
         if not drained:
             exclude |= {backend.name}
         if drained or self._alternative(request, exclude):
-            if tries[0] >= self.failover_attempts:
+            if tries.failovers >= self.failover_attempts:
                 raise exc
-            tries[0] += 1
+            tries.failovers += 1
             self.failovers += 1
             return exclude
         policy = getattr(backend.model, "retry", None)
         if not isinstance(policy, RetryPolicy):
             policy = _DEFAULT_RETRY
         retry_after = exc.retry_after if isinstance(exc, ModelHTTPError) else None
-        delay = policy.delay(tries[1], self._rng, retry_after)
+        delay = policy.delay(tries.retries, self._rng, retry_after)
         loop = asyncio.get_running_loop()
         if delay is None or loop.time() + delay >= end:
             raise exc
-        tries[1] += 1
+        tries.retries += 1
         await asyncio.sleep(delay)
         return frozenset()
 
@@ -543,7 +553,7 @@ class BackendPool(Model):
         exclude: frozenset[str] = frozenset()
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
-        tries = [0, 0]  # failovers, retries of backends that all failed the call
+        tries = _Tries()
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
@@ -570,7 +580,7 @@ class BackendPool(Model):
         exclude: frozenset[str] = frozenset()
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
-        tries = [0, 0]  # failovers, retries of backends that all failed the call
+        tries = _Tries()
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
