@@ -117,6 +117,9 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("[server]\nkeep_alive_s = 0\n", {}, r"server\.keep_alive_s: Expected `float` >= 1"),
         ("[server]\nkeep_alive_s = 2.5\n", {}, r"server\.keep_alive_s: whole seconds, at least 1"),
         ("", {"PODIUM_SERVER__KEEP_ALIVE_S": "1.5"}, "server.keep_alive_s: whole seconds"),
+        # A stuck reader is cut after this: 0 would cut every reader whose socket fills.
+        ("[server]\nwrite_timeout_s = 0\n", {}, r"server\.write_timeout_s: Expected `float` > 0"),
+        ("", {"PODIUM_SERVER__WRITE_TIMEOUT_S": "-1"}, r"server\.write_timeout_s"),
         # An imported agent has its own limits: one set here would be ignored, so it is refused.
         ("[[agents]]\npath = 'react'\nmax_steps = 1\n", {}, "which sets its own max_steps"),
         ("[[agents]]\npath = 'react'\ndeadline_s = 5\ninstructions = 'x'\n", {},
