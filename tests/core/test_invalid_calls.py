@@ -78,3 +78,30 @@ async def test_invalid_calls_past_the_limit_fail_the_run() -> None:
     assert record.reason == "invalid_tool_calls"
     assert "3 invalid tool calls (limit 2)" in (record.error or "")
     assert calls == 3
+
+
+async def test_a_valid_call_with_an_oversized_id_is_answered_under_the_id_kept() -> None:
+    """A model's 5,000-character call id is cut (ids are echoed back): the assistant turn
+    in the context and the journal carries the cut id, and the tool message answers that
+    same id (it answered a cut id while the turn kept the whole one)."""
+    from podium.messages import ToolCall
+    from podium.models.base import ModelResponse
+
+    huge = "c" * 5_000
+    seen: list[tuple[str, str | None]] = []
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            call = ToolCall(huge, "add", '{"a": 1, "b": 1}')
+            return ModelResponse(tool_calls=(call,), finish_reason="tool_calls")
+        (turn,) = [m for m in messages if m.role == "assistant"]
+        (answer,) = tool_messages(messages)
+        seen.append((turn.tool_calls[0].id, answer.tool_call_id))
+        return "ok"
+
+    agent = Agent("t", FunctionModel(reply), tools=[add])
+    record = await agent.run("go")
+    assert record.status == "completed"
+    ((turn_id, answered_id),) = seen
+    assert len(turn_id) < 200 and turn_id.startswith("c" * 100)
+    assert answered_id == turn_id

@@ -8,12 +8,14 @@ running time, whether the slice was measured or estimated from the measured ones
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from podium.engine import stopwatch
 from podium.engine.profile import StepProfile
-from podium.engine.stopwatch import SAMPLE_EVERY, SampledStopwatch, Stopwatch
+from podium.engine.stopwatch import ENDS, SAMPLE_EVERY, SampledStopwatch, Stopwatch
 
 
 def half_speed_clock() -> int:
@@ -28,7 +30,7 @@ def spin(ns: int) -> None:
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
 def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(kind: type) -> None:
-    stopwatch._calibration.ratio = 1.0  # a fresh process's estimate
+    stopwatch._calibration.set(1.0, stopwatch.SAMPLED_TOLERANCE)  # a fresh process's estimate
     sw = kind.start(half_speed_clock)
     profiles = []
     for step in range(10 * SAMPLE_EVERY):
@@ -158,6 +160,82 @@ def waited_step(
     return profile
 
 
+def stamped_steps(clocks: FakeClocks, sw: Stopwatch, end: Callable[[int], None]) -> list[Any]:
+    """Four steps whose phases end by ``end(phase)``: an instant one; one whose model and
+    tool wait between its phase ends; a final answer (two phase ends, then a lap and the
+    settling of the run's end); one resumed with a carried profile. Their figures."""
+    profiles = []
+    for phase, ns in enumerate((10, 20, 30, 40, 50)):
+        clocks.advance(ns)
+        end(phase)
+    profiles.append(sw.snapshot(0, 1, 0))
+    clocks.advance(6)
+    sw.close_step(profiles[-1])
+    clocks.advance(10)
+    end(0)
+    clocks.advance(5)
+    wait(clocks, sw, 1, 1_000)
+    clocks.advance(5)
+    end(1)
+    clocks.advance(10)
+    end(2)
+    clocks.advance(3)
+    wait(clocks, sw, 3, 200)
+    sw.add_cpu(3, 7)
+    clocks.advance(1)
+    end(3)
+    clocks.advance(2)
+    end(4)
+    profiles.append(sw.snapshot(1, 1, 0))
+    wait(clocks, sw, 5, 40)
+    clocks.advance(3)
+    sw.close_step(profiles[-1])
+    sw.carry(StepProfile(2, (1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6), 1, 0))
+    for phase in range(5):
+        clocks.advance(phase + 1)
+        end(phase)
+    profiles.append(sw.snapshot(2, 1, 0))
+    clocks.advance(1)
+    sw.close_step(profiles[-1])
+    clocks.advance(10)
+    end(0)
+    clocks.advance(7)
+    end(1)
+    clocks.advance(3)
+    sw.lap(2)
+    sw.settle()
+    profiles.append(sw.snapshot(3, 0, 0))
+    clocks.advance(2)
+    sw.close_step(profiles[-1])
+    sw.finish()
+    return [(p.wall_ns, p.cpu_ns, p.step) for p in profiles]
+
+
+@pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
+def test_phase_ends_the_step_loop_stamps_come_out_as_laps_would(
+    kind: type[Stopwatch], clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    """The fast lane stamps its phase ends (``t[ENDS + phase]``) instead of calling
+    lap(): the figures are the same, whether the step ran in one slice, waited between
+    its stamps, ended with a lap or carried a profile from before a restart."""
+    sw = kind.start(clocks.thread)
+    laps = stamped_steps(clocks, sw, sw.lap)
+    model_ns = sw.model_ns
+    sw = kind.start(clocks.thread)
+
+    def stamp(phase: int) -> None:
+        sw.t[ENDS + phase] = clocks.perf()
+
+    assert stamped_steps(clocks, sw, stamp) == laps
+    assert laps[0][0] == (10, 20, 30, 40, 50, 6)
+    assert laps[1][0] == (10, 1_010, 10, 204, 2, 43)
+    assert laps[1][1] == (10, 10, 10, 11, 2, 3)  # waits are not CPU; off-loop CPU is
+    assert laps[2][0] == (2, 4, 6, 8, 10, 7)  # carried: 1..6, then 1..5 and 1 more
+    assert laps[3][0][:3] == (10, 7, 3)
+    # The model's wall time of the closed steps, for the next call's attained service.
+    assert sw.model_ns == model_ns == 20 + 1_010 + 4 + 7
+
+
 def test_laps_in_order_give_each_phase_the_time_since_the_last_boundary(clocks: FakeClocks) -> None:
     sw = Stopwatch.start(clocks.thread)
     for phase, ns in enumerate((10, 20, 30, 40, 50)):
@@ -207,7 +285,7 @@ def test_a_profile_off_stopwatch_reads_no_clock() -> None:
     sw.finish()
     # Every profile-off stopwatch shares its (zero) figures and (empty) steps: a run keeps
     # no list of its own for them, so nothing may ever be written there.
-    assert sw.t == [0] * 24 and sw.steps == []
+    assert sw.t == [0] * len(sw.t) and sw.steps == []
     assert NoStopwatch.start(no_clock).t is sw.t
 
 
@@ -236,7 +314,7 @@ async def test_runs_without_a_profile_leave_the_shared_figures_untouched() -> No
     assert all(r.status == "completed" and r.profile is not None for r in records)
     assert all(r.profile.steps == [] for r in records if r.profile is not None)
     sw = NoStopwatch.start(time.thread_time_ns)
-    assert sw.t == [0] * 24 and sw.steps == []
+    assert sw.t == [0] * len(sw.t) and sw.steps == []
 
 
 @pytest.fixture
@@ -292,7 +370,7 @@ def test_an_instant_step_on_a_preempted_thread_is_scaled_in_its_snapshot_and_whe
 ) -> None:
     """No wait in the step (one slice): the journaled snapshot and the closed figures are
     the wall times times the ratio; closing changes only the checkpoint's."""
-    calibration.ratio, calibration.scale = 0.75, 3 << 14  # the thread got 3/4 of its time
+    calibration.set(0.75, stopwatch.SAMPLED_TOLERANCE)  # the thread got 3/4 of its time
     heard: list[StepProfile] = []
     sw = SampledStopwatch.start(clocks.thread, heard.append)
     for phase, ns in enumerate((400, 800, 40, 80, 4)):
@@ -371,7 +449,8 @@ def test_a_checkpoint_that_waits_after_the_snapshot_is_waiting_on_the_sampled_st
     """The store makes the checkpoint wait after the journaled snapshot: closing works out
     the checkpoint's CPU again (its running time, scaled, plus CPU booked off the loop) and
     keeps the other phases' figures, whether or not the step waited before."""
-    calibration.ratio, calibration.scale = ratio, scale
+    calibration.set(ratio, stopwatch.SAMPLED_TOLERANCE)
+    assert calibration.scale == scale
     sw = SampledStopwatch.start(clocks.thread)
     waited = waited_step(clocks, sw, 0, store_wait=500)
     assert waited is not None and waited.wall_ns == (10, 1_010, 10, 0, 3, 504)

@@ -47,11 +47,14 @@ from podium.engine.runids import new_run_id
 from podium.engine.step import (
     PlannedCall,
     over_cap,
+    plan_one_call,
     plan_tool_calls,
     tool_message,
     truncate_result,
 )
 from podium.engine.stopwatch import (
+    ENDS,
+    MODEL_NS,
     CpuClock,
     NoStopwatch,
     SampledStopwatch,
@@ -97,6 +100,8 @@ log = logging.getLogger("podium.engine")
 Observer = Callable[[str, JournalEntry], None]
 
 _ASSEMBLE, _MODEL, _PARSE, _TOOLS, _MERGE, _CHECKPOINT = range(6)
+# Where the fast lane stamps each phase's end in its stopwatch's figures (see Stopwatch).
+_ASSEMBLED, _ANSWERED, _PARSED, _CALLED, _MERGED = (ENDS + p for p in range(5))
 _SUMMARIZE_PROMPT = (
     "Summarize the earlier steps of this agent's work below so it can continue without them. "
     "Keep facts, numbers, ids and open questions; drop pleasantries. Be brief."
@@ -573,6 +578,9 @@ class Engine(AsyncCloseable):
             deadline = self._arm_deadline(agent, state)
             sink = None if self.aggregator is None else self.aggregator.add_step
             sw = self._stopwatch.start(self._cpu, sink, state.profile.steps)
+            # The fast lane ends its phases with `t[_X] = stamp()`: a clock read, no call
+            # into Python (the stopwatch books them at the step's snapshot, or sooner).
+            t, stamp = sw.t, type(sw).stamp
             end: tuple[RunStatus, str | None, str | None]
             response: ModelResponse | None = None  # the reply the step works on
             try:
@@ -616,9 +624,9 @@ class Engine(AsyncCloseable):
                         prefix.tokens + ctx.history_tokens,
                         prefix.tokens,
                         agent.tags,
-                        state.attained_s,
+                        t[MODEL_NS] / 1e9,
                     )
-                    sw.lap(_ASSEMBLE)
+                    t[_ASSEMBLED] = stamp()
                     # model
                     tokens = self.tokens
                     if tokens is not None and tokens.listening(run_id):  # a client listens
@@ -642,8 +650,7 @@ class Engine(AsyncCloseable):
                         del coro  # a finished coroutine is one more object for the collector
                     if not isinstance(response, ModelResponse):  # a custom model's mistake
                         raise not_a_reply(agent.model, response)
-                    sw.lap(_MODEL)
-                    state.attained_s += sw.t[_MODEL] / 1e9
+                    t[_ANSWERED] = stamp()
                     # parse
                     message = Message(
                         "assistant",
@@ -663,26 +670,29 @@ class Engine(AsyncCloseable):
                         sw.lap(_PARSE)
                         await self._final_step(agent, state, sw, message, response, ttft)
                         break
-                    planned, rejected, cut = plan_tool_calls(agent, run_id, step, calls)
-                    if rejected:
-                        state.invalid_calls += len(rejected) - over_cap(agent, calls)
-                        if cut is not None:  # oversized rejected calls: context and journal
-                            message.tool_calls = cut  # get them cut
-                    ctx.append(message)
-                    sw.lap(_PARSE)
-                    call = planned[0] if len(planned) == 1 else None
+                    call = plan_one_call(agent, run_id, step, calls)
                     if (
                         call is None
-                        or rejected
                         or state.general
                         or call.tool.policy.side_effects
                         or call.tool.approval is not None
                     ):
+                        if call is None:  # several calls, or something wrong with them
+                            planned, rejected, cut = plan_tool_calls(agent, run_id, step, calls)
+                        else:
+                            planned, rejected, cut = [call], [], None
+                        if rejected:
+                            state.invalid_calls += len(rejected) - over_cap(agent, calls)
+                        if cut is not None:  # oversized names, ids or arguments: the context
+                            message.tool_calls = cut  # and the journal get them cut
+                        ctx.append(message)
+                        sw.lap(_PARSE)
                         await self._general_step(
                             agent, state, sw, message, response, planned, rejected, ttft
                         )
                         continue
-                    del planned, rejected  # a run waiting in its tool holds neither list
+                    ctx.append(message)
+                    t[_PARSED] = stamp()
                     # tools: the one call, side-effect free, so it is journaled with the step
                     started = self.executor.start(call.tool, call.args, call.ctx, task)
                     if isinstance(started, ToolResult):
@@ -696,7 +706,7 @@ class Engine(AsyncCloseable):
                         sw.add_cpu(_TOOLS, result.cpu_ns)
                     del started  # the finished call's generator: one object fewer to scan
                     result = truncate_result(agent, call.tool, result)
-                    sw.lap(_TOOLS)
+                    t[_CALLED] = stamp()
                     if not result.ok and result.error == "interrupted":  # the tool asked a human
                         outcome = [(call.index, result)]
                         await self._park(
@@ -708,7 +718,7 @@ class Engine(AsyncCloseable):
                     compaction = None
                     if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
                         compaction = await self._compact(agent, state, sw)
-                    sw.lap(_MERGE)
+                    t[_MERGED] = stamp()
                     # checkpoint
                     profile = sw.snapshot(step, 1, ttft)
                     entry = StepRecord(

@@ -80,7 +80,6 @@ class RunState(msgspec.Struct, gc=False):
     invalid_calls: int = 0
     #: Replies that failed the agent's output type (its ``output_retries`` budget).
     output_failures: int = 0
-    attained_s: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0

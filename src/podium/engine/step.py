@@ -18,7 +18,7 @@ from podium.messages import Message, ToolCall
 from podium.tools.executor import ToolResult
 from podium.tools.tool import Tool, ToolContext
 
-__all__ = ("PlannedCall", "plan_tool_calls", "tool_message", "truncate_result")
+__all__ = ("PlannedCall", "plan_one_call", "plan_tool_calls", "tool_message", "truncate_result")
 
 
 class PlannedCall(msgspec.Struct, gc=False):
@@ -34,6 +34,25 @@ class PlannedCall(msgspec.Struct, gc=False):
 MAX_NAME_CHARS = 128
 
 
+def plan_one_call(
+    agent: Agent, run_id: str, step: int, calls: Sequence[ToolCall]
+) -> PlannedCall | None:
+    """The reply's call, decoded, when it makes one valid call to a listed tool (the
+    common case: the step loop's fast lane asks this first, with no lists to build);
+    else None, and :func:`plan_tool_calls` says what is wrong."""
+    if len(calls) != 1 or not agent.max_tool_calls:
+        return None
+    call = calls[0]
+    tool = agent.tools.get(call.name)
+    if tool is None or len(call.id) > MAX_NAME_CHARS:
+        return None
+    try:
+        args = tool.decode_arguments(call.arguments)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return PlannedCall(0, tool, args, ToolContext(run_id, step, 0, call.id))
+
+
 def plan_tool_calls(
     agent: Agent, run_id: str, step: int, calls: Sequence[ToolCall]
 ) -> tuple[list[PlannedCall], list[tuple[int, ToolResult]], tuple[ToolCall, ...] | None]:
@@ -46,18 +65,11 @@ def plan_tool_calls(
     rejected call had an oversized name, id or arguments (cut to the budget),
     else None: hostile text never goes verbatim into either.
     """
+    one = plan_one_call(agent, run_id, step, calls)
+    if one is not None:
+        return [one], [], None
     tools = agent.tools
     cap = agent.max_tool_calls
-    if len(calls) == 1 and cap:  # the common case, one call to a listed tool, decoded here
-        call = calls[0]
-        tool = tools.get(call.name)
-        if tool is not None and len(call.id) <= MAX_NAME_CHARS:
-            try:
-                args = tool.decode_arguments(call.arguments)
-            except (msgspec.ValidationError, msgspec.DecodeError):
-                pass  # the general pass below says why
-            else:
-                return [PlannedCall(0, tool, args, ToolContext(run_id, step, 0, call.id))], [], None
     planned: list[PlannedCall] = []
     rejected: list[tuple[int, ToolResult]] = []
     cut: list[ToolCall] | None = None

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import msgspec
 
@@ -44,7 +44,13 @@ _perf = time.perf_counter_ns
 _PHASES = range(6)
 _CHECKPOINT = 5
 _MARK, _SLICE_CPU, _SPLIT, _HELD_RAN, _HELD_FROM, _HELD_TO = 18, 19, 20, 21, 22, 23
-_FIGURES = 24
+#: ``t[24:29]``: where the step loop stamps the end of each of the first five phases
+#: (``t[ENDS + phase] = sw.stamp()``), 0 where it has not; see :meth:`Stopwatch.fold`.
+ENDS = 24
+#: ``t[29]``: the model's wall time in the steps closed so far (the run's attained service).
+MODEL_NS = 29
+_FIGURES = 30
+_ZERO5 = (0,) * 5
 _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
 
@@ -73,7 +79,15 @@ class Stopwatch(msgspec.Struct, gc=False):
     real waits, :meth:`snapshot` for the profile to journal, :meth:`close_step`
     after the checkpoint and :meth:`settle` before the run's final record is
     written.
+
+    The step loop's fast lane does not call :meth:`lap`: it stamps each phase's end
+    in the figures list, ``t[ENDS + phase] = sw.stamp()`` (one clock read, no call
+    into Python: five a step), phases in their order; the next call that needs the
+    walls (:meth:`snapshot`, :meth:`suspend`, :meth:`lap`…) books them (:meth:`fold`).
     """
+
+    #: The clock the step loop stamps phase ends with (NoStopwatch's reads none: 0).
+    stamp: ClassVar[Callable[[], int]] = staticmethod(time.perf_counter_ns)
 
     clock: Any  # Callable[[], int]; typed loosely so msgspec accepts a builtin
     #: Called with each step's profile once its CPU figures are exact (the aggregator).
@@ -112,10 +126,43 @@ class Stopwatch(msgspec.Struct, gc=False):
     @property
     def wall(self) -> list[int]:
         """Wall nanoseconds per phase of the current step (a copy)."""
+        self.fold()
         return self.t[0:6]
+
+    @property
+    def model_ns(self) -> int:
+        """The model's wall time in the steps closed so far."""
+        return self.t[MODEL_NS]
+
+    def fold(self) -> None:
+        """Book the phase ends the step loop stamped since the last boundary, in phase
+        order, as :meth:`lap` would have at each; the stamps are cleared."""
+        t = self.t
+        if not (t[24] or t[25] or t[26] or t[27] or t[28]):
+            return
+        # Spelled out: this runs once a step on the fast lane (a loop is slower on 3.11).
+        mark = t[_MARK]
+        if end := t[24]:
+            t[0] += end - mark
+            mark = end
+        if end := t[25]:
+            t[1] += end - mark
+            mark = end
+        if end := t[26]:
+            t[2] += end - mark
+            mark = end
+        if end := t[27]:
+            t[3] += end - mark
+            mark = end
+        if end := t[28]:
+            t[4] += end - mark
+            mark = end
+        t[_MARK] = mark
+        t[24:29] = _ZERO5
 
     def lap(self, phase: int) -> None:
         """End ``phase`` now; the next phase starts now."""
+        self.fold()
         t = self.t
         now = _perf()
         t[phase] += now - t[18]
@@ -123,6 +170,7 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def suspend(self, phase: int) -> None:
         """``phase`` is about to wait: close the current slice."""
+        self.fold()
         t = self.t
         now = _perf()
         t[phase] += now - t[_MARK]
@@ -159,6 +207,7 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         """The step's profile so far, the open slice's CPU taken as its running wall time."""
+        self.fold()
         t = self.t
         wall = tuple(t[0:6])
         if not t[_SPLIT]:  # one slice so far: its running time is all of the wall time
@@ -174,10 +223,12 @@ class Stopwatch(msgspec.Struct, gc=False):
         A step that waited reads the CPU clock here; one that ran in one slice does
         not: its CPU figures are its wall time until that slice closes (below).
         """
+        self.fold()
         t = self.t
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
         t[_MARK] = now
+        t[MODEL_NS] += t[1]
         steps = self.steps
         if t[_SPLIT]:
             self._close_slice()
@@ -205,6 +256,7 @@ class Stopwatch(msgspec.Struct, gc=False):
     def settle(self) -> None:
         """Make every figure so far exact (one clock read): before the run's record is
         written."""
+        self.fold()
         t = self.t
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
@@ -213,6 +265,7 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def finish(self) -> None:
         """The drive stops: make the held steps' figures exact (one clock read, if any)."""
+        self.fold()
         t = self.t
         if t[_HELD_TO] > t[_HELD_FROM]:
             self._close_slice(reopen=False)
@@ -270,19 +323,29 @@ class Stopwatch(msgspec.Struct, gc=False):
 
 #: ``clock="sampled"`` reads the CPU clock around one synchronous slice in this many.
 SAMPLE_EVERY = 8
+#: How far below 1.0 the sampled CPU/running ratio may be and still be taken as 1.0.
+SAMPLED_TOLERANCE = 0.02
 
 
 class _Calibration:
     """The loop thread's CPU per running nanosecond, from the slices measured (shared by
     every run of the process: preemption is the thread's, not a run's)."""
 
-    __slots__ = ("ratio", "scale", "slices")
+    __slots__ = ("ratio", "scale", "scaled", "slices")
 
     def __init__(self) -> None:
         self.ratio = 1.0
         #: ``ratio`` in fixed point (times 2**16): CPU figures are scaled in integers.
         self.scale = 1 << 16
+        #: Whether CPU figures are scaled: the ratio is below 1 by more than the tolerance
+        #: (kept here, not worked out at every step).
+        self.scaled = False
         self.slices = 0
+
+    def set(self, ratio: float, tolerance: float) -> None:
+        self.ratio = ratio
+        self.scale = int(ratio * 65536)
+        self.scaled = ratio < 1.0 - tolerance
 
 
 _calibration = _Calibration()
@@ -309,9 +372,10 @@ class SampledStopwatch(Stopwatch, gc=False):
     per step at that price.
     """
 
-    tolerance: float = 0.02  # an estimate already: 2 % is within its error
+    tolerance: float = SAMPLED_TOLERANCE  # an estimate already: 2 % is within its error
 
     def suspend(self, phase: int) -> None:
+        self.fold()
         t = self.t
         now = _perf()
         t[phase] += now - t[_MARK]
@@ -338,10 +402,20 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
-        wall = tuple(t[0:6])
+        if t[24] and t[28] and not t[_SPLIT]:
+            # The fast lane's step, stamped from its start to its merge in one slice: its
+            # walls so far are the stamps' differences (t[0:6] is still all 0: a lap or a
+            # wait would have folded the stamps, a carried profile split the step).
+            a, b, c, d, e = t[24], t[25], t[26], t[27], t[28]
+            wall: tuple[int, ...] = (a - t[_MARK], b - a, c - b, d - c, e - d, 0)
+            t[_MARK] = e
+            t[24:29] = _ZERO5
+        else:
+            self.fold()
+            wall = tuple(t[0:6])
         if t[_SPLIT]:
             return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
-        if _calibration.ratio >= 1.0 - self.tolerance:
+        if not _calibration.scaled:
             return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         # One slice, nothing waited or booked from off the loop: each phase's CPU is its
         # wall time scaled (the usual case on a busy machine, whose ratio is below 1).
@@ -352,24 +426,27 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     def close_step(self, profile: StepProfile | None) -> None:
         """As :meth:`Stopwatch.close_step`; ``profile`` is the one :meth:`snapshot` gave
-        for this step."""
+        for this step (nothing stamped since: its first five phases were over)."""
         t = self.t
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
         t[_MARK] = now
         if profile is not None:
-            wall = tuple(t[0:6])
+            # Only the checkpoint changed since snapshot(): its first five phases were over
+            # (and may not have been booked in t[0:5], see snapshot).
+            w, w5 = profile.wall_ns, t[5]
+            wall = (w[0], w[1], w[2], w[3], w[4], w5)
+            t[MODEL_NS] += w[1]
             if t[_SPLIT]:
-                # Only the checkpoint changed since snapshot() (its first five phases were
-                # over), so only its CPU is worked out again; the others stand as estimated.
-                c, w5 = profile.cpu_ns, wall[5]
-                if _calibration.ratio >= 1.0 - self.tolerance:
+                # So only the checkpoint's CPU is worked out again; the others stand.
+                c = profile.cpu_ns
+                if not _calibration.scaled:
                     cpu5 = w5 - t[17] + t[11]
                 else:
                     cpu5 = ((w5 - t[17]) * _calibration.scale >> 16) + t[11]
                 profile.wall_ns = wall
                 profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], cpu5)
-            elif _calibration.ratio >= 1.0 - self.tolerance:
+            elif not _calibration.scaled:
                 profile.wall_ns = profile.cpu_ns = wall
             else:
                 # Not a wait since snapshot() (else the step would be split), so neither
@@ -390,6 +467,7 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     def settle(self) -> None:
         """Book the time so far; no clock is read (the figures are estimates)."""
+        self.fold()
         t = self.t
         now = _perf()
         t[_CHECKPOINT] += now - t[_MARK]
@@ -404,7 +482,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         """CPU per phase: running time times the ratio, plus CPU booked from off the loop."""
         t = self.t
         # Spelled out, in integers: a comprehension is a call on 3.11, a float an object.
-        if _calibration.ratio >= 1.0 - self.tolerance:
+        if not _calibration.scaled:
             return (
                 wall[0] - t[12] + t[6],
                 wall[1] - t[13] + t[7],
@@ -443,8 +521,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_SLICE_CPU] = -1
         if running > 0:  # a moving average over the measured slices, at most 1
             cal = _calibration
-            cal.ratio = ratio = 0.8 * cal.ratio + 0.2 * min(1.0, spent / running)
-            cal.scale = int(ratio * 65536)
+            cal.set(0.8 * cal.ratio + 0.2 * min(1.0, spent / running), self.tolerance)
 
 
 # What every NoStopwatch holds: figures that stay zero (the driver reads them) and no steps.
@@ -456,6 +533,9 @@ _NO_STEPS: list[StepProfile] = []
 class NoStopwatch(Stopwatch, gc=False):
     """``Engine(profile=False)``: the same calls, no clock read, no profile."""
 
+    #: The step loop's stamps read no clock: they write 0, "not stamped".
+    stamp: ClassVar[Callable[[], int]] = int
+
     @classmethod
     def start(
         cls,
@@ -464,6 +544,9 @@ class NoStopwatch(Stopwatch, gc=False):
         steps: list[StepProfile] | None = None,
     ) -> Stopwatch:
         return cls(clock, None, _IDLE_FIGURES, _NO_STEPS)
+
+    def fold(self) -> None:
+        pass
 
     def lap(self, phase: int) -> None:
         pass
