@@ -667,7 +667,7 @@ class Engine(AsyncCloseable):
                     calls = response.tool_calls
                     if not calls:
                         ctx.append(message)
-                        sw.lap(_PARSE)
+                        t[_PARSED] = stamp()
                         await self._final_step(agent, state, sw, message, response, ttft)
                         break
                     call = plan_one_call(agent, run_id, step, calls)

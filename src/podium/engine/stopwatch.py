@@ -45,12 +45,13 @@ _PHASES = range(6)
 _CHECKPOINT = 5
 _MARK, _SLICE_CPU, _SPLIT, _HELD_RAN, _HELD_FROM, _HELD_TO = 18, 19, 20, 21, 22, 23
 #: ``t[24:29]``: where the step loop stamps the end of each of the first five phases
-#: (``t[ENDS + phase] = sw.stamp()``), 0 where it has not; see :meth:`Stopwatch.fold`.
+#: (``t[ENDS + phase] = sw.stamp()``). A stamp counts while it is later than the last
+#: boundary booked (``t[18]``): older ones are a past step's, never cleared (see
+#: :meth:`Stopwatch.fold`).
 ENDS = 24
 #: ``t[29]``: the model's wall time in the steps closed so far (the run's attained service).
 MODEL_NS = 29
 _FIGURES = 30
-_ZERO5 = (0,) * 5
 _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
 
@@ -136,29 +137,28 @@ class Stopwatch(msgspec.Struct, gc=False):
 
     def fold(self) -> None:
         """Book the phase ends the step loop stamped since the last boundary, in phase
-        order, as :meth:`lap` would have at each; the stamps are cleared."""
+        order, as :meth:`lap` would have at each (the last becomes the boundary)."""
         t = self.t
-        if not (t[24] or t[25] or t[26] or t[27] or t[28]):
-            return
-        # Spelled out: this runs once a step on the fast lane (a loop is slower on 3.11).
         mark = t[_MARK]
-        if end := t[24]:
+        if max(t[24:29]) <= mark:  # nothing stamped since
+            return
+        # Spelled out: a loop is slower on 3.11. A stamp equal to the boundary would add 0.
+        if (end := t[24]) > mark:
             t[0] += end - mark
             mark = end
-        if end := t[25]:
+        if (end := t[25]) > mark:
             t[1] += end - mark
             mark = end
-        if end := t[26]:
+        if (end := t[26]) > mark:
             t[2] += end - mark
             mark = end
-        if end := t[27]:
+        if (end := t[27]) > mark:
             t[3] += end - mark
             mark = end
-        if end := t[28]:
+        if (end := t[28]) > mark:
             t[4] += end - mark
             mark = end
         t[_MARK] = mark
-        t[24:29] = _ZERO5
 
     def lap(self, phase: int) -> None:
         """End ``phase`` now; the next phase starts now."""
@@ -402,14 +402,14 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
-        if t[24] and t[28] and not t[_SPLIT]:
+        mark, a, e = t[_MARK], t[24], t[28]
+        if mark < a < e and not t[_SPLIT]:
             # The fast lane's step, stamped from its start to its merge in one slice: its
             # walls so far are the stamps' differences (t[0:6] is still all 0: a lap or a
-            # wait would have folded the stamps, a carried profile split the step).
-            a, b, c, d, e = t[24], t[25], t[26], t[27], t[28]
-            wall: tuple[int, ...] = (a - t[_MARK], b - a, c - b, d - c, e - d, 0)
+            # wait would have folded its first stamp, a carried profile split the step).
+            b, c, d = t[25], t[26], t[27]
+            wall: tuple[int, ...] = (a - mark, b - a, c - b, d - c, e - d, 0)
             t[_MARK] = e
-            t[24:29] = _ZERO5
         else:
             self.fold()
             wall = tuple(t[0:6])

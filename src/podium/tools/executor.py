@@ -30,6 +30,8 @@ from podium.tools.policy import backoff_delay
 from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
 
+_fields = msgspec.structs.asdict
+
 __all__ = ("ToolExecutor", "ToolResult", "render_result")
 
 _encode = msgspec.json.encode
@@ -156,7 +158,8 @@ class ToolExecutor:
         t0 = _perf()
         if not tool.inline:
             return self._execute(tool, args, ctx, t0, None)
-        coro = tool.fn(**tool.kwargs(args, ctx))
+        # (A tool without a context parameter takes the arguments' fields as they are.)
+        coro = tool.fn(**(_fields(args) if tool.context_param is None else tool.kwargs(args, ctx)))
         try:
             pending = coro.send(None)
         except StopIteration as done:
