@@ -6,7 +6,8 @@ import pytest
 from _helpers import tool_messages
 
 from podium import Agent, ContextPolicy, EstimateTokenizer, FunctionModel, tool, tool_call_reply
-from podium.context import truncate_text
+from podium.context import Tokenizer, truncate_text
+from podium.messages import Message
 
 pytestmark = pytest.mark.anyio
 
@@ -59,3 +60,79 @@ async def test_long_tool_result_is_truncated_in_the_context() -> None:
     assert tok.count(long_cut.split("\n[…")[0]) <= 100
     assert tok.count(tiny_cut.split("\n[…")[0]) <= 10
     assert len(long_cut) < 600 and len(tiny_cut) < len(long_cut)
+
+
+class WordTokenizer(Tokenizer):
+    """A word a token; remembers every text it counts."""
+
+    name = "words"
+
+    def __init__(self) -> None:
+        self.counted: list[str] = []
+
+    def count(self, text: str) -> int:
+        self.counted.append(text)
+        return len(text.split())
+
+
+class TemplateTokenizer(WordTokenizer):
+    """Counts messages its own way (a chat template with a role header)."""
+
+    name = "template"
+
+    def count_message(self, message: Message) -> int:
+        return 7 + len(message.role) + super().count_message(message)
+
+
+@tool
+def fetch(size: int) -> str:
+    """Return ``size`` words.
+
+    Args:
+        size: How many.
+    """
+    return "word " * size
+
+
+@pytest.mark.parametrize("tokenizer", [EstimateTokenizer(), WordTokenizer(), TemplateTokenizer()])
+async def test_one_call_steps_count_their_result_as_the_context_counts_it(
+    tokenizer: Tokenizer,
+) -> None:
+    """Steps of one call (the fast lane) count a result once for its budget and its
+    message: what the model is told the prompt holds is the tokenizer's own count of
+    every message, whether the result was cut or not, and for a tokenizer with a chat
+    template of its own."""
+    told: list[int] = []
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        history = sum(tokenizer.count_message(m) for m in messages[1:])
+        told.append(request.prompt_tokens - request.prefix_tokens - history)
+        if request.step < 3:
+            size = (5, 2_000, 40)[request.step]  # the second is over the budget
+            return tool_call_reply(("fetch", f'{{"size": {size}}}'))
+        return "done"
+
+    agent = Agent(
+        "t",
+        FunctionModel(reply),
+        tools=[fetch],
+        context=ContextPolicy(max_tool_result_tokens=100, tokenizer=tokenizer),
+    )
+    record = await agent.run("go")
+    assert record.status == "completed"
+    assert told == [0, 0, 0, 0]
+
+
+async def test_a_result_within_budget_is_counted_once() -> None:
+    tokenizer = WordTokenizer()
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            return tool_call_reply(("fetch", '{"size": 12}'))
+        return "done"
+
+    agent = Agent(
+        "t", FunctionModel(reply), tools=[fetch], context=ContextPolicy(tokenizer=tokenizer)
+    )
+    assert (await agent.run("go")).status == "completed"
+    assert tokenizer.counted.count("word " * 12) == 1

@@ -49,6 +49,7 @@ from podium.engine.step import (
     over_cap,
     plan_one_call,
     plan_tool_calls,
+    result_message,
     tool_message,
     truncate_result,
 )
@@ -705,7 +706,7 @@ class Engine(AsyncCloseable):
                             sw.resume(_TOOLS)
                         sw.add_cpu(_TOOLS, result.cpu_ns)
                     del started  # the finished call's generator: one object fewer to scan
-                    result = truncate_result(agent, call.tool, result)
+                    answer = result_message(agent, call.tool, result)  # the result cut to budget
                     t[_CALLED] = stamp()
                     if not result.ok and result.error == "interrupted":  # the tool asked a human
                         outcome = [(call.index, result)]
@@ -714,7 +715,7 @@ class Engine(AsyncCloseable):
                             sw, ttft,
                         )
                     # merge
-                    ctx.append(tool_message(result))
+                    ctx.append(answer)
                     compaction = None
                     if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
                         compaction = await self._compact(agent, state, sw)

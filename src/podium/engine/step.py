@@ -14,11 +14,19 @@ import msgspec
 
 from podium.agent import Agent
 from podium.context.buffer import truncate_text
+from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS, EstimateTokenizer, Tokenizer
 from podium.messages import Message, ToolCall
 from podium.tools.executor import ToolResult
 from podium.tools.tool import Tool, ToolContext
 
-__all__ = ("PlannedCall", "plan_one_call", "plan_tool_calls", "tool_message", "truncate_result")
+__all__ = (
+    "PlannedCall",
+    "plan_one_call",
+    "plan_tool_calls",
+    "result_message",
+    "tool_message",
+    "truncate_result",
+)
 
 
 class PlannedCall(msgspec.Struct, gc=False):
@@ -169,6 +177,33 @@ def truncate_result(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResul
     if tokenizer.count(result.content) > limit:
         result.content = truncate_text(result.content, limit, tokenizer)
     return result
+
+
+#: Tokenizers whose count of a message without tool calls is its content's count plus the
+#: template's overhead: a tool result's count against its budget then counts its message.
+_BY_PARTS = (Tokenizer.count_message, EstimateTokenizer.count_message)
+
+
+def result_message(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResult) -> Message:
+    """The message the model reads for ``result``, which is first cut to its budget (as
+    :func:`truncate_result`): its text is counted once, for the budget and the context."""
+    limit = agent.context.max_tool_result_tokens
+    if tool is not None and tool.policy.max_result_tokens is not None:
+        limit = tool.policy.max_result_tokens
+    tokenizer = agent.context.tokenizer
+    n = tokenizer.count(result.content)
+    if n > limit:
+        result.content = truncate_text(result.content, limit, tokenizer)
+        n = -MESSAGE_OVERHEAD_TOKENS  # (the cut text is counted as it enters the context)
+    elif type(tokenizer).count_message not in _BY_PARTS:  # its own way: let it count
+        n = -MESSAGE_OVERHEAD_TOKENS
+    return Message(
+        "tool",
+        result.content,
+        tool_call_id=result.call_id,
+        name=result.name,
+        tokens=MESSAGE_OVERHEAD_TOKENS + n,
+    )
 
 
 def tool_message(result: ToolResult) -> Message:
