@@ -55,7 +55,7 @@ def plan_one_call(
     if tool is None or len(call.id) > MAX_NAME_CHARS:
         return None
     try:
-        args = tool.decode_arguments(call.arguments)
+        args = tool.decoder.decode(call.arguments or "{}")  # (decode_arguments, no frame)
     except (msgspec.ValidationError, msgspec.DecodeError):
         return None
     return PlannedCall(0, tool, args, ToolContext(run_id, step, 0, call.id))

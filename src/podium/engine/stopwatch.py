@@ -321,8 +321,10 @@ class Stopwatch(msgspec.Struct, gc=False):
         t[_SPLIT] = 1
 
 
-#: ``clock="sampled"`` reads the CPU clock around one synchronous slice in this many.
-SAMPLE_EVERY = 8
+#: ``clock="sampled"`` reads the CPU clock around one synchronous slice in this many (each
+#: read is a system call; the ratio is the thread's and moves with the machine's load, so
+#: at thousands of slices a second one in 32 still measures it many times a second).
+SAMPLE_EVERY = 32
 #: How far below 1.0 the sampled CPU/running ratio may be and still be taken as 1.0.
 SAMPLED_TOLERANCE = 0.02
 
@@ -410,13 +412,15 @@ class SampledStopwatch(Stopwatch, gc=False):
             b, c, d = t[25], t[26], t[27]
             wall: tuple[int, ...] = (a - mark, b - a, c - b, d - c, e - d, 0)
             t[_MARK] = e
+            if not _calibration.scaled:
+                return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         else:
             self.fold()
             wall = tuple(t[0:6])
-        if t[_SPLIT]:
-            return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
-        if not _calibration.scaled:
-            return StepProfile(step, wall, wall, tool_calls, ttft_ns)
+            if t[_SPLIT]:
+                return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
+            if not _calibration.scaled:
+                return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         # One slice, nothing waited or booked from off the loop: each phase's CPU is its
         # wall time scaled (the usual case on a busy machine, whose ratio is below 1).
         q = _calibration.scale
@@ -429,41 +433,43 @@ class SampledStopwatch(Stopwatch, gc=False):
         for this step (nothing stamped since: its first five phases were over)."""
         t = self.t
         now = _perf()
-        t[_CHECKPOINT] += now - t[_MARK]
+        w5 = t[_CHECKPOINT] + now - t[_MARK]  # the checkpoint's wall time (t[5] is reset)
         t[_MARK] = now
-        if profile is not None:
-            # Only the checkpoint changed since snapshot(): its first five phases were over
-            # (and may not have been booked in t[0:5], see snapshot).
-            w, w5 = profile.wall_ns, t[5]
-            wall = (w[0], w[1], w[2], w[3], w[4], w5)
-            t[MODEL_NS] += w[1]
-            if t[_SPLIT]:
-                # So only the checkpoint's CPU is worked out again; the others stand.
-                c = profile.cpu_ns
-                if not _calibration.scaled:
-                    cpu5 = w5 - t[17] + t[11]
-                else:
-                    cpu5 = ((w5 - t[17]) * _calibration.scale >> 16) + t[11]
-                profile.wall_ns = wall
-                profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], cpu5)
-            elif not _calibration.scaled:
-                profile.wall_ns = profile.cpu_ns = wall
-            else:
-                # Not a wait since snapshot() (else the step would be split), so neither
-                # the ratio nor the first five phases changed: only the checkpoint grew.
-                c = profile.cpu_ns
-                profile.wall_ns = wall
-                profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], wall[5] * _calibration.scale >> 16)
-            steps = self.steps
-            if not steps or steps[-1] is not profile:
-                steps.append(profile)
-            if self.sink is not None:
-                self.sink(profile)
-        if t[_SPLIT]:
+        if profile is None:  # (snapshot() always gives one): the step's figures are dropped
             t[0:18] = _ZEROS
             t[_SPLIT] = 0
-        else:
+            return
+        # Only the checkpoint changed since snapshot(): its first five phases were over
+        # (and may not have been booked in t[0:5], see snapshot).
+        w = profile.wall_ns
+        wall = (w[0], w[1], w[2], w[3], w[4], w5)
+        t[MODEL_NS] += w[1]
+        if t[_SPLIT]:
+            # So only the checkpoint's CPU is worked out again; the others stand.
+            c = profile.cpu_ns
+            if not _calibration.scaled:
+                cpu5 = w5 - t[17] + t[11]
+            else:
+                cpu5 = ((w5 - t[17]) * _calibration.scale >> 16) + t[11]
+            profile.wall_ns = wall
+            profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], cpu5)
+            t[0:18] = _ZEROS
+            t[_SPLIT] = 0
+        elif not _calibration.scaled:
+            profile.wall_ns = profile.cpu_ns = wall
             t[0:6] = _ZERO6
+        else:
+            # Not a wait since snapshot() (else the step would be split), so neither the
+            # ratio nor the first five phases changed: only the checkpoint grew.
+            c = profile.cpu_ns
+            profile.wall_ns = wall
+            profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], w5 * _calibration.scale >> 16)
+            t[0:6] = _ZERO6
+        steps = self.steps
+        if not steps or steps[-1] is not profile:
+            steps.append(profile)
+        if self.sink is not None:
+            self.sink(profile)
 
     def settle(self) -> None:
         """Book the time so far; no clock is read (the figures are estimates)."""

@@ -108,7 +108,9 @@ class Tool(Generic[P, R]):
                 f"is not a parameter (its parameters: {', '.join(self.param_names) or 'none'})"
             )
         self.definition = ToolDefinition(self.name, self.description, self.parameters)
-        self._decoder = msgspec.json.Decoder(self.args_type)
+        #: Parses and validates a JSON object of the tool's arguments (``decode_arguments``
+        #: takes a model's empty string for ``{}`` too).
+        self.decoder = msgspec.json.Decoder(self.args_type)
         self.breaker = CircuitBreaker(self.policy.breaker) if self.policy.breaker else None
         #: Whether the executor may start this tool inline on the loop (see ToolExecutor).
         self.inline = (
@@ -131,7 +133,7 @@ class Tool(Generic[P, R]):
 
     def decode_arguments(self, raw: str) -> msgspec.Struct:
         """Parse and validate the model's arguments (raises msgspec.DecodeError/ValidationError)."""
-        return self._decoder.decode(raw or "{}")
+        return self.decoder.decode(raw or "{}")
 
     def kwargs(self, args: msgspec.Struct, ctx: ToolContext | None) -> dict[str, Any]:
         kwargs = msgspec.structs.asdict(args)
