@@ -469,3 +469,40 @@ def test_a_checkpoint_that_waits_after_the_snapshot_is_waiting_on_the_sampled_st
     assert snap.wall_ns == (40, 0, 0, 0, 0, 308)
     assert snap.cpu_ns == (int(40 * q), 0, 0, 0, 0, int(8 * q) + 9)
     assert sw.steps == [waited, snap]
+
+
+@pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
+@pytest.mark.parametrize("ratio", [1.0, 0.75])
+def test_a_step_journaled_first_and_profiled_as_it_closes_gets_the_same_figures(
+    kind: type[Stopwatch], ratio: float, clocks: FakeClocks, calibration: stopwatch._Calibration
+) -> None:
+    """close_new() (the entry is kept by an in-memory store and given its profile as the
+    step closes) gives what snapshot() before the checkpoint and close_step() after it
+    give: for a step in one slice, one that waited, on a thread the OS preempts or not."""
+    calibration.set(ratio, stopwatch.SAMPLED_TOLERANCE)
+
+    def steps(snapshot_first: bool) -> tuple[list[Any], int, list[int]]:
+        sw = kind.start(clocks.thread)
+        profiles = []
+        for step, waits in enumerate((False, True, False)):
+            for phase, ns in enumerate((10, 20, 30, 40, 50)):
+                clocks.advance(ns)
+                if waits and phase == 3:
+                    wait(clocks, sw, 3, 100)
+                sw.t[ENDS + phase] = clocks.perf()
+            if snapshot_first:
+                profile = sw.snapshot(step, 1, 0)
+                clocks.advance(7)  # the checkpoint
+                sw.close_step(profile)
+            else:
+                clocks.advance(7)
+                profile = sw.close_new(step, 1, 0)
+            assert profile is not None
+            profiles.append((profile.wall_ns, profile.cpu_ns))
+        sw.finish()
+        return profiles, sw.model_ns, [p.step for p in sw.steps]
+
+    first = steps(snapshot_first=True)
+    assert steps(snapshot_first=False) == first
+    assert first[0][0][0] == (10, 20, 30, 40, 50, 7)
+    assert first[2] == [0, 1, 2]  # each filed once

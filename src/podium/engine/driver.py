@@ -582,6 +582,9 @@ class Engine(AsyncCloseable):
             # The fast lane ends its phases with `t[_X] = stamp()`: a clock read, no call
             # into Python (the stopwatch books them at the step's snapshot, or sooner).
             t, stamp = sw.t, type(sw).stamp
+            # A store that keeps the entry objects (in memory): a step's entry gets its
+            # profile as the step closes, made once, not journaled provisional and redone.
+            keeps = self.store.keeps_entries and state.redact is None
             end: tuple[RunStatus, str | None, str | None]
             response: ModelResponse | None = None  # the reply the step works on
             try:
@@ -721,16 +724,23 @@ class Engine(AsyncCloseable):
                         compaction = await self._compact(agent, state, sw)
                     t[_MERGED] = stamp()
                     # checkpoint
-                    profile = sw.snapshot(step, 1, ttft)
-                    entry = StepRecord(
-                        step, time.time(), message, (result,), response.usage, profile
-                    )
                     state.step = step + 1
-                    entries = (entry,) if compaction is None else (entry, compaction)
-                    waiting = self._checkpoint(state, entries, sw)
-                    if waiting is not None:
-                        await waiting
-                    sw.close_step(profile)  # files the profile in state.profile.steps
+                    if keeps and compaction is None and not self.observers:
+                        entry = StepRecord(
+                            step, time.time(), message, (result,), response.usage, None
+                        )
+                        self.store.append_nowait(run_id, (entry,))  # kept: no wait, no copy
+                        entry.profile = profile = sw.close_new(step, 1, ttft)  # (filed)
+                    else:
+                        profile = sw.snapshot(step, 1, ttft)
+                        entry = StepRecord(
+                            step, time.time(), message, (result,), response.usage, profile
+                        )
+                        entries = (entry,) if compaction is None else (entry, compaction)
+                        waiting = self._checkpoint(state, entries, sw)
+                        if waiting is not None:
+                            await waiting
+                        sw.close_step(profile)  # files the profile in state.profile.steps
                     on_step = state.on_step
                     if on_step is not None:  # profile=False: the hook still hears of the step
                         if profile is None:

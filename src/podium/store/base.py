@@ -75,6 +75,13 @@ class RunStore(AsyncCloseable, abc.ABC):
         through it first: for an in-memory store that is a call, not a coroutine."""
         return False
 
+    @property
+    def keeps_entries(self) -> bool:
+        """True when :meth:`append_nowait` always succeeds and the journal holds the entry
+        objects themselves, not copies or encodings (an in-memory store): the engine then
+        gives a step's entry its profile as the step closes, after appending it."""
+        return False
+
     @abc.abstractmethod
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
         """The run's journal entries with sequence number greater than ``after``, in order."""

@@ -98,6 +98,10 @@ class MemoryRunStore(RunStore):
     ) -> None:
         self._append(run_id, entries, record)
 
+    @property
+    def keeps_entries(self) -> bool:
+        return self._nowait
+
     def append_nowait(
         self, run_id: str, entries: Sequence[JournalEntry], *, record: RunRecord | None = None
     ) -> bool:
