@@ -32,14 +32,27 @@ async def lookup(query: str) -> str:
     return f"{query}: " + "result " * 40
 
 
-async def tracked_per_run(hold_at_step: int) -> float:
-    """GC-tracked objects per in-flight run, with every run parked at ``hold_at_step``."""
+@tool(side_effects=True)
+async def record_it(query: str) -> str:
+    """Record something (a side effect: its step takes the general path).
+
+    Args:
+        query: What to record.
+    """
+    return f"recorded {query}"
+
+
+async def tracked_per_run(hold_at_step: int, general_first: bool = False) -> float:
+    """GC-tracked objects per in-flight run, with every run parked at ``hold_at_step``;
+    ``general_first``: the first step calls a side-effecting tool (the general path)."""
     gate = asyncio.Event()
     parked = 0
     all_parked = asyncio.Event()
 
     async def reply(messages: Sequence[Message], request: ModelRequest) -> object:
         nonlocal parked
+        if request.step == 0 and general_first:
+            return tool_call_reply(("record_it", '{"query": "podium"}'))
         if request.step < hold_at_step:
             return tool_call_reply(("lookup", '{"query": "podium"}'))
         parked += 1
@@ -48,7 +61,7 @@ async def tracked_per_run(hold_at_step: int) -> float:
         await gate.wait()
         return "done"
 
-    agent = Agent("a", FunctionModel(reply), "You are terse.", [lookup], max_steps=64)
+    agent = Agent("a", FunctionModel(reply), "You are terse.", [lookup, record_it], max_steps=64)
     async with Engine(MemoryRunStore()) as engine:
         gc.collect()
         before = len(gc.get_objects())
@@ -70,6 +83,15 @@ async def test_tracked_objects_per_run_are_few_and_do_not_grow_with_steps() -> N
     long = await tracked_per_run(30)
     assert short < 60, f"{short:.1f} GC-tracked objects per run"
     assert long - short < 2, f"{short:.1f} at step 2, {long:.1f} at step 30"
+
+
+async def test_a_step_off_the_fast_lane_leaves_nothing_held_for_the_rest_of_the_run() -> None:
+    """A side-effecting call's step plans its calls in lists; the steps after it, back on
+    the fast lane, hold none of them while they wait."""
+    await tracked_per_run(2)
+    plain = await tracked_per_run(4)
+    after_general = await tracked_per_run(4, general_first=True)
+    assert after_general - plain < 1, f"{plain:.1f} per run, {after_general:.1f} after one"
 
 
 async def test_a_run_waiting_in_its_tool_holds_few_more_objects_than_a_hand_written_loop() -> None:

@@ -694,6 +694,7 @@ class Engine(AsyncCloseable):
                         await self._general_step(
                             agent, state, sw, message, response, planned, rejected, ttft
                         )
+                        del planned, rejected, cut  # the run's later waits need none of them
                         continue
                     ctx.append(message)
                     t[_PARSED] = stamp()
