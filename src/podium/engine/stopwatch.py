@@ -438,15 +438,20 @@ class SampledStopwatch(Stopwatch, gc=False):
     def close_new(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
         mark, a, e = t[_MARK], t[24], t[28]
-        if mark < a < e and not t[_SPLIT] and not _calibration.scaled:
+        if mark < a < e and not t[_SPLIT]:
             # The fast lane's step in one slice (see snapshot), its checkpoint included:
-            # one tuple, final at once, and nothing of the step left in t[0:6] to reset.
+            # final at once, and nothing of the step left in t[0:6] to reset.
             now = _perf()
             b, c, d = t[25], t[26], t[27]
             wall = (a - mark, b - a, c - b, d - c, e - d, now - e)
             t[_MARK] = now
             t[MODEL_NS] += wall[1]
-            profile = StepProfile(step, wall, wall, tool_calls, ttft_ns)
+            cpu = wall
+            if _calibration.scaled:
+                q = _calibration.scale
+                cpu = (wall[0] * q >> 16, wall[1] * q >> 16, wall[2] * q >> 16,
+                       wall[3] * q >> 16, wall[4] * q >> 16, wall[5] * q >> 16)
+            profile = StepProfile(step, wall, cpu, tool_calls, ttft_ns)
             self.steps.append(profile)
             if self.sink is not None:
                 self.sink(profile)
