@@ -81,3 +81,25 @@ async def test_each_step_is_journaled_with_its_profile(path: str, tmp_path: Path
         assert len(shown) == 4 and all(p is not None for p in shown)
     if path == "secret":
         assert "s3cret-key" not in repr(entries)
+
+
+class Overpromising(MemoryRunStore):
+    """Says it keeps the entries, then will not append without waiting."""
+
+    @property
+    def keeps_entries(self) -> bool:
+        return True
+
+    def append_nowait(
+        self, run_id: str, entries: object, *, record: object = None
+    ) -> bool:
+        return False
+
+
+async def test_a_store_that_will_not_take_a_kept_entry_at_once_still_journals_it() -> None:
+    store = Overpromising()
+    async with Engine(store) as engine:
+        record = await engine.run(agent(False), "go")
+        entries = [e for _, e in await store.journal(record.run_id)]
+    assert record.status == "completed"
+    assert [e.step for e in entries if isinstance(e, StepRecord)] == [0, 1, 2, 3]

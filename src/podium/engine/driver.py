@@ -730,7 +730,8 @@ class Engine(AsyncCloseable):
                         entry = StepRecord(
                             step, time.time(), message, (result,), response.usage, None
                         )
-                        self.store.append_nowait(run_id, (entry,))  # kept: no wait, no copy
+                        if not self.store.append_nowait(run_id, (entry,)):  # kept, no copy
+                            await self.store.append(run_id, (entry,))  # (it said it would)
                         entry.profile = profile = sw.close_new(step, 1, ttft)  # (filed)
                     else:
                         profile = sw.snapshot(step, 1, ttft)
