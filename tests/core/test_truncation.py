@@ -136,3 +136,98 @@ async def test_a_result_within_budget_is_counted_once() -> None:
     )
     assert (await agent.run("go")).status == "completed"
     assert tokenizer.counted.count("word " * 12) == 1
+
+
+class ScaledEstimate(EstimateTokenizer):
+    """An estimate whose count says more than its inherited count_message (which reads
+    lengths, not count): the two disagree, so a message must be counted as a message."""
+
+    name = "scaled"
+
+    def count(self, text: str) -> int:
+        return 10 * super().count(text)
+
+
+class ByteTokenizer(Tokenizer):
+    """A token a UTF-8 byte (byte-level BPE's worst case: an emoji is four)."""
+
+    name = "bytes"
+
+    def count(self, text: str) -> int:
+        return len(text.encode())
+
+
+@pytest.mark.parametrize("kind", [ScaledEstimate, ByteTokenizer])
+async def test_the_context_counts_a_one_call_steps_result_as_its_tokenizer_does(
+    kind: type[Tokenizer],
+) -> None:
+    tokenizer = kind()
+    told: list[int] = []
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        told.append(
+            request.prompt_tokens
+            - request.prefix_tokens
+            - sum(tokenizer.count_message(m) for m in messages[1:])
+        )
+        if request.step == 0:
+            return tool_call_reply(("fetch", '{"size": 25}'))
+        return "done"
+
+    agent = Agent(
+        "t", FunctionModel(reply), tools=[fetch], context=ContextPolicy(tokenizer=tokenizer)
+    )
+    assert (await agent.run("go")).status == "completed"
+    assert told == [0, 0]
+
+
+async def test_after_a_hand_off_the_context_keeps_counting_with_its_own_tokenizer() -> None:
+    """The target agent's tokenizer cuts its results; the context (the run's, started by
+    the first agent) counts what enters it, fast lane or not."""
+    context_tokenizer = WordTokenizer()
+    told: list[int] = []
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        told.append(
+            request.prompt_tokens
+            - request.prefix_tokens
+            - sum(context_tokenizer.count_message(m) for m in messages[1:])
+        )
+        if request.step == 1:
+            return tool_call_reply(("fetch", '{"size": 50}'))
+        return "done"
+
+    target = Agent(
+        "b", FunctionModel(reply), tools=[fetch],
+        context=ContextPolicy(tokenizer=EstimateTokenizer()),
+    )
+    front = Agent(
+        "a", FunctionModel(lambda m, r: tool_call_reply(("transfer_to_b", "{}"))),
+        handoffs=[target], context=ContextPolicy(tokenizer=context_tokenizer),
+    )
+    record = await front.run("go")
+    assert record.status == "completed" and record.active_agent == "b"
+    assert told == [0, 0]
+
+
+async def test_a_rejected_calls_arguments_are_cut_by_their_count_not_their_length() -> None:
+    """A call to an unknown tool with 1,000 emoji (4,000 tokens for a byte-level tokenizer,
+    1,000 characters) is cut to the 2,000-token budget in the context and the journal."""
+    tokenizer = ByteTokenizer()
+    kept: list[str] = []
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            return tool_call_reply(("nope", "🙂" * 1_000))
+        (turn,) = [m for m in messages if m.role == "assistant"]
+        kept.append(turn.tool_calls[0].arguments)
+        return "done"
+
+    agent = Agent(
+        "t", FunctionModel(reply), tools=[fetch],
+        context=ContextPolicy(tokenizer=tokenizer, max_tool_result_tokens=2_000),
+    )
+    assert (await agent.run("go")).status == "completed"
+    (arguments,) = kept
+    head = arguments.split("\n[… truncated: ")[0]
+    assert "truncated" in arguments and tokenizer.count(head) <= 2_000

@@ -24,7 +24,7 @@ import msgspec
 from podium.agent import Agent, positive_seconds
 from podium.engine import approvals, decisions
 from podium.engine.children import attach, child_runs
-from podium.engine.handoff import find_agent, handed_off
+from podium.engine.handoff import adopt, find_agent, handed_off
 from podium.engine.hook import EngineHook
 from podium.engine.model_faults import malformed_reply, model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
@@ -78,7 +78,7 @@ from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.observe.inspect import with_progress
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
-from podium.security.redact import Redactor, redactor_for
+from podium.security.redact import Redactor
 from podium.security.screen import ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
@@ -584,7 +584,7 @@ class Engine(AsyncCloseable):
             t, stamp = sw.t, type(sw).stamp
             # A store that keeps the entry objects (in memory): a step's entry gets its
             # profile as the step closes, made once, not journaled provisional and redone.
-            keeps = self.store.keeps_entries and state.redact is None
+            keeps = self.store.keeps_entries
             end: tuple[RunStatus, str | None, str | None]
             response: ModelResponse | None = None  # the reply the step works on
             try:
@@ -710,7 +710,7 @@ class Engine(AsyncCloseable):
                             sw.resume(_TOOLS)
                         sw.add_cpu(_TOOLS, result.cpu_ns)
                     del started  # the finished call's generator: one object fewer to scan
-                    answer = result_message(agent, call.tool, result)  # the result cut to budget
+                    answer = result_message(agent, call.tool, result, ctx.tokenizer)  # (cut)
                     t[_CALLED] = stamp()
                     if not result.ok and result.error == "interrupted":  # the tool asked a human
                         outcome = [(call.index, result)]
@@ -726,7 +726,7 @@ class Engine(AsyncCloseable):
                     t[_MERGED] = stamp()
                     # checkpoint
                     state.step = step + 1
-                    if keeps and compaction is None and not self.observers:
+                    if keeps and state.redact is None and compaction is None and not self.observers:
                         entry = StepRecord(
                             step, time.time(), message, (result,), response.usage, None
                         )
@@ -860,14 +860,14 @@ class Engine(AsyncCloseable):
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
         state = replay(agent, record, entries, history)
-        state.redact = redactor_for(agent)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
+        # A run on the plain path (one side-effect-free call a step, nothing to screen or
+        # narrow) takes the step's fast lane; its agent's screening or a tenant's allow-list
+        # sends it down the general one. (A hand-off adopts its target's, see attach.)
+        adopt(state, agent)
         if agent.multi_agent:  # agent tools or hand-offs: set up once, here
             attach(self, agent, state, entries)
-        # A run on the plain path (one side-effect-free call a step, nothing to screen or
-        # narrow) takes the step's fast lane; any of these sends it down the general one.
-        state.general = state.allowed_tools is not None or agent.screening is not None
         if (
             screened is not None
             and screened.verdict.action == "block"

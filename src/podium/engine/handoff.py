@@ -23,13 +23,14 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
+from podium.security.redact import redactor_for
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
     from podium.agent import Agent
     from podium.engine.replay import RunState
 
-__all__ = ("find_agent", "handed_off", "restore", "switch")
+__all__ = ("adopt", "find_agent", "handed_off", "restore", "switch")
 
 
 def _target(agent: Agent, results: Sequence[ToolResult]) -> Agent | None:
@@ -63,13 +64,23 @@ def find_agent(root: Agent, name: str | None) -> Agent | None:
 
 
 def switch(state: RunState, target: Agent) -> Agent:
-    """Continue the run with ``target``: its system prompt and tools, the same history."""
+    """Continue the run with ``target``: its system prompt and tools, the same history
+    (counted as before); its tools' secrets are what the journal's entries hide from now
+    on, and its screening sends every step down the general path."""
     ctx = state.ctx
     ctx.prefix = target.prefix
     ctx.messages[0] = target.prefix.system
     state.agent = target
     state.record.active_agent = target.name
+    adopt(state, target)
     return target
+
+
+def adopt(state: RunState, agent: Agent) -> None:
+    """What the run's steps take from the agent driving them: the redactor of its tools'
+    secrets, and whether they go down the general path (screening, a tenant's allow-list)."""
+    state.redact = redactor_for(agent)
+    state.general = state.allowed_tools is not None or agent.screening is not None
 
 
 def restore(agent: Agent, state: RunState, entries: Sequence[JournalEntry]) -> None:

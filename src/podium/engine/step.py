@@ -158,11 +158,11 @@ def _cut(text: str) -> str:
 def _cut_call(agent: Agent, call: ToolCall) -> ToolCall:
     """``call`` with its name, id and arguments cut to the budget (itself if within it)."""
     name, call_id = _cut(call.name), _cut(call.id)
-    arguments = call.arguments
-    if len(arguments) > agent.context.max_tool_result_tokens:  # cheap bound before counting
-        arguments = truncate_text(
-            arguments, agent.context.max_tool_result_tokens, agent.context.tokenizer
-        )
+    # Counted, not bounded by its length: a byte-level tokenizer counts several tokens a
+    # character for emoji or CJK (only a rejected call's arguments come here).
+    arguments = truncate_text(
+        call.arguments, agent.context.max_tool_result_tokens, agent.context.tokenizer
+    )
     if name is call.name and call_id is call.id and arguments is call.arguments:
         return call
     return ToolCall(call_id, name, arguments)
@@ -179,14 +179,30 @@ def truncate_result(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResul
     return result
 
 
-#: Tokenizers whose count of a message without tool calls is its content's count plus the
-#: template's overhead: a tool result's count against its budget then counts its message.
-_BY_PARTS = (Tokenizer.count_message, EstimateTokenizer.count_message)
+#: Per tokenizer class: whether its count of a message without tool calls is its count of
+#: the message's text plus the template's overhead (see :func:`_by_parts`).
+_BY_PARTS: dict[type[Tokenizer], bool] = {}
 
 
-def result_message(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResult) -> Message:
+def _by_parts(kind: type[Tokenizer]) -> bool:
+    """True for the base class's count_message (text + overhead), and for
+    EstimateTokenizer's (lengths) where ``count`` is EstimateTokenizer's own too."""
+    if kind.count_message is Tokenizer.count_message:
+        return True
+    return (
+        issubclass(kind, EstimateTokenizer)
+        and kind.count_message is EstimateTokenizer.count_message
+        and kind.count is EstimateTokenizer.count
+    )
+
+
+def result_message(
+    agent: Agent, tool: Tool[Any, Any] | None, result: ToolResult, counter: Tokenizer
+) -> Message:
     """The message the model reads for ``result``, which is first cut to its budget (as
-    :func:`truncate_result`): its text is counted once, for the budget and the context."""
+    :func:`truncate_result`). ``counter`` is the tokenizer of the context it goes into:
+    when it is the one that counted the text for the budget, and counts a message by its
+    parts, the message's tokens are that count (the text is counted once)."""
     limit = agent.context.max_tool_result_tokens
     if tool is not None and tool.policy.max_result_tokens is not None:
         limit = tool.policy.max_result_tokens
@@ -195,8 +211,15 @@ def result_message(agent: Agent, tool: Tool[Any, Any] | None, result: ToolResult
     if n > limit:
         result.content = truncate_text(result.content, limit, tokenizer)
         n = -MESSAGE_OVERHEAD_TOKENS  # (the cut text is counted as it enters the context)
-    elif type(tokenizer).count_message not in _BY_PARTS:  # its own way: let it count
+    elif tokenizer is not counter:  # (a hand-off to an agent with another tokenizer)
         n = -MESSAGE_OVERHEAD_TOKENS
+    else:
+        kind = type(tokenizer)
+        by_parts = _BY_PARTS.get(kind)
+        if by_parts is None:
+            by_parts = _BY_PARTS[kind] = _by_parts(kind)
+        if not by_parts:  # it counts messages its own way: let it
+            n = -MESSAGE_OVERHEAD_TOKENS
     return Message(
         "tool",
         result.content,
