@@ -206,7 +206,7 @@ class Engine(AsyncCloseable):
     The workload profile is on by default. ``clock`` says how its CPU figures are
     taken: ``"sampled"`` (the default) estimates each phase's CPU as its running time
     times the thread's CPU/running ratio, measured with the CPU clock around one
-    synchronous slice in eight; ``"thread"`` reads it around every slice (exact per
+    synchronous slice in 32; ``"thread"`` reads it around every slice (exact per
     step, at 0.5–3 µs a read on a virtual machine); ``"wall"`` never reads it. ``profile=False``
     turns the profile off: no clock read at all, runs keep no step profiles.
     """
