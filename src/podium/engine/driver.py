@@ -1338,8 +1338,8 @@ class Engine(AsyncCloseable):
                 sw.resume(_TOOLS)
             sw.add_cpu(_TOOLS, result.cpu_ns)
         result = truncate_result(agent, call.tool, result)
-        if agent.screening is not None:
-            result = await agent.screening.screen_result(result)
+        if agent.screening is not None:  # a screener that waits (a remote classifier) waits
+            result, _ = await self._eager(agent.screening.screen_result(result), sw, _TOOLS)
         return call.index, result
 
     async def _run_tools(

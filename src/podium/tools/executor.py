@@ -25,7 +25,7 @@ import msgspec
 from podium.errors import Interrupt
 from podium.security.screen import ScreenVerdict
 from podium.tools.deadlines import arm_deadline, with_deadline
-from podium.tools.eager import own_exit, start_eagerly
+from podium.tools.eager import own_exit
 from podium.tools.policy import backoff_delay
 from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
@@ -58,10 +58,12 @@ class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
 
 
 class _First(msgspec.Struct, gc=False):
-    """How the first attempt, started inline, went: a value or an error."""
+    """How the first attempt, started inline, went: a value or an error, and the time its
+    slices ran on the loop after it first waited (the caller's stopwatch was suspended)."""
 
     value: Any
     error: BaseException | None
+    ran_ns: int = 0
 
 
 def render_result(value: Any) -> str:
@@ -134,11 +136,16 @@ class ToolExecutor:
     async def execute(
         self, tool: Tool[Any, Any], args: msgspec.Struct, ctx: ToolContext
     ) -> ToolResult:
-        """Call ``tool`` with validated ``args`` under its policy; never raises except on cancel."""
+        """Call ``tool`` with validated ``args`` under its policy; never raises except on cancel.
+
+        For a caller that times the call as a wait: the result's ``cpu_ns`` counts its
+        slices on the loop thread as well as CPU off it (in the pools)."""
+        begun = _perf()
         started = self.start(tool, args, ctx)
-        if isinstance(started, ToolResult):
-            return started
-        return await started
+        inline = _perf() - begun  # the slice start() ran inline, if any
+        result = started if isinstance(started, ToolResult) else await started
+        result.cpu_ns += inline
+        return result
 
     def start(
         self,
@@ -153,6 +160,11 @@ class ToolExecutor:
         here: most calls end in it, and cost no timer, no task and no loop
         iteration. One that suspends goes on under its timeout (and, if it fails,
         its retries). ``task`` is the calling task, when the caller knows it.
+
+        The caller counts the CPU of that first slice (its stopwatch runs through this
+        call) and times the awaitable as a wait: the result's ``cpu_ns`` is the CPU of
+        everything after, on the loop thread (the call's later slices, rendering its
+        value, its retries) and off it.
         """
         self.calls += 1
         t0 = _perf()
@@ -205,6 +217,7 @@ class ToolExecutor:
             try:
                 if first is not None:  # the attempt start() ran inline
                     started, first = first, None
+                    cpu_ns += started.ran_ns
                     if started.error is not None:
                         raise started.error
                     value, cpu = started.value, 0
@@ -238,6 +251,7 @@ class ToolExecutor:
                 failure = ("exception", policy.without_secrets(_describe(tool, exc), args))
                 retryable = isinstance(exc, policy.retry_on)
             else:
+                rendering = _perf()  # on the loop, the caller's stopwatch suspended: CPU
                 try:
                     content = render_result(value)
                 # (a value that holds itself is a RecursionError)
@@ -245,6 +259,7 @@ class ToolExecutor:
                     failure = ("unserializable", _unserializable(tool, value, exc))
                     retryable = False
                 else:
+                    cpu_ns += _perf() - rendering
                     if breaker is not None:
                         breaker.record_success()
                     return ToolResult(
@@ -284,12 +299,19 @@ class ToolExecutor:
             confined = tool.policy.sandbox.call(tool.module or "__main__", tool.qualname, kwargs)
             return await with_deadline(confined, timeout), 0
         if tool.is_async:
-            # CPU on the loop thread is the engine's to count (its stopwatch spans this slice);
-            # only CPU spent off the loop, in the pools, is reported from here.
-            value, rest = start_eagerly(tool.fn(**kwargs))
-            if rest is None:
-                return value, 0
-            return await with_deadline(rest, timeout), 0
+            # Its slices run on the loop while the caller's stopwatch is suspended (the call
+            # is awaited as a wait): their running time is reported as the call's CPU.
+            coro = tool.fn(**kwargs)
+            start = _perf()
+            try:
+                pending = coro.send(None)
+            except StopIteration as finished:
+                return finished.value, _perf() - start
+            except GeneratorExit as own:  # the tool's own: nothing is closing it here
+                raise own_exit(own) from own
+            timed = _timed(coro, pending, _perf() - start)
+            ran: tuple[Any, int] = await with_deadline(timed, timeout)
+            return ran
         loop = asyncio.get_running_loop()
         if tool.policy.cpu_bound:
             future = loop.run_in_executor(
@@ -359,6 +381,7 @@ def _continue_gen(
         task = task or asyncio.current_task()
         assert task is not None, "tool calls run inside an asyncio task"
         deadline = arm_deadline(task, timeout)
+    ran = 0  # the running time of its slices on the loop: the caller's stopwatch is suspended
     try:
         try:
             while True:
@@ -368,34 +391,40 @@ def _continue_gen(
                     coro.close()
                     raise
                 except BaseException as exc:  # cancellation and errors go into the coroutine
+                    start = _perf()
                     try:
                         pending = coro.throw(exc)
                     except GeneratorExit as own:  # raised by the tool, not a closing
                         raise own_exit(own) from own
+                    finally:
+                        ran += _perf() - start
                 else:
+                    start = _perf()
                     try:
                         pending = coro.send(sent)
                     except GeneratorExit as own:
                         raise own_exit(own) from own
+                    finally:
+                        ran += _perf() - start
         except StopIteration as stop:
             value = stop.value
             if type(value) is str:
-                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
-            first = _First(value, None)
+                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0, cpu_ns=ran)
+            first = _First(value, None, ran)
         except asyncio.CancelledError as exc:
             # Ours if the deadline fired and nothing else cancelled the task meanwhile.
             if deadline is not None and deadline.fired and task is not None:
                 if task.uncancel():
                     raise
-                first = _First(None, TimeoutError())
+                first = _First(None, TimeoutError(), ran)
             elif _escapes(exc):
                 raise
             else:
-                first = _First(None, exc)
+                first = _First(None, exc, ran)
         except BaseException as exc:
             if _escapes(exc):
                 raise
-            first = _First(None, exc)
+            first = _First(None, exc, ran)
     finally:
         if deadline is not None:
             deadline.disarm()
@@ -404,6 +433,37 @@ def _continue_gen(
 
 
 _continue = types.coroutine(_continue_gen)
+
+
+@types.coroutine
+def _timed(
+    coro: Coroutine[Any, Any, Any], pending: Any, ran: int
+) -> Generator[Any, Any, tuple[Any, int]]:
+    """Drive ``coro``, which yielded ``pending`` once, to its end: its value, and ``ran``
+    plus the running time of its slices on the loop. (What it raises goes up as it is.)"""
+    while True:
+        try:
+            sent = yield pending
+        except GeneratorExit:  # closed: so is the tool's coroutine
+            coro.close()
+            raise
+        except BaseException as exc:  # cancellation and errors go into the coroutine
+            start = _perf()
+            try:
+                pending = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value, ran + _perf() - start
+            except GeneratorExit as own:
+                raise own_exit(own) from own
+        else:
+            start = _perf()
+            try:
+                pending = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value, ran + _perf() - start
+            except GeneratorExit as own:
+                raise own_exit(own) from own
+        ran += _perf() - start
 
 
 def _describe(tool: Tool[Any, Any], exc: BaseException) -> str:

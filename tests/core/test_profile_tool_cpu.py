@@ -1,0 +1,147 @@
+"""A tool's CPU on the loop thread counts as the tools phase's CPU on every path, and a
+screener's wait counts as waiting.
+
+The fast lane runs a lone call's first slice inside the step's running time; every other
+path awaits the call as a wait (several calls gathered, a tool with a concurrency limit,
+a value rendered to text after the call, the call's slices after it first waited): the
+executor reports those slices' running time as the call's CPU. Before, they counted as
+waiting (0.01 ms of CPU for 10 ms burned), and a screener that waited 20 ms counted as
+20 ms of CPU (another run's CPU too, with the exact clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from podium import Agent, Engine, FunctionModel, tool, tool_call_reply
+from podium.engine.stopwatch import CpuClock
+from podium.security.screen import ScreeningPolicy
+from podium.tools.executor import ToolResult
+
+pytestmark = pytest.mark.anyio
+
+MS = 1_000_000
+BURN_MS = 10
+
+
+def burn(ms: float) -> None:
+    """Keep the loop thread busy ``ms`` milliseconds of wall time."""
+    end = time.perf_counter_ns() + int(ms * MS)
+    while time.perf_counter_ns() < end:
+        pass
+
+
+@tool
+async def hot(ms: float) -> str:
+    """Burn the loop thread.
+
+    Args:
+        ms: How long.
+    """
+    burn(ms)
+    return "ok"
+
+
+@tool(max_concurrency=4)
+async def hot_limited(ms: float) -> str:
+    """Burn the loop thread, with a concurrency limit.
+
+    Args:
+        ms: How long.
+    """
+    burn(ms)
+    return "ok"
+
+
+@tool
+async def hot_after_a_wait(ms: float) -> str:
+    """Wait, then burn the loop thread.
+
+    Args:
+        ms: How long.
+    """
+    await asyncio.sleep(0.005)
+    burn(ms)
+    return "ok"
+
+
+TABLE = {f"row{i}": list(range(40)) for i in range(20_000)}
+
+
+@tool
+async def big_table(rows: int) -> dict[str, list[int]]:
+    """A value that takes a while to render to text (made beforehand: the call itself is
+    instant, its rendering is the work).
+
+    Args:
+        rows: How many (all of them).
+    """
+    return TABLE
+
+
+CASES = {
+    "one call, the fast lane": [("hot", {"ms": BURN_MS})],
+    "two calls in one step": [("hot", {"ms": BURN_MS / 2}), ("hot", {"ms": BURN_MS / 2})],
+    "a tool with a concurrency limit": [("hot_limited", {"ms": BURN_MS})],
+    "slices after the call first waited": [("hot_after_a_wait", {"ms": BURN_MS})],
+}
+
+
+async def tools_phase(calls: list[tuple[str, object]], clock: CpuClock) -> tuple[int, int]:
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        return tool_call_reply(*calls) if request.step == 0 else "done"
+
+    agent = Agent(
+        "a", FunctionModel(reply), tools=[hot, hot_limited, hot_after_a_wait, big_table]
+    )
+    async with Engine(clock=clock) as engine:
+        record = await engine.run(agent, "go")
+    assert record.status == "completed" and record.profile is not None
+    step = record.profile.steps[0]
+    return step.wall_ns[3], step.cpu_ns[3]
+
+
+@pytest.mark.parametrize("clock", ["sampled", "thread"])
+@pytest.mark.parametrize("case", list(CASES))
+async def test_cpu_a_tool_burns_on_the_loop_is_the_tools_phase_cpu(
+    case: str, clock: CpuClock
+) -> None:
+    wall, cpu = await tools_phase(CASES[case], clock)
+    # The burn is wall time on a busy loop thread: CPU but for the OS's preemption.
+    assert cpu >= 0.6 * BURN_MS * MS, f"{case}: {cpu / MS:.2f} ms of CPU for {BURN_MS} burned"
+    assert cpu <= wall * 1.05 + MS // 10
+
+
+@pytest.mark.parametrize("clock", ["sampled", "thread"])
+async def test_rendering_a_tools_value_to_text_is_cpu(clock: CpuClock) -> None:
+    """A tool that returns a large dict: building and rendering it is all CPU (it waits
+    for nothing); the rendering runs after the call, which the step awaits as a wait."""
+    wall, cpu = await tools_phase([("big_table", {"rows": 20_000})], clock)
+    assert wall >= 2 * MS  # (20,000 rows of 40 numbers take some rendering)
+    assert cpu >= 0.6 * wall, f"{cpu / MS:.2f} ms of CPU in {wall / MS:.2f} ms of wall"
+
+
+class SlowScreen(ScreeningPolicy):
+    """A screen behind a remote classifier: each verdict takes 20 ms of waiting."""
+
+    async def screen_result(self, result: ToolResult) -> ToolResult:
+        await asyncio.sleep(0.02)
+        return result
+
+
+@pytest.mark.parametrize("clock", ["sampled", "thread"])
+async def test_a_screener_that_waits_is_waiting_not_cpu(clock: CpuClock) -> None:
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        return tool_call_reply(("hot", {"ms": 0})) if request.step == 0 else "done"
+
+    agent = Agent("a", FunctionModel(reply), tools=[hot], screening=SlowScreen())
+    async with Engine(clock=clock) as engine:
+        record = await engine.run(agent, "go")
+    assert record.status == "completed" and record.profile is not None
+    wall, cpu = record.profile.steps[0].wall_ns[3], record.profile.steps[0].cpu_ns[3]
+    assert wall >= 15 * MS
+    assert cpu < 5 * MS, f"{cpu / MS:.2f} ms of CPU for a 20 ms wait"
+
