@@ -130,3 +130,41 @@ async def test_a_handed_off_agents_screening_applies_to_its_tools(also_note: boo
     assert record.status == "completed"
     (content,) = seen
     assert PHRASE not in content and content.startswith("[withheld by the injection screen")
+
+
+@tool
+async def page(n: int) -> str:
+    """Fetch a long page.
+
+    Args:
+        n: Which.
+    """
+    return f"page {n} " + "lorem ipsum " * 150
+
+
+async def test_a_compaction_after_a_hand_off_keeps_the_first_agents_secrets_out() -> None:
+    """The first agent logs in with a password, hands off; the second's compactions quote
+    the context, the first agent's call in it: the summary withholds the password."""
+    from podium import ContextPolicy
+    from podium.engine.records import Compacted
+
+    plan: list[tuple[str, object]] = [
+        ("login", {"user": "u", "password": "hunter2"}),
+        ("transfer_to_b", {}),
+        *[("page", {"n": i}) for i in range(6)],
+    ]
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        return tool_call_reply(plan.pop(0)) if plan else "done"
+
+    context = ContextPolicy(max_context_tokens=1_500, keep_last_turns=1, compaction="extractive")
+    second = Agent("b", FunctionModel(reply), tools=[page], context=context)
+    first = Agent(
+        "a", FunctionModel(reply), tools=[login, page], handoffs=[second], context=context
+    )
+    async with Engine() as engine:
+        record = await engine.run(first, "go")
+        entries = [e for _, e in await engine.store.journal(record.run_id)]
+    assert record.status == "completed" and record.active_agent == "b"
+    assert any(isinstance(e, Compacted) for e in entries)
+    assert "hunter2" not in repr(entries)

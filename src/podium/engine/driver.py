@@ -78,7 +78,7 @@ from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.observe.inspect import with_progress
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
-from podium.security.redact import Redactor
+from podium.security.redact import Redactor, redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
@@ -584,7 +584,7 @@ class Engine(AsyncCloseable):
             t, stamp = sw.t, type(sw).stamp
             # A store that keeps the entry objects (in memory): a step's entry gets its
             # profile as the step closes, made once, not journaled provisional and redone.
-            keeps = self.store.keeps_entries
+            keeps = self.store.keeps_entries and state.redact is None
             end: tuple[RunStatus, str | None, str | None]
             response: ModelResponse | None = None  # the reply the step works on
             try:
@@ -726,7 +726,7 @@ class Engine(AsyncCloseable):
                     t[_MERGED] = stamp()
                     # checkpoint
                     state.step = step + 1
-                    if keeps and state.redact is None and compaction is None and not self.observers:
+                    if keeps and compaction is None and not self.observers:
                         entry = StepRecord(
                             step, time.time(), message, (result,), response.usage, None
                         )
@@ -860,6 +860,7 @@ class Engine(AsyncCloseable):
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
         state = replay(agent, record, entries, history)
+        state.redact = redactor_for(agent)  # (the secrets of every agent it may hand off to)
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
         # A run on the plain path (one side-effect-free call a step, nothing to screen or

@@ -23,7 +23,6 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
-from podium.security.redact import redactor_for
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
@@ -65,8 +64,9 @@ def find_agent(root: Agent, name: str | None) -> Agent | None:
 
 def switch(state: RunState, target: Agent) -> Agent:
     """Continue the run with ``target``: its system prompt and tools, the same history
-    (counted as before); its tools' secrets are what the journal's entries hide from now
-    on, and its screening sends every step down the general path."""
+    (counted as before); its screening sends every step down the general path. (The
+    run's redactor covers the secrets of every agent its hand-offs reach from the start:
+    see redactor_for.)"""
     ctx = state.ctx
     ctx.prefix = target.prefix
     ctx.messages[0] = target.prefix.system
@@ -77,9 +77,8 @@ def switch(state: RunState, target: Agent) -> Agent:
 
 
 def adopt(state: RunState, agent: Agent) -> None:
-    """What the run's steps take from the agent driving them: the redactor of its tools'
-    secrets, and whether they go down the general path (screening, a tenant's allow-list)."""
-    state.redact = redactor_for(agent)
+    """What the run's steps take from the agent driving them: whether they go down the
+    general path (its screening, or a tenant's allow-list)."""
     state.general = state.allowed_tools is not None or agent.screening is not None
 
 

@@ -110,16 +110,32 @@ class Redactor:
 
 
 def redactor_for(agent: Agent) -> Redactor | None:
-    """The agent's redactor, or ``None`` when none of its tools has secrets (cached)."""
+    """The redactor of a run started with ``agent``, or ``None`` when no tool it may call
+    has secrets (cached): its tools' secrets and those of every agent its hand-offs reach,
+    since the run's context (and what a compaction quotes of it) keeps what each called."""
     cached: Redactor | bool | None = getattr(agent, "_podium_redactor", False)
     if cached is not False:
         return cached  # type: ignore[return-value]
-    args = {
-        name: frozenset(t.policy.secret_args)
-        for name, t in agent.tools.items()
-        if t.policy.secret_args
-    }
-    results = frozenset(name for name, t in agent.tools.items() if t.policy.secret_result)
-    redactor = Redactor(args, results) if args or results else None
+    args: dict[str, frozenset[str]] = {}
+    results: set[str] = set()
+    for each in _reachable(agent):
+        for name, t in each.tools.items():
+            if t.policy.secret_args:
+                args[name] = args.get(name, frozenset()) | frozenset(t.policy.secret_args)
+            if t.policy.secret_result:
+                results.add(name)
+    redactor = Redactor(args, frozenset(results)) if args or results else None
     agent._podium_redactor = redactor  # type: ignore[attr-defined]
     return redactor
+
+
+def _reachable(agent: Agent) -> list[Agent]:
+    """``agent`` and the agents its hand-offs reach, directly or through one another."""
+    found = [agent]
+    seen = {id(agent)}
+    for each in found:  # (grows as it goes)
+        for handoff in each.handoffs.values():
+            if id(handoff.target) not in seen:
+                seen.add(id(handoff.target))
+                found.append(handoff.target)
+    return found
