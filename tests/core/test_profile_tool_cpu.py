@@ -13,10 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 
 import pytest
 
-from podium import Agent, Engine, FunctionModel, tool, tool_call_reply
+from podium import (
+    Agent,
+    ContextPolicy,
+    Engine,
+    EstimateTokenizer,
+    FunctionModel,
+    tool,
+    tool_call_reply,
+)
 from podium.engine.stopwatch import CpuClock
 from podium.security.screen import ScreeningPolicy
 from podium.tools.executor import ToolResult
@@ -145,3 +154,72 @@ async def test_a_screener_that_waits_is_waiting_not_cpu(clock: CpuClock) -> None
     assert wall >= 15 * MS
     assert cpu < 5 * MS, f"{cpu / MS:.2f} ms of CPU for a 20 ms wait"
 
+
+
+class SlowTokenizer(EstimateTokenizer):
+    """Counting a long text takes a while (a real BPE tokenizer on a large result does)."""
+
+    name = "slow"
+
+    def count(self, text: str) -> int:
+        if len(text) > 10_000:
+            burn(BURN_MS)
+        return super().count(text)
+
+
+@dataclass
+class BusyClassifier:
+    """A local classifier: its verdict is CPU on the loop, not a wait."""
+
+    name: str = "slow"
+
+    async def screen(self, text: str) -> tuple[()]:
+        burn(BURN_MS)
+        return ()
+
+
+@tool
+async def long_page(i: int) -> str:
+    """A long page.
+
+    Args:
+        i: Which.
+    """
+    return "x" * 200_000
+
+
+@tool
+async def short_note(i: int) -> str:
+    """A short note.
+
+    Args:
+        i: Which.
+    """
+    return "ok"
+
+
+@pytest.mark.parametrize("clock", ["sampled", "thread"])
+@pytest.mark.parametrize("work", ["cutting the result", "screening it"])
+async def test_a_step_of_several_calls_counts_cutting_and_screening_results_as_cpu(
+    work: str, clock: CpuClock
+) -> None:
+    """Each of several calls is cut to its budget and screened in a task of its own while
+    the step waits for all of them: that CPU counted as waiting (0.04 ms of 10)."""
+    options: dict[str, object] = (
+        {"context": ContextPolicy(tokenizer=SlowTokenizer(), max_context_tokens=10**7)}
+        if work == "cutting the result"
+        else {"screening": ScreeningPolicy(screeners=(BusyClassifier(),), inputs=False)}
+    )
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            return tool_call_reply(("long_page", {"i": 1}), ("short_note", {"i": 2}))
+        return "done"
+
+    tools = [long_page, short_note]
+    agent = Agent("a", FunctionModel(reply), tools=tools, **options)  # type: ignore[arg-type]
+    async with Engine(clock=clock) as engine:
+        record = await engine.run(agent, "go")
+    assert record.status == "completed" and record.profile is not None
+    cpu = record.profile.steps[0].cpu_ns[3]
+    assert cpu >= 0.6 * BURN_MS * MS, f"{work}: {cpu / MS:.2f} ms of CPU"

@@ -7,7 +7,15 @@ import asyncio
 import pytest
 from _helpers import args, ctx, scripted, tool_messages
 
-from podium import Agent, BreakerPolicy, Engine, RetryableToolError, tool, tool_call_reply
+from podium import (
+    Agent,
+    BreakerPolicy,
+    Engine,
+    FunctionModel,
+    RetryableToolError,
+    tool,
+    tool_call_reply,
+)
 from podium.tools import CircuitBreaker, ToolExecutor
 
 pytestmark = pytest.mark.anyio
@@ -207,3 +215,56 @@ async def test_max_concurrency_holds_across_runs() -> None:
         records = await asyncio.gather(*(engine.run(agent, "go") for _ in range(4)))
     assert all(r.status == "completed" for r in records)
     assert peak == 1
+
+
+@tool(timeout=0.02)
+async def stubborn() -> str:
+    """Catch the cancellation its own timeout throws in, and answer anyway."""
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        return "swallowed"
+    return "slept"
+
+
+@tool(timeout=0.02, max_concurrency=2)
+async def stubborn_limited() -> str:
+    """The same, on the path of a tool with a concurrency limit."""
+    try:
+        await asyncio.sleep(5)
+    except asyncio.CancelledError:
+        return "swallowed"
+    return "slept"
+
+
+@tool(timeout=0.02)
+async def slow_one() -> str:
+    """Just slow: its timeout fires."""
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0, "left cancelling by an earlier call"
+    await asyncio.sleep(5)
+    return "never"
+
+
+@pytest.mark.parametrize("first", ["stubborn", "stubborn_limited"])
+async def test_a_tool_that_swallows_its_timeout_leaves_the_run_able_to_time_out_again(
+    first: str,
+) -> None:
+    """A tool caught the cancellation its timeout threw in and returned: the deadline's
+    cancel was never counted back, so the run's task stayed "cancelling" and the next
+    call's ordinary timeout surfaced as a CancelledError that ended the drive."""
+
+    def reply(messages, request):  # type: ignore[no-untyped-def]
+        if request.step == 0:
+            return tool_call_reply((first, "{}"))
+        if request.step == 1:
+            return tool_call_reply(("slow_one", "{}"))
+        return "done"
+
+    agent = Agent("a", FunctionModel(reply), tools=[stubborn, stubborn_limited, slow_one])
+    async with Engine() as engine:
+        record = await engine.run(agent, "go")
+        journal = await engine.store.journal(record.run_id)
+    results = [r for _, e in journal for r in getattr(e, "results", ())]
+    assert record.status == "completed"
+    assert [(r.name, r.error) for r in results] == [(first, None), ("slow_one", "timeout")]

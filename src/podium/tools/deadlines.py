@@ -133,11 +133,19 @@ async def with_deadline(
                 return await awaitable
     deadline = arm_deadline(task, timeout)
     try:
-        return await awaitable
+        result = await awaitable
     except asyncio.CancelledError:
         if deadline.fired and task.uncancel() == 0:
             raise TimeoutError from None
         raise
+    except BaseException:
+        if deadline.fired:  # the awaitable caught the deadline's cancellation, then failed
+            task.uncancel()
+        raise
+    else:
+        if deadline.fired:  # it caught the deadline's cancellation and went on (as
+            task.uncancel()  # asyncio.timeout does: the task is not left cancelling)
+        return result
     finally:
         deadline.task = None  # disarmed; the wheel drops the entry when it reaches it
         if isinstance(deadline, _Timer):

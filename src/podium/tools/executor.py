@@ -407,6 +407,8 @@ def _continue_gen(
                     finally:
                         ran += _perf() - start
         except StopIteration as stop:
+            if deadline is not None and deadline.fired and task is not None:
+                task.uncancel()  # the tool caught its deadline's cancellation and went on
             value = stop.value
             if type(value) is str:
                 return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0, cpu_ns=ran)
@@ -422,6 +424,8 @@ def _continue_gen(
             else:
                 first = _First(None, exc, ran)
         except BaseException as exc:
+            if deadline is not None and deadline.fired and task is not None:
+                task.uncancel()  # the tool caught its deadline's cancellation, then failed
             if _escapes(exc):
                 raise
             first = _First(None, exc, ran)
