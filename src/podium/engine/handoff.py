@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from podium.agent import Agent
     from podium.engine.replay import RunState
 
-__all__ = ("adopt", "find_agent", "handed_off", "restore", "switch")
+__all__ = ("adopt", "find_agent", "handed_off", "reachable", "restore", "switch")
 
 
 def _target(agent: Agent, results: Sequence[ToolResult]) -> Agent | None:
@@ -48,18 +48,22 @@ def find_agent(root: Agent, name: str | None) -> Agent | None:
     ``name`` stands now. ``None`` names ``root``; an agent no hand-off reaches is None."""
     if name is None or root.name == name:
         return root
-    seen = {id(root)}
-    todo = [root]
-    while todo:
-        agent = todo.pop()
-        for tool in agent.handoffs.values():
-            target = tool.target
-            if target.name == name:
-                return target
-            if id(target) not in seen:
-                seen.add(id(target))
-                todo.append(target)
+    for agent in reachable(root):
+        if agent.name == name:
+            return agent
     return None
+
+
+def reachable(root: Agent) -> list[Agent]:
+    """``root`` and the agents its hand-offs reach, directly or through one another."""
+    found = [root]
+    seen = {id(root)}
+    for agent in found:  # (grows as it goes)
+        for tool in agent.handoffs.values():
+            if id(tool.target) not in seen:
+                seen.add(id(tool.target))
+                found.append(tool.target)
+    return found
 
 
 def switch(state: RunState, target: Agent) -> Agent:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from podium.engine.handoff import reachable
 from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
@@ -118,7 +119,7 @@ def redactor_for(agent: Agent) -> Redactor | None:
         return cached  # type: ignore[return-value]
     args: dict[str, frozenset[str]] = {}
     results: set[str] = set()
-    for each in _reachable(agent):
+    for each in reachable(agent):
         for name, t in each.tools.items():
             if t.policy.secret_args:
                 args[name] = args.get(name, frozenset()) | frozenset(t.policy.secret_args)
@@ -127,15 +128,3 @@ def redactor_for(agent: Agent) -> Redactor | None:
     redactor = Redactor(args, frozenset(results)) if args or results else None
     agent._podium_redactor = redactor  # type: ignore[attr-defined]
     return redactor
-
-
-def _reachable(agent: Agent) -> list[Agent]:
-    """``agent`` and the agents its hand-offs reach, directly or through one another."""
-    found = [agent]
-    seen = {id(agent)}
-    for each in found:  # (grows as it goes)
-        for handoff in each.handoffs.values():
-            if id(handoff.target) not in seen:
-                seen.add(id(handoff.target))
-                found.append(handoff.target)
-    return found
