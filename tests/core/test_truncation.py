@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from _helpers import tool_messages
 
 from podium import Agent, ContextPolicy, EstimateTokenizer, FunctionModel, tool, tool_call_reply
 from podium.context import Tokenizer, truncate_text
 from podium.messages import Message
+from podium.models.base import ModelRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -138,6 +141,13 @@ async def test_a_result_within_budget_is_counted_once() -> None:
     assert tokenizer.counted.count("word " * 12) == 1
 
 
+def unaccounted(request: ModelRequest, messages: Sequence[Message], tokenizer: Tokenizer) -> int:
+    """What the prompt the model is told of holds beyond the tokenizer's own count of
+    every message in it (0 when the context counts as the tokenizer does)."""
+    history = sum(tokenizer.count_message(m) for m in messages[1:])
+    return request.prompt_tokens - request.prefix_tokens - history
+
+
 class ScaledEstimate(EstimateTokenizer):
     """An estimate whose count says more than its inherited count_message (which reads
     lengths, not count): the two disagree, so a message must be counted as a message."""
@@ -165,11 +175,7 @@ async def test_the_context_counts_a_one_call_steps_result_as_its_tokenizer_does(
     told: list[int] = []
 
     def reply(messages, request):  # type: ignore[no-untyped-def]
-        told.append(
-            request.prompt_tokens
-            - request.prefix_tokens
-            - sum(tokenizer.count_message(m) for m in messages[1:])
-        )
+        told.append(unaccounted(request, messages, tokenizer))
         if request.step == 0:
             return tool_call_reply(("fetch", '{"size": 25}'))
         return "done"
@@ -188,11 +194,7 @@ async def test_after_a_hand_off_the_context_keeps_counting_with_its_own_tokenize
     told: list[int] = []
 
     def reply(messages, request):  # type: ignore[no-untyped-def]
-        told.append(
-            request.prompt_tokens
-            - request.prefix_tokens
-            - sum(context_tokenizer.count_message(m) for m in messages[1:])
-        )
+        told.append(unaccounted(request, messages, context_tokenizer))
         if request.step == 1:
             return tool_call_reply(("fetch", '{"size": 50}'))
         return "done"

@@ -445,28 +445,23 @@ def _timed(
 ) -> Generator[Any, Any, tuple[Any, int]]:
     """Drive ``coro``, which yielded ``pending`` once, to its end: its value, and ``ran``
     plus the running time of its slices on the loop. (What it raises goes up as it is.)"""
+    sent: Any = None
     while True:
+        failure = None  # (none held while it waits: a traceback holds frames)
         try:
             sent = yield pending
         except GeneratorExit:  # closed: so is the tool's coroutine
             coro.close()
             raise
         except BaseException as exc:  # cancellation and errors go into the coroutine
-            start = _perf()
-            try:
-                pending = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value, ran + _perf() - start
-            except GeneratorExit as own:
-                raise own_exit(own) from own
-        else:
-            start = _perf()
-            try:
-                pending = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value, ran + _perf() - start
-            except GeneratorExit as own:
-                raise own_exit(own) from own
+            failure = exc
+        start = _perf()
+        try:
+            pending = coro.send(sent) if failure is None else coro.throw(failure)
+        except StopIteration as stop:
+            return stop.value, ran + _perf() - start
+        except GeneratorExit as own:
+            raise own_exit(own) from own
         ran += _perf() - start
 
 
