@@ -103,3 +103,18 @@ async def test_a_store_that_will_not_take_a_kept_entry_at_once_still_journals_it
         entries = [e for _, e in await store.journal(record.run_id)]
     assert record.status == "completed"
     assert [e.step for e in entries if isinstance(e, StepRecord)] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("clock", ["sampled", "thread"])
+async def test_the_aggregator_hears_every_step_of_instant_runs_once(clock: str) -> None:
+    """Instant model and tool (every step one slice, its entry kept by the memory store and
+    given its profile as it closes): the aggregator hears each step once, as it closes."""
+    from podium import ProfileAggregator
+
+    aggregator = ProfileAggregator()
+    async with Engine(aggregator=aggregator, clock=clock) as engine:  # type: ignore[arg-type]
+        records = [await engine.run(agent(False), "go") for _ in range(5)]
+    assert all(r.status == "completed" for r in records)
+    summary = aggregator.summary()
+    assert (summary.runs, summary.steps) == (5, 20)
+    assert summary.phases["tools"].samples == 15  # three tool steps a run
