@@ -105,3 +105,50 @@ async def test_a_run_waiting_in_its_tool_holds_few_more_objects_than_a_hand_writ
     ours, _, hand, _ = await held_while_waiting(200, profile=True)
     assert ours <= hand + 6, f"{ours:.1f} tracked objects per waiting run (hand loop {hand:.1f})"
     assert ours <= 15.5, f"{ours:.1f} tracked objects per waiting run"
+
+
+class Payload:
+    """What a tool's first await returned (a response body, say)."""
+
+
+async def test_a_call_waiting_again_does_not_hold_what_its_first_wait_returned() -> None:
+    """A tool run under its policy (a concurrency limit) awaits a future, then waits again:
+    while it waits the second time, nothing of the first future is held."""
+    import weakref
+
+    from podium.tools.executor import ToolExecutor
+    from podium.tools.tool import ToolContext
+
+    loop = asyncio.get_running_loop()
+    seen: dict[str, weakref.ref[object]] = {}
+    second = asyncio.Event()
+    waiting = asyncio.Event()
+
+    @tool(max_concurrency=4)
+    async def two_waits(q: str) -> str:
+        """Wait twice.
+
+        Args:
+            q: Ignored.
+        """
+        first: asyncio.Future[Payload] = loop.create_future()
+        seen["future"] = weakref.ref(first)
+        loop.call_soon(first.set_result, Payload())
+        payload = await first
+        seen["payload"] = weakref.ref(payload)
+        del first, payload
+        waiting.set()
+        await second.wait()
+        return "ok"
+
+    executor = ToolExecutor()
+    call = asyncio.ensure_future(
+        executor.execute(two_waits, two_waits.decode_arguments('{"q": "x"}'),
+                         ToolContext("r", 0, 0, "c"))
+    )
+    await waiting.wait()
+    gc.collect()
+    assert seen["future"]() is None and seen["payload"]() is None
+    second.set()
+    assert (await call).content == "ok"
+    executor.close()

@@ -9,6 +9,7 @@ redacted copies) get the profile with the entry, its checkpoint still running th
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,21 @@ async def test_the_aggregator_hears_every_step_of_instant_runs_once(clock: str) 
     summary = aggregator.summary()
     assert (summary.runs, summary.steps) == (5, 20)
     assert summary.phases["tools"].samples == 15  # three tool steps a run
+
+
+class OverpromisingAndSlow(Overpromising):
+    """As Overpromising, and each append waits 20 ms."""
+
+    async def append(self, run_id: str, entries: object, *, record: object = None) -> None:
+        await asyncio.sleep(0.02)
+        await super().append(run_id, entries, record=record)  # type: ignore[arg-type]
+
+
+async def test_a_kept_entry_that_waits_after_all_is_timed_as_waiting() -> None:
+    store = OverpromisingAndSlow()
+    async with Engine(store) as engine:
+        record = await engine.run(agent(False), "go")
+    assert record.status == "completed" and record.profile is not None
+    for step in record.profile.steps[:3]:  # the tool steps (the answer writes the end too)
+        wall, cpu = step.wall_ns[5], step.cpu_ns[5]
+        assert wall >= 15_000_000 and cpu < wall / 2, (wall, cpu)

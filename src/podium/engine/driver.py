@@ -731,7 +731,9 @@ class Engine(AsyncCloseable):
                             step, time.time(), message, (result,), response.usage, None
                         )
                         if not self.store.append_nowait(run_id, (entry,)):  # kept, no copy
-                            await self.store.append(run_id, (entry,))  # (it said it would)
+                            waiting = self._checkpoint(state, (entry,), sw)  # (it said it
+                            if waiting is not None:  # would): timed as any write that waits
+                                await waiting
                         entry.profile = profile = sw.close_new(step, 1, ttft)  # (filed)
                     else:
                         profile = sw.snapshot(step, 1, ttft)

@@ -563,7 +563,8 @@ class SampledStopwatch(Stopwatch, gc=False):
 
 
 # What every NoStopwatch holds: figures that stay zero (the driver reads them) and no steps.
-# Shared, never written: a run without a profile holds no list of its own for them.
+# Shared, written with zeros only (the step loop's stamps, NoStopwatch.stamp: int() reads
+# no clock): a run without a profile holds no list of its own for them.
 _IDLE_FIGURES: list[int] = _figures()
 _NO_STEPS: list[StepProfile] = []
 

@@ -310,6 +310,7 @@ class ToolExecutor:
             except GeneratorExit as own:  # the tool's own: nothing is closing it here
                 raise own_exit(own) from own
             timed = _timed(coro, pending, _perf() - start)
+            del pending  # (the call's later futures are _timed's: hold not its first one)
             ran: tuple[Any, int] = await with_deadline(timed, timeout)
             return ran
         loop = asyncio.get_running_loop()
