@@ -62,6 +62,11 @@ def test_sigkill_at_step_3_then_resume(tmp_path: Path) -> None:
 
     final = finish(agent_process(db, log, run_id, "resume"))
     assert (final.status, final.output, final.steps) == ("completed", "all recorded", 6)
+    # Every step's profile, once: the ones journaled before the kill, the step that was cut
+    # off (carried on from its journaled turn) and the ones after.
+    assert final.profile is not None
+    assert [s.step for s in final.profile.steps] == list(range(6))
+    assert all(len(s.wall_ns) == 6 and min(s.wall_ns) >= 0 for s in final.profile.steps)
 
     lines = log.read_text().splitlines()
     executions = Counter(line.split()[1] for line in lines if line.startswith("record "))

@@ -1384,12 +1384,12 @@ class Engine(AsyncCloseable):
         result = await self.executor.execute(call.tool, call.args, call.ctx)
         began = time.perf_counter_ns()
         result = truncate_result(agent, call.tool, result)
-        if agent.screening is not None:
-            screened, rest = start_eagerly(agent.screening.screen_result(result))
-            ran = time.perf_counter_ns() - began  # (a screen that waits: its first slice)
-            result = screened if rest is None else await rest
-        else:
-            ran = time.perf_counter_ns() - began
+        rest = None
+        if agent.screening is not None:  # (a screen that waits: its first slice counts)
+            result, rest = start_eagerly(agent.screening.screen_result(result))
+        ran = time.perf_counter_ns() - began
+        if rest is not None:
+            result = await rest
         result.cpu_ns += ran
         await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
         return call.index, result
