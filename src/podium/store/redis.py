@@ -12,6 +12,8 @@ run's two keys live in one slot)::
     podium:idx:s:<bucket>     status, except that queued and running share the
     podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing);
                               waiting runs have their own (their deadlines' sweep reads it)
+    podium:idx:exp            sorted set of the runs and threads that expire, scored by
+                              when: their index entries leave with them (redis_expiry.py)
 
 Fencing, so two workers can never both advance a run:
 
@@ -28,7 +30,9 @@ idempotent, so a batch retried after a lost reply does not apply twice (a
 record write carries its writer's id and a growing counter; a refused XADD is
 checked against the entry already at its id). Writes and reads of every run a
 process drives share one connection through an :class:`Autopipeline`.
-Finished runs expire after ``finished_ttl_s``.
+Finished runs expire after ``finished_ttl_s``, and their index entries with them: the
+terminal write records the run in the expiry set, and a reaper every process runs
+(and every listing, first) removes what has expired from every index.
 """
 
 from __future__ import annotations
@@ -62,6 +66,13 @@ from podium.lifecycle import stop_task
 from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_expiry import (
+    EXPIRY_MEMBER_LUA,
+    REAP_LUA,
+    ExpiryReaper,
+    expiry_key,
+    expiry_member,
+)
 from podium.store.redis_replies import is_refusal
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
@@ -141,7 +152,7 @@ async def translate_errors() -> AsyncIterator[None]:
 #       tenant, created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal,
 #       run id, entries payload ('' = none), entry count.
 # Returns {version, journal length}.
-_WRITE = """
+_WRITE = EXPIRY_MEMBER_LUA + """
 local run, journal = KEYS[1], KEYS[2]
 local mode, expected, wid, rec = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local bucket, tenant, created = ARGV[5], ARGV[6], ARGV[7]
@@ -194,6 +205,14 @@ if old ~= bucket then
   if old then
     redis.call('ZREM', idx .. 's:' .. old, id)
     redis.call('ZREM', idx .. 'ts:' .. tenant .. ':' .. old, id)
+    if old == 'completed' or old == 'failed' or old == 'cancelled' then
+      -- it had ended (its expiry names the old bucket): re-recorded below if it still ends
+      redis.call('ZREM', idx .. 'exp', expiry_member('r', old, id, tenant))
+      if terminal ~= '1' then
+        redis.call('PERSIST', run)
+        redis.call('PERSIST', journal)
+      end
+    end
   else
     redis.call('ZADD', idx .. 'all', score, id)
     redis.call('ZADD', idx .. 't:' .. tenant, score, id)
@@ -202,16 +221,20 @@ if old ~= bucket then
   redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. bucket, score, id)
 end
 if terminal == '1' and ttl > 0 then
-  redis.call('PEXPIRE', run, ttl)
-  redis.call('PEXPIRE', journal, ttl)
+  -- one expiry, on Redis's clock, for the keys and for the reaper that tidies the indexes
+  local at = now_ms() + ttl
+  redis.call('PEXPIREAT', run, at)
+  redis.call('PEXPIREAT', journal, at)
+  redis.call('ZADD', idx .. 'exp', at, expiry_member('r', bucket, id, tenant))
 end
 return {v, n}
 """
 
 # A thread: KEYS: its hash. ARGV: mode (create|update), expected version, record, expiry
 # (unix ms, 0 = none), index prefix, tenant, thread id, score (updated_at). Returns the
-# version written. Indexes (by tenant, and all) are sorted sets tidied lazily on listing.
-_THREAD_WRITE = """
+# version written. Indexes (by tenant, and all) are sorted sets; a thread that expires is
+# in the expiry set too, so the reaper removes it from them.
+_THREAD_WRITE = EXPIRY_MEMBER_LUA + """
 local key, mode, expected, rec = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local exp, idx, tenant, id, score = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local v = expected
@@ -229,7 +252,12 @@ else
   v = expected + 1
 end
 redis.call('HSET', key, 'r', rec, 'v', v)
-if exp > 0 then redis.call('PEXPIREAT', key, exp) else redis.call('PERSIST', key) end
+if exp > 0 then
+  redis.call('PEXPIREAT', key, exp)
+  redis.call('ZADD', idx .. 'exp', exp, expiry_member('t', '', id, tenant))
+elseif redis.call('PERSIST', key) == 1 then  -- it had an expiry until this write
+  redis.call('ZREM', idx .. 'exp', expiry_member('t', '', id, tenant))
+end
 redis.call('ZADD', idx .. 'th:' .. tenant, score, id)
 redis.call('ZADD', idx .. 'thall', score, id)
 return v
@@ -237,6 +265,11 @@ return v
 
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 _MAX_TAILS = 50_000  # runs whose write position this store remembers at most
+#: Expired runs one reaper call removes at most: a bounded, short hold of Redis.
+_REAP_BATCH = 500
+#: Reaper calls a listing makes at most before walking an index (the rest is tidied as the
+#: walk meets it): after a mass expiry the listing pays ZREMs, never a read per dead run.
+_LIST_REAP_ROUNDS = 40
 
 
 class RedisRunStore(RunStore):
@@ -254,6 +287,10 @@ class RedisRunStore(RunStore):
     runs forever. A command waits ``unavailable_s`` at most (or
     ``reconnect_retries`` reconnects) for Redis before it fails with
     :class:`~podium.errors.StoreUnavailableError`; the next one reconnects.
+
+    Every ``reap_every_s`` (0: never; started by the first write of a finished run, or
+    the first listing) the store removes expired runs and threads from the indexes
+    (:meth:`reap_expired`); several processes may do so at once.
     """
 
     def __init__(
@@ -264,17 +301,21 @@ class RedisRunStore(RunStore):
         finished_ttl_s: float = 7 * 86_400,
         reconnect_retries: int = 10,
         unavailable_s: float = 1.5,
+        reap_every_s: float = 10.0,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = index_prefix(prefix)
+        self._exp = expiry_key(self._idx)
         self._pipe = Autopipeline(
             self.client, retries=reconnect_retries, unavailable_s=unavailable_s
         )
         self._write = self._pipe.register(_WRITE)
         self._thread_write = self._pipe.register(_THREAD_WRITE)
+        self._reap = self._pipe.register(REAP_LUA)
+        self._reaper = ExpiryReaper(self._reap_once, every_s=reap_every_s, batch=_REAP_BATCH)
         self._thread_dec = msgspec.msgpack.Decoder(ThreadRecord)
         self._memory_dec = msgspec.msgpack.Decoder(MemoryItem)
         self._enc = msgspec.msgpack.Encoder()
@@ -476,6 +517,8 @@ class RedisRunStore(RunStore):
         tail.fenced = False
         tail.version, tail.length = int(reply[0]), int(reply[1])
         tail.finished = record.status in TERMINAL_STATUSES
+        if tail.finished:
+            self._reaper.ensure_started()  # this process writes runs that expire: tidy up
         self._count(len(entries), size)
 
     async def _append_entries(
@@ -642,6 +685,9 @@ class RedisRunStore(RunStore):
             key = f"{self._idx}s:{_bucket(status)}"
         else:
             key = f"{self._idx}all"
+        self._reaper.ensure_started()
+        # Expired runs leave every index first, so the walk below reads only live ones.
+        await self._reaper.drain(_LIST_REAP_ROUNDS)
         found: list[RunRecord] = []
         start, page = 0, max(limit, 50)
         # The indexes are scored by created_at: a time window is a range of scores.
@@ -674,6 +720,20 @@ class RedisRunStore(RunStore):
                         found.append(record)
         return found[:limit]
 
+    # -- expiry -----------------------------------------------------------------------------
+
+    async def _reap_once(self) -> tuple[int, int]:
+        async with translate_errors():
+            due, removed = await self._pipe.execute(
+                "EVALSHA", self._reap, 1, self._exp, self.prefix, self._idx, _REAP_BATCH
+            )
+        return int(due), int(removed)
+
+    async def reap_expired(self, *, rounds: int = 1_000) -> int:
+        """Remove the runs and threads whose expiry has passed from every index now (the
+        background reaper does so every ``reap_every_s``); returns how many left."""
+        return await self._reaper.drain(rounds)
+
     # -- threads ----------------------------------------------------------------------------
 
     def _thread_key(self, thread_id: str) -> str:
@@ -687,6 +747,8 @@ class RedisRunStore(RunStore):
                 mode, expected, self._enc.encode(thread), expires, self._idx, thread.tenant,
                 thread.thread_id, repr(thread.updated_at),
             )
+        if expires:
+            self._reaper.ensure_started()
 
     async def create_thread(self, thread: ThreadRecord) -> None:
         thread.updated_at = thread.updated_at or thread.created_at
@@ -739,6 +801,7 @@ class RedisRunStore(RunStore):
             await self._pipe.execute_all(
                 ("ZREM", f"{self._idx}th:{thread.tenant}", thread_id),
                 ("ZREM", f"{self._idx}thall", thread_id),
+                ("ZREM", self._exp, expiry_member("t", "", thread_id, thread.tenant)),
             )
         return bool(deleted)
 
@@ -768,6 +831,7 @@ class RedisRunStore(RunStore):
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
 
     async def aclose(self) -> None:
+        await self._reaper.aclose()
         for task in list(self._drains):
             await stop_task(task)
         await self._pipe.aclose()

@@ -20,9 +20,10 @@ def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
     """Podium's keys whose names are fixed, and the Redis type each must have."""
     from podium.queue.redis import dead_stream_key, queue_stream_key
     from podium.store.redis import index_prefix
+    from podium.store.redis_expiry import expiry_key
 
     idx = index_prefix(prefix)
-    keys = {f"{idx}all": "zset", f"{idx}thall": "zset"}
+    keys = {f"{idx}all": "zset", f"{idx}thall": "zset", expiry_key(idx): "zset"}
     for pool in pools:
         keys[queue_stream_key(prefix, pool)] = "stream"
         keys[dead_stream_key(prefix, pool)] = "stream"
