@@ -12,6 +12,8 @@ import pytest
 import redis
 
 from podium.engine.records import RunRecord
+from podium.queue.base import QueueItem
+from podium.queue.redis import RedisQueue
 from podium.store.redis import RedisRunStore
 from podium.store.redis_expiry import expiry_key
 from podium.threads.record import ThreadRecord
@@ -282,3 +284,18 @@ async def test_every_process_reaps_in_the_background(
         await store.aclose()
     task = store._reaper._task
     assert task is None  # stopped with the store
+
+
+async def test_dead_letters_are_bounded(shared_redis_url: str, prefix: str) -> None:
+    """One dead letter per run that died, the oldest trimmed: the stream does not grow with
+    every run ever served."""
+    async with RedisQueue(shared_redis_url, prefix=prefix, dead_letters_kept=20) as queue:
+        for i in range(300):
+            await queue.submit(QueueItem(f"r{i}", "agent"))
+            (claim,) = await queue.claim("w", block_s=0)
+            await queue.dead_letter(claim, "crashed")
+        with admin_client(shared_redis_url) as admin:
+            kept = admin.xlen(queue.dead_key("default"))
+        assert 20 <= kept < 150  # trimmed by whole stream nodes (100 entries each)
+        newest = (await queue.dead_letters(limit=200))[-1]
+        assert newest.item.run_id == "r299"

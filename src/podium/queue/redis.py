@@ -4,7 +4,8 @@ Layout (``podium`` is the configurable prefix)::
 
     podium:queue:<pool>   stream of queued runs (field d = QueueItem, n = earlier deliveries)
                           with one consumer group, "workers"
-    podium:dead:<pool>    dead-letter stream: run_id, agent, reason, deliveries, d
+    podium:dead:<pool>    dead-letter stream: run_id, agent, reason, deliveries, d (the
+                          latest ~``DEAD_LETTERS_KEPT``; older ones are trimmed)
 
 A claim is an XREADGROUP delivery; its lease is the entry's idle time in the
 group's pending list. Heartbeats reset the idle time of the entries a worker
@@ -115,6 +116,9 @@ return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
 
 #: How far back a re-sent submit looks for its first send (entries).
 _SUBMIT_LOOKBACK = 1000
+#: Dead letters kept per pool (about: trimmed by whole stream nodes): one per run that
+#: died, and nothing grows with the number of runs ever served.
+DEAD_LETTERS_KEPT = 10_000
 
 
 def queue_stream_key(prefix: str, pool: str) -> str:
@@ -158,7 +162,8 @@ class RedisQueue(RunQueue):
 
     A worker must heartbeat more often than ``lease_s`` (the worker does, every
     ``lease_s / 3``); a run whose lease has run out is delivered to the next
-    worker that claims, which resumes it from its checkpoint.
+    worker that claims, which resumes it from its checkpoint. A pool keeps its
+    latest ``dead_letters_kept`` dead letters (about: Redis trims whole nodes).
     """
 
     shared = True  # outlives its processes: a worker's sweep submits stranded runs
@@ -172,12 +177,14 @@ class RedisQueue(RunQueue):
         reclaim_every_s: float | None = None,
         reconnect_retries: int = 10,
         unavailable_s: float = 1.5,
+        dead_letters_kept: int = DEAD_LETTERS_KEPT,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.lease_s = lease_s
         self.reclaim_every_s = lease_s / 4 if reclaim_every_s is None else reclaim_every_s
+        self.dead_letters_kept = dead_letters_kept
         # everything but blocking reads goes through one pipelined connection
         self._pipe = Autopipeline(
             self.client, retries=reconnect_retries, unavailable_s=unavailable_s
@@ -369,7 +376,7 @@ class RedisQueue(RunQueue):
                 "run_id": claim.item.run_id, "agent": claim.item.agent, "reason": reason,
                 "deliveries": claim.deliveries, "ts": repr(time.time()),
                 "d": self._enc.encode(claim.item),
-            })
+            }, maxlen=self.dead_letters_kept, approximate=True)
             pipe.xack(key, _GROUP, claim.receipt)
             pipe.xdel(key, claim.receipt)
             pipe.delete(self.version_key(claim.item.run_id))
