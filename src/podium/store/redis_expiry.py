@@ -116,11 +116,14 @@ class ExpiryReaper:
         self._closed = False
 
     def ensure_started(self) -> None:
-        """Start the background loop if it is not running (a no-op when disabled)."""
-        if self._task is None and not self._closed and self.every_s > 0:
-            self._task = asyncio.get_running_loop().create_task(
-                self._loop(), name="podium-store-reaper"
-            )
+        """Start the background loop if it is not running in this loop (a no-op when
+        disabled or closed)."""
+        if self._closed or self.every_s <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        task = self._task
+        if task is None or task.done() or task.get_loop() is not loop:
+            self._task = loop.create_task(self._loop(), name="podium-store-reaper")
 
     async def drain(self, rounds: int) -> int:
         """Reap until a call finds less than a full batch, ``rounds`` calls at most;
@@ -148,4 +151,5 @@ class ExpiryReaper:
     async def aclose(self) -> None:
         self._closed = True
         task, self._task = self._task, None
-        await stop_task(task)
+        if task is not None and task.get_loop() is asyncio.get_running_loop():
+            await stop_task(task)  # (one left in a loop that has ended went with it)
