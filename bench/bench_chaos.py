@@ -165,6 +165,7 @@ class Chaos:
             "--procs", str(self.args.procs), "--lease", str(self.args.lease),
             "--max-deliveries", str(self.args.max_deliveries),
             "--concurrency", str(self.args.concurrency), "--log-level", "WARNING",
+            "--outage-hold", str(self.args.outage_hold),
         )
 
     def worker_pids(self) -> list[int]:
@@ -420,6 +421,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--outage-kind", choices=KINDS, default="kill",
                    help="kill: SIGKILL, AOF restart; stop: SIGSTOP/SIGCONT; partition: "
                    "a black-holing proxy between Podium and Redis")
+    p.add_argument("--outage-hold", type=float, default=90.0, metavar="S",
+                   help="the workers' --outage-hold (0: they give up a write after 10 s, "
+                   "as before issue 29)")
     p.add_argument("--matrix", type=_seconds_list, default=None, metavar="S,S",
                    help="instead: one outage of each kind per length (seconds), with worker "
                    "SIGKILLs meanwhile; prints one row per outage")

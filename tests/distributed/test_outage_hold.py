@@ -56,7 +56,7 @@ class GatedTool:
     in_flight: asyncio.Event = field(default_factory=asyncio.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def agent(self) -> Agent:
+    def agent(self, deadline_s: float | None = None) -> Agent:
         @tool(side_effects=True)
         async def charge(item: str, ctx: ToolContext) -> str:
             """Charge for an item.
@@ -72,7 +72,8 @@ class GatedTool:
             return f"charged {item}"
 
         scenario = Scenario.react("charge", {"item": "x"}, tool_steps=2, parallel=CALLS)
-        return Agent("gated", SimulatedModel(scenario), "Charge.", [charge], max_steps=4)
+        return Agent("gated", SimulatedModel(scenario), "Charge.", [charge], max_steps=4,
+                     deadline_s=deadline_s)
 
 
 @contextlib.asynccontextmanager
@@ -141,6 +142,29 @@ async def test_a_call_completed_during_an_outage_runs_once(
     assert not repeated, f"calls run again after the outage: {repeated}"
     assert stats.completed == 1 and stats.lost == 0, stats
     assert idle.statistics().completed == 0
+
+
+async def test_a_deadline_passing_during_an_outage_ends_the_run_once_redis_answers(
+    private_redis: RedisServer,
+) -> None:
+    """The run's deadline passes while its worker holds its writes: it ends `failed` at
+    its deadline when Redis is back; no call runs again, none runs after the deadline."""
+    gated = GatedTool()
+    agent = gated.agent(deadline_s=OUTAGE_S / 2)
+    async with RedisRunStore(private_redis.url) as store, RedisQueue(private_redis.url) as q:
+        async with worker_on(private_redis.url, "holder", agent) as holder:
+            await submit_runs(store, q, "gated", ["late"])
+            await asyncio.wait_for(gated.in_flight.wait(), 20)
+            private_redis.kill()
+            gated.release.set()
+            await asyncio.sleep(OUTAGE_S)  # the deadline passes meanwhile
+            await asyncio.to_thread(private_redis.start)
+            await wait_until(lambda: done(store, "late"), 60, "the run's end")
+        record = await store.get("late")
+        assert record is not None and (record.status, record.reason) == ("failed", "deadline")
+        assert holder.statistics().completed == 1
+    assert set(gated.effects) == {f"late:0:{call}" for call in range(CALLS)}
+    assert all(n == 1 for n in gated.effects.values()), gated.effects
 
 
 async def done(store: RedisRunStore, run_id: str) -> bool:
