@@ -5,13 +5,18 @@ Layout (``podium`` is the configurable prefix)::
     podium:queue:<pool>   stream of queued runs (field d = QueueItem, n = earlier deliveries)
                           with one consumer group, "workers"
     podium:dead:<pool>    dead-letter stream: run_id, agent, reason, deliveries, d
+    podium:queue:<pool>:clock  when a worker last spoke to Redis, and from when runs
+                          may be reclaimed after an outage (a hash, expires after a day idle)
 
 A claim is an XREADGROUP delivery; its lease is the entry's idle time in the
 group's pending list. Heartbeats reset the idle time of the entries a worker
 still owns (XCLAIM JUSTID) and report the ones it lost. Entries idle longer
 than the lease — their worker crashed, was killed or cut off — are taken over
-with XAUTOCLAIM, which also counts the delivery. Acked entries are deleted, so
-the stream holds only runs waiting or in flight.
+with XAUTOCLAIM, which also counts the delivery — but not right after Redis was
+away (killed, hung, cut off): an outage counts in every lease's idle time, so
+nothing is reclaimed until the holders, alive, have had a lease (plus their
+reconnect) to heartbeat. Acked entries are deleted, so the stream holds only runs
+waiting or in flight.
 """
 
 from __future__ import annotations
