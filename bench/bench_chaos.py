@@ -96,6 +96,7 @@ class Report:
     tool_calls_expected: int = 0
     tool_calls_executed: int = 0
     calls_missing: int = 0
+    calls_completed_during_outage: int = 0  # their outcomes waited for Redis in a worker
     calls_repeated_in_flight: int = 0  # in flight on a worker SIGKILLed: unavoidable
     calls_repeated_at_redis_outage: list[str] = field(default_factory=list)  # target: none
     calls_repeated_after_checkpoint: list[str] = field(default_factory=list)
@@ -256,15 +257,21 @@ class Chaos:
         next_redis = start + self.args.redis_every
         while (now := time.monotonic()) < start + self.args.duration:
             if self.args.kill_every > 0 and now >= next_kill:
-                self.kill_a_worker()
+                # Not within two leases of an outage: the kill's repeats (its runs reclaimed
+                # a lease later) are kept apart from the outage's, counted on their own.
+                if self.args.redis_every <= 0 or next_redis - now > 2 * self.args.lease + 1:
+                    self.kill_a_worker()
                 next_kill = now + self.args.kill_every
             if self.args.redis_every > 0 and now >= next_redis:
                 down = time.time()
                 end = self.outage()
-                await self.sleep_killing(self.args.redis_down)
+                # No worker is SIGKILLed meanwhile: its held outcomes would die with it, a
+                # repeat counted as a kill's, which would hide the outage's own repeats.
+                await asyncio.sleep(self.args.redis_down)
                 await asyncio.to_thread(end)
                 self.redis_outages.append((down, time.time()))
                 next_redis = time.monotonic() + self.args.redis_every
+                next_kill = time.monotonic() + self.args.kill_every
             await asyncio.sleep(0.05)
 
     def outage(self) -> Callable[[], None]:
@@ -279,14 +286,6 @@ class Chaos:
         assert self.proxy is not None  # cut off: accepted, never answered
         self.proxy.cut()
         return self.proxy.heal
-
-    async def sleep_killing(self, seconds: float) -> None:
-        """Sleep through an outage, SIGKILLing workers on the schedule meanwhile too."""
-        until = time.monotonic() + seconds
-        while (left := until - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, self.args.kill_every or left))
-            if self.args.kill_every > 0 and time.monotonic() < until:
-                self.kill_a_worker()
 
     def kill_a_worker(self) -> None:
         pids = self.worker_pids()
@@ -363,6 +362,10 @@ class Chaos:
         for e in self.executions():
             by_key[e.key].append(e)
         rep.tool_calls_executed = sum(len(v) for v in by_key.values())
+        rep.calls_completed_during_outage = sum(
+            any(down <= e.end <= up for down, up in self.redis_outages)
+            for runs in by_key.values() for e in runs
+        )
         expected = {f"{run_id}:{step}:{call}" for run_id in acked_ids
                     for step in range(self.args.tool_steps) for call in range(self.args.parallel)}
         rep.tool_calls_expected = len(expected)
@@ -414,7 +417,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=64, help="runs driven at once per worker")
     p.add_argument("--tool-steps", type=int, default=4, help="tool steps per run")
     p.add_argument("--parallel", type=int, default=4, help="parallel tool calls per step")
-    p.add_argument("--tool-delay", type=float, default=0.05, help="seconds per tool call")
+    p.add_argument("--tool-delay", type=float, default=None,
+                   help="seconds per tool call (0.05; with --matrix 0.5)")
     p.add_argument("--kill-every", type=float, default=4.0, help="SIGKILL a worker (0: never)")
     p.add_argument("--redis-every", type=float, default=20.0, help="SIGKILL Redis (0: never)")
     p.add_argument("--redis-down", type=float, default=2.0, help="seconds Redis stays down")
@@ -425,8 +429,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the workers' --outage-hold (0: they give up a write after 10 s, "
                    "as before issue 29)")
     p.add_argument("--matrix", type=_seconds_list, default=None, metavar="S,S",
-                   help="instead: one outage of each kind per length (seconds), with worker "
-                   "SIGKILLs meanwhile; prints one row per outage")
+                   help="instead: one outage of each kind per length (seconds), workers "
+                   "SIGKILLed before and after it; prints one row per outage")
     p.add_argument("--lease", type=float, default=2.0, help="worker lease seconds")
     p.add_argument("--max-deliveries", type=int, default=50)
     p.add_argument("--settle", type=float, default=90.0, help="max seconds to wait at the end")
@@ -434,6 +438,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
+    if args.tool_delay is None and not args.matrix:
+        args.tool_delay = 0.05
     for name in ("duration", "runs", "procs", "concurrency", "tool_steps", "parallel"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
@@ -448,10 +454,14 @@ def _seconds_list(text: str) -> list[float]:
 
 
 def _one_outage(args: argparse.Namespace, kind: str, outage_s: float) -> argparse.Namespace:
-    """``args`` for one outage of ``kind``: 8 s of load, the outage, 6 s more load."""
+    """``args`` for one outage of ``kind``: 12 s of load, the outage, 6 s more load. The
+    tool calls take ``--tool-delay`` (0.5 s unless given) so that many are in flight
+    when the outage begins and complete while Redis is away."""
     one = argparse.Namespace(**vars(args))
-    one.outage_kind, one.redis_down, one.redis_every = kind, outage_s, 8.0
-    one.duration = 8.0 + outage_s + 6.0
+    if args.tool_delay is None:
+        one.tool_delay = 0.5
+    one.outage_kind, one.redis_down, one.redis_every = kind, outage_s, 12.0
+    one.duration = 12.0 + outage_s + 6.0
     one.settle = max(args.settle, outage_s + 60.0)
     return one
 
@@ -460,7 +470,8 @@ def matrix(args: argparse.Namespace) -> int:
     """One outage of each kind and length; a row each: runs, and calls repeated."""
     rows: list[dict[str, Any]] = []
     if not args.json:
-        print(f"{'outage':>16} {'runs ok':>9} {'repeats':>8} {'SIGKILLs':>9} "
+        print(f"{'outage':>16} {'runs ok':>9} {'done in outage':>15} {'repeats':>8} "
+              f"{'SIGKILLs':>9} "
               f"{'in flight at SIGKILL':>21} {'after checkpoint':>17}  ok")
     for outage_s in args.matrix:
         for kind in KINDS:
@@ -474,6 +485,7 @@ def matrix(args: argparse.Namespace) -> int:
             else:
                 print(f"{kind + ' ' + format(outage_s, 'g') + ' s':>16} "
                       f"{report.runs_completed:>4}/{report.runs_acknowledged:<4} "
+                      f"{report.calls_completed_during_outage:>15} "
                       f"{len(report.calls_repeated_at_redis_outage):>8} "
                       f"{report.worker_kills:>9} {report.calls_repeated_in_flight:>21} "
                       f"{len(report.calls_repeated_after_checkpoint):>17}  {report.ok}",
