@@ -49,6 +49,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -322,9 +323,11 @@ class Chaos:
             out.append(Execution(key, int(pid), float(start), float(end)))
         return out
 
-    def in_flight_at_a_kill(self, e: Execution) -> bool:
-        """Its worker was SIGKILLed after the call started: its outcome died with it."""
-        return any(pid == e.pid and t >= e.start for t, pid in self.worker_kills)
+    def in_flight_at_a_kill(self, e: Execution, again: Execution) -> bool:
+        """Its worker was SIGKILLed after the call started and before it ran ``again``:
+        its outcome may have died with it."""
+        return any(pid == e.pid and e.start <= t <= again.start
+                   for t, pid in self.worker_kills)
 
     def in_flight_at_an_outage(self, e: Execution) -> bool:
         """Redis went away before the outcome could be checkpointed (within a lease of the
@@ -371,8 +374,9 @@ class Chaos:
         rep.tool_calls_expected = len(expected)
         rep.calls_missing = len(expected - set(by_key))
         for key, runs in by_key.items():
-            for earlier in sorted(runs, key=lambda e: e.start)[:-1]:
-                if self.in_flight_at_a_kill(earlier):
+            ordered = sorted(runs, key=lambda e: e.start)
+            for earlier, again in pairwise(ordered):
+                if self.in_flight_at_a_kill(earlier, again):
                     rep.calls_repeated_in_flight += 1
                 elif self.in_flight_at_an_outage(earlier):
                     rep.calls_repeated_at_redis_outage.append(key)
