@@ -1,7 +1,7 @@
 """A tool call that completes while Redis is away runs once: killed, stopped or partitioned.
 
 The outage is longer than the old give-up (the store's patience, 0.5 s here) and than
-the lease (1 s here), so that before the fix the holder gave up its write and drove the
+the lease (2 s here), so that before the fix the holder gave up its write and drove the
 run again from a journal without the call's outcome, and an idle worker found every
 lease expired and took the run. Now the holder keeps the outcome and writes it when
 Redis answers (fenced), and nobody takes a run from a holder that is alive.
@@ -34,9 +34,9 @@ pytestmark = pytest.mark.anyio
 
 #: How long each outage lasts: past the old give-up (PATIENCE_S) and past the lease, so
 #: that every lease looks expired when Redis is back.
-OUTAGE_S = 3.0
+OUTAGE_S = 4.0
 PATIENCE_S = 0.5
-LEASE_S = 1.0
+LEASE_S = 2.0
 CALLS = 2  # parallel calls per step
 HOLD_S = 60.0  # how long a worker holds a write for Redis (0: the old give-up)
 
