@@ -7,8 +7,11 @@ side-effecting tool calls whose effects are counted in a file — while it
 
 * SIGKILLs one worker process every ``--kill-every`` seconds (the supervisor
   starts a new one), and
-* SIGKILLs Redis every ``--redis-every`` seconds, keeps it down for
-  ``--redis-down`` seconds and starts it again (the AOF is replayed).
+* takes Redis away every ``--redis-every`` seconds for ``--redis-down`` seconds,
+  as ``--outage-kind`` says: ``kill`` (SIGKILL, then started again on its AOF),
+  ``stop`` (SIGSTOP then SIGCONT: a hung server) or ``partition`` (every Podium
+  process reaches Redis through a TCP proxy that black-holes: it accepts, forwards
+  nothing and answers nothing, then lets everything through again).
 
 The client behaves as a careful client should: each submission carries an
 ``Idempotency-Key`` and is retried with it on a 503, a 5xx or a broken
@@ -16,13 +19,16 @@ connection. When the chaos ends it waits for every run to settle and checks:
 
 * every acknowledged run is terminal and completed (0 lost);
 * no run exists that its client was not given (retries returned the same run);
-* no completed tool call was executed twice: a call may repeat only if it was
-  in flight at a kill — its worker was SIGKILLed after it started, or Redis
-  went down before its outcome could be checkpointed;
+* no completed tool call was executed twice: a call may repeat only if its
+  worker was SIGKILLed after it started (``calls_repeated_in_flight``). A call
+  that was in flight when Redis went away must not repeat either: its worker
+  holds the outcome and writes it when Redis is back; any that does is counted
+  in ``calls_repeated_at_redis_outage`` (target 0);
 * each step is journaled once and each run finished once;
 * no dead letter (workers run with a delivery budget no kill schedule exhausts).
 
     python bench/bench_chaos.py [--duration 60] [--runs 300] [--procs 3] [--json]
+    python bench/bench_chaos.py --matrix 20,60   # one outage of each kind and length
 
 Exits 0 when every check holds, 1 otherwise.
 """
@@ -41,7 +47,9 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +59,14 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from tests.distributed.blackhole_proxy import BlackholeProxy  # noqa: E402
 from tests.distributed.redis_server import RedisServer, free_port  # noqa: E402
 
 from podium.engine.records import RunFinished, StepCommitted  # noqa: E402
 from podium.store.redis import RedisRunStore  # noqa: E402
 
 KEY = "pk_chaos"
+KINDS = ("kill", "stop", "partition")
 AGENT_PATH = "chaos_agent:agent"
 PREFIX = "podium"
 RETRYABLE = {429, 500, 502, 503, 504}
@@ -81,11 +91,15 @@ class Report:
     submit_retries: int = 0
     submit_status_codes: dict[str, int] = field(default_factory=dict)
     worker_kills: int = 0
-    redis_kills: int = 0
+    redis_kills: int = 0  # outages, of --outage-kind
+    outage_kind: str = "kill"
+    outage_s: float = 0.0
     tool_calls_expected: int = 0
     tool_calls_executed: int = 0
     calls_missing: int = 0
-    calls_repeated_in_flight: int = 0
+    calls_completed_during_outage: int = 0  # their outcomes waited for Redis in a worker
+    calls_repeated_in_flight: int = 0  # in flight on a worker SIGKILLed: unavoidable
+    calls_repeated_at_redis_outage: list[str] = field(default_factory=list)  # target: none
     calls_repeated_after_checkpoint: list[str] = field(default_factory=list)
     steps_journaled_twice: list[str] = field(default_factory=list)
     runs_finished_twice: list[str] = field(default_factory=list)
@@ -100,6 +114,7 @@ class Chaos:
         self.args = args
         self.workdir = workdir
         self.redis = RedisServer(workdir / "redis")
+        self.proxy: BlackholeProxy | None = None  # --outage-kind partition: Podium's way in
         self.effects = workdir / "effects.log"
         self.report = Report()
         self.worker_kills: list[tuple[float, int]] = []  # (time, pid)
@@ -135,19 +150,24 @@ class Chaos:
     def start_services(self) -> None:
         (self.workdir / "redis").mkdir()
         self.redis.start()
+        url = self.redis.url
+        if self.args.outage_kind == "partition":
+            self.proxy = BlackholeProxy(self.redis.port).start()
+            url = self.proxy.url
         config = self.workdir / "podium.toml"
         config.write_text(
-            f'[server]\nredis = "{self.redis.url}"\n\n[[agents]]\npath = "{AGENT_PATH}"\n'
+            f'[server]\nredis = "{url}"\n\n[[agents]]\npath = "{AGENT_PATH}"\n'
             f'\n[[keys]]\nkey = "{KEY}"\ntenant = "chaos"\n'
         )
         self.port = free_port()
         self.gateway = self._spawn("gateway", "serve", "--config", str(config),
                                    "--port", str(self.port), "--log-level", "warning")
         self.supervisor = self._spawn(
-            "workers", "worker", "--redis", self.redis.url, "--agent", AGENT_PATH,
+            "workers", "worker", "--redis", url, "--agent", AGENT_PATH,
             "--procs", str(self.args.procs), "--lease", str(self.args.lease),
             "--max-deliveries", str(self.args.max_deliveries),
             "--concurrency", str(self.args.concurrency), "--log-level", "WARNING",
+            "--outage-hold", str(self.args.outage_hold),
         )
 
     def worker_pids(self) -> list[int]:
@@ -182,6 +202,8 @@ class Chaos:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.proxy is not None:
+            self.proxy.close()
         self.redis.stop()
 
     # -- the client ------------------------------------------------------------------------
@@ -236,21 +258,43 @@ class Chaos:
         next_redis = start + self.args.redis_every
         while (now := time.monotonic()) < start + self.args.duration:
             if self.args.kill_every > 0 and now >= next_kill:
-                pids = self.worker_pids()
-                if pids:
-                    victim = self.rng.choice(pids)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(victim, signal.SIGKILL)
-                        self.worker_kills.append((time.time(), victim))
+                # Not within two leases of an outage: the kill's repeats (its runs reclaimed
+                # a lease later) are kept apart from the outage's, counted on their own.
+                if self.args.redis_every <= 0 or next_redis - now > 2 * self.args.lease + 1:
+                    self.kill_a_worker()
                 next_kill = now + self.args.kill_every
             if self.args.redis_every > 0 and now >= next_redis:
                 down = time.time()
-                self.redis.kill()
+                end = self.outage()
+                # No worker is SIGKILLed meanwhile: its held outcomes would die with it, a
+                # repeat counted as a kill's, which would hide the outage's own repeats.
                 await asyncio.sleep(self.args.redis_down)
-                await asyncio.to_thread(self.redis.start)
+                await asyncio.to_thread(end)
                 self.redis_outages.append((down, time.time()))
                 next_redis = time.monotonic() + self.args.redis_every
+                next_kill = time.monotonic() + self.args.kill_every
             await asyncio.sleep(0.05)
+
+    def outage(self) -> Callable[[], None]:
+        """Take Redis away as ``--outage-kind`` says; returns what brings it back."""
+        kind = self.args.outage_kind
+        if kind == "kill":  # only what the append-only file holds survives
+            self.redis.kill()
+            return self.redis.start
+        if kind == "stop":  # hung: connections accepted by the kernel, never answered
+            self.redis.pause()
+            return self.redis.resume
+        assert self.proxy is not None  # cut off: accepted, never answered
+        self.proxy.cut()
+        return self.proxy.heal
+
+    def kill_a_worker(self) -> None:
+        pids = self.worker_pids()
+        if pids:
+            victim = self.rng.choice(pids)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+                self.worker_kills.append((time.time(), victim))
 
     async def settle(self, client: httpx.AsyncClient) -> None:
         """Wait until every acknowledged run is terminal (bounded)."""
@@ -279,10 +323,15 @@ class Chaos:
             out.append(Execution(key, int(pid), float(start), float(end)))
         return out
 
-    def in_flight_at_a_kill(self, e: Execution) -> bool:
-        if any(pid == e.pid and t >= e.start for t, pid in self.worker_kills):
-            return True
-        # Redis down before the outcome could be checkpointed (within a lease of the effect).
+    def in_flight_at_a_kill(self, e: Execution, again: Execution) -> bool:
+        """Its worker was SIGKILLed after the call started and before it ran ``again``:
+        its outcome may have died with it."""
+        return any(pid == e.pid and e.start <= t <= again.start
+                   for t, pid in self.worker_kills)
+
+    def in_flight_at_an_outage(self, e: Execution) -> bool:
+        """Redis went away before the outcome could be checkpointed (within a lease of the
+        effect): the repeat this benchmark's outages measure (target: none)."""
         return any(down >= e.start and down <= e.end + self.args.lease
                    for down, _ in self.redis_outages)
 
@@ -291,6 +340,7 @@ class Chaos:
         rep.runs_acknowledged = len(self.acked)
         rep.worker_kills = len(self.worker_kills)
         rep.redis_kills = len(self.redis_outages)
+        rep.outage_kind, rep.outage_s = self.args.outage_kind, self.args.redis_down
         rep.duplicate_runs_per_key = sum(len(ids) - 1 for ids in self.seen.values())
         acked_ids = set(self.acked.values())
         async with RedisRunStore(self.redis.url, prefix=PREFIX) as store:
@@ -315,14 +365,21 @@ class Chaos:
         for e in self.executions():
             by_key[e.key].append(e)
         rep.tool_calls_executed = sum(len(v) for v in by_key.values())
+        rep.calls_completed_during_outage = sum(
+            any(down <= e.end <= up for down, up in self.redis_outages)
+            for runs in by_key.values() for e in runs
+        )
         expected = {f"{run_id}:{step}:{call}" for run_id in acked_ids
                     for step in range(self.args.tool_steps) for call in range(self.args.parallel)}
         rep.tool_calls_expected = len(expected)
         rep.calls_missing = len(expected - set(by_key))
         for key, runs in by_key.items():
-            for earlier in sorted(runs, key=lambda e: e.start)[:-1]:
-                if self.in_flight_at_a_kill(earlier):
+            ordered = sorted(runs, key=lambda e: e.start)
+            for earlier, again in pairwise(ordered):
+                if self.in_flight_at_a_kill(earlier, again):
                     rep.calls_repeated_in_flight += 1
+                elif self.in_flight_at_an_outage(earlier):
+                    rep.calls_repeated_at_redis_outage.append(key)
                 else:
                     rep.calls_repeated_after_checkpoint.append(key)
         rep.ok = (
@@ -332,6 +389,7 @@ class Chaos:
             and rep.duplicate_runs_per_key == 0
             and rep.calls_missing == 0
             and not rep.calls_repeated_after_checkpoint
+            and not rep.calls_repeated_at_redis_outage
             and not rep.steps_journaled_twice
             and not rep.runs_finished_twice
             and rep.dead_letters == 0
@@ -363,10 +421,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=64, help="runs driven at once per worker")
     p.add_argument("--tool-steps", type=int, default=4, help="tool steps per run")
     p.add_argument("--parallel", type=int, default=4, help="parallel tool calls per step")
-    p.add_argument("--tool-delay", type=float, default=0.05, help="seconds per tool call")
+    p.add_argument("--tool-delay", type=float, default=None,
+                   help="seconds per tool call (0.05; with --matrix 0.5)")
     p.add_argument("--kill-every", type=float, default=4.0, help="SIGKILL a worker (0: never)")
     p.add_argument("--redis-every", type=float, default=20.0, help="SIGKILL Redis (0: never)")
     p.add_argument("--redis-down", type=float, default=2.0, help="seconds Redis stays down")
+    p.add_argument("--outage-kind", choices=KINDS, default="kill",
+                   help="kill: SIGKILL, AOF restart; stop: SIGSTOP/SIGCONT; partition: "
+                   "a black-holing proxy between Podium and Redis")
+    p.add_argument("--outage-hold", type=float, default=90.0, metavar="S",
+                   help="the workers' --outage-hold (0: they give up a write after 10 s, "
+                   "as before issue 29)")
+    p.add_argument("--matrix", type=_seconds_list, default=None, metavar="S,S",
+                   help="instead: one outage of each kind per length (seconds), workers "
+                   "SIGKILLed before and after it; prints one row per outage")
     p.add_argument("--lease", type=float, default=2.0, help="worker lease seconds")
     p.add_argument("--max-deliveries", type=int, default=50)
     p.add_argument("--settle", type=float, default=90.0, help="max seconds to wait at the end")
@@ -374,14 +442,71 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
+    if args.tool_delay is None and not args.matrix:
+        args.tool_delay = 0.05
     for name in ("duration", "runs", "procs", "concurrency", "tool_steps", "parallel"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
 
+def _seconds_list(text: str) -> list[float]:
+    values = [float(part) for part in text.split(",") if part.strip()]
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError("positive seconds, comma-separated: 20,60")
+    return values
+
+
+def _one_outage(args: argparse.Namespace, kind: str, outage_s: float) -> argparse.Namespace:
+    """``args`` for one outage of ``kind``: 12 s of load, the outage, 6 s more load. The
+    tool calls take ``--tool-delay`` (0.5 s unless given) so that many are in flight
+    when the outage begins and complete while Redis is away."""
+    one = argparse.Namespace(**vars(args))
+    if args.tool_delay is None:
+        one.tool_delay = 0.5
+    one.outage_kind, one.redis_down, one.redis_every = kind, outage_s, 12.0
+    one.duration = 12.0 + outage_s + 6.0
+    one.settle = max(args.settle, outage_s + 60.0)
+    return one
+
+
+def matrix(args: argparse.Namespace) -> int:
+    """One outage of each kind and length; a row each: runs, and calls repeated."""
+    rows: list[dict[str, Any]] = []
+    if not args.json:
+        print(f"{'outage':>16} {'runs ok':>9} {'done in outage':>15} {'repeats':>8} "
+              f"{'SIGKILLs':>9} "
+              f"{'in flight at SIGKILL':>21} {'after checkpoint':>17}  ok")
+    for outage_s in args.matrix:
+        for kind in KINDS:
+            one = _one_outage(args, kind, outage_s)
+            workdir = Path(tempfile.mkdtemp(prefix=f"podium-chaos-{kind}-"))
+            report = asyncio.run(Chaos(one, workdir).run())
+            row = asdict(report)
+            rows.append(row)
+            if args.json:
+                print(json.dumps(row), flush=True)
+            else:
+                print(f"{kind + ' ' + format(outage_s, 'g') + ' s':>16} "
+                      f"{report.runs_completed:>4}/{report.runs_acknowledged:<4} "
+                      f"{report.calls_completed_during_outage:>15} "
+                      f"{len(report.calls_repeated_at_redis_outage):>8} "
+                      f"{report.worker_kills:>9} {report.calls_repeated_in_flight:>21} "
+                      f"{len(report.calls_repeated_after_checkpoint):>17}  {report.ok}",
+                      flush=True)
+            if args.keep or not report.ok:
+                print(f"logs: {workdir}", file=sys.stderr)
+            else:
+                import shutil
+
+                shutil.rmtree(workdir, ignore_errors=True)
+    return 0 if all(row["ok"] for row in rows) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.matrix:
+        return matrix(args)
     workdir = Path(tempfile.mkdtemp(prefix="podium-chaos-"))
     report = asyncio.run(Chaos(args, workdir).run())
     out: dict[str, Any] = asdict(report)

@@ -86,6 +86,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="dead-letter a run delivered more than N times")
     p.add_argument("--lease", type=positive_seconds, default=30.0, metavar="S",
                    help="a run whose worker stops heartbeating is reclaimed after S seconds")
+    p.add_argument("--outage-hold", type=seconds, default=90.0, metavar="S",
+                   help="while Redis is away, hold a run and the tool outcomes it has not "
+                   "written yet for up to S seconds, written when Redis answers (0: give "
+                   "up after the usual 10 s; a held call's outcome is then lost and the "
+                   "call runs again)")
     p.add_argument("--prefix", type=non_empty,
                    help="prefix of every Redis key (default: server.prefix, podium)")
     p.add_argument("--ttl", type=seconds, metavar="S",
@@ -128,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         config_file=os.path.abspath(path) if path else None,
         concurrency=args.concurrency, burst=args.burst, burst_patience_s=args.burst_patience,
         grace_s=args.grace,
-        max_deliveries=args.max_deliveries, lease_s=args.lease,
+        max_deliveries=args.max_deliveries, lease_s=args.lease, outage_hold_s=args.outage_hold,
         prefix=args.prefix or server.prefix, finished_ttl_s=ttl, profile=server.profile,
         threads=args.threads,
         use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,

@@ -6,13 +6,18 @@ Layout (``podium`` is the configurable prefix)::
                           with one consumer group, "workers"
     podium:dead:<pool>    dead-letter stream: run_id, agent, reason, deliveries, d (the
                           latest ~``DEAD_LETTERS_KEPT``; older ones are trimmed)
+    podium:queue:<pool>:clock  when a worker last spoke to Redis, and from when runs
+                          may be reclaimed after an outage (a hash, expires after a day idle)
 
 A claim is an XREADGROUP delivery; its lease is the entry's idle time in the
 group's pending list. Heartbeats reset the idle time of the entries a worker
 still owns (XCLAIM JUSTID) and report the ones it lost. Entries idle longer
 than the lease — their worker crashed, was killed or cut off — are taken over
-with XAUTOCLAIM, which also counts the delivery. Acked entries are deleted, so
-the stream holds only runs waiting or in flight.
+with XAUTOCLAIM, which also counts the delivery — but not right after Redis was
+away (killed, hung, cut off): an outage counts in every lease's idle time, so
+nothing is reclaimed until the holders, alive, have had a lease (plus their
+reconnect) to heartbeat. Acked entries are deleted, so the stream holds only runs
+waiting or in flight.
 """
 
 from __future__ import annotations
@@ -46,9 +51,32 @@ __all__ = ("DeadLetter", "RedisQueue", "dead_stream_key", "queue_stream_key")
 
 _GROUP = "workers"
 
-# KEYS: stream. ARGV: group, consumer, min idle ms, count, start id.
-# Returns {next start, {id, fields, deliveries}...}.
-_RECLAIM = """
+# The pool's clock (KEYS[2]), touched by every claim and heartbeat: when a worker last
+# spoke to Redis, and from when runs whose lease ran out may be taken. Redis counts an
+# outage (killed, stopped, cut off) in every lease's idle time, so right after one every
+# lease looks expired at once; a silence longer than `gap` ms (no live worker is that
+# quiet) opens a window of `window` ms in which nothing is reclaimed, so that the holders
+# reconnect and heartbeat first. Measured on Redis's own clock, as the idle times are.
+_TOUCH = """
+local function touch(clock, gap, window)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local c = redis.call('HMGET', clock, 'seen', 'after')
+  local after = tonumber(c[2]) or 0
+  if c[1] and now - tonumber(c[1]) > gap then after = now + window end
+  redis.call('HSET', clock, 'seen', now, 'after', after)
+  redis.call('PEXPIRE', clock, 86400000)
+  return now >= after
+end
+"""
+
+# KEYS: stream, clock. ARGV: group, consumer, min idle ms, count, start id, scan (1|0),
+# gap ms, window ms. Returns {next start, {id, fields, deliveries}...}; only the clock is
+# touched when not scanning, or while the window after an outage is open.
+_RECLAIM = _TOUCH + """
+if not touch(KEYS[2], tonumber(ARGV[7]), tonumber(ARGV[8])) or ARGV[6] ~= '1' then
+  return {ARGV[5]}
+end
 local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[5], 'COUNT', ARGV[4])
 local out = {r[1]}
 for _, e in ipairs(r[2]) do
@@ -62,11 +90,13 @@ end
 return out
 """
 
-# KEYS: stream. ARGV: group, consumer, ids... Resets the lease of each id still owned by
-# consumer; returns the ids it no longer owns (taken over, acked or dead-lettered).
-_HEARTBEAT = """
+# KEYS: stream, clock. ARGV: group, consumer, gap ms, window ms, ids... Resets the lease
+# of each id still owned by consumer; returns the ids it no longer owns (taken over, acked
+# or dead-lettered).
+_HEARTBEAT = _TOUCH + """
+touch(KEYS[2], tonumber(ARGV[3]), tonumber(ARGV[4]))
 local lost = {}
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
   if p[1] and p[1][2] == ARGV[2] then
     redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
@@ -124,6 +154,11 @@ DEAD_LETTERS_KEPT = 10_000
 def queue_stream_key(prefix: str, pool: str) -> str:
     """The stream of ``pool``'s waiting and in-flight runs."""
     return f"{prefix}:queue:{pool}"
+
+
+def clock_key(prefix: str, pool: str) -> str:
+    """When a worker of ``pool`` last spoke to Redis (see ``_TOUCH``)."""
+    return f"{prefix}:queue:{pool}:clock"
 
 
 def dead_stream_key(prefix: str, pool: str) -> str:
@@ -185,6 +220,12 @@ class RedisQueue(RunQueue):
         self.lease_s = lease_s
         self.reclaim_every_s = lease_s / 4 if reclaim_every_s is None else reclaim_every_s
         self.dead_letters_kept = dead_letters_kept
+        # A live worker touches the pool's clock at least every lease / 3 (its heartbeats)
+        # or claim_block_s (at most 1 s): a longer silence is an outage. After one, runs are
+        # reclaimed a lease after Redis answered again, plus the 2 s a holder's reconnect
+        # backs off at most: the time its heartbeat needs to land first.
+        self._clock_gap_ms = int(max(lease_s / 2, 1.0) * 1000)
+        self._clock_window_ms = int((lease_s + 2.0) * 1000)
         # everything but blocking reads goes through one pipelined connection
         self._pipe = Autopipeline(
             self.client, retries=reconnect_retries, unavailable_s=unavailable_s
@@ -277,11 +318,13 @@ class RedisQueue(RunQueue):
         now = time.time()
         claims: list[Claim] = []
         mono = time.monotonic()
-        if mono >= self._next_reclaim.get(pool, 0.0) and await self._settled(mono):
-            reply: list[Any] = await self._pipe.execute(
-                "EVALSHA", self._reclaim, 1, key, _GROUP, consumer, int(self.lease_s * 1000),
-                count, self._cursor.get(pool, "0-0"),
-            )
+        scan = mono >= self._next_reclaim.get(pool, 0.0) and await self._settled(mono)
+        reply: list[Any] = await self._pipe.execute(  # (not scanning: the clock only)
+            "EVALSHA", self._reclaim, 2, key, clock_key(self.prefix, pool), _GROUP, consumer,
+            int(self.lease_s * 1000), count, self._cursor.get(pool, "0-0"), int(scan),
+            self._clock_gap_ms, self._clock_window_ms,
+        )
+        if scan:
             cursor = reply[0].decode()
             self._cursor[pool] = cursor
             if cursor == "0-0":  # scanned the whole pending list: rest a while
@@ -336,8 +379,9 @@ class RedisQueue(RunQueue):
         async with _translate():
             for pool, held in by_pool.items():
                 gone: list[bytes] = await self._pipe.execute(
-                    "EVALSHA", self._heartbeat, 1, self.stream_key(pool), _GROUP, consumer,
-                    *(c.receipt for c in held),
+                    "EVALSHA", self._heartbeat, 2, self.stream_key(pool),
+                    clock_key(self.prefix, pool), _GROUP, consumer, self._clock_gap_ms,
+                    self._clock_window_ms, *(c.receipt for c in held),
                 )
                 if gone:
                     ids = {g.decode() for g in gone}

@@ -41,7 +41,7 @@ import asyncio
 import builtins
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from contextlib import asynccontextmanager
 from itertools import count
 from typing import Any
@@ -73,6 +73,7 @@ from podium.store.redis_expiry import (
     expiry_key,
     expiry_member,
 )
+from podium.store.redis_hold import send_held
 from podium.store.redis_replies import is_refusal
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
@@ -291,6 +292,11 @@ class RedisRunStore(RunStore):
     Every ``reap_every_s`` (0: never; started by the first write of a finished run, or
     the first listing) the store removes expired runs and threads from the indexes
     (:meth:`reap_expired`); several processes may do so at once.
+
+    ``outage_hold_s`` (a worker's store): a running run's checkpoint write is not given
+    up when Redis is away but sent again, unchanged and fenced, until Redis answers or
+    this many seconds have passed (see :mod:`podium.store.redis_hold`). 0: fail fast
+    like every other command (the gateway's store: a 503 is better than a wait).
     """
 
     def __init__(
@@ -302,10 +308,12 @@ class RedisRunStore(RunStore):
         reconnect_retries: int = 10,
         unavailable_s: float = 1.5,
         reap_every_s: float = 10.0,
+        outage_hold_s: float = 0.0,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
+        self.outage_hold_s = outage_hold_s
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = index_prefix(prefix)
         self._exp = expiry_key(self._idx)
@@ -501,8 +509,8 @@ class RedisRunStore(RunStore):
         counter = next(self._ids)
         args, size = self._record_args("update", record, old, entries, counter)
         tail.unsettled = (counter, record)  # until the reply says how it went
-        try:
-            reply = await self._pipe.execute(*args)
+        try:  # sent again as it is while Redis is away: the script knows its own retry
+            reply = await self._send_run_write(record.run_id, args)
         except BaseException as exc:
             record.version = old
             if isinstance(exc, (*UNAVAILABLE, ResponseError)):
@@ -533,13 +541,15 @@ class RedisRunStore(RunStore):
         key = self._journal_key(run_id)
         tail.length = -1  # unknown until the reply comes: an interrupted write may have landed
         try:  # the hot path: plain try, no context manager
-            added = await self._pipe.execute("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
+            added = await self._send_run_write(
+                run_id, ("XADD", key, "NOMKSTREAM", entry_id, "e", payload)
+            )
         except ResponseError as exc:
             if _STALE_ID not in str(exc):
                 raise translated(exc) from exc
             # Overtaken — unless this is a retry of our own write that did land.
             async with translate_errors():
-                rows = await self._pipe.execute("XRANGE", key, entry_id, entry_id)
+                rows = await self._send_run_write(run_id, ("XRANGE", key, entry_id, entry_id))
             if not (rows and rows[0][1][1] == payload):
                 tail.fenced = True
                 raise StaleRunError(
@@ -553,13 +563,24 @@ class RedisRunStore(RunStore):
         tail.length = length
         self._count(len(entries), len(payload))
 
+    def _send_run_write(self, run_id: str, args: tuple[Any, ...]) -> Awaitable[Any]:
+        """Send one command of a run's write: fail fast, or held through an outage when
+        ``outage_hold_s`` says so (the command is sent again unchanged: every run write is
+        idempotent and fenced)."""
+        if self.outage_hold_s <= 0:
+            return self._pipe.submit(*args)
+        return send_held(lambda: self._pipe.submit(*args), self.outage_hold_s, f"run {run_id}")
+
     async def _settle(self, run_id: str, tail: RunTail) -> None:
         """Learn where the run stands: its version, whether our interrupted record write
         landed, whether another holder advanced it, and the journal's length."""
         async with translate_errors():
-            head, last = await self._pipe.execute_all(
-                ("HMGET", self._run_key(run_id), "v", "wp", "wc"),
-                ("XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1),
+            head, last = await send_held(
+                lambda: self._pipe.execute_all(
+                    ("HMGET", self._run_key(run_id), "v", "wp", "wc"),
+                    ("XREVRANGE", self._journal_key(run_id), "+", "-", "COUNT", 1),
+                ),
+                self.outage_hold_s, f"run {run_id}",
             )
         raw_version, writer, write_count = head
         if raw_version is None:

@@ -187,6 +187,9 @@ class Autopipeline:
         (for a command whose repetition would apply twice)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Any] = loop.create_future()
+        if self._closed:  # nothing would ever send it: say so, rather than wait for ever
+            fut.set_exception(RedisConnectionError("closed"))
+            return fut
         # raises (ValueError, TypeError) before anything is queued
         op = _Op(args, fut, resend_args=resend)
         self._queue.append(op)

@@ -50,6 +50,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     grace_s: float = 30.0
     max_deliveries: int = 3
     lease_s: float = 30.0
+    outage_hold_s: float = 90.0  # a run's unwritten outcomes wait this long for Redis
     prefix: str = "podium"
     finished_ttl_s: float = 7 * 86_400
     profile: bool = True  # the workload profile of each run (server.profile)
@@ -129,10 +130,11 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     )
     client = connect(config.redis_url, max_connections=None)
     # A worker waits out a short Redis restart inside the client, its commands resent as
-    # they were (idempotent), so the outcome of a call that finished meanwhile is journaled
-    # rather than the call run again; the gateway's clients fail fast instead (a 503).
+    # they were (idempotent), and holds a run's checkpoint writes through a longer outage
+    # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
+    # Redis is back rather than the call run again; the gateway's clients fail fast (503).
     store = RedisRunStore(client, prefix=config.prefix, finished_ttl_s=config.finished_ttl_s,
-                          unavailable_s=WORKER_PATIENCE_S)
+                          unavailable_s=WORKER_PATIENCE_S, outage_hold_s=config.outage_hold_s)
     queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
                        unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
