@@ -12,6 +12,11 @@ run's two keys live in one slot)::
     podium:idx:s:<bucket>     status, except that queued and running share the
     podium:idx:ts:<tenant>:<bucket>   bucket "active" (starting a run moves nothing);
                               waiting runs have their own (their deadlines' sweep reads it)
+    podium:idx:enq            sorted set of the runs stored ``queued`` (not child runs)
+                              whose submit to the queue has not been seen yet, scored by
+                              the write's time: the queue's submit removes a run, a write
+                              that moves it on too; what is left a while is stranded (see
+                              :mod:`podium.queue.stranded`)
 
 Fencing, so two workers can never both advance a run:
 
@@ -60,13 +65,14 @@ from podium.errors import (
 )
 from podium.lifecycle import stop_task
 from podium.memory.item import MemoryItem
-from podium.store.base import JournalItem, RunStore, StoreStatistics
+from podium.store.base import JournalItem, RunStore, StoreStatistics, log_lost
 from podium.store.redis_batch import Autopipeline
-from podium.store.redis_replies import is_refusal
+from podium.store.redis_health import RedisHealth
+from podium.store.redis_replies import is_refusal, refusal_reason
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
 
-__all__ = ("RedisRunStore", "connect", "index_prefix")
+__all__ = ("RedisRunStore", "connect", "index_prefix", "unsubmitted_key")
 
 
 def _bucket(status: str) -> str:
@@ -111,9 +117,19 @@ def index_prefix(prefix: str) -> str:
     return f"{prefix}:idx:"
 
 
+def unsubmitted_key(prefix: str) -> str:
+    """The sorted set of runs stored ``queued`` whose submit has not been seen (the queue's
+    submit removes a run from it)."""
+    return f"{index_prefix(prefix)}enq"
+
+
 def translated(exc: Exception) -> Exception:
     """The Podium error for a Redis error (raise it ``from`` the original)."""
     if isinstance(exc, UNAVAILABLE) or is_refusal(exc):  # refused writes: "not now", a 503
+        # Alive but refusing (out of memory, a replica) is not "unreachable": say which.
+        reason = refusal_reason(exc)
+        if reason is not None:
+            return StoreUnavailableError(f"{reason}: {exc}")
         return StoreUnavailableError(f"redis unavailable: {exc}")
     message = str(exc)
     if message.startswith("PODIUM_STALE"):
@@ -139,7 +155,8 @@ async def translate_errors() -> AsyncIterator[None]:
 # KEYS: run hash, journal stream.
 # ARGV: mode (create|update), expected version, write id "writer:counter", record, bucket,
 #       tenant, created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal,
-#       run id, entries payload ('' = none), entry count.
+#       run id, entries payload ('' = none), entry count, to submit ('1': stored queued, a
+#       submit must follow), the write's time (updated_at).
 # Returns {version, journal length}.
 _WRITE = """
 local run, journal = KEYS[1], KEYS[2]
@@ -147,6 +164,7 @@ local mode, expected, wid, rec = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local bucket, tenant, created = ARGV[5], ARGV[6], ARGV[7]
 local ttl, idx, terminal, id = tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11]
 local payload, count = ARGV[12], tonumber(ARGV[13])
+local submit, written = ARGV[14], ARGV[15]
 local wp, wc = string.match(wid, '^(.*):(%d+)$')
 wc = tonumber(wc)
 local function length()
@@ -201,6 +219,12 @@ if old ~= bucket then
   redis.call('ZADD', idx .. 's:' .. bucket, score, id)
   redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. bucket, score, id)
 end
+-- queued and waiting for its submit (the queue's removes it), or moved on
+if submit == '1' then
+  redis.call('ZADD', idx .. 'enq', tonumber(written), id)
+else
+  redis.call('ZREM', idx .. 'enq', id)
+end
 if terminal == '1' and ttl > 0 then
   redis.call('PEXPIRE', run, ttl)
   redis.call('PEXPIRE', journal, ttl)
@@ -235,6 +259,19 @@ redis.call('ZADD', idx .. 'thall', score, id)
 return v
 """
 
+# KEYS: the unsubmitted runs' sorted set. ARGV: pairs of run id and the score it was read
+# with. Removes each one still at that score (one queued again since is kept).
+_FORGET_UNSUBMITTED = """
+local n = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return n
+"""
+
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 _MAX_TAILS = 50_000  # runs whose write position this store remembers at most
 
@@ -254,6 +291,8 @@ class RedisRunStore(RunStore):
     runs forever. A command waits ``unavailable_s`` at most (or
     ``reconnect_retries`` reconnects) for Redis before it fails with
     :class:`~podium.errors.StoreUnavailableError`; the next one reconnects.
+    ``allow_evicting``: an evicting ``maxmemory-policy`` does not make :meth:`health`
+    report a problem (the operator accepted losing runs to eviction).
     """
 
     def __init__(
@@ -264,10 +303,12 @@ class RedisRunStore(RunStore):
         finished_ttl_s: float = 7 * 86_400,
         reconnect_retries: int = 10,
         unavailable_s: float = 1.5,
+        allow_evicting: bool = False,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
+        self._health = RedisHealth(self.client, prefix, allow_evicting=allow_evicting)
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = index_prefix(prefix)
         self._pipe = Autopipeline(
@@ -275,6 +316,9 @@ class RedisRunStore(RunStore):
         )
         self._write = self._pipe.register(_WRITE)
         self._thread_write = self._pipe.register(_THREAD_WRITE)
+        self._forget_unsubmitted = self._pipe.register(_FORGET_UNSUBMITTED)
+        self._unsubmitted = unsubmitted_key(prefix)
+        self._lost = 0
         self._thread_dec = msgspec.msgpack.Decoder(ThreadRecord)
         self._memory_dec = msgspec.msgpack.Decoder(MemoryItem)
         self._enc = msgspec.msgpack.Encoder()
@@ -315,6 +359,8 @@ class RedisRunStore(RunStore):
             mode, expected, f"{self._writer}:{counter}", rec, _bucket(record.status),
             record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
             terminal, run_id, payload, len(entries),
+            "1" if record.status == "queued" and record.parent_run_id is None else "0",
+            repr(record.updated_at),
         )
         return args, len(rec) + len(payload)
 
@@ -642,6 +688,8 @@ class RedisRunStore(RunStore):
             key = f"{self._idx}s:{_bucket(status)}"
         else:
             key = f"{self._idx}all"
+        # Queued, running and waiting runs have no expiry: one missing from their index is lost.
+        live_bucket = status is not None and _bucket(status) in ("active", "waiting")
         found: list[RunRecord] = []
         start, page = 0, max(limit, 50)
         # The indexes are scored by created_at: a time window is a range of scores.
@@ -662,6 +710,9 @@ class RedisRunStore(RunStore):
                 )
                 expired = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
                 if expired:  # finished runs whose TTL passed: tidy the index lazily
+                    if live_bucket:  # no expiry there: these were evicted or deleted
+                        for run_id in expired:
+                            self.report_lost(run_id.decode(), f"the index {key}")
                     await self._pipe.execute("ZREM", key, *expired)
                     start -= len(expired)
                 for raw in raws:
@@ -765,7 +816,57 @@ class RedisRunStore(RunStore):
             return bool(await self._pipe.execute("HDEL", self._memory_key(namespace), key))
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
+        return StoreStatistics(self._runs, self._appends, self._entries, self._bytes, self._lost)
+
+    def report_lost(self, run_id: str, where: str) -> None:
+        self._lost += 1
+        log_lost(run_id, where)
+
+    # -- runs whose submit was not seen: the stranded sweep's index ---------------------------
+
+    async def unsubmitted(self, before: float, limit: int) -> builtins.list[RunRecord]:
+        """One indexed read (and the records it names): empty unless a submitter died
+        between its write and its submit, or a submit is under way."""
+        async with translate_errors():
+            rows: list[Any] = await self._pipe.execute(
+                "ZRANGEBYSCORE", self._unsubmitted, "-inf", repr(before), "WITHSCORES",
+                "LIMIT", 0, limit,
+            )
+            if not rows:
+                return []
+            ids = [run_id.decode() for run_id in rows[::2]]
+            raws = await self._pipe.execute_all(
+                *[("HGET", self._run_key(run_id), "r") for run_id in ids]
+            )
+        found: list[RunRecord] = []
+        gone: list[tuple[str, Any]] = []
+        for run_id, score, raw in zip(ids, rows[1::2], raws, strict=True):
+            if raw is None:  # stored queued, never driven, and gone: evicted
+                self.report_lost(run_id, "the index of queued runs")
+                gone.append((run_id, score))
+            else:
+                found.append(self._record_dec.decode(raw))
+        if gone:
+            async with translate_errors():
+                await self._pipe.execute(
+                    "EVALSHA", self._forget_unsubmitted, 1, self._unsubmitted,
+                    *[x for pair in gone for x in pair],
+                )
+        return found
+
+    async def forget_unsubmitted(self, records: Sequence[RunRecord]) -> None:
+        if not records:
+            return
+        async with translate_errors():
+            await self._pipe.execute(
+                "EVALSHA", self._forget_unsubmitted, 1, self._unsubmitted,
+                *[x for r in records for x in (r.run_id, repr(r.updated_at))],
+            )
+
+    async def health(self) -> str | None:
+        """Whether Redis takes a write now and keeps its keys (see
+        :mod:`podium.store.redis_health`); cached a second or two."""
+        return await self._health.problem()
 
     async def aclose(self) -> None:
         for task in list(self._drains):
