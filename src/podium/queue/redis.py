@@ -16,6 +16,7 @@ the stream holds only runs waiting or in flight.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -252,12 +253,18 @@ class RedisQueue(RunQueue):
                 # XADD * is not idempotent: if the connection drops before the reply, what
                 # is sent again is the script that first looks for this token.
                 token = f"{self._submitter}:{next(self._submits)}"
-                await self._pipe.submit(
+                added = self._pipe.submit(
                     "XADD", key, "*", "d", data, "t", token,
                     resend=("EVALSHA", self._submit_again, 1, key, token, data, _SUBMIT_LOOKBACK),
                 )
-                # queued: no sweep submits it again (that one would carry a version)
-                await self._pipe.execute("ZREM", self._unsubmitted, item.run_id)
+                # Queued: no sweep submits it again (that one would carry a version). In the
+                # same round trip; lost, it is only a sweep's submit more, not a failed one.
+                tidied = self._pipe.submit("ZREM", self._unsubmitted, item.run_id)
+                try:
+                    await added
+                finally:
+                    with contextlib.suppress(*UNAVAILABLE, ResponseError):
+                        await tidied
         self._stats(item.pool).submitted += 1
         return True
 

@@ -67,6 +67,7 @@ from podium.lifecycle import stop_task
 from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics, log_lost
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_follow import JournalWaiter
 from podium.store.redis_health import RedisHealth
 from podium.store.redis_replies import is_refusal, refusal_reason
 from podium.store.redis_tail import PendingWrite, RunTail
@@ -274,6 +275,7 @@ return n
 
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 _MAX_TAILS = 50_000  # runs whose write position this store remembers at most
+_MAX_LOST_IDS = 10_000  # lost runs remembered, so each is counted once
 
 
 class RedisRunStore(RunStore):
@@ -319,6 +321,8 @@ class RedisRunStore(RunStore):
         self._forget_unsubmitted = self._pipe.register(_FORGET_UNSUBMITTED)
         self._unsubmitted = unsubmitted_key(prefix)
         self._lost = 0
+        self._lost_ids: dict[str, None] = {}  # the last ones reported (insertion order)
+        self._waiter = JournalWaiter(self.client)
         self._thread_dec = msgspec.msgpack.Decoder(ThreadRecord)
         self._memory_dec = msgspec.msgpack.Decoder(MemoryItem)
         self._enc = msgspec.msgpack.Encoder()
@@ -632,10 +636,11 @@ class RedisRunStore(RunStore):
     ) -> list[JournalItem]:
         """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine).
 
-        One call blocks for at most 8 s (under the client's socket timeout); callers
-        following a run loop anyway. While Redis is away it keeps trying (with
-        backoff) until ``timeout`` has passed, then returns nothing: a follower
-        rides out an outage instead of being cut at the first failed read.
+        The wait is the process's one blocking read of every followed journal (see
+        :mod:`podium.store.redis_follow`): a follower holds no connection, and one that
+        is cancelled (its client left) costs Redis nothing more. While Redis is away it
+        keeps trying (with backoff) until ``timeout`` has passed, then returns nothing:
+        a follower rides out an outage instead of being cut at the first failed read.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         failures = 0
@@ -660,14 +665,13 @@ class RedisRunStore(RunStore):
         if not last:  # an empty journal, or no such run (that raises RunNotFoundError)
             await self.journal(run_id, after)
         start = last[0][0] if last else b"0-1"
+        # Woken by the process's one reader of every followed journal: a follower holds
+        # no connection of its own, and one whose client left just stops waiting.
         async with translate_errors():
-            reply: Any = await self.client.xread(
-                {key: start}, block=max(1, int(min(timeout, 8.0) * 1000))
-            )
-        if not reply:
-            return []
-        _, rows = reply[0]
-        items = self._decode_rows([(sid, [b"e", f[b"e"]]) for sid, f in rows])
+            if not await self._waiter.wait(key, start, timeout):
+                return []
+            rows = await self._pipe.execute("XRANGE", key, b"(" + start, "+")
+        items = self._decode_rows(rows)
         return [item for item in items if item[0] > after]
 
     async def list(
@@ -819,6 +823,12 @@ class RedisRunStore(RunStore):
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes, self._lost)
 
     def report_lost(self, run_id: str, where: str) -> None:
+        # Once per run: a lost run is met again by every listing and sweep until tidied.
+        if run_id in self._lost_ids:
+            return
+        self._lost_ids[run_id] = None
+        if len(self._lost_ids) > _MAX_LOST_IDS:
+            del self._lost_ids[next(iter(self._lost_ids))]
         self._lost += 1
         log_lost(run_id, where)
 
@@ -871,6 +881,7 @@ class RedisRunStore(RunStore):
     async def aclose(self) -> None:
         for task in list(self._drains):
             await stop_task(task)
+        await self._waiter.aclose()
         await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()

@@ -65,9 +65,9 @@ class _Verdict:
     def _settle(self, answer: str | None) -> str | None:
         if answer != self._answer:
             if answer is not None:
-                log.error("the store cannot take writes: %s; readiness says not ready", answer)
+                log.error("the store is not ready: %s", answer)
             else:
-                log.warning("the store takes writes again (was: %s)", self._answer)
+                log.warning("the store is ready again (was: %s)", self._answer)
         self._answer = answer
         self._fresh_until = time.monotonic() + self.cache_s
         return answer

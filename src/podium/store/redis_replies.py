@@ -21,14 +21,15 @@ __all__ = ("TRANSIENT", "RefusalLog", "is_refusal", "is_transient", "refusal_rea
 #: Replies that mean "not now": the command was not applied, send it again later.
 #: LOADING: a restarted Redis replaying its file; BUSY: a script holds it; TRYAGAIN: a
 #: cluster resharding; OOM / MISCONF: writes refused until memory or disk is freed;
-#: READONLY: a replica (a failover under way, or a URL naming a replica) refuses writes.
-TRANSIENT = ("LOADING", "BUSY", "TRYAGAIN", "OOM", "MISCONF", "READONLY")
+#: READONLY: a replica (a failover under way, or a URL naming a replica) refuses writes;
+#: UNBLOCKED: a blocking read ended by the server changing role (master to replica).
+TRANSIENT = ("LOADING", "BUSY", "TRYAGAIN", "OOM", "MISCONF", "READONLY", "UNBLOCKED")
 
 #: Sent instead of any reply when ``maxclients`` is reached; the server then hangs up.
 MAX_CLIENTS = "ERR max number of clients reached"
 
 #: The refusals among the transient replies (worth an operator's attention).
-_REFUSALS = ("OOM", "MISCONF", "READONLY")
+_REFUSALS = ("OOM", "MISCONF", "READONLY", "UNBLOCKED")
 
 #: What each "not now" means, in an operator's words (a 503's body, a readiness check).
 _REASONS = {
@@ -36,6 +37,8 @@ _REASONS = {
     "MISCONF": "Redis cannot save to disk (stop-writes-on-bgsave-error) and refuses writes",
     "READONLY": "Redis is a read-only replica and refuses writes (a failover, or the URL "
     "names a replica)",
+    "UNBLOCKED": "Redis changed role (a master became a replica: a failover) and ended "
+    "blocked reads",
     "LOADING": "Redis is loading its data set (restarting)",
     "BUSY": "a long script holds Redis",
     "TRYAGAIN": "the Redis cluster is moving keys",
