@@ -6,6 +6,7 @@ never depends on Redis, and a run that vanished from Redis is counted and logged
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -55,11 +56,18 @@ async def test_readiness_follows_what_redis_refuses_and_liveness_does_not(
     worker = WorkerProcess(tmp_path, "worker", private_redis.url, "podium", AGENT,
                            tmp_path / "effects.log", "--metrics-port", str(port))
     probes = f"http://127.0.0.1:{port}"
+    # --procs: the supervisor answers for its children
+    supervised_port = free_port()
+    supervised = WorkerProcess(tmp_path, "supervised", private_redis.url, "podium", AGENT,
+                               tmp_path / "effects.log", "--procs", "1",
+                               "--metrics-port", str(supervised_port))
+    supervisor = f"http://127.0.0.1:{supervised_port}"
     try:
         with serving(config, tmp_path / "serve.log") as url:
             await worker.wait_ready()
+            await supervised.wait_ready()
             async with httpx.AsyncClient(base_url=url, headers=HEADERS, timeout=30) as client:
-                for ready in (f"{url}/readyz", f"{probes}/readyz"):
+                for ready in (f"{url}/readyz", f"{probes}/readyz", f"{supervisor}/readyz"):
                     await wait_until(lambda u=ready: _ready(client, u), 20, f"{ready} ready")
                 conditions: list[tuple[str, Any, Any]] = [
                     ("out of memory",
@@ -74,11 +82,12 @@ async def test_readiness_follows_what_redis_refuses_and_liveness_does_not(
                 ]
                 for words, cause, cure in conditions:
                     cause()
-                    for ready in (f"{url}/readyz", f"{probes}/readyz"):
+                    for ready in (f"{url}/readyz", f"{probes}/readyz", f"{supervisor}/readyz"):
                         await wait_until(lambda u=ready, w=words: _not_ready_saying(client, u, w),
                                          20, f"{ready} to say {words!r}")
                     # Alive all the while: an orchestrator must not restart them for it.
                     assert (await client.get(f"{probes}/livez")).status_code == 200
+                    assert (await client.get(f"{supervisor}/livez")).status_code == 200
                     assert (await client.get("/healthz")).status_code == 200
                     if words != "maxmemory-policy is allkeys-lru":  # writes are refused
                         refused = await client.post("/v1/runs",
@@ -90,7 +99,7 @@ async def test_readiness_follows_what_redis_refuses_and_liveness_does_not(
                         assert words in error["message"], error
                         assert "unreachable" not in error["message"], error
                     cure()
-                    for ready in (f"{url}/readyz", f"{probes}/readyz"):
+                    for ready in (f"{url}/readyz", f"{probes}/readyz", f"{supervisor}/readyz"):
                         await wait_until(lambda u=ready: _ready(client, u), 20, f"{ready} again")
                 created = await client.post("/v1/runs", json={"agent": "effects", "input": "x"})
                 assert created.status_code in (200, 201, 202), created.text
@@ -101,6 +110,8 @@ async def test_readiness_follows_what_redis_refuses_and_liveness_does_not(
         assert "the store is ready again" in worker.text()
     finally:
         worker.stop()
+        supervised.signal(signal.SIGTERM)  # its child drains and exits with it
+        await supervised.wait_exit(30)
         admin.replicaof("NO", "ONE")
         admin.config_set("maxmemory", 0)
         admin.config_set("maxmemory-policy", "noeviction")
