@@ -11,8 +11,9 @@ new entries through the store's pipeline. A follower that leaves just unregister
 it held no connection, and the reader stops within one block (at most ``block_s``)
 once nobody follows anything.
 
-A follower that arrives while the read is blocked is not in it: the reader is woken
-at once with ``CLIENT UNBLOCK`` (where the server allows it; otherwise the follower
+A follower that arrives while the read is blocked is not in it, and a read that nobody
+waits for any more should not hold its connection: the reader is woken at once with
+``CLIENT UNBLOCK`` (where the server allows it; otherwise the follower
 waits out the block, ``block_s`` at most), after ``batch_s`` so that a crowd arriving
 together costs one new read, not one each.
 """
@@ -91,6 +92,8 @@ class JournalWaiter:
                     followers.remove(follower)
                 if not followers:
                     del self._followers[key]
+                    if not self._followers:  # the last one left: end the read now
+                        self._unblock_soon()
 
     def _ensure_reader(self, key: str, since: StreamId) -> None:
         if self._task is None or self._task.done():
@@ -114,7 +117,9 @@ class JournalWaiter:
     async def _unblock(self) -> None:
         await asyncio.sleep(self.batch_s)  # the others arriving now come in the same read
         reader_id = self._reader_id
-        if reader_id is None or not self._reading or all(  # the read in flight has them all
+        if reader_id is None or not self._reading:
+            return
+        if self._followers and all(  # the read in flight has them all: let it be
             self._covers(key, f.since) for key, fs in self._followers.items() for f in fs
             if not f.fut.done()
         ):
