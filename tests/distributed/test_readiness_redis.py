@@ -103,6 +103,9 @@ async def test_readiness_follows_what_redis_refuses_and_liveness_does_not(
                         await wait_until(lambda u=ready: _ready(client, u), 20, f"{ready} again")
                 created = await client.post("/v1/runs", json={"agent": "effects", "input": "x"})
                 assert created.status_code in (200, 201, 202), created.text
+                # lost runs are a counter beside the worker's others (none lost here)
+                scraped = (await client.get(f"{probes}/metrics")).text
+                assert "podium_runs_lost_total 0.0" in scraped, scraped[-2000:]
         log = (tmp_path / "serve.log").read_text()
         assert "Traceback" not in log, log[-3000:]
         # the worker said when writes stopped and when they resumed
