@@ -18,6 +18,7 @@ import pytest
 
 from podium.engine.driver import Engine
 from podium.engine.records import RunRecord
+from podium.errors import StoreUnavailableError
 from podium.queue.redis import RedisQueue
 from podium.queue.stranded import StrandedSweep, queue_item
 from podium.store.redis import RedisRunStore
@@ -25,6 +26,7 @@ from podium.worker.worker import Worker
 
 from .app import TOOL_STEPS, effects
 from .harness import check_completed_once, effect_lines, wait_until
+from .redis_server import RedisServer
 
 pytestmark = pytest.mark.anyio
 
@@ -203,3 +205,27 @@ async def test_lost_enqueues_of_a_create_and_two_decisions_are_queued_once_each(
         keys = [key for key, _ in effect_lines(effects_log)]
         assert len(keys) == len(set(keys))  # no call made twice
         assert await store.client.zcard(unsubmitted_key(prefix)) == 0
+
+
+async def test_after_an_outage_the_sweep_leaves_gateways_time_to_settle(
+    private_redis: RedisServer,
+) -> None:
+    """A gateway whose submit failed in an outage settles its run when Redis is back (a
+    run created without an idempotency key is failed: its client, told 503, sends it
+    again as a new run). A sweep that queued it first would have it run twice: after a
+    pass that failed (or waited) on Redis, the sweep rests a while."""
+    async with (
+        RedisRunStore(private_redis.url, unavailable_s=0.3) as store,
+        RedisQueue(private_redis.url, unavailable_s=0.3) as queue,
+    ):
+        await store.create(RunRecord("unsettled", "effects", "go", updated_at=1.0))
+        sweep = StrandedSweep(store, queue, after_s=2.0, holdoff_s=3600)
+        private_redis.pause()  # hung: every command waits, then fails
+        try:
+            with pytest.raises(StoreUnavailableError):
+                await sweep.run_once()
+        finally:
+            private_redis.resume()
+        assert await sweep.run_once() == []  # resting: the gateway settles it meanwhile
+        assert await queue.depth() == 0
+        assert await StrandedSweep(store, queue, after_s=2.0).run_once() == ["unsettled"]

@@ -125,6 +125,12 @@ class StrandedSweep:
     cheap enough to make every second on every worker: a run stranded by a crash is
     queued again within ``after_s + every_s`` (plus a claim). Every worker sweeps, and
     each submits at the run's stored version: the queue adds it once.
+
+    After an outage (a pass that failed, or whose read waited ``slow_s`` for Redis) the
+    sweep rests ``holdoff_s``: the gateways whose submits failed in it are settling
+    those runs now, failing the ones created without an idempotency key (their clients,
+    told 503, send them again as new runs); queued by a sweep first, they would run
+    twice.
     """
 
     def __init__(
@@ -135,12 +141,16 @@ class StrandedSweep:
         limit: int = 500,
         *,
         every_s: float = 1.0,
+        slow_s: float = 1.0,
+        holdoff_s: float = 10.0,
     ):
         self.store = store
         self.queue = queue
         self.after_s = after_s
         self.limit = limit
         self.every_s = every_s
+        self.slow_s = slow_s
+        self.holdoff_s = holdoff_s
         self._next = 0.0  # monotonic time of the next pass
 
     async def run_once(self) -> list[str]:
@@ -151,7 +161,14 @@ class StrandedSweep:
             return []
         self._next = mono + self.every_s
         now = time.time()
-        found = await self.store.unsubmitted(now - self.after_s, self.limit)
+        try:
+            found = await self.store.unsubmitted(now - self.after_s, self.limit)
+        except BaseException:
+            self._next = time.monotonic() + self.holdoff_s  # an outage: see above
+            raise
+        if time.monotonic() - mono > self.slow_s:  # it waited for Redis: an outage ended
+            self._next = time.monotonic() + self.holdoff_s
+            return []
         submitted: list[str] = []
         settled: list[RunRecord] = []
         for record in found:
