@@ -882,6 +882,7 @@ class RedisRunStore(RunStore):
         for task in list(self._drains):
             await stop_task(task)
         await self._waiter.aclose()
+        await self._health.aclose()
         await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()

@@ -13,6 +13,7 @@ balancer's, every worker's) cost Redis one command pair a second or two at most.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -101,7 +102,7 @@ class RedisHealth(_Verdict):
         per ``cache_s``, and once for any number of callers asking together."""
         if self._fresh():
             return self._answer
-        if self._probing is None:
+        if self._probing is None or self._probing.done():  # (one whose askers all left)
             self._probing = asyncio.ensure_future(self._probe())
         probing = self._probing
         try:
@@ -109,6 +110,14 @@ class RedisHealth(_Verdict):
         finally:
             if probing.done() and self._probing is probing:
                 self._probing = None
+
+    async def aclose(self) -> None:
+        """Stop a probe still under way (its askers left)."""
+        probing, self._probing = self._probing, None
+        if probing is not None and not probing.done():
+            probing.cancel()
+            with contextlib.suppress(BaseException):
+                await probing
 
     async def _probe(self) -> str | None:
         try:
