@@ -141,6 +141,9 @@ def routes() -> list[tuple[re.Pattern[str], set[str]]]:
             r'Route\(\s*"([^"]+)"[^)]*?methods=\[([^\]]*)\]', module.read_text()
         ):
             found.append((path, set(re.findall(r'"([A-Z]+)"', methods))))
+    # A worker's metrics port answers its probes too (/livez, /readyz).
+    probes = (ROOT / "src" / "podium" / "observe" / "serve_metrics.py").read_text()
+    found += [(path, {"GET"}) for path in re.findall(r'"(/\w+)": probes\.', probes)]
     return [(re.compile(re.sub(r"\{[^}]+\}", "[^/]+", p) + "$"), m) for p, m in found]
 
 

@@ -111,6 +111,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_connections: Annotated[int, msgspec.Meta(ge=1)] = 10000
     prefix: Text = "podium"
     ttl_s: NonNegative = 7 * 86_400.0
+    # An evicting maxmemory-policy deletes runs under memory pressure: refused at start and
+    # reported not ready, unless the operator accepts that here.
+    allow_evicting_redis: bool = False
     # The workload profile of every run (per-phase wall and CPU time, a few µs a step);
     # false: Engine(profile=False) in the gateway and its workers, the floor.
     profile: bool = True

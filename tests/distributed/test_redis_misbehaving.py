@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
+import os
 import subprocess
 import sys
 import threading
@@ -227,10 +228,26 @@ def test_a_wrong_server_is_one_line_at_start(private_redis: RedisServer, tmp_pat
     assert done.returncode == 2 and "refused the credentials" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     with_password = private_redis.url.replace("redis://", "redis://:s3cret@")
-    done = _podium("worker", "--redis", with_password, "--agent", SLOW, "--burst")
+    # An evicting policy: refused at start (runs would vanish without a word)...
+    for command in (["worker", "--redis", with_password, "--agent", SLOW, "--burst"],
+                    ["serve", "--redis", with_password, "--port", str(free_port())]):
+        done = _podium(*command)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "maxmemory-policy is allkeys-lru" in done.stderr, done.stderr
+        assert "allow_evicting_redis" in done.stderr and "Traceback" not in done.stderr
+        assert "s3cret" not in done.stderr
+    # ... unless the operator accepts it, by flag or variable: then warned once at start
+    done = _podium("worker", "--redis", with_password, "--agent", SLOW, "--burst",
+                   "--allow-evicting-redis")
     assert done.returncode == 0, done.stderr  # an empty queue in burst mode: done
-    assert "maxmemory-policy is allkeys-lru" in done.stderr  # eviction: warned once at start
+    assert "maxmemory-policy is allkeys-lru" in done.stderr
     assert "s3cret" not in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "podium.cli.main", "worker", "--redis", with_password,
+         "--agent", SLOW, "--burst"], cwd=ROOT, capture_output=True, text=True, timeout=30,
+        env={**os.environ, "PODIUM_SERVER__ALLOW_EVICTING_REDIS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
     authed = redis.Redis.from_url(with_password)
     authed.config_set("requirepass", "")
     authed.close()

@@ -75,6 +75,9 @@ def register(subparsers: Any) -> None:
                         help="prefix of every Redis key (default: server.prefix)")
     parser.add_argument("--ttl", type=seconds, metavar="S",
                         help="finished runs expire after S seconds, 0: never (server.ttl_s)")
+    parser.add_argument("--allow-evicting-redis", action="store_true", default=None,
+                        help="serve on a Redis whose maxmemory-policy evicts keys (runs may "
+                        "vanish; server.allow_evicting_redis)")
     parser.add_argument(
         "--store", type=non_empty,
         help="'sqlite:PATH' or 'memory' (default: server.store, sqlite:podium.sqlite)"
@@ -136,6 +139,8 @@ def serve(args: argparse.Namespace) -> int:
         server.prefix = args.prefix
     if args.ttl is not None:
         server.ttl_s = args.ttl
+    if args.allow_evicting_redis:
+        server.allow_evicting_redis = True
     if args.store:  # the file's store was checked as it was read; the option's is here
         check_store(args.store, "--store")
     # Bound now, the port the flag or podium.toml names is ours, or one line says why; and
@@ -161,7 +166,8 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
 
         # a server that can never work is one line now, not a 500 per request
         pools = dict.fromkeys(["default", *config.pool_names()])
-        if warning := preflight(server.redis, server.prefix, pools):
+        if warning := preflight(server.redis, server.prefix, pools,
+                                allow_evicting=server.allow_evicting_redis):
             print(f"podium serve: warning: {warning}", file=sys.stderr, flush=True)
     elif server.store.startswith("sqlite:"):
         check_sqlite_path(server.store.removeprefix("sqlite:"))

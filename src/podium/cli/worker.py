@@ -93,6 +93,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "call runs again)")
     p.add_argument("--prefix", type=non_empty,
                    help="prefix of every Redis key (default: server.prefix, podium)")
+    p.add_argument("--allow-evicting-redis", action="store_true",
+                   help="work on a Redis whose maxmemory-policy evicts keys (runs may "
+                   "vanish; default: server.allow_evicting_redis)")
     p.add_argument("--ttl", type=seconds, metavar="S",
                    help="finished runs expire after S seconds, 0: never "
                    "(default: server.ttl_s, 7 days)")
@@ -120,7 +123,9 @@ def run(args: argparse.Namespace) -> int:
     from podium.store.redis_preflight import preflight
 
     # a server that can never work is one line now, not a worker retrying forever
-    if warning := preflight(redis_url, args.prefix or server.prefix, [args.pool]):
+    allow_evicting = args.allow_evicting_redis or server.allow_evicting_redis
+    if warning := preflight(redis_url, args.prefix or server.prefix, [args.pool],
+                            allow_evicting=allow_evicting):
         print(f"podium worker: warning: {warning}", file=sys.stderr, flush=True)
     # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
     agents = worker_agents(config, args.agent, args.pool)
@@ -135,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         grace_s=args.grace,
         max_deliveries=args.max_deliveries, lease_s=args.lease, outage_hold_s=args.outage_hold,
         prefix=args.prefix or server.prefix, finished_ttl_s=ttl, profile=server.profile,
+        allow_evicting_redis=allow_evicting,
         threads=args.threads,
         use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,
     )

@@ -37,7 +37,7 @@ from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_v
 from podium.gateway.live import LiveFrames, follow_live
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import EPOCH_PATTERN, openapi_document
-from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE
+from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE, unavailable_message
 from podium.gateway.schemas import (
     AgentList,
     AgentOut,
@@ -470,11 +470,7 @@ async def _unavailable(request: Request, exc: Exception) -> Response:
     # that stays open (this handler runs inside the app, so the server keeps it alive).
     log.warning("%s %s: backend unavailable: %s", request.method, request.url.path, exc)
     retry = RETRY_AFTER_S
-    body = ErrorBody(
-        ErrorDetail(
-            "unavailable", "the run store or queue is unreachable; retry later", retry_after=retry
-        )
-    )
+    body = ErrorBody(ErrorDetail("unavailable", unavailable_message(exc), retry_after=retry))
     return json_response(body, 503, {"Retry-After": str(max(1, math.ceil(retry)))})
 
 

@@ -29,7 +29,9 @@ queue_full                 429     the pool's backlog would miss its latency tar
 run_waiting                409     (chat completions) the run waits for a human's decision
 run_failed                 502     (chat completions) the agent's run did not complete
 timeout                    504     (chat completions) the run outlived ``server.wait_timeout_s``
-unavailable                503     the run store or queue is unreachable (with Retry-After)
+unavailable                503     the run store or queue is unreachable, or refuses writes (out
+                                   of memory, a read-only replica: the message says which;
+                                   with Retry-After)
 internal                   500     a bug; the message says no more than that
 =========================  ======  ===================================================
 """

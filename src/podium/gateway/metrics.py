@@ -56,6 +56,12 @@ class _StatisticsCollector(Collector):
         yield _gauge(
             "podium_admission_overloaded", "1 while the limiter sees overload.", float(a.overloaded)
         )
+        yield CounterMetricFamily(
+            "podium_runs_lost",
+            "Runs missing from the store though a queue entry or an index referenced them "
+            "(evicted by Redis?).",
+            value=gw.store.statistics().lost,
+        )
         lag = gw.lag.statistics()
         yield _gauge(
             "podium_event_loop_lag_p99_seconds", "Event-loop lag p99 (window).", lag.p99_ms / 1e3

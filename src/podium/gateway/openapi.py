@@ -52,7 +52,8 @@ _ERROR_TEXT = {
     "422": "A field is missing, unknown, of the wrong type or out of range.",
     "429": "Shed by admission control: retry after the Retry-After header's seconds.",
     "502": "The agent's run did not complete.",
-    "503": "The run store or queue is unreachable: retry after the Retry-After header's "
+    "503": "The run store or queue is unreachable or refuses writes (the message says "
+    "why): retry after the Retry-After header's "
     "seconds (with the same Idempotency-Key when creating a run).",
     "504": "The run did not finish within the wait timeout.",
 }

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ("RETRY_AFTER_S", "UNAVAILABLE", "Retrier", "is_unavailable")
+__all__ = ("RETRY_AFTER_S", "UNAVAILABLE", "Retrier", "is_unavailable", "unavailable_message")
 
 T = TypeVar("T")
 
@@ -42,6 +42,20 @@ UNAVAILABLE: tuple[type[BaseException], ...] = _unavailable_types()
 
 def is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, UNAVAILABLE)
+
+
+def unavailable_message(exc: BaseException) -> str:
+    """What a 503 says: the store or queue is unreachable, or (alive) refuses writes, and
+    why (out of memory, a read-only replica): an operator reading it knows where to look."""
+    try:
+        from podium.store.redis_replies import refusal_reason
+    except ImportError:  # pragma: no cover - redis is a dependency, but optional in spirit
+        reason = None
+    else:
+        reason = refusal_reason(exc)
+    if reason is not None:
+        return f"the run store or queue refuses writes: {reason}; retry later"
+    return "the run store or queue is unreachable; retry later"
 
 
 class Retrier:

@@ -43,7 +43,8 @@ def open_store(config: Config) -> RunStore:
     if server.redis:
         from podium.store.redis import RedisRunStore  # only the distributed mode needs redis
 
-        return RedisRunStore(server.redis, prefix=server.prefix, finished_ttl_s=server.ttl_s)
+        return RedisRunStore(server.redis, prefix=server.prefix, finished_ttl_s=server.ttl_s,
+                             allow_evicting=server.allow_evicting_redis)
     spec = config.server.store
     if spec == "memory":
         return MemoryRunStore()

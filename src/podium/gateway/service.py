@@ -71,6 +71,7 @@ __all__ = ("Gateway", "ServedAgent", "idempotent_run_id")
 log = logging.getLogger("podium.gateway")
 
 _READY_TIMEOUT_S = 2.0
+_STORE_WATCH_S = 5.0  # how often the store is asked whether it takes writes, unasked
 #: How long a submit that failed on an outage keeps trying to settle its run.
 _SETTLE_S = 300.0
 #: How long past its deadline a wait keeps trying a store that is down.
@@ -175,6 +176,11 @@ class Gateway:
         self._worker_tasks = [
             asyncio.create_task(w.run(), name=f"podium-worker-{w.pool}") for w in self.workers
         ]
+        # Whether the store takes writes, asked now and then even when no probe asks: a
+        # change (Redis full, a replica, an evicting policy set at run time) is logged.
+        self._worker_tasks.append(
+            asyncio.create_task(self._watch_store(), name="podium-store-health")
+        )
 
     def begin_stop(self) -> None:
         """The server stops taking connections: drain the workers (runs pause at a step
@@ -531,7 +537,7 @@ class Gateway:
         """A read answers, and the store knows of nothing that stops writes (a full disk,
         its file deleted under it): a read alone said ready on both."""
         await self.store.list(limit=1)
-        problem = self.store.problem()
+        problem = await self.store.health()  # a probe write: a full Redis still reads
         if problem is not None:
             raise StoreUnavailableError(problem)
 
@@ -638,6 +644,12 @@ class Gateway:
         with contextlib.suppress(TimeoutError, *_CHANNEL_ERRORS):
             async with asyncio.timeout(_QUEUE_READ_S):
                 await asyncio.gather(*(self.queue.depth(pool) for pool in self.pools))
+
+    async def _watch_store(self) -> None:
+        while True:
+            await asyncio.sleep(_STORE_WATCH_S)
+            with contextlib.suppress(Exception):  # logged by the store; readiness reports it
+                await self.store.health()
 
     async def readiness(self) -> dict[str, str]:
         """``{component: "ok" | reason}`` for the store, the queue and each agent's model."""

@@ -120,6 +120,10 @@ class RunMetrics:
                               registry=r)
         self.runs = Counter("podium_runs_finished", "Runs that reached a terminal status.",
                             ["agent", "status", "reason"], registry=r)
+        # (a gateway exports its store's count itself: kept off its registry here)
+        self.runs_lost = Counter("podium_runs_lost", "Runs missing from the store though a "
+                                 "queue entry or an index referenced them (evicted?).",
+                                 registry=g)
         self.active = Gauge("podium_worker_active_runs", "Runs being driven now.",
                             registry=g, multiprocess_mode="livesum")
         self.capacity = Gauge("podium_worker_capacity", "Runs this process may drive at once.",
@@ -296,6 +300,7 @@ class RunMetrics:
             ws = worker.statistics()
             self.active.set(ws.active)
             self.capacity.set(ws.capacity)
+            self.runs_lost.inc(self._delta("lost", worker.engine.store.statistics().lost))
         if queue is not None:
             with contextlib.suppress(Exception):  # a metric is never worth failing the worker
                 await queue.depth(pool)

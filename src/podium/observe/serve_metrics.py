@@ -1,5 +1,10 @@
 """Serving the worker metrics: one process on its own port, or many behind their supervisor.
 
+The same port answers ``/livez`` and ``/readyz`` (Kubernetes probes, see
+:mod:`podium.worker.health`): a worker process asks its own loop; a supervisor of
+``--procs N`` answers live while it runs, and ready while its children run and Redis
+takes writes (a probe of its own, cached like theirs).
+
 ``podium worker --metrics-port P`` serves ``/metrics`` on P from the worker
 process. With ``--procs N`` the supervisor serves P instead: each child
 writes its values to files in a private directory (prometheus-client's
@@ -19,6 +24,7 @@ import socket
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -30,12 +36,45 @@ if TYPE_CHECKING:
     from podium.observe.blocking import BlockingDetector
     from podium.observe.metrics import RunMetrics
     from podium.queue.base import RunQueue
+    from podium.worker.health import WorkerHealth
     from podium.worker.process import WorkerConfig
     from podium.worker.worker import Worker
 
-__all__ = ("SupervisorMetrics", "WorkerMetrics", "start_metrics")
+__all__ = ("HealthProbes", "SupervisorMetrics", "WorkerMetrics", "start_metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+#: ``() -> (ok, {component: "ok" | why not})``: what a probe endpoint answers.
+Probe = Callable[[], tuple[bool, dict[str, str]]]
+
+
+class HealthProbes:
+    """The answers of ``/livez`` and ``/readyz`` (called from the endpoint's threads)."""
+
+    def __init__(self, live: Probe, ready: Probe) -> None:
+        self.live = live
+        self.ready = ready
+
+
+def _with_probes(metrics_app: Any, probes: HealthProbes | None) -> Any:
+    """A WSGI app: ``/livez`` and ``/readyz`` from ``probes``, the rest ``metrics_app``."""
+    import json
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        probe = None if probes is None else {"/livez": probes.live,
+                                             "/readyz": probes.ready}.get(path)
+        if probe is None:
+            result: Iterable[bytes] = metrics_app(environ, start_response)
+            return result
+        ok, checks = probe()
+        body = json.dumps({"status": "ready" if ok else "unavailable", "checks": checks})
+        start_response("200 OK" if ok else "503 Service Unavailable", [
+            ("Content-Type", "application/json"), ("Cache-Control", "no-store"),
+        ])
+        return [body.encode()]
+
+    return app
 
 
 def start_metrics(
@@ -45,9 +84,11 @@ def start_metrics(
     queue: RunQueue,
     blocking: BlockingDetector | None,
     sock: socket.socket | None = None,
+    health: WorkerHealth | None = None,
 ) -> WorkerMetrics | None:
     """Collect (and, given a port, serve) this worker's metrics; None when off. ``sock``:
-    the port, bound already (else it is bound here)."""
+    the port, bound already (else it is bound here). ``health``: what the port's
+    ``/livez`` and ``/readyz`` answer."""
     if config.metrics_port is None and not config.metrics:
         return None
     from podium.observe.looplag import LoopLagMonitor
@@ -61,7 +102,8 @@ def start_metrics(
                   own_lag=True, agents=list(worker.agents.values()))
     server = None
     if config.metrics_port is not None:
-        server = _listen(config.metrics_port, None, sock)
+        probes = None if health is None else HealthProbes(health.live, health.ready)
+        server = _listen(config.metrics_port, None, sock, probes)
         print(f"podium worker metrics on :{server.server_port}/metrics", file=sys.stderr,
               flush=True)
     return WorkerMetrics(metrics, server)
@@ -105,9 +147,13 @@ class _MetricsServer(ThreadingMixIn, WSGIServer):
         self.setup_environ()
 
 
-def _listen(port: int, registry: Any, sock: socket.socket | None = None) -> _MetricsServer:
+def _listen(
+    port: int, registry: Any, sock: socket.socket | None = None,
+    probes: HealthProbes | None = None,
+) -> _MetricsServer:
     """Serve ``registry`` (the default one if None) at ``/metrics`` on ``sock``, or on
-    ``port`` bound here; a port taken is one line, not a traceback from socketserver."""
+    ``port`` bound here, and ``probes`` at ``/livez`` and ``/readyz``; a port taken is
+    one line, not a traceback from socketserver."""
     from prometheus_client import REGISTRY, make_wsgi_app
 
     if sock is None:
@@ -116,7 +162,7 @@ def _listen(port: int, registry: Any, sock: socket.socket | None = None) -> _Met
         [sock] = bind_listeners("0.0.0.0", port, "--metrics-port")  # or a ConfigError
         sock.listen(LISTEN_BACKLOG)
     server = _MetricsServer(sock)
-    server.set_app(make_wsgi_app(registry or REGISTRY))
+    server.set_app(_with_probes(make_wsgi_app(registry or REGISTRY), probes))
     threading.Thread(target=server.serve_forever, name="podium-metrics", daemon=True).start()
     return server
 
@@ -130,9 +176,11 @@ class SupervisorMetrics:
 
     @classmethod
     def start(
-        cls, port: int | None, sock: socket.socket | None = None
+        cls, port: int | None, sock: socket.socket | None = None,
+        probes: HealthProbes | None = None,
     ) -> SupervisorMetrics | None:
-        """Serve ``port`` (on ``sock`` when it is bound already); None without a port."""
+        """Serve ``port`` (on ``sock`` when it is bound already), ``probes`` at ``/livez``
+        and ``/readyz``; None without a port."""
         if port is None:
             return None
         from prometheus_client import CollectorRegistry
@@ -142,7 +190,7 @@ class SupervisorMetrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         try:
-            server = _listen(port, registry, sock)
+            server = _listen(port, registry, sock, probes)
         except ConfigError:
             shutil.rmtree(directory, ignore_errors=True)
             raise

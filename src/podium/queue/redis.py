@@ -22,6 +22,7 @@ waiting or in flight.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
@@ -43,9 +44,9 @@ from podium.queue.base import (
     QueueStatistics,
     RunQueue,
 )
-from podium.store.redis import UNAVAILABLE, connect
+from podium.store.redis import UNAVAILABLE, connect, unsubmitted_key
 from podium.store.redis_batch import Autopipeline
-from podium.store.redis_replies import is_refusal
+from podium.store.redis_replies import is_refusal, refusal_reason
 
 __all__ = ("DeadLetter", "RedisQueue", "dead_stream_key", "queue_stream_key")
 
@@ -134,13 +135,17 @@ end
 return redis.call('XADD', KEYS[1], '*', 'd', ARGV[2], 't', ARGV[1])
 """
 
-# KEYS: stream, the run's version key. ARGV: item, version, ttl (s). A versioned submit:
-# added only if the version is above the last one submitted for the run (sent again
-# after a dropped connection, it adds nothing either: the key says the first send landed).
+# KEYS: stream, the run's version key, the store's unsubmitted runs. ARGV: item, version,
+# ttl (s), run id. A versioned submit: added only if the version is above the last one
+# submitted for the run (sent again after a dropped connection, it adds nothing either:
+# the key says the first send landed). Added, the run leaves the store's index of runs
+# whose submit was not seen: an item is queued now, and its worker drives the run as
+# stored, whatever its version by then.
 _SUBMIT_VERSION = """
 local last = redis.call('GET', KEYS[2])
 if last and tonumber(last) >= tonumber(ARGV[2]) then return false end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+redis.call('ZREM', KEYS[3], ARGV[4])
 return redis.call('XADD', KEYS[1], '*', 'd', ARGV[1])
 """
 
@@ -171,11 +176,14 @@ async def _translate() -> AsyncIterator[None]:
     try:
         yield
     except UNAVAILABLE as exc:
-        raise QueueUnavailableError(f"redis unavailable: {exc}") from exc
+        reason = refusal_reason(exc)  # a refusal the pipeline gave up resending
+        raise QueueUnavailableError(
+            f"{reason}: {exc}" if reason else f"redis unavailable: {exc}"
+        ) from exc
     except ResponseError as exc:
         if not is_refusal(exc):
             raise
-        raise QueueUnavailableError(f"redis unavailable: {exc}") from exc
+        raise QueueUnavailableError(f"{refusal_reason(exc)}: {exc}") from exc
 
 
 class _Counters:
@@ -235,6 +243,7 @@ class RedisQueue(RunQueue):
         self._release = self._pipe.register(_RELEASE)
         self._submit_again = self._pipe.register(_SUBMIT_AGAIN)
         self._submit_version = self._pipe.register(_SUBMIT_VERSION)
+        self._unsubmitted = unsubmitted_key(prefix)
         self._submitter = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._submits = count(1)
         self._enc = msgspec.msgpack.Encoder()
@@ -283,8 +292,8 @@ class RedisQueue(RunQueue):
             await self._ensure_group(item.pool)
             if item.version is not None:
                 added = await self._pipe.execute(
-                    "EVALSHA", self._submit_version, 2, key, self.version_key(item.run_id),
-                    data, item.version, VERSION_TTL_S,
+                    "EVALSHA", self._submit_version, 3, key, self.version_key(item.run_id),
+                    self._unsubmitted, data, item.version, VERSION_TTL_S, item.run_id,
                 )
                 if not added:
                     return False
@@ -292,10 +301,18 @@ class RedisQueue(RunQueue):
                 # XADD * is not idempotent: if the connection drops before the reply, what
                 # is sent again is the script that first looks for this token.
                 token = f"{self._submitter}:{next(self._submits)}"
-                await self._pipe.submit(
+                added = self._pipe.submit(
                     "XADD", key, "*", "d", data, "t", token,
                     resend=("EVALSHA", self._submit_again, 1, key, token, data, _SUBMIT_LOOKBACK),
                 )
+                # Queued: no sweep submits it again (that one would carry a version). In the
+                # same round trip; lost, it is only a sweep's submit more, not a failed one.
+                tidied = self._pipe.submit("ZREM", self._unsubmitted, item.run_id)
+                try:
+                    await added
+                finally:
+                    with contextlib.suppress(*UNAVAILABLE, ResponseError):
+                        await tidied
         self._stats(item.pool).submitted += 1
         return True
 

@@ -10,11 +10,12 @@ the run ``queued`` in the store with nothing to deliver it. Two cases:
   them at start-up, before it takes a request (:func:`requeue_left_behind`), if it
   is the file's sole user: another process on it (a second server, a ``podium run``)
   may be driving some of them.
-- A shared queue (Redis): every worker sweeps now and then for runs ``queued`` since
-  longer than a grace period and submits them (:class:`StrandedSweep`). Each
-  submit, the gateway's and the sweeps', carries the run's stored version, and a
-  queue adds only a version above the run's last one, so a run is queued once
-  however many of them submit it.
+- A shared queue (Redis): the store keeps an index of the runs it holds ``queued``
+  whose submit it has not seen (the queue's submit takes a run out); every worker reads
+  it every second for runs left there longer than a grace period (2 s by default) and
+  submits them (:class:`StrandedSweep`). Each submit, the gateway's and the sweeps',
+  carries the run's stored version, and a queue adds only a version above the run's
+  last one, so a run is queued once however many of them submit it.
 
 Either way the run resumes from its last checkpoint: a call that had finished is not
 made again; one cut short is. A child run (an agent called as a tool) is never
@@ -115,18 +116,41 @@ async def _count_restart(store: RunStore, record: RunRecord) -> None:
 
 
 class StrandedSweep:
-    """A worker's sweep of a shared queue's store for runs ``queued`` longer than
-    ``after_s`` that no queue delivered: ``limit`` runs a pass, the next pass going on
-    from the oldest the last one saw (a long backlog is covered in turns), one pass per
-    ``after_s / 4`` at most (every worker sweeps: a deep backlog costs each of them a
-    store read and ``limit`` submits a pass)."""
+    """A worker's sweep of a shared queue's store for runs stored ``queued`` more than
+    ``after_s`` ago whose submit was never seen (the store keeps an index of them: the
+    queue's submit takes a run out, see :meth:`RunStore.unsubmitted`), ``limit`` a pass,
+    one pass per ``every_s`` at most.
 
-    def __init__(self, store: RunStore, queue: RunQueue, after_s: float, limit: int = 500):
+    A pass is one indexed read that finds nothing while every submitter lives, so it is
+    cheap enough to make every second on every worker: a run stranded by a crash is
+    queued again within ``after_s + every_s`` (plus a claim). Every worker sweeps, and
+    each submits at the run's stored version: the queue adds it once.
+
+    After an outage (a pass that failed, or whose read waited ``slow_s`` for Redis) the
+    sweep rests ``holdoff_s``: the gateways whose submits failed in it are settling
+    those runs now, failing the ones created without an idempotency key (their clients,
+    told 503, send them again as new runs); queued by a sweep first, they would run
+    twice.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        queue: RunQueue,
+        after_s: float,
+        limit: int = 500,
+        *,
+        every_s: float = 1.0,
+        slow_s: float = 1.0,
+        holdoff_s: float = 10.0,
+    ):
         self.store = store
         self.queue = queue
         self.after_s = after_s
         self.limit = limit
-        self._until: float | None = None  # created_at where the next pass goes on
+        self.every_s = every_s
+        self.slow_s = slow_s
+        self.holdoff_s = holdoff_s
         self._next = 0.0  # monotonic time of the next pass
 
     async def run_once(self) -> list[str]:
@@ -135,17 +159,23 @@ class StrandedSweep:
         mono = time.monotonic()
         if mono < self._next:
             return []
-        self._next = mono + self.after_s / 4
+        self._next = mono + self.every_s
         now = time.time()
-        settled = now - self.after_s
-        until = settled if self._until is None else min(self._until, settled)
-        page = await self.store.list(status="queued", limit=self.limit, until=until)
-        self._until = page[-1].created_at if len(page) == self.limit else None
-        submitted = []
-        for record in page:
-            if record.updated_at > settled:  # queued again just now (a decision): not yet
+        try:
+            found = await self.store.unsubmitted(now - self.after_s, self.limit)
+        except BaseException:
+            self._next = time.monotonic() + self.holdoff_s  # an outage: see above
+            raise
+        if time.monotonic() - mono > self.slow_s:  # it waited for Redis: an outage ended
+            self._next = time.monotonic() + self.holdoff_s
+            return []
+        submitted: list[str] = []
+        settled: list[RunRecord] = []
+        for record in found:
+            if record.status != "queued":  # moved on since it was indexed (it is taken out)
                 continue
             if record.parent_run_id is not None:  # its parent's resume finds it (see above)
+                settled.append(record)
                 continue
             if await self.queue.submit(queue_item(record, now)):
                 submitted.append(record.run_id)
@@ -154,4 +184,7 @@ class StrandedSweep:
                     "submitted it",
                     record.run_id,
                 )
+            else:  # submitted at this version already: nothing to look for any more
+                settled.append(record)
+        await self.store.forget_unsubmitted(settled)
         return submitted

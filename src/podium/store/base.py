@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import builtins
+import logging
 import time
 from collections.abc import Sequence
 
@@ -32,6 +33,20 @@ class StoreStatistics(msgspec.Struct, frozen=True):
     appends: int
     entries: int
     bytes_written: int
+    #: Runs found missing though a queue entry or an index referenced them (evicted by
+    #: Redis, deleted by hand): ``podium_runs_lost_total``.
+    lost: int = 0
+
+
+log = logging.getLogger("podium.store")
+
+
+def log_lost(run_id: str, where: str) -> None:
+    """The one line a lost run gets (see :meth:`RunStore.report_lost`)."""
+    log.error(
+        "run %s is lost: %s referenced it, but the store no longer holds it (evicted by "
+        "Redis? its maxmemory-policy must be noeviction; or deleted by hand)", run_id, where,
+    )
 
 
 class RunStore(AsyncCloseable, abc.ABC):
@@ -192,6 +207,32 @@ class RunStore(AsyncCloseable, abc.ABC):
         disk its last write met, its file deleted under it), or None: what ``/readyz``
         reports beside a read."""
         return None
+
+    def report_lost(self, run_id: str, where: str) -> None:
+        """A run that ``where`` (a queue entry, an index) referenced is not in the store:
+        logged, and counted in :meth:`statistics` where the store can lose runs (Redis
+        under an evicting policy), not left to look like a 404."""
+        log_lost(run_id, where)
+
+    async def unsubmitted(self, before: float, limit: int) -> builtins.list[RunRecord]:
+        """Runs stored ``queued`` by a write before ``before`` (a ``time.time()``) that no
+        submit to a queue is known to have followed, oldest first, at most ``limit``: the
+        stranded sweep's candidates (see :mod:`podium.queue.stranded`). By default every
+        run queued since before ``before`` (a listing); a store that keeps an index of
+        them (Redis) reads only those."""
+        page = await self.list(status="queued", limit=limit, until=before)
+        return sorted((r for r in page if r.updated_at <= before), key=lambda r: r.updated_at)
+
+    async def forget_unsubmitted(self, records: Sequence[RunRecord]) -> None:
+        """The sweep submitted these runs (or found them submitted): leave them out of
+        :meth:`unsubmitted` from now on, unless queued again since they were read."""
+        return None
+
+    async def health(self) -> str | None:
+        """Why the store cannot take writes now (None: it can), asking its service where
+        that is cheap: a Redis store writes a probe key (cached a second or two) and
+        reads the server's eviction policy. By default, :meth:`problem`."""
+        return self.problem()
 
     def other_users(self) -> builtins.list[int]:
         """The process ids of the other processes using the store now, where the store can

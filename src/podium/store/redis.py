@@ -14,6 +14,11 @@ run's two keys live in one slot)::
                               waiting runs have their own (their deadlines' sweep reads it)
     podium:idx:exp            sorted set of the runs and threads that expire, scored by
                               when: their index entries leave with them (redis_expiry.py)
+    podium:idx:enq            sorted set of the runs stored ``queued`` (not child runs)
+                              whose submit to the queue has not been seen yet, scored by
+                              the write's time: the queue's submit removes a run, a write
+                              that moves it on too; what is left a while is stranded (see
+                              :mod:`podium.queue.stranded`)
 
 Fencing, so two workers can never both advance a run:
 
@@ -64,7 +69,7 @@ from podium.errors import (
 )
 from podium.lifecycle import stop_task
 from podium.memory.item import MemoryItem
-from podium.store.base import JournalItem, RunStore, StoreStatistics
+from podium.store.base import JournalItem, RunStore, StoreStatistics, log_lost
 from podium.store.redis_batch import Autopipeline
 from podium.store.redis_expiry import (
     EXPIRY_MEMBER_LUA,
@@ -73,12 +78,14 @@ from podium.store.redis_expiry import (
     expiry_key,
     expiry_member,
 )
+from podium.store.redis_follow import JournalWaiter
+from podium.store.redis_health import RedisHealth
 from podium.store.redis_hold import send_held
-from podium.store.redis_replies import is_refusal
+from podium.store.redis_replies import is_refusal, refusal_reason
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
 
-__all__ = ("RedisRunStore", "connect", "index_prefix")
+__all__ = ("RedisRunStore", "connect", "index_prefix", "unsubmitted_key")
 
 
 def _bucket(status: str) -> str:
@@ -123,9 +130,19 @@ def index_prefix(prefix: str) -> str:
     return f"{prefix}:idx:"
 
 
+def unsubmitted_key(prefix: str) -> str:
+    """The sorted set of runs stored ``queued`` whose submit has not been seen (the queue's
+    submit removes a run from it)."""
+    return f"{index_prefix(prefix)}enq"
+
+
 def translated(exc: Exception) -> Exception:
     """The Podium error for a Redis error (raise it ``from`` the original)."""
     if isinstance(exc, UNAVAILABLE) or is_refusal(exc):  # refused writes: "not now", a 503
+        # Alive but refusing (out of memory, a replica) is not "unreachable": say which.
+        reason = refusal_reason(exc)
+        if reason is not None:
+            return StoreUnavailableError(f"{reason}: {exc}")
         return StoreUnavailableError(f"redis unavailable: {exc}")
     message = str(exc)
     if message.startswith("PODIUM_STALE"):
@@ -151,7 +168,8 @@ async def translate_errors() -> AsyncIterator[None]:
 # KEYS: run hash, journal stream.
 # ARGV: mode (create|update), expected version, write id "writer:counter", record, bucket,
 #       tenant, created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal,
-#       run id, entries payload ('' = none), entry count.
+#       run id, entries payload ('' = none), entry count, to submit ('1': stored queued, a
+#       submit must follow), the write's time (updated_at).
 # Returns {version, journal length}.
 _WRITE = EXPIRY_MEMBER_LUA + """
 local run, journal = KEYS[1], KEYS[2]
@@ -159,6 +177,7 @@ local mode, expected, wid, rec = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local bucket, tenant, created = ARGV[5], ARGV[6], ARGV[7]
 local ttl, idx, terminal, id = tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11]
 local payload, count = ARGV[12], tonumber(ARGV[13])
+local submit, written = ARGV[14], ARGV[15]
 local wp, wc = string.match(wid, '^(.*):(%d+)$')
 wc = tonumber(wc)
 local function length()
@@ -221,6 +240,12 @@ if old ~= bucket then
   redis.call('ZADD', idx .. 's:' .. bucket, score, id)
   redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. bucket, score, id)
 end
+-- queued and waiting for its submit (the queue's removes it), or moved on
+if submit == '1' then
+  redis.call('ZADD', idx .. 'enq', tonumber(written), id)
+else
+  redis.call('ZREM', idx .. 'enq', id)
+end
 if terminal == '1' and ttl > 0 then
   -- one expiry, on Redis's clock, for the keys and for the reaper that tidies the indexes
   local at = now_ms() + ttl
@@ -264,6 +289,19 @@ redis.call('ZADD', idx .. 'thall', score, id)
 return v
 """
 
+# KEYS: the unsubmitted runs' sorted set. ARGV: pairs of run id and the score it was read
+# with. Removes each one still at that score (one queued again since is kept).
+_FORGET_UNSUBMITTED = """
+local n = 0
+for i = 1, #ARGV, 2 do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return n
+"""
+
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 _MAX_TAILS = 50_000  # runs whose write position this store remembers at most
 #: Expired runs one reaper call removes at most: a bounded, short hold of Redis.
@@ -271,6 +309,7 @@ _REAP_BATCH = 500
 #: Reaper calls a listing makes at most before walking an index (the rest is tidied as the
 #: walk meets it): after a mass expiry the listing pays ZREMs, never a read per dead run.
 _LIST_REAP_ROUNDS = 40
+_MAX_LOST_IDS = 10_000  # lost runs remembered, so each is counted once
 
 
 class RedisRunStore(RunStore):
@@ -297,6 +336,8 @@ class RedisRunStore(RunStore):
     up when Redis is away but sent again, unchanged and fenced, until Redis answers or
     this many seconds have passed (see :mod:`podium.store.redis_hold`). 0: fail fast
     like every other command (the gateway's store: a 503 is better than a wait).
+    ``allow_evicting``: an evicting ``maxmemory-policy`` does not make :meth:`health`
+    report a problem (the operator accepted losing runs to eviction).
     """
 
     def __init__(
@@ -309,11 +350,13 @@ class RedisRunStore(RunStore):
         unavailable_s: float = 1.5,
         reap_every_s: float = 10.0,
         outage_hold_s: float = 0.0,
+        allow_evicting: bool = False,
     ) -> None:
         self._own_client = isinstance(client, str)
         self.client: aioredis.Redis = connect(client) if isinstance(client, str) else client
         self.prefix = prefix
         self.outage_hold_s = outage_hold_s
+        self._health = RedisHealth(self.client, prefix, allow_evicting=allow_evicting)
         self.finished_ttl_ms = int(finished_ttl_s * 1000)
         self._idx = index_prefix(prefix)
         self._exp = expiry_key(self._idx)
@@ -324,6 +367,11 @@ class RedisRunStore(RunStore):
         self._thread_write = self._pipe.register(_THREAD_WRITE)
         self._reap = self._pipe.register(REAP_LUA)
         self._reaper = ExpiryReaper(self._reap_once, every_s=reap_every_s, batch=_REAP_BATCH)
+        self._forget_unsubmitted = self._pipe.register(_FORGET_UNSUBMITTED)
+        self._unsubmitted = unsubmitted_key(prefix)
+        self._lost = 0
+        self._lost_ids: dict[str, None] = {}  # the last ones reported (insertion order)
+        self._waiter = JournalWaiter(self.client)
         self._thread_dec = msgspec.msgpack.Decoder(ThreadRecord)
         self._memory_dec = msgspec.msgpack.Decoder(MemoryItem)
         self._enc = msgspec.msgpack.Encoder()
@@ -364,6 +412,8 @@ class RedisRunStore(RunStore):
             mode, expected, f"{self._writer}:{counter}", rec, _bucket(record.status),
             record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
             terminal, run_id, payload, len(entries),
+            "1" if record.status == "queued" and record.parent_run_id is None else "0",
+            repr(record.updated_at),
         )
         return args, len(rec) + len(payload)
 
@@ -650,10 +700,11 @@ class RedisRunStore(RunStore):
     ) -> list[JournalItem]:
         """Entries after ``after``, waiting up to ``timeout`` with XREAD BLOCK (any machine).
 
-        One call blocks for at most 8 s (under the client's socket timeout); callers
-        following a run loop anyway. While Redis is away it keeps trying (with
-        backoff) until ``timeout`` has passed, then returns nothing: a follower
-        rides out an outage instead of being cut at the first failed read.
+        The wait is the process's one blocking read of every followed journal (see
+        :mod:`podium.store.redis_follow`): a follower holds no connection, and one that
+        is cancelled (its client left) costs Redis nothing more. While Redis is away it
+        keeps trying (with backoff) until ``timeout`` has passed, then returns nothing:
+        a follower rides out an outage instead of being cut at the first failed read.
         """
         deadline = time.monotonic() + max(0.0, timeout)
         failures = 0
@@ -678,14 +729,13 @@ class RedisRunStore(RunStore):
         if not last:  # an empty journal, or no such run (that raises RunNotFoundError)
             await self.journal(run_id, after)
         start = last[0][0] if last else b"0-1"
+        # Woken by the process's one reader of every followed journal: a follower holds
+        # no connection of its own, and one whose client left just stops waiting.
         async with translate_errors():
-            reply: Any = await self.client.xread(
-                {key: start}, block=max(1, int(min(timeout, 8.0) * 1000))
-            )
-        if not reply:
-            return []
-        _, rows = reply[0]
-        items = self._decode_rows([(sid, [b"e", f[b"e"]]) for sid, f in rows])
+            if not await self._waiter.wait(key, start, timeout):
+                return []
+            rows = await self._pipe.execute("XRANGE", key, b"(" + start, "+")
+        items = self._decode_rows(rows)
         return [item for item in items if item[0] > after]
 
     async def list(
@@ -709,6 +759,8 @@ class RedisRunStore(RunStore):
         self._reaper.ensure_started()
         # Expired runs leave every index first, so the walk below reads only live ones.
         await self._reaper.drain(_LIST_REAP_ROUNDS)
+        # Queued, running and waiting runs have no expiry: one missing from their index is lost.
+        live_bucket = status is not None and _bucket(status) in ("active", "waiting")
         found: list[RunRecord] = []
         start, page = 0, max(limit, 50)
         # The indexes are scored by created_at: a time window is a range of scores.
@@ -729,6 +781,9 @@ class RedisRunStore(RunStore):
                 )
                 expired = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
                 if expired:  # finished runs whose TTL passed: tidy the index lazily
+                    if live_bucket:  # no expiry there: these were evicted or deleted
+                        for run_id in expired:
+                            self.report_lost(run_id.decode(), f"the index {key}")
                     await self._pipe.execute("ZREM", key, *expired)
                     start -= len(expired)
                 for raw in raws:
@@ -849,12 +904,70 @@ class RedisRunStore(RunStore):
             return bool(await self._pipe.execute("HDEL", self._memory_key(namespace), key))
 
     def statistics(self) -> StoreStatistics:
-        return StoreStatistics(self._runs, self._appends, self._entries, self._bytes)
+        return StoreStatistics(self._runs, self._appends, self._entries, self._bytes, self._lost)
+
+    def report_lost(self, run_id: str, where: str) -> None:
+        # Once per run: a lost run is met again by every listing and sweep until tidied.
+        if run_id in self._lost_ids:
+            return
+        self._lost_ids[run_id] = None
+        if len(self._lost_ids) > _MAX_LOST_IDS:
+            del self._lost_ids[next(iter(self._lost_ids))]
+        self._lost += 1
+        log_lost(run_id, where)
+
+    # -- runs whose submit was not seen: the stranded sweep's index ---------------------------
+
+    async def unsubmitted(self, before: float, limit: int) -> builtins.list[RunRecord]:
+        """One indexed read (and the records it names): empty unless a submitter died
+        between its write and its submit, or a submit is under way."""
+        async with translate_errors():
+            rows: list[Any] = await self._pipe.execute(
+                "ZRANGEBYSCORE", self._unsubmitted, "-inf", repr(before), "WITHSCORES",
+                "LIMIT", 0, limit,
+            )
+            if not rows:
+                return []
+            ids = [run_id.decode() for run_id in rows[::2]]
+            raws = await self._pipe.execute_all(
+                *[("HGET", self._run_key(run_id), "r") for run_id in ids]
+            )
+        found: list[RunRecord] = []
+        gone: list[tuple[str, Any]] = []
+        for run_id, score, raw in zip(ids, rows[1::2], raws, strict=True):
+            if raw is None:  # stored queued, never driven, and gone: evicted
+                self.report_lost(run_id, "the index of queued runs")
+                gone.append((run_id, score))
+            else:
+                found.append(self._record_dec.decode(raw))
+        if gone:
+            async with translate_errors():
+                await self._pipe.execute(
+                    "EVALSHA", self._forget_unsubmitted, 1, self._unsubmitted,
+                    *[x for pair in gone for x in pair],
+                )
+        return found
+
+    async def forget_unsubmitted(self, records: Sequence[RunRecord]) -> None:
+        if not records:
+            return
+        async with translate_errors():
+            await self._pipe.execute(
+                "EVALSHA", self._forget_unsubmitted, 1, self._unsubmitted,
+                *[x for r in records for x in (r.run_id, repr(r.updated_at))],
+            )
+
+    async def health(self) -> str | None:
+        """Whether Redis takes a write now and keeps its keys (see
+        :mod:`podium.store.redis_health`); cached a second or two."""
+        return await self._health.problem()
 
     async def aclose(self) -> None:
         await self._reaper.aclose()
         for task in list(self._drains):
             await stop_task(task)
+        await self._waiter.aclose()
+        await self._health.aclose()
         await self._pipe.aclose()
         if self._own_client:
             await self.client.aclose()

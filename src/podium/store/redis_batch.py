@@ -45,7 +45,10 @@ __all__ = ("Autopipeline",)
 
 
 class _Op:
-    __slots__ = ("args", "born", "fut", "internal", "packed", "resend_args", "retries", "sent_at")
+    __slots__ = (
+        "args", "born", "fut", "internal", "packed", "refused", "resend_args", "retries",
+        "sent_at",
+    )
 
     def __init__(
         self, args: tuple[Any, ...], fut: asyncio.Future[Any], internal: bool = False,
@@ -66,6 +69,7 @@ class _Op:
         self.born = time.monotonic()
         self.sent_at = 0.0
         self.retries = 0
+        self.refused: str | None = None  # Redis's last "not now" to it (OOM, READONLY…)
 
 
 class _Protocol(asyncio.Protocol):
@@ -271,8 +275,9 @@ class Autopipeline:
         now = time.monotonic()
         for op in protocol.waiting:
             if not op.fut.done() and not op.internal and self._overdue(op, now):
-                op.fut.set_exception(RedisConnectionError(
-                    f"no reply from {self.host}:{self.port} in {self.unavailable_s:g}s"
+                op.fut.set_exception(RedisConnectionError(  # refused all along: say so
+                    op.refused
+                    or f"no reply from {self.host}:{self.port} in {self.unavailable_s:g}s"
                 ))
         if now - protocol.waiting[0].sent_at > self.timeout:
             if protocol.transport is not None:
@@ -303,6 +308,7 @@ class Autopipeline:
 
     def _resend_later(self, op: _Op, why: str) -> None:
         op.retries += 1
+        op.refused = why
         now = time.monotonic()
         if op.retries > self.retries or self._overdue(op, now):
             if not op.fut.done():
@@ -466,7 +472,7 @@ class Autopipeline:
             if op.fut.done():
                 continue
             if self._overdue(op, now):
-                op.fut.set_exception(exc)
+                op.fut.set_exception(RedisConnectionError(op.refused) if op.refused else exc)
             else:
                 keep.append(op)
         self._queue = keep

@@ -13,7 +13,23 @@ from collections.abc import Iterable
 
 from podium.errors import ConfigError
 
-__all__ = ("preflight",)
+__all__ = ("EVICTING_HINT", "evicting_policy", "preflight")
+
+#: What to do about an evicting ``maxmemory-policy`` (the start-up refusal and the
+#: readiness check both say it).
+EVICTING_HINT = (
+    "under memory pressure Redis deletes keys, Podium's runs, journals and queue entries "
+    "too; set it to noeviction (a full Redis then refuses writes, which Podium waits out), "
+    "or accept losing runs with server.allow_evicting_redis = true "
+    "(--allow-evicting-redis, PODIUM_SERVER__ALLOW_EVICTING_REDIS=1)"
+)
+
+
+def evicting_policy(policy: str | None) -> bool:
+    """Whether ``maxmemory-policy`` lets Redis delete keys (every policy but noeviction:
+    the volatile ones delete keys with an expiry, which the queue's version keys and the
+    cancel requests have)."""
+    return bool(policy) and policy != "noeviction"
 
 
 def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
@@ -30,9 +46,17 @@ def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
     return keys
 
 
-def preflight(url: str, prefix: str, pools: Iterable[str], timeout_s: float = 2.0) -> str | None:
-    """Check the server at ``url``; raise ConfigError if it cannot work, return a warning
-    line (no answer, an evicting ``maxmemory-policy``) or None."""
+def preflight(
+    url: str,
+    prefix: str,
+    pools: Iterable[str],
+    timeout_s: float = 2.0,
+    *,
+    allow_evicting: bool = False,
+) -> str | None:
+    """Check the server at ``url``; raise ConfigError if it cannot work (an evicting
+    ``maxmemory-policy`` too, unless ``allow_evicting``), return a warning line (no
+    answer, an evicting policy allowed) or None."""
     import redis
     from redis.exceptions import (
         AuthenticationError,
@@ -64,14 +88,16 @@ def preflight(url: str, prefix: str, pools: Iterable[str], timeout_s: float = 2.
                 )
         try:
             policy = client.config_get("maxmemory-policy").get("maxmemory-policy")
-        except ResponseError:  # CONFIG is often renamed away on managed Redis
-            return None
-        if policy and policy != "noeviction":
-            return (
-                f"{where}: maxmemory-policy is {policy}: under memory pressure Redis "
-                "deletes keys, Podium's runs, journals and queue entries too; set it to "
-                "noeviction (a full Redis then refuses writes, which Podium waits out)"
-            )
+        except ResponseError:  # CONFIG is often renamed away on managed Redis; INFO is not
+            try:
+                policy = client.info("memory").get("maxmemory_policy")
+            except ResponseError:
+                return None
+        if evicting_policy(policy):
+            line = f"{where}: maxmemory-policy is {policy}: {EVICTING_HINT}"
+            if not allow_evicting:  # runs would vanish without a word: refused at start
+                raise ConfigError(line)
+            return line
         return None
     except (AuthenticationError, NoPermissionError) as exc:
         raise ConfigError(

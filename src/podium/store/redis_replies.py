@@ -14,20 +14,35 @@ import logging
 import time
 from typing import ClassVar
 
-from redis.exceptions import OutOfMemoryError, ResponseError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
 
-__all__ = ("TRANSIENT", "RefusalLog", "is_refusal", "is_transient")
+__all__ = ("TRANSIENT", "RefusalLog", "is_refusal", "is_transient", "refusal_reason")
 
 #: Replies that mean "not now": the command was not applied, send it again later.
 #: LOADING: a restarted Redis replaying its file; BUSY: a script holds it; TRYAGAIN: a
-#: cluster resharding; OOM / MISCONF: writes refused until memory or disk is freed.
-TRANSIENT = ("LOADING", "BUSY", "TRYAGAIN", "OOM", "MISCONF")
+#: cluster resharding; OOM / MISCONF: writes refused until memory or disk is freed;
+#: READONLY: a replica (a failover under way, or a URL naming a replica) refuses writes;
+#: UNBLOCKED: a blocking read ended by the server changing role (master to replica).
+TRANSIENT = ("LOADING", "BUSY", "TRYAGAIN", "OOM", "MISCONF", "READONLY", "UNBLOCKED")
 
 #: Sent instead of any reply when ``maxclients`` is reached; the server then hangs up.
 MAX_CLIENTS = "ERR max number of clients reached"
 
 #: The refusals among the transient replies (worth an operator's attention).
-_REFUSALS = ("OOM", "MISCONF")
+_REFUSALS = ("OOM", "MISCONF", "READONLY", "UNBLOCKED")
+
+#: What each "not now" means, in an operator's words (a 503's body, a readiness check).
+_REASONS = {
+    "OOM": "Redis is out of memory (maxmemory reached with noeviction) and refuses writes",
+    "MISCONF": "Redis cannot save to disk (stop-writes-on-bgsave-error) and refuses writes",
+    "READONLY": "Redis is a read-only replica and refuses writes (a failover, or the URL "
+    "names a replica)",
+    "UNBLOCKED": "Redis changed role (a master became a replica: a failover) and ended "
+    "blocked reads",
+    "LOADING": "Redis is loading its data set (restarting)",
+    "BUSY": "a long script holds Redis",
+    "TRYAGAIN": "the Redis cluster is moving keys",
+}
 
 log = logging.getLogger("podium.redis")
 
@@ -37,10 +52,31 @@ def is_transient(message: str) -> bool:
 
 
 def is_refusal(exc: BaseException) -> bool:
-    """A redis-py error that is a write refusal (redis-py strips the ``OOM`` code)."""
-    if isinstance(exc, OutOfMemoryError):
+    """A redis-py error that is a write refusal (redis-py strips the ``OOM`` and
+    ``READONLY`` codes)."""
+    if isinstance(exc, OutOfMemoryError | ReadOnlyError):
         return True
     return isinstance(exc, ResponseError) and str(exc).startswith(_REFUSALS)
+
+
+def refusal_reason(exc: BaseException | None) -> str | None:
+    """Why Redis said "not now", in an operator's words, if ``exc`` (or the error it was
+    raised from) is such a reply; None for anything else (a connection lost, say).
+
+    The pipeline hands a refusal it gave up resending over as a connection error whose
+    text is Redis's reply, and the store raises its own error from that one: both are
+    looked at."""
+    seen = 0
+    while exc is not None and seen < 4:
+        if isinstance(exc, OutOfMemoryError):
+            return _REASONS["OOM"]
+        if isinstance(exc, ReadOnlyError):
+            return _REASONS["READONLY"]
+        code = str(exc).split(" ", 1)[0]
+        if code in _REASONS:
+            return _REASONS[code]
+        exc, seen = exc.__cause__, seen + 1
+    return None
 
 
 class RefusalLog:

@@ -62,6 +62,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str = "INFO"
     metrics_port: int | None = None  # serve Prometheus metrics here (0: any free port)
     metrics: bool = False  # collect metrics (a supervisor serves them: multiprocess mode)
+    allow_evicting_redis: bool = False  # an evicting maxmemory-policy: not "not ready"
 
 
 # -- one worker process ---------------------------------------------------------------------
@@ -119,6 +120,7 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     from podium.streaming.redis import RedisTokenChannel
     from podium.tools.executor import ToolExecutor
     from podium.tools.threads import ToolThreads
+    from podium.worker.health import WorkerHealth
     from podium.worker.worker import Worker
 
     # The same podium.toml as the gateway: agent names, pools and models agree.
@@ -134,7 +136,8 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
     # Redis is back rather than the call run again; the gateway's clients fail fast (503).
     store = RedisRunStore(client, prefix=config.prefix, finished_ttl_s=config.finished_ttl_s,
-                          unavailable_s=WORKER_PATIENCE_S, outage_hold_s=config.outage_hold_s)
+                          unavailable_s=WORKER_PATIENCE_S, outage_hold_s=config.outage_hold_s,
+                          allow_evicting=config.allow_evicting_redis)
     queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
                        unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
@@ -172,7 +175,9 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
     if blocking is not None:
         blocking.start()
-    metrics = start_metrics(config, engine, worker, queue, blocking, metrics_socket)
+    health = WorkerHealth(worker, store, queue, config.pool)  # /livez, /readyz
+    health.start()
+    metrics = start_metrics(config, engine, worker, queue, blocking, metrics_socket, health)
     engine.hook = combine(engine.hook, tracer)
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
@@ -193,6 +198,7 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         await client.aclose()
         if metrics is not None:
             await metrics.stop()
+        await health.stop()
         if blocking is not None:
             blocking.stop()
     stats = worker.statistics()
@@ -232,16 +238,31 @@ def supervise(
     Returns 0 if every child exited cleanly. ``metrics_socket``: as in :func:`serve`,
     the children's endpoint, served by this process.
     """
-    from podium.observe.serve_metrics import SupervisorMetrics
+    from podium.observe.serve_metrics import HealthProbes, SupervisorMetrics
+    from podium.store.redis_health import SyncRedisHealth
 
     placements = place_workers(read_topology(), procs)
-    # One endpoint for all children, up before the first of them starts.
-    shared = SupervisorMetrics.start(config.metrics_port, metrics_socket)
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    stopping = False
+    redis_health = SyncRedisHealth(config.redis_url, config.prefix,
+                                   allow_evicting=config.allow_evicting_redis)
+
+    def ready() -> tuple[bool, dict[str, str]]:
+        """Ready while every child runs (one restarting is not) and Redis takes writes."""
+        running = sum(proc.poll() is None for proc in list(children.values()))
+        checks = {"workers": "ok" if running == len(placements) and not stopping
+                  else f"{running} of {len(placements)} running"}
+        checks["store"] = redis_health.problem() or "ok"
+        return all(v == "ok" for v in checks.values()), checks
+
+    # One endpoint for all children, up before the first of them starts. Live while this
+    # process serves it (never Redis: an outage must not restart every pod).
+    probes = HealthProbes(lambda: (True, {"supervisor": "ok"}), ready)
+    shared = SupervisorMetrics.start(config.metrics_port, metrics_socket, probes)
     if shared is not None:
         config = msgspec.structs.replace(config, metrics_port=None, metrics=True)
     env = shared.child_env() if shared is not None else None
-    children = {p.index: _spawn(config, p, env) for p in placements}
-    stopping = False
+    children.update({p.index: _spawn(config, p, env) for p in placements})
 
     interrupted = False
 
@@ -280,6 +301,7 @@ def supervise(
             signal.signal(sig, handler)
         if shared is not None:
             shared.close()
+        redis_health.close()
     if interrupted:  # Ctrl-C (the children, in the terminal's group, got it too: 130)
         return 130
     return 0 if all(c == 0 for c in codes.values()) else 1

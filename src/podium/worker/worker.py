@@ -84,8 +84,9 @@ class Worker:
     ``agents`` maps the agent names found in queue items to agents.
     ``max_deliveries``: a run delivered this many times without finishing (its
     worker kept dying) goes to the dead-letter list instead of running again.
-    ``stranded_after_s``: on a shared queue, a run stored ``queued`` this long that
-    no queue holds (its submitter died before submitting) is submitted by the sweep.
+    ``stranded_after_s``: on a shared queue, a run stored ``queued`` this long whose
+    submit was not seen (its submitter died before submitting) is submitted by the
+    sweep, which looks every second.
     """
 
     def __init__(
@@ -102,7 +103,7 @@ class Worker:
         claim_block_s: float = 1.0,
         cancel_poll_s: float = 0.5,
         waiting_sweep_s: float = 5.0,
-        stranded_after_s: float = 60.0,
+        stranded_after_s: float = 2.0,
         burst_patience_s: float = 60.0,
         failure_backoff_s: float = 1.0,
     ) -> None:
@@ -326,6 +327,7 @@ class Worker:
                         )
                     else:
                         why = f"run not in store{_VANISHED}"
+                        self.engine.store.report_lost(run_id, "a queue entry")
                     await self._dead_letter(claim, why)
                     return None
                 if record.done or record.status == "waiting":
@@ -353,6 +355,7 @@ class Worker:
                 # Its record or journal vanished mid-run (evicted, deleted): it cannot be
                 # resumed without repeating its calls. End it, with a reason, not a retry
                 # per delivery.
+                self.engine.store.report_lost(run_id, f"the worker driving it ({exc})")
                 await self._dead_letter(claim, f"state lost: {exc}{_VANISHED}")
                 return None
             except StaleRunError as exc:
@@ -449,23 +452,36 @@ class Worker:
     async def _sweep_loop(self) -> None:
         """End the waiting runs past their deadline: no worker holds them, so every worker
         looks every ``waiting_sweep_s`` (one indexed store read; the store's fencing lets
-        one of several sweeping workers write each end). On a shared queue, also submit
-        the runs stranded outside it (see :mod:`podium.queue.stranded`; each is queued once
+        one of several sweeping workers write each end), and asks the store whether it
+        takes writes then (logged when that changes, see ``podium.store.redis_health``).
+        On a shared queue, also submit the runs stranded outside it, every second (see
+        :mod:`podium.queue.stranded`; one indexed read, and each run is queued once
         however many workers find it)."""
+        tick = self.waiting_sweep_s
+        if self._stranded is not None:
+            tick = min(tick, self._stranded.every_s)
+        next_waiting = time.monotonic() + self.waiting_sweep_s
         while True:
-            await asyncio.sleep(self.waiting_sweep_s)
-            try:
-                ended = await self.engine.sweep_waiting()
-            except Exception as exc:  # a maintenance loop must not take the worker down
-                log.warning("sweeping waiting runs failed (%s)", exc)
-            else:
-                for record in ended:
-                    log.warning("run %s failed: %s", record.run_id, record.reason)
+            await asyncio.sleep(tick)
+            if time.monotonic() >= next_waiting:
+                next_waiting = time.monotonic() + self.waiting_sweep_s
+                await self._sweep_waiting()
             if self._stranded is not None:
                 try:
                     await self._stranded.run_once()
-                except Exception as exc:  # (as above)
+                except Exception as exc:  # a maintenance loop must not take the worker down
                     log.warning("sweeping stranded runs failed (%s)", exc)
+
+    async def _sweep_waiting(self) -> None:
+        try:
+            ended = await self.engine.sweep_waiting()
+        except Exception as exc:  # a maintenance loop must not take the worker down
+            log.warning("sweeping waiting runs failed (%s)", exc)
+        else:
+            for record in ended:
+                log.warning("run %s failed: %s", record.run_id, record.reason)
+        with contextlib.suppress(Exception):  # logs a change itself; readiness reports it
+            await self.engine.store.health()
 
     async def _heartbeat_loop(self) -> None:
         while True:
