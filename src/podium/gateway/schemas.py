@@ -48,12 +48,14 @@ Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
 #: A reply's token budget: 16M tokens is past any model's context, so a larger number
 #: (``10**30`` from a client's arithmetic) is a mistake, refused by name, not passed on.
 MAX_TOKENS = 1 << 24
-TokenBudget = Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)]
 # OpenAI's documented ranges for its sampling options: a client sending others has a bug.
+# The facade ignores them (the agent's settings apply), so a whole number written as
+# ``100.0`` (an integer to JSON Schema, and to some clients) is taken too.
+TokenBudget = Annotated[float, msgspec.Meta(ge=1, le=MAX_TOKENS, multiple_of=1)]
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
 Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
 Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
-Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Seed = Annotated[float, msgspec.Meta(ge=-(2**63), le=2**63 - 1, multiple_of=1)]
 RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 #: A thread id as the API accepts it (what :func:`podium.threads.check_thread_id` checks).
 THREAD_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
@@ -334,7 +336,7 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
+    n: Annotated[float, msgspec.Meta(ge=1, le=1)] = 1
     temperature: Temperature | None = None
     top_p: Probability | None = None
     max_tokens: TokenBudget | None = None
