@@ -95,7 +95,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000
     store: Text = "sqlite:podium.sqlite"
     redis: Text | None = None
-    max_body_bytes: Annotated[int, msgspec.Meta(ge=1)] = 1 << 20
+    # Every route's body, enforced as it arrives (a lying Content-Length included); up to
+    # 1 GiB: past that a limit is no limit, and a typo of a few zeros.
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 1 << 20
     wait_timeout_s: Positive = 300.0
     drain_grace_s: NonNegative = 30.0
     docs: bool = True
@@ -143,7 +145,9 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tools: list[str] = msgspec.field(default_factory=list)
     mcp: list[str] = msgspec.field(default_factory=list)
     max_steps: Annotated[int, msgspec.Meta(ge=1)] = 12
-    deadline_s: Positive | None = None
+    # podium.agent.DEFAULT_DEADLINE_S, as a Python agent's (importing podium.agent here would
+    # load the engine with the config); 0: no deadline (the file takes finite numbers only).
+    deadline_s: NonNegative = 600.0
     max_context_tokens: Annotated[int, msgspec.Meta(ge=1)] = 32_000
     max_tool_result_tokens: Annotated[int, msgspec.Meta(ge=1)] = 2_000
     max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None

@@ -429,7 +429,7 @@ def build_agent(
         [*_agent_tools(cfg, mcp), *(sub.as_tool() for sub in subagents)],
         max_steps=cfg.max_steps,
         max_parallel_children=cfg.max_parallel_children,
-        deadline_s=cfg.deadline_s,
+        deadline_s=cfg.deadline_s or None,  # 0: none
         context=ContextPolicy(
             max_context_tokens=cfg.max_context_tokens,
             max_tool_result_tokens=cfg.max_tool_result_tokens,

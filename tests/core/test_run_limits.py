@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from _helpers import lookup
@@ -74,9 +73,9 @@ async def test_deadline_fails_the_run() -> None:
         tools=[forever],
         deadline_s=0.05,
     )
-    t0 = time.perf_counter()
+    # The run ending at all is the proof (the tool never returns; a hang is the test's
+    # timeout), not how fast a busy machine got there.
     record = await agent.run("go")
-    assert time.perf_counter() - t0 < 2.0
     assert (record.status, record.reason) == ("failed", "deadline")
 
 

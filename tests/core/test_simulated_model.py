@@ -81,8 +81,9 @@ async def test_capacity_queues_requests_beyond_it() -> None:
     assert [r.content for r in replies] == ["x"] * 6
     assert model.peak_running == 2
     assert model.running == 0
-    assert elapsed >= 3 * 0.04 * 0.9  # three waves of two
-    assert elapsed < 6 * 0.04  # but not one by one
+    assert elapsed >= 3 * 0.04 * 0.9  # three waves of two (a wait is never shorter)
+    # "Not one by one" is peak_running == 2, not an upper bound on the time a busy machine
+    # takes to run six waits.
 
 
 @pytest.mark.anyio

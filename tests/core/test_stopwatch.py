@@ -18,28 +18,24 @@ from podium.engine.profile import StepProfile
 from podium.engine.stopwatch import ENDS, SAMPLE_EVERY, SampledStopwatch, Stopwatch
 
 
-def half_speed_clock() -> int:
-    return time.perf_counter_ns() // 2
-
-
-def spin(ns: int) -> None:
-    end = time.perf_counter_ns() + ns
-    while time.perf_counter_ns() < end:
-        pass
-
-
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
-def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(kind: type) -> None:
+def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(
+    kind: type, clocks: FakeClocks
+) -> None:
+    # Fake clocks, not a spinning thread: a real one preempted between its two clock reads
+    # moved the ratio past its bounds on a busy machine.
     stopwatch._calibration.set(1.0, stopwatch.SAMPLED_TOLERANCE)  # a fresh process's estimate
-    sw = kind.start(half_speed_clock)
+
+    def half_cpu() -> int:
+        return clocks.cpu // 2
+
+    sw = kind.start(half_cpu)
     profiles = []
     for step in range(10 * SAMPLE_EVERY):
-        spin(200_000)
+        clocks.advance(200_000)
         sw.lap(0)
-        sw.suspend(1)
-        time.sleep(0.002)  # waiting: wall time of phase 1, no CPU
-        sw.resume(1)
-        spin(200_000)
+        wait(clocks, sw, 1, 2_000_000)  # waiting: wall time of phase 1, no CPU
+        clocks.advance(200_000)
         sw.lap(1)
         profile = sw.snapshot(step, 0, 0)
         sw.close_step(profile)
@@ -48,7 +44,7 @@ def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(kind
     late = profiles[-SAMPLE_EVERY:]  # past the calibration's first slices
     for p in late:
         assert p is not None
-        assert p.wall_ns[1] > 2_000_000 > p.cpu_ns[1]  # the sleep is waiting, not CPU
+        assert p.wall_ns[1] > 2_000_000 > p.cpu_ns[1]  # the wait is waiting, not CPU
         ratio0 = p.cpu_ns[0] / p.wall_ns[0]
         assert 0.35 < ratio0 < 0.65, (kind.__name__, p)
 
@@ -73,7 +69,9 @@ def test_the_sampled_stopwatch_reads_the_cpu_clock_on_few_slices() -> None:
     assert reads <= 2 * (slices // SAMPLE_EVERY + 1), reads
 
 
-def test_a_resumed_run_files_new_steps_after_its_replayed_ones_and_never_rescales_those() -> None:
+def test_a_resumed_run_files_new_steps_after_its_replayed_ones_and_never_rescales_those(
+    clocks: FakeClocks,
+) -> None:
     """The held steps are a range of the run's own profile list: a run resumed from its
     journal starts with the replayed profiles in it, and only the steps it runs now are
     held and settled (with a fake clock at half speed, so settling rescales them)."""
@@ -81,14 +79,17 @@ def test_a_resumed_run_files_new_steps_after_its_replayed_ones_and_never_rescale
 
     replayed = [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]
     steps = list(replayed)
-    sw = Stopwatch.start(half_speed_clock, steps=steps)
+
+    def half_cpu() -> int:
+        return clocks.cpu // 2
+
+    sw = Stopwatch.start(half_cpu, steps=steps)
     for step in (2, 3, 4):
-        spin(100_000)
+        clocks.advance(100_000)
         sw.lap(0)
         profile = sw.snapshot(step, 0, 0)
         sw.close_step(profile)
-    # At once: the slice's time after the last step is shared among its steps too (a
-    # preempted test thread between the two made their CPU read 0.66 of their wall).
+    clocks.advance(1_000)  # the slice goes on after the last step: shared among its steps
     sw.finish()
     assert [p.step for p in steps] == [0, 1, 2, 3, 4]
     assert steps[:2] == [StepProfile(0, (1,) * 6, (1,) * 6), StepProfile(1, (2,) * 6, (2,) * 6)]

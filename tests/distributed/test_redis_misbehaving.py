@@ -335,9 +335,9 @@ async def test_a_slow_redis_loses_no_lease_and_the_gateway_keeps_answering(
                               lambda: admin.client_pause(1500, all=False)):
                     stalled = asyncio.create_task(asyncio.to_thread(stall))
                     await asyncio.sleep(0.2)  # inside the stall
-                    start = time.monotonic()
                     assert (await client.get("/healthz")).status_code == 200
-                    assert time.monotonic() - start < 0.5
+                    # answered while Redis still stalls: it waited for nothing of Redis's
+                    assert not stalled.done()
                     await stalled
 
                 async def all_done() -> bool:

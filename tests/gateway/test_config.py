@@ -250,3 +250,20 @@ def test_an_embedded_pool_without_workers_is_said_at_start(
     assert gateway.workers == []
     assert "pools.default.workers = 0" in caplog.text and "'react'" in caplog.text
     assert "stay queued" in caplog.text
+
+
+def test_a_declared_agent_gets_a_python_agents_default_deadline(tmp_path: Path) -> None:
+    from podium.agent import DEFAULT_DEADLINE_S
+    from podium.gateway.runtime import load_agents
+
+    declared = "[[models]]\nname = 'm'\nmodel = 'm'\n\n[[agents]]\nname = '{name}'\nmodel = 'm'\n"
+    path = tmp_path / "podium.toml"
+    path.write_text(
+        declared.format(name="plain")
+        + "\n[[agents]]\nname = 'open'\nmodel = 'm'\ndeadline_s = 0\n"
+        + "\n[[agents]]\nname = 'quick'\nmodel = 'm'\ndeadline_s = 5\n"
+    )
+    agents = {s.name: s.agent for s in load_agents(load_config(path, {}))}
+    assert agents["plain"].deadline_s == DEFAULT_DEADLINE_S == 600.0
+    assert agents["open"].deadline_s is None
+    assert agents["quick"].deadline_s == 5.0

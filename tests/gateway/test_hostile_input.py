@@ -12,6 +12,7 @@ from conftest import KEY_B, gateway_client
 
 pytestmark = pytest.mark.anyio
 
+JSON = {"Content-Type": "application/json"}
 DEEP = "[" * 2000 + "]" * 2000  # 4 KB
 
 
@@ -144,3 +145,76 @@ async def test_a_trailing_slash_is_a_404_not_a_redirect_to_the_host_header(
         r = await client.request(method, path, headers={"Host": "evil.example"})
         assert _error(r, 404)["type"] == "not_found"
         assert "location" not in r.headers
+
+
+_CHAT = b'{"model": "react", "messages": [{"role": "user", "content": "q"}], '
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_tokens", "1e30"),  # a float where a count goes
+        ("max_tokens", "1" + "0" * 30),  # 10**30, an int
+        ("max_tokens", "18446744073709551615"),
+        ("max_tokens", "-1"),
+        ("max_tokens", "0"),
+        ("max_completion_tokens", "1" + "0" * 30),
+        ("temperature", "1e30"),
+        ("temperature", "-0.5"),
+        ("temperature", "1e400"),  # inf to a parser that allows it
+        ("top_p", "1.5"),
+        ("top_p", "-1e400"),
+        ("presence_penalty", "1e30"),
+        ("frequency_penalty", "-3"),
+        ("seed", "9" * 30),
+        ("n", "2"),
+    ],
+)
+async def test_a_numeric_option_out_of_range_is_a_422_naming_it(field: str, value: str) -> None:
+    async with gateway_client() as (gw, client):
+        body = _CHAT + f'"{field}": {value}}}'.encode()
+        r = await client.post("/v1/chat/completions", content=body, headers=JSON)
+        assert _error(r, 422)["field"] == field
+        assert await gw.store.list() == []
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "nan"])
+async def test_nan_and_infinity_are_not_json(value: str) -> None:
+    async with gateway_client() as (gw, client):
+        for path, body in [
+            ("/v1/chat/completions", _CHAT + f'"temperature": {value}}}'.encode()),
+            ("/v1/runs", f'{{"agent": "react", "input": "q", "wait_timeout_s": {value}}}'.encode()),
+            ("/v1/threads", f'{{"ttl_s": {value}}}'.encode()),
+        ]:
+            r = await client.post(path, content=body, headers=JSON)
+            assert _error(r, 400)["type"] == "invalid_json", path
+        assert await gw.store.list() == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/runs", {"agent": "react", "input": "q", "wait_timeout_s": 1e30}, "wait_timeout_s"),
+        ("/v1/runs", {"agent": "react", "input": "q", "wait_timeout_s": -1}, "wait_timeout_s"),
+        ("/v1/runs", {"agent": "react", "input": "q", "wait_timeout_s": 0}, "wait_timeout_s"),
+        ("/v1/threads", {"ttl_s": 1e30}, "ttl_s"),
+        ("/v1/threads", {"ttl_s": -5}, "ttl_s"),
+    ],
+)
+async def test_a_timeout_out_of_range_is_a_422_naming_it(
+    path: str, body: dict[str, object], field: str
+) -> None:
+    async with gateway_client() as (gw, client):
+        assert _error(await client.post(path, json=body), 422)["field"] == field
+        assert await gw.store.list() == []
+
+
+async def test_sampling_options_in_range_are_accepted() -> None:
+    async with gateway_client() as (_, client):
+        body = _CHAT + (
+            b'"max_tokens": 16777216, "max_completion_tokens": 1, "temperature": 2, '
+            b'"top_p": 0, "presence_penalty": -2, "frequency_penalty": 2, '
+            b'"seed": -9223372036854775808, "n": 1}'
+        )
+        r = await client.post("/v1/chat/completions", content=body, headers=JSON)
+        assert r.status_code == 200, r.text

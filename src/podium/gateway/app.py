@@ -32,6 +32,7 @@ from podium.engine.children import child_runs
 from podium.engine.records import RUN_STATUSES
 from podium.errors import ConfigError, StaleRunError
 from podium.gateway import openai_facade
+from podium.gateway.body_limit import BodyLimit, body_too_large
 from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
 from podium.gateway.live import LiveFrames, follow_live
@@ -121,7 +122,7 @@ async def read_body(request: Request, max_bytes: int, body_timeout_s: float = 30
         )
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes)
+        raise body_too_large(max_bytes)
     body = bytearray()
     try:
         # A client that trickles its body holds a connection and a task: bound the read.
@@ -129,7 +130,7 @@ async def read_body(request: Request, max_bytes: int, body_timeout_s: float = 30
             async for chunk in request.stream():
                 body += chunk
                 if len(body) > max_bytes:
-                    raise _too_large(max_bytes)
+                    raise body_too_large(max_bytes)
     except TimeoutError:
         raise ApiError(
             408,
@@ -138,10 +139,6 @@ async def read_body(request: Request, max_bytes: int, body_timeout_s: float = 30
             headers={"Connection": "close"},
         ) from None
     return bytes(body)
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(413, "payload_too_large", f"the body is over the limit of {limit} bytes")
 
 
 def _query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
@@ -548,7 +545,11 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
     }
     app = Starlette(
         routes=[*_routes(gateway), mcp_route],
-        middleware=[Middleware(MetricsMiddleware, gateway=gateway)],
+        middleware=[
+            Middleware(MetricsMiddleware, gateway=gateway),
+            # Inside the metrics: a refused body is counted like any other answer.
+            Middleware(BodyLimit, max_bytes=gateway.config.server.max_body_bytes),
+        ],
         exception_handlers=handlers,
         lifespan=lifespan,
     )

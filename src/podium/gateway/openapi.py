@@ -12,6 +12,7 @@ import msgspec
 
 from podium.engine.records import RUN_STATUSES
 from podium.gateway.errors import ErrorBody
+from podium.gateway.openapi_events import EVENT_STRUCTS, event_schemas
 from podium.gateway.schemas import (
     THREAD_ID_PATTERN,
     AgentList,
@@ -74,23 +75,29 @@ def _errors(*codes: str) -> dict[str, Any]:
     return out
 
 
-_SSE = {
-    "text/event-stream": {
-        "schema": {
-            "type": "string",
-            "contentMediaType": "text/event-stream",
-            "description": "Server-Sent Events: frames of `id: <seq>` (on the last event of "
-            "each journal entry), `event: <name>` and `data: <one line of JSON>`, "
-            "separated by blank lines, and `: keep-alive` comments. Names: model_reply, "
-            "tool_result, compacted, step_finished, approval_requested, approval_decided, final "
-            "(always the last), error (the store stayed unreachable), and delta (model tokens "
-            "as they arrive, without an id: {step, content?, reasoning?, tool_call_index?, "
-            "tool_name?, arguments?, offset?}; offset: where it starts in the step's streamed "
-            "text). Chat completions send OpenAI's `data: {chunk}` frames, "
-            "one per token, and `data: [DONE]`.",
+def _sse(event_schema: str, text: str) -> dict[str, Any]:
+    # OpenAPI 3.1 has no item schema for a stream (3.2's itemSchema): as schemathesis and
+    # other tools read a 3.1 document, the event stream's schema describes one event, parsed
+    # as {event, data, id?, retry?}, its data (a JSON text) by contentSchema.
+    return {
+        "text/event-stream": {
+            "schema": {"$ref": _REF.format(name=event_schema), "description": text}
         }
     }
-}
+
+
+_RUN_SSE = _sse(
+    "RunEvent",
+    "Server-Sent Events, one per RunEvent: `id: <seq>` (on the last event of each journal "
+    "entry: resume with Last-Event-ID), `event: <name>`, `data: <one line of JSON>`, a "
+    "blank line; `: keep-alive` comments while nothing happens. `final` is the last event "
+    "of a run that ended; `error` ends a stream early (reconnect with Last-Event-ID).",
+)
+_CHAT_SSE = _sse(
+    "ChatCompletionEvent",
+    "Server-Sent Events as OpenAI sends them: `data: <chat.completion.chunk>` per token, "
+    "then `data: [DONE]`.",
+)
 _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
     "in": "header",
@@ -137,7 +144,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": "The finished run (wait), or its events as SSE (stream).",
-                        "content": {**_json("RunOut"), **_SSE},
+                        "content": {**_json("RunOut"), **_RUN_SSE},
                     },
                     "202": {
                         "description": "Accepted: the run is queued (or still running "
@@ -230,7 +237,7 @@ def _paths() -> dict[str, Any]:
                     },
                 ],
                 "responses": {
-                    "200": {"description": "Server-Sent Events.", "content": _SSE},
+                    "200": {"description": "Server-Sent Events.", "content": _RUN_SSE},
                     **_errors("401", "404", "422", "503"),
                 },
             }
@@ -388,7 +395,7 @@ def _paths() -> dict[str, Any]:
                     "200": {
                         "description": "A chat.completion, or chat.completion.chunk events "
                         "(stream).",
-                        "content": {**_json("ChatCompletion"), **_SSE},
+                        "content": {**_json("ChatCompletion"), **_CHAT_SSE},
                     },
                     **_errors(*body_errors, "404", "408", "429", "502", "503", "504"),
                 },
@@ -451,8 +458,10 @@ def openapi_document() -> dict[str, Any]:
         ErrorBody,
         Health,
         Readiness,
+        *EVENT_STRUCTS,
     )
     _, components = msgspec.json.schema_components(types, ref_template=_REF)
+    components.update(event_schemas(_REF))
     return {
         "openapi": "3.1.0",
         "info": {

@@ -45,6 +45,17 @@ __all__ = (
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 Timeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+#: A reply's token budget: 16M tokens is past any model's context, so a larger number
+#: (``10**30`` from a client's arithmetic) is a mistake, refused by name, not passed on.
+MAX_TOKENS = 1 << 24
+# OpenAI's documented ranges for its sampling options: a client sending others has a bug.
+# The facade ignores them (the agent's settings apply), so a whole number written as
+# ``100.0`` (an integer to JSON Schema, and to some clients) is taken too.
+TokenBudget = Annotated[float, msgspec.Meta(ge=1, le=MAX_TOKENS, multiple_of=1)]
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+Probability = Annotated[float, msgspec.Meta(ge=0, le=1)]
+Penalty = Annotated[float, msgspec.Meta(ge=-2, le=2)]
+Seed = Annotated[float, msgspec.Meta(ge=-(2**63), le=2**63 - 1, multiple_of=1)]
 RunStatusName = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
 #: A thread id as the API accepts it (what :func:`podium.threads.check_thread_id` checks).
 THREAD_ID_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.:-]*$"
@@ -316,23 +327,25 @@ class ResponseFormat(msgspec.Struct, kw_only=True):
 class ChatRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/chat/completions``: ``model`` names the agent; sampling options and any
     other field of OpenAI's API (``tools``, ``tool_choice``, ``logprobs``…) are accepted for
-    compatibility and ignored (the agent's own tools and settings apply). ``response_format``
+    compatibility and ignored (the agent's own tools and settings apply), but a sampling
+    option outside OpenAI's range (``temperature`` 0–2, ``top_p`` 0–1, penalties −2–2,
+    ``max_tokens`` 1–16,777,216, a 64-bit ``seed``) is a 422 naming it. ``response_format``
     asking for JSON needs an agent with an ``output_type``: its answer is the JSON."""
 
     model: Name
     messages: Annotated[list[ChatMessage], msgspec.Meta(min_length=1)]
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
+    n: Annotated[float, msgspec.Meta(ge=1, le=1)] = 1
+    temperature: Temperature | None = None
+    top_p: Probability | None = None
+    max_tokens: TokenBudget | None = None
+    max_completion_tokens: TokenBudget | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     user: str | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
     metadata: dict[str, str] | None = None
     response_format: ResponseFormat | None = None
     #: Podium's extension (``extra_body={"thread_id": ...}`` in OpenAI's SDK): continue the

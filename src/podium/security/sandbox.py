@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,6 +135,12 @@ def _give_uid(uid: int) -> None:
     _free_slots.append((uid - _BASE_UID) % 256)
 
 
+#: How many times, and how long each, bubblewrap is tried before the sandbox is unavailable.
+_PROBES = 3
+_PROBE_TIMEOUT_S = 30.0
+_PROBE_PAUSE_S = 0.5
+
+
 class Sandbox:
     """Runs code under bubblewrap with :class:`SandboxLimits`. Example::
 
@@ -155,26 +162,49 @@ class Sandbox:
         self._checked: bool | None = None
         self._why = ""
 
+    @property
+    def unavailable_reason(self) -> str:
+        """Why :meth:`available` said no (empty before it was asked, or when it said yes)."""
+        return self._why
+
     def available(self) -> bool:
-        """Whether isolation works here (probed once: bubblewrap runs ``true``)."""
-        if self._checked is None:
-            if self.bwrap is None:
-                self._checked, self._why = False, "bubblewrap (bwrap) is not installed"
+        """Whether isolation works here: bubblewrap runs ``true`` (probed until it gives an
+        answer, which is kept). A probe that fails may fail for a passing reason (a machine
+        too busy to start it in time, namespaces short while others are torn down): it is
+        tried again before the sandbox is called unavailable, and a probe that timed out
+        is not kept, so the next call probes again."""
+        if self._checked is not None:
+            return self._checked
+        if self.bwrap is None:
+            self._checked, self._why = False, "bubblewrap (bwrap) is not installed"
+            return False
+        for attempt in range(_PROBES):
+            try:
+                probe = subprocess.run(
+                    [*self._command(0), "/usr/bin/true"],
+                    capture_output=True,
+                    timeout=_PROBE_TIMEOUT_S,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                self._why = (
+                    f"{self.bwrap} did not answer within {_PROBE_TIMEOUT_S:g}s "
+                    f"{_PROBES} times (the machine is too busy?)"
+                )
+                continue  # not kept: asked again, it probes again
+            except (OSError, subprocess.SubprocessError) as exc:
+                self._checked, self._why = False, f"cannot run {self.bwrap}: {exc}"
+                return False
+            if probe.returncode == 0:
+                self._checked, self._why = True, ""
+                return True
+            why = probe.stderr.decode(errors="replace").strip()
+            self._why = f"bubblewrap cannot create namespaces here: {why}"
+            if attempt + 1 == _PROBES:
+                self._checked = False
             else:
-                try:
-                    probe = subprocess.run(
-                        [*self._command(0), "/usr/bin/true"],
-                        capture_output=True,
-                        timeout=30,
-                        check=False,
-                    )
-                except (OSError, subprocess.SubprocessError) as exc:
-                    self._checked, self._why = False, f"cannot run {self.bwrap}: {exc}"
-                else:
-                    self._checked = probe.returncode == 0
-                    why = probe.stderr.decode(errors="replace").strip()
-                    self._why = f"bubblewrap cannot create namespaces here: {why}"
-        return self._checked
+                time.sleep(_PROBE_PAUSE_S * (attempt + 1))  # in a thread (see run_python)
+        return False
 
     def _command(self, uid: int, extra: tuple[str, ...] = ()) -> list[str]:
         assert self.bwrap is not None
