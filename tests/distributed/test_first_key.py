@@ -1,0 +1,131 @@
+"""With no API key configured, one key per deployment: every gateway replica on a Redis
+accepts the key one of them printed, and an embedded server keeps its key across restarts
+(printed once, when made). Configured keys still win."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+
+from podium.errors import ConfigError
+from podium.gateway.auth import hash_key
+from podium.gateway.first_key import (
+    FirstKey,
+    admin_key_name,
+    file_first_key,
+    shared_first_key,
+)
+from serve_process import start_serve
+
+KEY_LINE = re.compile(r"for tenant 'default' use: (pk_\S+)")
+KEPT_LINE = "for tenant 'default' use the key printed when it was made"
+
+
+def _race(make: Callable[[], FirstKey], n: int = 8) -> list[FirstKey]:
+    """``make()`` in ``n`` threads at once."""
+    start = threading.Barrier(n)
+    results: list[FirstKey] = []
+
+    def one() -> None:
+        start.wait()
+        results.append(make())
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == n
+    return results
+
+
+def _one_made(results: list[FirstKey]) -> str:
+    """The one key made among ``results``; every result accepts it."""
+    made = [r.key for r in results if r.key is not None]
+    assert len(made) == 1, results
+    assert {r.digest for r in results} == {hash_key(made[0])}
+    return made[0]
+
+
+def test_replicas_racing_on_redis_share_one_key(shared_redis_url: str, prefix: str) -> None:
+    key = _one_made(_race(lambda: shared_first_key(shared_redis_url, prefix)))
+    stored = redis.Redis.from_url(shared_redis_url).get(admin_key_name(prefix))
+    assert stored == hash_key(key).encode()  # the digest only, never the key
+    again = shared_first_key(shared_redis_url, prefix)  # a restart: the same key, not printed
+    assert again.key is None and again.digest == hash_key(key)
+    assert key not in again.announcement()
+
+
+def test_redis_holding_garbage_is_one_line(shared_redis_url: str, prefix: str) -> None:
+    redis.Redis.from_url(shared_redis_url).set(admin_key_name(prefix), "hunter2")
+    with pytest.raises(ConfigError, match=r"not a key digest .* delete it \(redis-cli DEL"):
+        shared_first_key(shared_redis_url, prefix)
+
+
+def test_redis_away_gives_up_saying_what_to_do() -> None:
+    with pytest.raises(ConfigError, match="configure keys"):
+        shared_first_key("redis://127.0.0.1:1/0", "p", patience_s=0.3)
+
+
+def test_an_embedded_key_is_made_once_and_kept(tmp_path: Path) -> None:
+    database = str(tmp_path / "podium.sqlite")
+    key = _one_made(_race(lambda: file_first_key(database)))
+    path = Path(database + ".key")
+    assert path.read_text().strip() == hash_key(key)
+    assert path.stat().st_mode & 0o777 == 0o600
+    again = file_first_key(database)
+    assert again.key is None and again.digest == hash_key(key)
+
+
+def _models(url: str, key: str) -> int:
+    r = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=10)
+    return r.status_code
+
+
+@pytest.mark.slow
+def test_two_gateways_on_one_redis_accept_the_same_key(
+    shared_redis_url: str, prefix: str, tmp_path: Path
+) -> None:
+    args = ["--agent", "support=react", "--port", "0", "--redis", shared_redis_url,
+            "--prefix", prefix]
+    first = start_serve(args, cwd=tmp_path, env=os.environ)
+    try:
+        second = start_serve(args, cwd=tmp_path, env=os.environ)
+        try:
+            match = KEY_LINE.search(first.log)
+            assert match, first.log
+            assert KEPT_LINE in second.log and not KEY_LINE.search(second.log), second.log
+            key = match.group(1)
+            assert _models(first.url, key) == 200
+            assert _models(second.url, key) == 200
+            assert _models(second.url, key + "x") == 401
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+
+
+@pytest.mark.slow
+def test_an_embedded_server_keeps_its_key_across_restarts(tmp_path: Path) -> None:
+    args = ["--agent", "support=react", "--port", "0", "--store", "sqlite:data.sqlite"]
+    first = start_serve(args, cwd=tmp_path, env=os.environ)
+    try:
+        match = KEY_LINE.search(first.log)
+        assert match, first.log
+        key = match.group(1)
+    finally:
+        first.stop()
+    second = start_serve(args, cwd=tmp_path, env=os.environ)
+    try:
+        assert KEPT_LINE in second.log and not KEY_LINE.search(second.log), second.log
+        assert "data.sqlite.key" in second.log
+        assert _models(second.url, key) == 200
+    finally:
+        second.stop()
