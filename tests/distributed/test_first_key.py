@@ -9,6 +9,7 @@ import re
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -23,6 +24,9 @@ from podium.gateway.first_key import (
     shared_first_key,
 )
 from serve_process import start_serve
+
+if TYPE_CHECKING:
+    from .redis_server import RedisServer
 
 KEY_LINE = re.compile(r"for tenant 'default' use: (pk_\S+)")
 KEPT_LINE = "for tenant 'default' use the key printed when it was made"
@@ -129,3 +133,15 @@ def test_an_embedded_server_keeps_its_key_across_restarts(tmp_path: Path) -> Non
         assert _models(second.url, key) == 200
     finally:
         second.stop()
+
+
+def test_a_read_only_redis_is_one_line(private_redis: RedisServer) -> None:
+    client = redis.Redis.from_url(private_redis.url)
+    client.config_set("replica-read-only", "yes")
+    client.execute_command("REPLICAOF", "127.0.0.1", "1")  # a replica: writes refused
+    try:
+        with pytest.raises(ConfigError, match=r"cannot be read or made .*read only replica"):
+            shared_first_key(private_redis.url, "p", patience_s=1)
+    finally:
+        client.execute_command("REPLICAOF", "NO", "ONE")
+        client.close()

@@ -12,6 +12,10 @@ only (like every key at rest, see :mod:`podium.gateway.auth`):
   (``O_EXCL``, mode 0600): printed once, when made, and accepted at every later start.
 - ``--store memory``: nothing outlives the process, so a key for this process only.
 
+Redis mode keeps the digest as long as Redis keeps its data (use AOF, as for the runs):
+a Redis that lost it makes the next gateway to start make a new key, which the replicas
+started before do not know until they restart.
+
 Lost the printed key? Delete the digest (``redis-cli DEL <prefix>:admin-key``, or the
 file) and restart: a new key is made and printed. Configured keys always win: with any
 key in ``[[keys]]`` or ``PODIUM_KEYS`` none of this happens.
@@ -133,6 +137,7 @@ def shared_first_key(url: str, prefix: str, *, patience_s: float = REDIS_PATIENC
     """
     import redis
     from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import RedisError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
     name = admin_key_name(prefix)
@@ -153,6 +158,11 @@ def shared_first_key(url: str, prefix: str, *, patience_s: float = REDIS_PATIENC
                     ) from exc
                 time.sleep(delay)
                 delay = min(2.0, delay * 2)
+            except RedisError as exc:  # refused (an ACL without SET, a read-only replica)
+                raise ConfigError(
+                    f"no API keys configured and {where} cannot be read or made ({exc}); "
+                    "configure keys ([[keys]] in podium.toml, or PODIUM_KEYS)"
+                ) from exc
     finally:
         client.close()
 
