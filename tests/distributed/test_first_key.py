@@ -138,10 +138,10 @@ def test_an_embedded_server_keeps_its_key_across_restarts(tmp_path: Path) -> Non
 def test_a_read_only_redis_is_one_line(private_redis: RedisServer) -> None:
     client = redis.Redis.from_url(private_redis.url)
     client.config_set("replica-read-only", "yes")
-    client.execute_command("REPLICAOF", "127.0.0.1", "1")  # a replica: writes refused
+    client.replicaof("127.0.0.1", 1)  # a replica: writes refused
     try:
         with pytest.raises(ConfigError, match=r"cannot be read or made .*read only replica"):
             shared_first_key(private_redis.url, "p", patience_s=1)
     finally:
-        client.execute_command("REPLICAOF", "NO", "ONE")
+        client.replicaof("NO", "ONE")
         client.close()
