@@ -18,18 +18,24 @@ compute it after most acks (Podium deletes what it acks).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
 from podium.queue.base import QueueItem
 from podium.queue.redis import RedisQueue, queue_stream_key
 
+from .harness import serving
+from .redis_server import RedisServer
+
 pytestmark = pytest.mark.anyio
 
 POOL = "support"
 GROUP = "workers"  # the group Podium's queue reads with, named in the KEDA trigger
+AGENT = "tests.distributed.app:one_step"
 
 
 @pytest.fixture
@@ -115,3 +121,53 @@ async def test_stream_length_is_waiting_plus_running(shared_redis_url: str, pref
             await _check(client, queue, waiting=0, running=0)
         finally:
             await client.aclose()
+
+
+def _gauge(text: str, name: str, pool: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == name and s.labels.get("pool") == pool)
+
+
+@pytest.mark.slow
+async def test_the_gateway_gauges_equal_the_stream_keda_reads(
+    tmp_path: Path, private_redis: RedisServer
+) -> None:
+    """A real ``podium serve --redis``: runs admitted with no worker up, then two of them
+    claimed; at each point its ``/metrics`` gauges add up to the stream's length, and the
+    in-flight gauge is the group's pending count."""
+    user, admin = "pk_keda_user", "pk_keda_admin"
+    config = tmp_path / "podium.toml"
+    config.write_text(
+        f'[server]\nredis = "{private_redis.url}"\n\n[[agents]]\npath = "{AGENT}"\n'
+        f'pool = "{POOL}"\n'
+        f'\n[[keys]]\nkey = "{user}"\ntenant = "t1"\n'
+        f'\n[[keys]]\nkey = "{admin}"\ntenant = "ops"\nadmin = true\n'
+    )
+    stream = queue_stream_key("podium", POOL)
+    client = aioredis.Redis.from_url(private_redis.url)
+    try:
+        with serving(config, tmp_path / "serve.log") as url:
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+
+                async def check(waiting: int, running: int) -> None:
+                    scraped = (await http.get(
+                        "/metrics", headers={"Authorization": f"Bearer {admin}"})).text
+                    keda = await KedaReading.of(client, stream)
+                    gauges = (int(_gauge(scraped, "podium_queue_waiting", POOL)),
+                              int(_gauge(scraped, "podium_queue_in_flight", POOL)))
+                    assert gauges == (waiting, running)
+                    assert keda.stream_length == sum(gauges) and keda.pending == gauges[1]
+
+                for i in range(5):
+                    r = await http.post("/v1/runs", headers={"Authorization": f"Bearer {user}"},
+                                        json={"agent": "one_step", "input": str(i)})
+                    assert r.status_code in (200, 201, 202), r.text
+                await check(waiting=5, running=0)
+                async with RedisQueue(private_redis.url) as queue:
+                    held = await queue.claim("a-worker", pool=POOL, count=2, block_s=0.1)
+                    assert len(held) == 2
+                    await check(waiting=3, running=2)
+    finally:
+        await client.aclose()
