@@ -145,3 +145,14 @@ def test_a_read_only_redis_is_one_line(private_redis: RedisServer) -> None:
     finally:
         client.replicaof("NO", "ONE")
         client.close()
+
+
+def test_a_key_file_that_is_not_one_is_one_line(tmp_path: Path) -> None:
+    database = str(tmp_path / "podium.sqlite")
+    Path(database + ".key").mkdir()
+    with pytest.raises(ConfigError, match="cannot read the key file"):
+        file_first_key(database)
+    Path(database + ".key").rmdir()
+    Path(database + ".key").write_text("not a digest\n")
+    with pytest.raises(ConfigError, match="does not hold a key digest"):
+        file_first_key(database)

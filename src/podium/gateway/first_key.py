@@ -111,7 +111,10 @@ def _read_digest(path: Path) -> str | None:
     # A file another server is writing right now may be empty for an instant: wait a little.
     for attempt in range(20):
         with contextlib.suppress(FileNotFoundError):
-            text = path.read_text().strip()
+            try:
+                text = path.read_text().strip()
+            except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"cannot read the key file {path}: {exc}") from exc
             if _is_digest(text):
                 return text
             if text:
