@@ -14,12 +14,15 @@ brings it back.
 
 Needs root and ``ip`` (iproute2). Every command is bounded; :meth:`Fleet.close` kills
 the processes it started (their process groups), deletes namespaces and route, and is
-safe to call twice or after a half-built start.
+safe to call twice or after a half-built start. A fleet whose builder was killed before
+it could close (a SIGKILLed test run) is swept by the next builder: each fleet writes
+what it made to ``/run/podium-fleet/TAG.json`` with its builder's PID.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -32,6 +35,7 @@ from pathlib import Path
 __all__ = ("Fleet", "Host", "fleet_unavailable")
 
 ROOT = Path(__file__).resolve().parents[2]
+STATE = Path("/run/podium-fleet")
 
 
 def fleet_unavailable() -> str | None:
@@ -66,7 +70,7 @@ class Fleet:
     """Hosts ``names`` on one bridge. ``start()`` builds them; use as a context manager."""
 
     def __init__(self, names: Sequence[str], tag: str | None = None) -> None:
-        self.tag = tag or f"pf{os.getpid() % 100000}"
+        self.tag = tag or f"pf{os.getpid()}"
         self.net = f"{self.tag}-net"
         self.names = list(names)
         self.hosts: dict[str, Host] = {}
@@ -77,8 +81,10 @@ class Fleet:
     # -- building --------------------------------------------------------------------------
 
     def start(self) -> Fleet:
+        sweep_abandoned()
         try:
             self._claim_subnet()
+            self._record()
             _ip("netns", "add", self.net)
             _ip("-n", self.net, "link", "add", "br0", "type", "bridge")
             _ip("-n", self.net, "link", "set", "br0", "up")
@@ -100,6 +106,13 @@ class Fleet:
                 self.subnet, self.subnet_prefix, self._route = subnet, f"10.231.{octet}", True
                 return
         raise RuntimeError("no free /24 in 10.231.0.0/16")
+
+    def _record(self) -> None:
+        """What this fleet made, for a later builder to sweep if this one dies unclosed."""
+        STATE.mkdir(mode=0o700, exist_ok=True)
+        namespaces = [self.net, *(f"{self.tag}-{n}" for n in self.names)]
+        state = {"pid": os.getpid(), "subnet": self.subnet, "namespaces": namespaces}
+        (STATE / f"{self.tag}.json").write_text(json.dumps(state))
 
     def _add_host(self, name: str, ip: str) -> None:
         ns = f"{self.tag}-{name}"
@@ -187,23 +200,50 @@ class Fleet:
         if self._route:
             _ip("route", "del", "blackhole", self.subnet, check=False)
             self._route = False
+        with contextlib.suppress(FileNotFoundError):
+            (STATE / f"{self.tag}.json").unlink()
 
     @staticmethod
     def _kill_left_in(ns: str) -> None:
         """Processes still in ``ns`` (a child that left its group): by id, ours only."""
-        done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, timeout=10)
-        for pid in done.stdout.split():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            left = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, timeout=10)
-            if not left.stdout.strip():
-                return
-            time.sleep(0.05)
+        _kill_left_in(ns)
 
     def __enter__(self) -> Fleet:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def sweep_abandoned() -> None:
+    """Tear down the fleets whose builder died without closing them (their state files
+    name a PID that is gone): their processes, namespaces and route."""
+    for path in STATE.glob("pf*.json") if STATE.is_dir() else ():
+        try:
+            state = json.loads(path.read_text())
+            os.kill(int(state["pid"]), 0)
+            continue  # its builder lives: not ours to touch
+        except ProcessLookupError:
+            pass
+        except (ValueError, KeyError, OSError):
+            continue
+        for ns in state.get("namespaces", ()):
+            _kill_left_in(ns)
+            _ip("netns", "delete", ns, check=False)
+        if state.get("subnet"):
+            _ip("route", "del", "blackhole", state["subnet"], check=False)
+        path.unlink(missing_ok=True)
+
+
+def _kill_left_in(ns: str) -> None:
+    """SIGKILL what still runs in ``ns`` (a namespace of a fleet of ours), by id."""
+    done = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, timeout=10)
+    for pid in done.stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid), signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, timeout=10)
+        if not left.stdout.strip():
+            return
+        time.sleep(0.05)
