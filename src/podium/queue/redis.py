@@ -98,9 +98,9 @@ return 1
 """
 
 # KEYS: stream. ARGV: group, min idle ms. Deletes the consumers idle that long holding no
-# entry (dead workers whose runs were taken over); returns how many. A live worker reads
-# (XREADGROUP) at least every claim block, or holds entries, so it is never one of them;
-# and one that was is made again by its next read.
+# entry (dead workers whose runs were taken over); returns how many. A live worker that
+# holds nothing may be one of them (Redis 7.0 counts only deliveries as activity): that
+# costs it nothing, its next delivery lists it again. One holding entries never is.
 _FORGET_IDLE = """
 local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
 if not ok then return 0 end

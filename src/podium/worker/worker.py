@@ -75,7 +75,8 @@ def consumer_name() -> str:
 
 
 #: Dead workers' names are forgotten once idle this long holding nothing (see
-#: :meth:`Worker._forget_dead_consumers`); live ones read the queue every claim block.
+#: :meth:`Worker._forget_dead_consumers`; a live one forgotten is listed again by its
+#: next delivery, and one holding runs is never forgotten).
 CONSUMER_IDLE_S = 600.0
 _CONSUMER_SWEEP_S = 60.0  # how often a worker looks for them (jittered)
 
