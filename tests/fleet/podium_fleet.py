@@ -51,6 +51,13 @@ class Worker:
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def statistics(self) -> dict[str, Any]:
+        """What the worker said when it stopped (``podium worker NAME done {...}``)."""
+        match = re.search(r" done (\{.*\})", self.text())
+        assert match, self.text()
+        stats: dict[str, Any] = json.loads(match.group(1))
+        return stats
+
     @property
     def consumer(self) -> str:
         match = re.search(r"podium worker (\S+) ready", self.text())
@@ -201,6 +208,12 @@ class PodiumFleet:
         """Executions per idempotency key (``run:step:call``), counted on the Redis host."""
         lines = self.redis_cli("HGETALL", "fleet-effects", db=1).splitlines()
         return {k: int(v) for k, v in zip(lines[::2], lines[1::2], strict=True)}
+
+    def pending(self, consumer: str) -> int:
+        """Runs ``consumer`` holds now (its entries in the group's pending list)."""
+        lines = self.redis_cli("XPENDING", "fleet:queue:default", "workers", "-", "+", "1000",
+                               consumer).splitlines()
+        return len(lines) // 4  # id, consumer, idle ms, deliveries per entry
 
     def set_tool_delay(self, seconds: float) -> None:
         """How long the ``effects`` tool waits before its effect, from its next call."""

@@ -14,6 +14,7 @@ import json
 import signal
 import subprocess
 from collections import Counter
+from functools import partial
 from typing import Any
 
 import pytest
@@ -32,6 +33,10 @@ def _completed(report: dict[str, Any], n: int) -> list[dict[str, Any]]:
 
 def _repeated(fleet: PodiumFleet) -> dict[str, int]:
     return {key: n for key, n in fleet.effects().items() if n > 1}
+
+
+def _holds_a_run(fleet: PodiumFleet, consumer: str) -> bool:
+    return fleet.pending(consumer) > 0
 
 
 def _hosts_by_run(fleet: PodiumFleet) -> dict[str, set[str]]:
@@ -133,20 +138,30 @@ def test_two_workers_with_one_hostname_and_pid_stay_two(workers_up: PodiumFleet)
 
 
 def test_every_worker_replaced_under_load_loses_nothing(workers_up: PodiumFleet) -> None:
+    """Runs keep coming (5/s, each ~2 s of tool waits); each worker in turn, once it holds
+    a run, is replaced: a new one up, then SIGTERM to the old, which hands its runs over."""
     fleet = workers_up
-    n = 80
+    n = 60
+    fleet.set_tool_delay(0.5)
     client = subprocess.Popen(fleet.net.argv("client", fleet.client_argv(
         n, tag="rolling", rate=5, concurrency=64, deadline_s=90)), stdout=subprocess.PIPE)
+    released = 0
     try:
-        for host in fleet.worker_hosts:  # one by one, the next up before the last goes
+        for host in fleet.worker_hosts:
+            old = fleet.workers[host]
+            wait_for(partial(_holds_a_run, fleet, old.consumer), 30,
+                     f"the worker on {host} to hold a run")
             replacement = fleet.start_worker(host)
             fleet.wait_ready(replacement)
-            assert fleet.stop_worker(host, signal.SIGTERM) == 0
+            assert fleet.stop_worker(host, signal.SIGTERM) == 0, old.text()
             fleet.workers[host] = replacement
+            released += old.statistics()["released"]
         out, _ = client.communicate(timeout=120)
     finally:
         if client.poll() is None:
             client.kill()
             client.wait()
+        fleet.set_tool_delay(0.05)
     _completed(json.loads(out), n)
+    assert released > 0  # the drains did hand runs over
     assert _repeated(fleet) == {}
