@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -156,3 +157,24 @@ def test_a_key_file_that_is_not_one_is_one_line(tmp_path: Path) -> None:
     Path(database + ".key").write_text("not a digest\n")
     with pytest.raises(ConfigError, match="does not hold a key digest"):
         file_first_key(database)
+
+
+@pytest.mark.slow
+def test_a_gateway_started_before_redis_takes_the_key_once_it_answers(tmp_path: Path) -> None:
+    from .redis_server import RedisServer
+
+    redis_server = RedisServer(tmp_path / "redis")
+    redis_server.directory.mkdir()
+    args = ["--agent", "support=react", "--port", "0", "--redis", redis_server.url]
+    gateway = start_serve(args, cwd=tmp_path, env=os.environ)  # Redis not started yet
+    try:
+        assert "Redis, which does not answer yet" in gateway.log, gateway.log
+        redis_server.start()
+        deadline = time.monotonic() + 30
+        while not (match := KEY_LINE.search(gateway.log)):
+            assert time.monotonic() < deadline, gateway.log
+            time.sleep(0.05)
+        assert _models(gateway.url, match.group(1)) == 200
+    finally:
+        gateway.stop()
+        redis_server.stop()

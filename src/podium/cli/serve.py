@@ -32,6 +32,7 @@ from podium.gctune import check_gc_env
 
 if TYPE_CHECKING:
     from podium.config import Config
+    from podium.gateway.auth import KeyRing
     from podium.gateway.first_key import FirstKey
 
 __all__ = ("register", "serve")
@@ -151,17 +152,34 @@ def serve(args: argparse.Namespace) -> int:
             sock.close()
 
 
-def _first_key(config: Config) -> FirstKey:
-    """The operator key of a server with none configured: shared through Redis, kept beside
-    the SQLite file, or (``--store memory``) this process's own."""
-    from podium.gateway.first_key import file_first_key, memory_first_key, shared_first_key
+def _accept_first_key(config: Config, keys: KeyRing) -> None:
+    """Accept the operator key of a server with none configured (for tenant 'default', its
+    one user and operator) and say which it is: shared through Redis, kept beside the
+    SQLite file, or (``--store memory``) this process's own."""
+    from podium.gateway.first_key import (
+        file_first_key,
+        memory_first_key,
+        share_first_key,
+    )
+
+    def accept(first: FirstKey) -> None:
+        keys.add_digest(first.digest, "default", admin=True)
+        print(first.announcement(), file=sys.stderr, flush=True)
 
     server = config.server
     if server.redis:
-        return shared_first_key(server.redis, server.prefix)
-    if server.store.startswith("sqlite:"):
-        return file_first_key(server.store.removeprefix("sqlite:"))
-    return memory_first_key()
+        if not share_first_key(server.redis, server.prefix, accept):
+            print(
+                "podium: no API keys configured; the key every gateway shares is kept in "
+                "Redis, which does not answer yet: it is read (or made and printed) once it "
+                "does",
+                file=sys.stderr,
+                flush=True,
+            )
+    elif server.store.startswith("sqlite:"):
+        accept(file_first_key(server.store.removeprefix("sqlite:")))
+    else:
+        accept(memory_first_key())
 
 
 def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.socket]) -> int:
@@ -197,9 +215,7 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
     gateway = build_gateway(config, served, keys=keys)
     if not len(keys):  # one key for every replica and every start (podium.gateway.first_key)
         # Made after everything that can fail: a key made is a key printed, and it works.
-        first = _first_key(config)
-        gateway.keys.add_digest(first.digest, "default", admin=True)  # its operator too
-        print(first.announcement(), file=sys.stderr, flush=True)
+        _accept_first_key(config, gateway.keys)
     import uvicorn
 
     from podium.cli._uvicorn_server import BoundServer

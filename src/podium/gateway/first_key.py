@@ -7,7 +7,9 @@ only (like every key at rest, see :mod:`podium.gateway.auth`):
 
 - distributed (Redis): ``<prefix>:admin-key`` holds ``sha256:<hex>``, written with
   ``SET NX``: the replica whose write lands prints the key; every other replica, and
-  every later start, accepts that key and prints where it came from.
+  every later start, accepts that key and prints where it came from. A gateway that
+  starts while Redis is away serves anyway (it can do nothing without Redis) and reads
+  or makes the key in a background thread once Redis answers.
 - embedded (SQLite): ``<database>.key`` beside the database file, created exclusively
   (``O_EXCL``, mode 0600): printed once, when made, and accepted at every later start.
 - ``--store memory``: nothing outlives the process, so a key for this process only.
@@ -25,7 +27,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,14 +43,21 @@ if TYPE_CHECKING:
 
 __all__ = (
     "FirstKey",
+    "RedisAwayError",
     "admin_key_name",
     "file_first_key",
     "memory_first_key",
+    "share_first_key",
     "shared_first_key",
 )
 
-#: How long a gateway waits for Redis to read or make the shared key before it gives up.
-REDIS_PATIENCE_S = 30.0
+#: How long a gateway waits at start for Redis to read or make the shared key; after
+#: that it serves, and keeps trying in the background.
+REDIS_PATIENCE_S = 2.0
+
+
+class RedisAwayError(ConfigError):
+    """Redis did not answer within the patience given (it may be starting)."""
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,7 @@ def shared_first_key(url: str, prefix: str, *, patience_s: float = REDIS_PATIENC
                 return _read_or_make(client, name, where)
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if time.monotonic() + delay > deadline:
-                    raise ConfigError(
+                    raise RedisAwayError(
                         f"no API keys configured and Redis did not answer for {patience_s:g}s "
                         f"({exc}): the key every gateway shares is kept there; start Redis "
                         "first, or configure keys ([[keys]] in podium.toml, or PODIUM_KEYS)"
@@ -187,3 +199,37 @@ def _read_or_make(client: Redis, name: str, where: str) -> FirstKey:
             )
         return FirstKey(text, None, where)
     raise ConfigError(f"{where} kept vanishing while it was read; is another tool deleting it?")
+
+
+def share_first_key(
+    url: str,
+    prefix: str,
+    accept: Callable[[FirstKey], None],
+    *,
+    patience_s: float = REDIS_PATIENCE_S,
+    retry_cap_s: float = 5.0,
+) -> bool:
+    """Read or make the deployment's key and ``accept`` it: now, if Redis answers within
+    ``patience_s`` (True), else from a daemon thread once it does (False). A Redis that
+    refuses (garbage under the key, a read-only replica) raises ConfigError now, and in
+    the thread is one line on stderr: then no key is accepted until the next start."""
+    try:
+        accept(shared_first_key(url, prefix, patience_s=patience_s))
+        return True
+    except RedisAwayError:
+        pass
+
+    def keep_trying() -> None:
+        while True:
+            try:
+                key = shared_first_key(url, prefix, patience_s=retry_cap_s)
+            except RedisAwayError:
+                continue  # (it waited, backing off, inside)
+            except ConfigError as exc:
+                print(f"podium serve: error: {exc}", file=sys.stderr, flush=True)
+                return
+            accept(key)
+            return
+
+    threading.Thread(target=keep_trying, name="podium-first-key", daemon=True).start()
+    return False
