@@ -44,9 +44,15 @@ def fleet_unavailable() -> str | None:
         return "needs root (network namespaces)"
     if shutil.which("ip") is None:
         return "needs iproute2 (ip)"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, timeout=10)
+    # Made and deleted for real: a container without CAP_SYS_ADMIN lists namespaces
+    # but cannot make one.
+    name = f"pfprobe{os.getpid()}"
+    probe = _ip("netns", "add", name, check=False)
+    _ip("netns", "delete", name, check=False)
     if probe.returncode != 0:
-        return f"ip netns is unavailable: {probe.stderr.decode().strip()}"
+        return f"cannot make a network namespace: {probe.stderr.decode().strip()}"
+    if shutil.which("unshare") is None:
+        return "needs util-linux (unshare)"
     if shutil.which("redis-server") is None:
         return "needs redis-server"
     return None
