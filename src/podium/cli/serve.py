@@ -32,6 +32,8 @@ from podium.gctune import check_gc_env
 
 if TYPE_CHECKING:
     from podium.config import Config
+    from podium.gateway.auth import KeyRing
+    from podium.gateway.first_key import FirstKey
 
 __all__ = ("register", "serve")
 
@@ -40,7 +42,9 @@ Serve agents over HTTP: in one process with the embedded defaults (SQLite
 store, in-process queue and workers), or as a stateless gateway in front of
 Redis and 'podium worker' processes that read the same podium.toml.
 
-With no API key configured it makes one for tenant 'default' and prints it.
+With no API key configured it makes one for tenant 'default' and prints it once:
+kept as a digest beside the SQLite file, or in Redis where every gateway replica
+accepts it (delete that to make a new key).
 SIGINT/SIGTERM stop accepting requests, let in-flight requests and runs
 finish within server.drain_grace_s, then exit.
 """
@@ -153,9 +157,39 @@ def serve(args: argparse.Namespace) -> int:
             sock.close()
 
 
+def _accept_first_key(config: Config, keys: KeyRing) -> None:
+    """Accept the operator key of a server with none configured (for tenant 'default', its
+    one user and operator) and say which it is: shared through Redis, kept beside the
+    SQLite file, or (``--store memory``) this process's own."""
+    from podium.gateway.first_key import (
+        file_first_key,
+        memory_first_key,
+        share_first_key,
+    )
+
+    def accept(first: FirstKey) -> None:
+        keys.add_digest(first.digest, "default", admin=True)
+        print(first.announcement(), file=sys.stderr, flush=True)
+
+    server = config.server
+    if server.redis:
+        if not share_first_key(server.redis, server.prefix, accept):
+            print(
+                "podium: no API keys configured; the key every gateway shares is kept in "
+                "Redis, which does not answer yet: it is read (or made and printed) once it "
+                "does",
+                file=sys.stderr,
+                flush=True,
+            )
+    elif server.store.startswith("sqlite:"):
+        accept(file_first_key(server.store.removeprefix("sqlite:")))
+    else:
+        accept(memory_first_key())
+
+
 def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.socket]) -> int:
     """Load the agents, then serve them on ``listeners`` (bound, not yet listening)."""
-    from podium.gateway.auth import KeyRing, generate_key
+    from podium.gateway.auth import KeyRing
 
     server = config.server
     if server.redis:
@@ -184,17 +218,10 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
         model = model_from_option(args.model, config)
         for s in served:
             s.agent = with_model(s.agent, model)
-    key = None
-    if not len(keys):
-        key = generate_key()
-        keys.add(key, "default", admin=True)  # the one user is its operator too
     gateway = build_gateway(config, served, keys=keys)
-    if key is not None:  # printed after everything that can fail: a key shown is a key that works
-        print(
-            f"podium: no API keys configured; for tenant 'default' use: {key}",
-            file=sys.stderr,
-            flush=True,
-        )
+    if not len(keys):  # one key for every replica and every start (podium.gateway.first_key)
+        # Made after everything that can fail: a key made is a key printed, and it works.
+        _accept_first_key(config, gateway.keys)
     import uvicorn
 
     from podium.cli._uvicorn_server import BoundServer

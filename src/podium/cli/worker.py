@@ -80,8 +80,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="exit when the pool has nothing waiting or in flight")
     p.add_argument("--burst-patience", type=positive_seconds, default=60.0, metavar="S",
                    help="with --burst, exit 1 when Redis has not answered for S seconds")
-    p.add_argument("--grace", type=seconds, default=30.0, metavar="S",
-                   help="on SIGTERM, seconds running steps get to finish before release")
+    # Below Kubernetes' default terminationGracePeriodSeconds (30): the platform's grace
+    # must exceed this plus any preStop, or its SIGKILL races the hand-back of runs.
+    p.add_argument("--grace", type=seconds, default=20.0, metavar="S",
+                   help="on SIGTERM, seconds running steps get to finish before release "
+                   "(default 20; the platform's stop grace must exceed it plus any preStop)")
     p.add_argument("--max-deliveries", type=positive_int, default=3, metavar="N",
                    help="dead-letter a run delivered more than N times")
     p.add_argument("--lease", type=positive_seconds, default=30.0, metavar="S",

@@ -78,6 +78,11 @@ class KeyRing:
         allowed = None if tools is None else frozenset(tools)
         self._tenants[hash_key(key)] = Tenant(tenant, admin=admin, tools=allowed, egress=egress)
 
+    def add_digest(self, digest: str, tenant: str, *, admin: bool = False) -> None:
+        """Accept the key whose :func:`hash_key` is ``digest`` for ``tenant`` (a key kept
+        only as its digest: see :mod:`podium.gateway.first_key`)."""
+        self._tenants[digest.lower()] = Tenant(tenant, admin=admin)
+
     @staticmethod
     def key_from(headers: Mapping[str, str]) -> str | None:
         auth = headers.get("authorization")

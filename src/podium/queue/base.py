@@ -146,6 +146,16 @@ class RunQueue(AsyncCloseable, abc.ABC):
         """
         return await self.depth(pool)
 
+    async def retire(self, consumer: str, pool: str = "default") -> bool:
+        """``consumer`` stops for good (a drained worker): forget its name if it holds
+        nothing. Returns whether it was forgotten; a queue that keeps no names: False."""
+        return False
+
+    async def forget_idle_consumers(self, pool: str, idle_s: float) -> int:
+        """Forget the consumers of ``pool`` idle ``idle_s`` or longer that hold nothing
+        (workers that died: their runs were taken over). Returns how many."""
+        return 0
+
     def statistics(self, pool: str = "default") -> QueueStatistics:
         return QueueStatistics(pool, 0, 0, 0, 0, 0, 0)
 

@@ -119,6 +119,34 @@ redis.call('XADD', KEYS[1], '*', 'd', ARGV[4], 'n', ARGV[5])
 return 1
 """
 
+# KEYS: stream. ARGV: group, consumer. Deletes the consumer only if it holds no entry:
+# XGROUP DELCONSUMER drops a consumer's pending entries with it (never to be delivered
+# again), so the check and the delete are one script.
+_RETIRE = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if p[1] then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: stream. ARGV: group, min idle ms. Deletes the consumers idle that long holding no
+# entry (dead workers whose runs were taken over); returns how many. A live worker that
+# holds nothing may be one of them (Redis 7.0 counts only deliveries as activity): that
+# costs it nothing, its next delivery lists it again. One holding entries never is.
+_FORGET_IDLE = """
+local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+if not ok then return 0 end
+local gone = 0
+for _, c in ipairs(consumers) do
+  local f = {}
+  for i = 1, #c, 2 do f[c[i]] = c[i + 1] end
+  if f['pending'] == 0 and f['idle'] >= tonumber(ARGV[2]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], f['name'])
+    gone = gone + 1
+  end
+end
+return gone
+"""
 
 # KEYS: stream. ARGV: submit token, item, entries to look back.
 # A submit sent again after its connection dropped: add the item unless the first send
@@ -244,6 +272,8 @@ class RedisQueue(RunQueue):
         self._submit_again = self._pipe.register(_SUBMIT_AGAIN)
         self._submit_version = self._pipe.register(_SUBMIT_VERSION)
         self._unsubmitted = unsubmitted_key(prefix)
+        self._retire = self._pipe.register(_RETIRE)
+        self._forget_idle = self._pipe.register(_FORGET_IDLE)
         self._submitter = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._submits = count(1)
         self._enc = msgspec.msgpack.Encoder()
@@ -428,6 +458,25 @@ class RedisQueue(RunQueue):
                 claim.consumer, claim.receipt, self._enc.encode(claim.item),
                 max(0, claim.deliveries - 1),
             )
+
+    async def retire(self, consumer: str, pool: str = "default") -> bool:
+        """Delete ``consumer`` from the pool's group if it holds no entry: the group's
+        consumer list does not grow by one name with every worker restart."""
+        async with _translate():
+            gone = await self._pipe.execute(
+                "EVALSHA", self._retire, 1, self.stream_key(pool), _GROUP, consumer
+            )
+        return bool(gone)
+
+    async def forget_idle_consumers(self, pool: str, idle_s: float) -> int:
+        """Delete the pool's consumers idle ``idle_s`` or longer that hold no entry
+        (workers killed before they could :meth:`retire`)."""
+        async with _translate():
+            gone = await self._pipe.execute(
+                "EVALSHA", self._forget_idle, 1, self.stream_key(pool), _GROUP,
+                int(idle_s * 1000),
+            )
+        return int(gone)
 
     async def dead_letter(self, claim: Claim, reason: str) -> None:
         pool = claim.item.pool

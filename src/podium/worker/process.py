@@ -47,7 +47,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: int = 256
     burst: bool = False
     burst_patience_s: float = 60.0  # a burst worker gives up on a Redis silent this long
-    grace_s: float = 30.0
+    grace_s: float = 20.0  # below the platform's stop grace (Kubernetes: 30 s by default)
     max_deliveries: int = 3
     lease_s: float = 30.0
     outage_hold_s: float = 90.0  # a run's unwritten outcomes wait this long for Redis

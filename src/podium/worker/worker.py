@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import socket
 import time
 from collections.abc import Mapping
@@ -66,6 +67,19 @@ class Backoff:
         self.failures = 0
 
 
+def consumer_name() -> str:
+    """A name for this worker process on the queue, unique even where hostname and PID are
+    not (containers with host networking, each its process 1): ``host-pid-<6 hex>``, so
+    logs still say where it runs. The queue checks ownership of runs by this name."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+#: Dead workers' names are forgotten once idle this long holding nothing (see
+#: :meth:`Worker._forget_dead_consumers`; a live one forgotten is listed again by its
+#: next delivery, and one holding runs is never forgotten).
+CONSUMER_IDLE_S = 600.0
+_CONSUMER_SWEEP_S = 60.0  # how often a worker looks for them (jittered)
+
 #: How a drive ends (see :meth:`Worker._execute`).
 _Outcome = Literal["ended", "waiting", "paused"]
 _RETRY_CAP_S = 30.0  # the longest wait before a run that failed in the worker is tried again
@@ -112,7 +126,7 @@ class Worker:
         self.agents = dict(agents)
         self.pool = pool
         self.concurrency = concurrency
-        self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
+        self.consumer = consumer or consumer_name()
         self.heartbeat_s = heartbeat_s
         self.max_deliveries = max_deliveries
         self.claim_block_s = claim_block_s
@@ -141,6 +155,9 @@ class Worker:
         #: bug) is tried again; doubled with each failure, up to 30 s.
         self.failure_backoff_s = failure_backoff_s
         self._unreachable_since: float | None = None  # time.monotonic() of the first failure
+        #: Consumers of the pool idle this long holding nothing are forgotten (dead workers).
+        self.consumer_idle_s = max(CONSUMER_IDLE_S, 10 * claim_block_s)
+        self._next_consumer_sweep = time.monotonic() + _CONSUMER_SWEEP_S * random.random()
 
     async def run(self, *, burst: bool = False) -> None:
         """Claim and drive runs until :meth:`drain`.
@@ -180,6 +197,13 @@ class Worker:
         finally:
             for task in (heartbeat, cancels, sweep):
                 await stop_task(task)
+        if not self._active:
+            await self._retire()
+
+    async def _retire(self) -> None:
+        """Stopping for good holding nothing: leave no name behind in the queue."""
+        with contextlib.suppress(ConnectionError, OSError):
+            await self.queue.retire(self.consumer, self.pool)
 
     async def _claim(self, count: int) -> list[Claim]:
         try:
@@ -471,6 +495,23 @@ class Worker:
                     await self._stranded.run_once()
                 except Exception as exc:  # a maintenance loop must not take the worker down
                     log.warning("sweeping stranded runs failed (%s)", exc)
+            await self._forget_dead_consumers()
+
+    async def _forget_dead_consumers(self) -> None:
+        """Every minute or so, forget the pool's consumers that died holding nothing: each
+        worker start is a new name, and a fleet restarts its workers thousands of times."""
+        if time.monotonic() < self._next_consumer_sweep:
+            return
+        self._next_consumer_sweep = time.monotonic() + _CONSUMER_SWEEP_S * (
+            0.75 + random.random() / 2
+        )
+        try:
+            gone = await self.queue.forget_idle_consumers(self.pool, self.consumer_idle_s)
+        except Exception as exc:  # a maintenance loop must not take the worker down
+            log.warning("forgetting dead consumers failed (%s)", exc)
+            return
+        if gone:
+            log.info("forgot %d dead consumer(s) of pool %r", gone, self.pool)
 
     async def _sweep_waiting(self) -> None:
         try:
@@ -530,6 +571,7 @@ class Worker:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending)
+        await self._retire()
 
     def statistics(self) -> WorkerStatistics:
         return WorkerStatistics(
