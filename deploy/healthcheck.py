@@ -56,6 +56,8 @@ def role_of(args: Sequence[str]) -> str | None:
 def probe_urls(args: Sequence[str]) -> list[str]:
     """The URLs to try, in order; the first answering anything but 404 decides."""
     role = role_of(args)
+    if role is None:  # `podium --version`, a shell: no server to ask
+        return []
     if role == "worker":
         port = option(args, "--metrics-port")
         if port is None:
@@ -94,7 +96,7 @@ def main() -> int:
     except OSError as exc:  # refused, timed out, no such process
         print(f"unhealthy: {exc}", file=sys.stderr)
         return 1
-    return 0  # a worker without a metrics port: the process is up (we could read it)
+    return 0  # nothing to ask (a worker without a metrics port): the process is up
 
 
 if __name__ == "__main__":
