@@ -30,7 +30,7 @@ KEDA_SCHEMA: dict[str, Any] = json.loads((Path(__file__).parent / "keda_schema.j
 RELEASE = "rel"
 NAMESPACE = "apps"
 
-helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the dev extra) renders the chart")
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the dev extra) renders charts")
 
 
 def merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from typing import Any
 import jsonschema
 import pytest
 
+from deploy.chart import CHART, KEDA_SCHEMA, container, helm, merged, pod_specs, render
 from podium.cli.main import build_parser
 from podium.config import load_config
 from podium.factory import worker_agents
 from podium.queue.redis import queue_stream_key
-from deploy.chart import CHART, KEDA_SCHEMA, container, helm, merged, pod_specs, render
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -244,7 +244,7 @@ def test_config_and_environment_load_as_podium_reads_them(
     for configmap in rendered.of("ConfigMap"):
         path = tmp_path / f"{configmap['metadata']['namespace']}.toml"
         path.write_text(configmap["data"]["podium.toml"])
-        for deployment in workers(rendered) + [gateway(rendered)]:
+        for deployment in [*workers(rendered), gateway(rendered)]:
             if deployment["metadata"]["namespace"] != configmap["metadata"]["namespace"]:
                 continue
             c = container(deployment)
