@@ -147,3 +147,13 @@ def test_healthcheck_probes_the_port_of_the_role() -> None:
         proc.wait(10)
     result = healthcheck(proc.pid)  # gone: no such process is unhealthy, never a crash
     assert result.returncode == 1
+
+
+def test_the_redis_password_stays_out_of_the_gateway_log(tmp_path: Path) -> None:
+    """The chart and compose put the password in the Redis URL; the log shows no secret."""
+    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
+    serving = start_serve(["--redis", url, "--port", str(free_port())], cwd=tmp_path,
+                          env=os.environ)
+    serving.stop()
+    assert "distributed (redis://:***@127.0.0.1:" in serving.log
+    assert "hunter2" not in serving.log
