@@ -72,6 +72,13 @@ class Docker:
             raise AssertionError(f"docker-compose {' '.join(args)}: {result.stderr.strip()}")
         return result
 
+    def answers(self) -> bool:
+        """Whether the daemon answers (a client may wait on a daemon still starting)."""
+        try:
+            return self("version", check=False, timeout=15).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+
     def image_exists(self, tag: str) -> bool:
         return self("image", "inspect", tag, check=False).returncode == 0
 
@@ -109,8 +116,8 @@ def start_docker() -> Iterator[Docker]:
     )
     docker = Docker(socket_path)
     try:
-        deadline = time.monotonic() + 60
-        while docker("version", check=False, timeout=10).returncode != 0:
+        deadline = time.monotonic() + 120
+        while not docker.answers():
             if daemon.poll() is not None or time.monotonic() > deadline:
                 tail = (run_dir / "dockerd.log").read_text().strip().splitlines()[-3:]
                 pytest.skip(f"dockerd did not start: {' / '.join(tail)}")

@@ -45,7 +45,8 @@ def test_the_stack_has_what_one_host_needs() -> None:
     assert set(PODIUM) == {"sim", "gateway-a", "gateway-b", "worker"}
     redis = SERVICES["redis"]
     command = " ".join(redis["command"])
-    assert "--appendonly yes" in command and '--requirepass "$$REDIS_PASSWORD"' in command
+    assert "--appendonly yes" in command
+    assert "--requirepass ${REDIS_PASSWORD:?" in command
     assert redis["healthcheck"]["test"][:2] == ["CMD", "redis-cli"]
     for name in ("gateway-a", "gateway-b", "worker"):
         assert SERVICES[name]["depends_on"]["redis"] == {"condition": "service_healthy"}
