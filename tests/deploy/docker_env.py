@@ -196,6 +196,8 @@ def wheelhouse(docker: Docker, base: str, into: Path) -> None:
             "async-timeout",
         ], timeout=900), "pip download of the wheelhouse")
         (partial / podium_wheel.name).unlink(missing_ok=True)
+        for stale in CACHE.glob("wheels-*.*-*"):  # other versions' dependencies
+            shutil.rmtree(stale, ignore_errors=True)
         partial.rename(deps)
     for wheel in deps.iterdir():
         shutil.copy2(wheel, into / wheel.name)
@@ -225,6 +227,12 @@ def build_image(docker: Docker, base: str) -> str:
                "--build-arg", f"BASE_IMAGE={base}",
                "--build-arg", "PIP_OPTS=--no-index --find-links /src/wheels",
                "--label", LABEL, "-t", tag, str(context), timeout=1200)
+        # the cache keeps one image of the tree, not one per change ever tested
+        older = [t for t in docker("images", "--format", "{{.Repository}}:{{.Tag}}",
+                                   "podium").stdout.split() if t != tag]
+        if older:
+            docker("rmi", *older, check=False)
+        docker("image", "prune", "-f", check=False)
         return tag
     finally:
         shutil.rmtree(context, ignore_errors=True)
