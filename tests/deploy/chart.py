@@ -16,6 +16,8 @@ import yaml
 __all__ = (
     "CHART",
     "KEDA_SCHEMA",
+    "NAMESPACE",
+    "REPO",
     "Rendered",
     "container",
     "helm",

@@ -9,11 +9,12 @@ import math
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import pytest
 
-from deploy.chart import CHART, KEDA_SCHEMA, container, helm, merged, pod_specs, render
+from deploy.chart import CHART, KEDA_SCHEMA, NAMESPACE, container, helm, merged, pod_specs, render
 from podium.cli.main import build_parser
 from podium.config import load_config
 from podium.factory import worker_agents
@@ -200,6 +201,11 @@ def test_each_trigger_reads_the_stream_its_workers_claim_from(
             [trigger] = scalers[name]["spec"]["triggers"]
             # the key podium.queue.redis gives the pool's queue, as `podium worker` reads it
             assert trigger["metadata"]["stream"] == queue_stream_key(prefix, args.pool)
+            # ... on the Redis they claim from (KEDA's operator runs in its own namespace)
+            url = urlsplit(env_of(c)["PODIUM_SERVER__REDIS"])
+            assert trigger["metadata"]["address"] == f"{url.hostname}:{url.port}"
+            assert trigger["metadata"]["databaseIndex"] == url.path.strip("/")
+            assert url.hostname is not None and "." in url.hostname
             assert scalers[name]["metadata"]["namespace"] == deployment["metadata"]["namespace"]
             capacity = max(args.procs or 0, 1) * args.concurrency
             assert int(trigger["metadata"]["streamLength"]) <= capacity
@@ -256,6 +262,8 @@ def test_config_and_environment_load_as_podium_reads_them(
                 config = load_config(str(path))
             redis = values.get("redis", {})
             host = redis.get("host", "redis")
+            if "." not in host:  # a bare Service name, qualified for other namespaces
+                host = f"{host}.{NAMESPACE}.svc"
             if redis.get("password") or redis.get("existingSecret"):
                 password = redis.get("password", "pw")  # the Secret's, as the kubelet puts it
                 assert config.server.redis == f"redis://:{password}@{host}:6379/0"

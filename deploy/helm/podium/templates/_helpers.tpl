@@ -63,6 +63,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $all | uniq | toJson -}}
 {{- end -}}
 
+{{/*
+Redis's host as every pod (and KEDA's operator, in its own namespace) must name it: a bare
+Service name is qualified with the release's namespace.
+*/}}
+{{- define "podium.redisHost" -}}
+{{- if contains "." .Values.redis.host -}}
+{{- .Values.redis.host -}}
+{{- else -}}
+{{- printf "%s.%s.svc" .Values.redis.host .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The environment every Podium container gets: Redis (with its password), prefix */}}
 {{- define "podium.env" -}}
 {{- if include "podium.hasRedisPassword" . }}
@@ -72,10 +84,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
       name: {{ include "podium.redisSecret" . }}
       key: {{ .Values.redis.existingSecretKey }}
 - name: PODIUM_SERVER__REDIS
-  value: "redis://:$(REDIS_PASSWORD)@{{ .Values.redis.host }}:{{ .Values.redis.port }}/{{ .Values.redis.db }}"
+  value: "redis://:$(REDIS_PASSWORD)@{{ include "podium.redisHost" . }}:{{ .Values.redis.port }}/{{ .Values.redis.db }}"
 {{- else }}
 - name: PODIUM_SERVER__REDIS
-  value: "redis://{{ .Values.redis.host }}:{{ .Values.redis.port }}/{{ .Values.redis.db }}"
+  value: "redis://{{ include "podium.redisHost" . }}:{{ .Values.redis.port }}/{{ .Values.redis.db }}"
 {{- end }}
 - name: PODIUM_SERVER__PREFIX
   value: {{ .Values.prefix | quote }}
