@@ -10,6 +10,7 @@ import os
 import socket
 import sys
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 from podium._config_checks import check_store
 from podium.cli.common import (
@@ -118,6 +119,17 @@ def raise_fd_limit() -> None:
         # A hard limit above the kernel's nr_open is refused: then the soft limit stays.
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def url_for_log(url: str) -> str:
+    """``url`` with its password starred: deployments put the Redis password in the URL
+    (from a Secret), and the start-up line goes to every log collector."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -239,7 +251,9 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
     )
 
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
-    mode = f"distributed ({server.redis})" if server.redis else f"embedded ({server.store})"
+    mode = f"distributed ({url_for_log(server.redis)})" if server.redis else (
+        f"embedded ({server.store})"
+    )
     port = listeners[0].getsockname()[1]
     url = f"http://{host_port(server.host, port)}"
     for sock in listeners:  # from now on a connection waits for the app instead of failing
