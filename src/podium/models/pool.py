@@ -574,18 +574,23 @@ class BackendPool(Model):
             exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
-        """Stream from one backend; fails over like :meth:`request` only until the
-        first delta has been yielded."""
+        """Stream from one backend; fails over like :meth:`request`. A call that fails
+        over after deltas were yielded starts again from the beginning on the next
+        backend, after a ``StreamDelta(reset=True)``: never spliced onto the text the
+        lost backend had sent (the two generations differ)."""
         await self.start()
         exclude: frozenset[str] = frozenset()
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
         tries = _Tries()
+        flowed = False  # deltas of this call went out: a restart must say so first
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
+            if flowed:
+                flowed = False
+                yield StreamDelta(reset=True)
             t0 = time.perf_counter()
             ok = False
-            flowed = False
             try:
                 async for delta in backend.model.stream(request):
                     flowed = True
@@ -593,9 +598,7 @@ class BackendPool(Model):
                 ok = True
                 return
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
-                if flowed or not _backend_lost(exc):
-                    if flowed and _backend_lost(exc):
-                        await self._on_backend_error(backend, exc)
+                if not _backend_lost(exc):
                     raise
                 cause = exc
             except ModelTimeoutError as exc:
