@@ -21,7 +21,7 @@ import yarl
 
 from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
 from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode, StreamDelta
-from podium.models.openai_errors import http_error
+from podium.models.openai_errors import BackendStalledError, http_error
 from podium.models.openai_wire import (
     RequestEncoder,
     SSEDecoder,
@@ -48,6 +48,7 @@ HEALTH_PATHS: dict[str, tuple[str, ...]] = {
 
 _thread_ns = time.thread_time_ns
 _perf = time.perf_counter
+_monotonic = time.monotonic
 #: bytes of an error answer read (the message is cut there anyway): a 500 with a
 #: gigabyte of HTML must not be held in memory
 _MAX_ERROR_BODY = 64 * 1024
@@ -199,6 +200,11 @@ class OpenAIChatModel(Model):
         self.failover_statuses: frozenset[int] = frozenset()
         self.calls = 0
         self.retries = 0
+        #: ``time.monotonic()`` when a call last got something from the server (an answer's
+        #: headers, a token): a pool tells a busy backend from a stopped one by it
+        self.progress_at = 0.0
+        #: calls in flight that are not streamed: they show no progress until they end
+        self.unstreamed_calls = 0
 
     # --- connection --------------------------------------------------------
 
@@ -259,7 +265,7 @@ class OpenAIChatModel(Model):
                 self.breaker.failure()
             except aiohttp.SocketTimeoutError as exc:
                 self.breaker.failure()
-                raise ModelTimeoutError(f"{self.name}: read timed out after {t.read_s}s") from exc
+                raise BackendStalledError(f"{self.name}: read timed out after {t.read_s}s") from exc
             except aiohttp.ClientConnectionError as exc:
                 if not stale_retried and _stale_connection(exc):
                     # a pooled connection the server closed as the request went out (its
@@ -286,6 +292,7 @@ class OpenAIChatModel(Model):
                 raise
             else:
                 status = resp.status
+                self.progress_at = _monotonic()
                 if status == 200:
                     self.breaker.success()
                     conn = resp.connection
@@ -331,8 +338,17 @@ class OpenAIChatModel(Model):
         loop = asyncio.get_running_loop()
         sent = loop.time()
         deadline = sent + self.timeouts.total_s
-        resp = await self._open(body, deadline, first_token=streaming)
-        if not streaming or _whole_reply(resp):
+        if not streaming:
+            self.unstreamed_calls += 1
+            try:
+                resp = await self._open(body, deadline)
+                out = await self._whole(resp, deadline, request.prompt_tokens)
+            finally:
+                self.unstreamed_calls -= 1
+            out.cpu_ns += cpu
+            return out
+        resp = await self._open(body, deadline, first_token=True)
+        if _whole_reply(resp):
             out = await self._whole(resp, deadline, request.prompt_tokens)
             out.cpu_ns += cpu
             return out
@@ -387,6 +403,7 @@ class OpenAIChatModel(Model):
                         break  # a server may hold the stream open after [DONE]
                     if asm.tokens != seen:
                         t = loop.time()
+                        self.progress_at = _monotonic()
                         if not seen or t - moved >= slack:
                             moved = t
                             idle_timer.reschedule(t + idle)
@@ -396,7 +413,7 @@ class OpenAIChatModel(Model):
         except TimeoutError as exc:
             if not seen and first_by is not None:
                 raise self._no_first_token() from exc
-            raise ModelTimeoutError(
+            raise BackendStalledError(
                 f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
             ) from exc
         if asm.done:
@@ -451,7 +468,7 @@ class OpenAIChatModel(Model):
                     async with asyncio.timeout_at(bound):
                         chunk = await content.readany()
                 except aiohttp.SocketTimeoutError as exc:
-                    raise ModelTimeoutError(f"{self.name}: no stream data in time") from exc
+                    raise BackendStalledError(f"{self.name}: no stream data in time") from exc
                 except TimeoutError as exc:
                     # Which bound it was, not what the clock says now: uvloop's timers
                     # (whole milliseconds) may fire a little before the deadline.
@@ -461,7 +478,7 @@ class OpenAIChatModel(Model):
                         ) from exc
                     if not seen and first_by is not None and bound >= first_by:
                         raise self._no_first_token() from exc
-                    raise ModelTimeoutError(
+                    raise BackendStalledError(
                         f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
                     ) from exc
                 except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
@@ -476,6 +493,7 @@ class OpenAIChatModel(Model):
                 if asm.tokens != seen:
                     seen = asm.tokens
                     last_token = loop.time()
+                    self.progress_at = _monotonic()
                 for d in deltas:
                     yield d
                 if asm.done:
@@ -499,7 +517,7 @@ class OpenAIChatModel(Model):
         return None if limit is None else sent + limit
 
     def _no_first_token(self) -> ModelTimeoutError:
-        return ModelTimeoutError(
+        return BackendStalledError(
             f"{self.name}: no first token within first_token_s="
             f"{self.timeouts.first_token_s:g} (the server took the call and made no progress)"
         )

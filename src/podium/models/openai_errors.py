@@ -9,9 +9,17 @@ import re
 
 import msgspec
 
-from podium.errors import ModelContextLengthError, ModelHTTPError
+from podium.errors import ModelContextLengthError, ModelHTTPError, ModelTimeoutError
 
-__all__ = ("http_error",)
+__all__ = ("BackendStalledError", "http_error")
+
+
+class BackendStalledError(ModelTimeoutError):
+    """A call's backend took it and then made no progress: no first token within
+    ``first_token_s``, or no token (nor byte) for ``token_idle_s`` / ``read_s``. Unlike a
+    call that ran out of its total time, the backend is suspect (hung, stopped, wedged):
+    a pool probes it, drains it if the probe gets no answer, and moves the call to
+    another backend."""
 
 
 class _ErrorDetail(msgspec.Struct, gc=False):

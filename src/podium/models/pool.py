@@ -34,6 +34,12 @@
 * Calls that time out one after another on a backend whose health path still
   answers (a wedged engine) take it out for ``eject_s`` (doubling each time,
   up to 5 minutes) while another backend of its group is healthy.
+* Health from behaviour: a call whose backend took it and made no progress
+  (:class:`~podium.models.openai_errors.BackendStalledError`: no first token, or
+  no token for the idle bound) gets its backend probed at once, drained if the
+  probe gets no answer, and moves to another healthy backend (a stream after a
+  reset). Calls in flight count as load only while they make progress: a
+  stopped server's stuck calls do not keep it in the pool.
 * With no healthy backend a call waits up to ``healthy_wait_s`` for one to
   come up (a rolling restart), with health checks every ``0.5`` s meanwhile.
   The backends' ``Timeouts.total_s`` bounds a call, that wait and its retries
@@ -56,6 +62,7 @@ import msgspec
 from podium.errors import ConfigError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
 from podium.lifecycle import stop_task
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.openai_errors import BackendStalledError
 from podium.models.openai_wire import StreamTruncatedError
 from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
 from podium.models.pool_routing import Router, RoutingRule
@@ -256,7 +263,19 @@ class BackendPool(Model):
             self._drain(backend)
 
     def _busy(self, backend: Backend) -> bool:
-        return backend.outstanding > 0 or self._answered_within(backend, self.liveness_s)
+        """Whether a probe that got no answer may be put down to load: the backend answered
+        a call lately, or its calls in flight are making progress. Calls that are stuck (a
+        stopped or hung server) are not load: they must not keep it in the pool."""
+        if self._answered_within(backend, self.liveness_s):
+            return True
+        if backend.outstanding == 0:
+            return False
+        progress_at = getattr(backend.model, "progress_at", None)
+        if not isinstance(progress_at, float):
+            return True  # a model that cannot say: its calls in flight count
+        if getattr(backend.model, "unstreamed_calls", 0):
+            return True  # a whole reply shows nothing before its end: no telling
+        return time.monotonic() - progress_at < self.liveness_s
 
     def _drain(self, backend: Backend) -> None:
         why = backend.last_error
@@ -424,6 +443,8 @@ class BackendPool(Model):
 
     def _release(self, backend: Backend, run_id: str, service_s: float, ok: bool) -> None:
         backend.outstanding -= 1
+        if not ok and run_id and self._affinity.get(run_id) is backend:
+            del self._affinity[run_id]  # the run's next call (a retry) may go elsewhere
         if ok:
             backend.served += 1
             backend.timeouts_in_row = 0
@@ -469,6 +490,39 @@ class BackendPool(Model):
         log.warning("%s: backend %s timed out %d calls in a row (%s): no calls for %gs",
                     self.name, backend.name, self.unhealthy_after, exc, eject_s)
         self._drain(backend)
+
+    async def _after_stall(
+        self,
+        request: ModelRequest,
+        backend: Backend,
+        exc: BackendStalledError,
+        exclude: frozenset[str],
+        tries: _Tries,
+        end: float,
+    ) -> frozenset[str]:
+        """``backend`` took the call and made no progress. It is counted as a timeout (in
+        a row, they take it out for ``eject_s``) and probed at once: no answer, or an
+        error, drains it now (its calls proved it stuck, whatever its load). The call
+        moves to another healthy backend if there is one and time is left; else ``exc``
+        is raised."""
+        self._timed_out(backend, exc)
+        if backend.state == "healthy":
+            result = await backend.probe(self.health_timeout_s)
+            if result != "ok":
+                backend._passes = 0
+                backend._fails += 1
+                self._drain(backend)
+        exclude |= {backend.name}
+        loop = asyncio.get_running_loop()
+        if (
+            tries.failovers >= self.failover_attempts
+            or loop.time() >= end
+            or not self._alternative(request, exclude)
+        ):
+            raise exc
+        tries.failovers += 1
+        self.failovers += 1
+        return exclude
 
     async def _on_backend_error(self, backend: Backend, exc: BaseException) -> None:
         backend.failures += 1
@@ -558,6 +612,7 @@ class BackendPool(Model):
             backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
             ok = False
+            stalled: BackendStalledError | None = None
             try:
                 response = await backend.model.request(request)
                 ok = True
@@ -566,12 +621,17 @@ class BackendPool(Model):
                 if not _backend_lost(exc):
                     raise
                 cause = exc
+            except BackendStalledError as exc:
+                cause = stalled = exc
             except ModelTimeoutError as exc:
                 self._timed_out(backend, exc)
                 raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-            exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
+            if stalled is not None:
+                exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
+            else:
+                exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
         """Stream from one backend; fails over like :meth:`request`. A call that fails
@@ -591,6 +651,7 @@ class BackendPool(Model):
                 yield StreamDelta(reset=True)
             t0 = time.perf_counter()
             ok = False
+            stalled: BackendStalledError | None = None
             try:
                 async for delta in backend.model.stream(request):
                     flowed = True
@@ -601,12 +662,17 @@ class BackendPool(Model):
                 if not _backend_lost(exc):
                     raise
                 cause = exc
+            except BackendStalledError as exc:
+                cause = stalled = exc
             except ModelTimeoutError as exc:
                 self._timed_out(backend, exc)
                 raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-            exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
+            if stalled is not None:
+                exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
+            else:
+                exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def health(self, timeout_s: float = 2.0) -> bool:
         """True if at least one backend is healthy (runs the first health round if needed)."""
@@ -638,7 +704,7 @@ class BackendPool(Model):
 def _backend_lost(exc: BaseException) -> bool:
     """Whether a call's error means its backend is gone (fail over) or the call is wrong."""
     if isinstance(exc, StreamTruncatedError):
-        return exc.connection_lost
+        return True  # cut, or ended before the reply did: the backend's fault, not the call's
     if isinstance(exc, ModelHTTPError):
         return exc.status in _FAILOVER_STATUSES and not exc.invalid_request
     return isinstance(exc, ModelUnavailableError)
