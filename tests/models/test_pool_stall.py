@@ -12,11 +12,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from backend_servers import SimServerProcess
+from prometheus_client import CollectorRegistry, generate_latest
 
 from podium.errors import ModelError
 from podium.messages import Message
-from podium.models import ModelRequest, OpenAIChatModel, RetryPolicy, Timeouts
+from podium.models import ModelRequest, ModelResponse, OpenAIChatModel, RetryPolicy, Timeouts
 from podium.models.pool import Backend, BackendPool
+from podium.observe.metrics import RunMetrics
 
 pytestmark = pytest.mark.anyio
 
@@ -63,18 +65,30 @@ async def test_a_stopped_backend_is_drained_its_calls_move_and_it_comes_back(
         assert [b.state for b in pool.backends] == ["healthy", "healthy"]
         os.kill(pair[0].proc.pid, signal.SIGSTOP)
 
-        async def streamed(i: int) -> str:
+        async def streamed(i: int) -> ModelResponse:
             final = None
             async for delta in pool.stream(_request(i)):
                 final = delta.response or final
             assert final is not None
-            return final.backend
+            return final
 
-        served = await asyncio.gather(*(streamed(i) for i in range(8)))
+        replied = await asyncio.gather(*(streamed(i) for i in range(8)))
         # every call ended on the live backend, the stuck ones moved there
-        assert set(served) == {pool.backends[1].model.name}
+        assert {r.backend for r in replied} == {pool.backends[1].model.name}
         assert pool.backends[0].state == "drained"
         assert pool.failovers >= 1
+        # the attempts that stalled count in their call's usage (a request each)
+        moved = [r for r in replied if r.usage.requests > 1]
+        assert moved and all(r.usage_estimated for r in moved)
+        registry = CollectorRegistry()
+        RunMetrics(registry)._sample_backends(pool)
+        exported = generate_latest(registry).decode()
+        stuck = 'backend="default/b0"'
+        for line in (f"podium_backend_up{{{stuck}}} 0.0",
+                     f"podium_backend_drains_total{{{stuck}}} 1.0"):
+            assert line in exported, exported
+        b0 = pool.statistics().backends[0]
+        assert b0.failovers >= 1 and b0.timeouts >= 1
         # calls through request() go to the live one while b0 is out
         replies = await asyncio.gather(*(pool.request(_request(10 + i)) for i in range(4)))
         assert {r.backend for r in replies} == {pool.backends[1].model.name}

@@ -61,6 +61,7 @@ import msgspec
 
 from podium.errors import ConfigError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
 from podium.lifecycle import stop_task
+from podium.messages import Usage
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.models.openai_errors import BackendStalledError
 from podium.models.openai_wire import StreamTruncatedError
@@ -283,7 +284,8 @@ class BackendPool(Model):
         reason = f"{type(why).__name__}: {why}" if why is not None else "its health check failed"
         if backend.state == "pending":
             log.warning("%s: backend %s is not taking calls: %s", self.name, backend.name, reason)
-        else:
+        elif backend.state == "healthy":
+            backend.drains += 1
             log.warning("%s: backend %s drained (%s); %d other backend(s) take its calls",
                         self.name, backend.name, reason, others)
         backend.state = "drained"
@@ -477,6 +479,7 @@ class BackendPool(Model):
         wedged engine) take it out of the pool for a while, doubling each time, while
         another backend of its group is healthy: a dead one would get half the calls."""
         backend.failures += 1
+        backend.timeouts += 1
         backend.last_error = exc
         backend.timeouts_in_row += 1
         if backend.state != "healthy" or backend.timeouts_in_row < self.unhealthy_after:
@@ -508,7 +511,7 @@ class BackendPool(Model):
         self._timed_out(backend, exc)
         if backend.state == "healthy":
             result = await backend.probe(self.health_timeout_s)
-            if result != "ok":
+            if result != "ok" and backend.state == "healthy":  # (another call drained it)
                 backend._passes = 0
                 backend._fails += 1
                 self._drain(backend)
@@ -522,6 +525,7 @@ class BackendPool(Model):
             raise exc
         tries.failovers += 1
         self.failovers += 1
+        backend.failovers += 1
         return exclude
 
     async def _on_backend_error(self, backend: Backend, exc: BaseException) -> None:
@@ -574,6 +578,7 @@ class BackendPool(Model):
                 raise exc
             tries.failovers += 1
             self.failovers += 1
+            backend.failovers += 1
             return exclude
         policy = getattr(backend.model, "retry", None)
         if not isinstance(policy, RetryPolicy):
@@ -584,6 +589,7 @@ class BackendPool(Model):
         if delay is None or loop.time() + delay >= end:
             raise exc
         tries.retries += 1
+        backend.retries += 1
         await asyncio.sleep(delay)
         return frozenset()
 
@@ -608,6 +614,7 @@ class BackendPool(Model):
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
         tries = _Tries()
+        spent = Usage()  # what the failed attempts cost (they count, as the server billed)
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
@@ -616,6 +623,9 @@ class BackendPool(Model):
             try:
                 response = await backend.model.request(request)
                 ok = True
+                if spent.requests:
+                    response.usage = response.usage + spent
+                    response.usage_estimated = True
                 return response
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
                 if not _backend_lost(exc):
@@ -626,8 +636,12 @@ class BackendPool(Model):
             except ModelTimeoutError as exc:
                 self._timed_out(backend, exc)
                 raise
+            except asyncio.CancelledError:
+                backend.cancelled += 1
+                raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+            spent = spent + _attempt_usage(request, cause, 0)
             if stalled is not None:
                 exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
             else:
@@ -643,6 +657,7 @@ class BackendPool(Model):
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
         tries = _Tries()
+        spent = Usage()  # what the failed attempts cost (they count, as the server billed)
         flowed = False  # deltas of this call went out: a restart must say so first
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
@@ -652,9 +667,15 @@ class BackendPool(Model):
             t0 = time.perf_counter()
             ok = False
             stalled: BackendStalledError | None = None
+            pieces = 0  # token deltas of this attempt
             try:
                 async for delta in backend.model.stream(request):
                     flowed = True
+                    if delta.response is not None and spent.requests:
+                        delta.response.usage = delta.response.usage + spent
+                        delta.response.usage_estimated = True
+                    else:
+                        pieces += 1
                     yield delta
                 ok = True
                 return
@@ -667,8 +688,12 @@ class BackendPool(Model):
             except ModelTimeoutError as exc:
                 self._timed_out(backend, exc)
                 raise
+            except asyncio.CancelledError:
+                backend.cancelled += 1
+                raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
+            spent = spent + _attempt_usage(request, cause, pieces)
             if stalled is not None:
                 exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
             else:
@@ -692,13 +717,34 @@ class BackendPool(Model):
         return PoolStatistics(
             tuple(
                 BackendStatistics(
-                    b.name, b.group, b.state, b.outstanding, b.capacity, b.served, b.failures
+                    b.name,
+                    b.group,
+                    b.state,
+                    b.outstanding,
+                    b.capacity,
+                    b.served,
+                    b.failures,
+                    drains=b.drains,
+                    failovers=b.failovers,
+                    retries=b.retries + getattr(b.model, "retries", 0),
+                    timeouts=b.timeouts,
+                    cancelled=b.cancelled,
                 )
                 for b in self.backends
             ),
             sum(len(q) for q in self._queues.values()),
             self.failovers,
         )
+
+
+def _attempt_usage(request: ModelRequest, exc: BaseException | None, pieces: int) -> Usage:
+    """An estimate of what a failed attempt cost: the prompt, if the backend took the
+    request (it answered, or a stream began), and one output token per delta it streamed.
+    A refused connection cost nothing."""
+    took = pieces > 0 or isinstance(exc, ModelHTTPError | StreamTruncatedError | ModelTimeoutError)
+    if not took:
+        return Usage()
+    return Usage(request.prompt_tokens, pieces, 0, 1)
 
 
 def _backend_lost(exc: BaseException) -> bool:
