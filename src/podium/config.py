@@ -206,8 +206,8 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``OPENAI_API_KEY``), never written in the file. ``capacity`` is the
     sequences the server decodes at once; ``group`` and ``routing`` place the
     endpoint in hybrid routing (``tags``: agents with any of these tags are
-    routed to this group); ``health_path`` is probed for readiness
-    (default ``/health``, then ``/v1/models``). ``structured_output`` is how agents
+    routed to this group); ``health_path`` is probed for readiness (default: the
+    ``kind``'s, see :mod:`podium.models.server_kinds`). ``structured_output`` is how agents
     with an ``output_type`` ask this server: ``"native"`` (``response_format``) or
     ``"tool"`` (a final-answer tool, for servers without ``response_format``).
     ``provider`` is the ``gen_ai.provider.name`` of its traces (default ``"openai"``).
@@ -227,6 +227,26 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     extra_body: dict[str, Any] = msgspec.field(default_factory=dict)
     structured_output: Literal["native", "tool"] = "native"
     provider: str = "openai"
+    # What the server is (its probe, structured-output form and tool_choice forms; see
+    # podium.models.server_kinds) and the request fields sent when an agent sets none.
+    kind: Literal[
+        "vllm", "sglang", "llamacpp", "llama-cpp-python", "ollama", "tgi", "openai"
+    ] | None = None
+    response_format: Literal["json_schema", "json_object", "none"] | None = None
+    tool_choice: Text | None = None
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0)] | None = None
+    # Progress bounds of one call, and the probe.
+    first_token_timeout_s: Positive | None = None
+    idle_timeout_s: Positive = 120.0
+    health_check: bool = True
+    # The pool's (one per name: every entry of a name must agree on these).
+    health_interval_s: Positive = 5.0
+    health_timeout_s: Positive = 2.0
+    unhealthy_after: Annotated[int, msgspec.Meta(ge=1)] = 2
+    healthy_after: Annotated[int, msgspec.Meta(ge=1)] = 1
+    cooldown_s: Positive = 30.0
+    healthy_wait_s: NonNegative = 30.0
 
 
 class PoolConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

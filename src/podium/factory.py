@@ -196,7 +196,11 @@ def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
     from podium.models.resilience import Timeouts
 
     base_url = cfg.base_url or environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
-    timeouts = Timeouts(total_s=cfg.timeout_s) if cfg.timeout_s is not None else None
+    timeouts = Timeouts(
+        total_s=Timeouts().total_s if cfg.timeout_s is None else cfg.timeout_s,
+        token_idle_s=cfg.idle_timeout_s,
+        first_token_s=cfg.first_token_timeout_s,
+    )
     model = OpenAIChatModel(
         base_url,
         cfg.model,
@@ -206,6 +210,11 @@ def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
         timeouts=timeouts,
         structured_output=cfg.structured_output,
         provider=cfg.provider,
+        server=cfg.kind,
+        response_format=cfg.response_format,
+        tool_choice=cfg.tool_choice,
+        max_tokens=cfg.max_tokens,
+        temperature=cfg.temperature,
     )
     if cfg.health_path is not None:
         import yarl
@@ -236,6 +245,7 @@ def build_models(config: Config, environ: Mapping[str, str] | None = None) -> di
                 capacity=m.capacity,
                 group=m.group,
                 name=f"{name}#{i}" if len(entries) > 1 else name,
+                health=None if m.health_check else _no_probe,
             )
             for i, m in enumerate(entries)
         ]
@@ -255,8 +265,52 @@ def build_models(config: Config, environ: Mapping[str, str] | None = None) -> di
             )
         routed = {r.group for r in rules}
         default = next((m.group for m in entries if m.group not in routed), entries[0].group)
-        models[name] = BackendPool(backends, rules=rules, default_group=default, name=name)
+        first = _pool_settings(name, entries)
+        models[name] = BackendPool(
+            backends,
+            rules=rules,
+            default_group=default,
+            name=name,
+            health_interval_s=first.health_interval_s,
+            health_timeout_s=first.health_timeout_s,
+            unhealthy_after=first.unhealthy_after,
+            healthy_after=first.healthy_after,
+            eject_s=first.cooldown_s,
+            healthy_wait_s=first.healthy_wait_s,
+        )
     return models
+
+
+#: ``[[models]]`` keys that belong to the pool of a name, not to one endpoint of it.
+POOL_KEYS = (
+    "health_interval_s",
+    "health_timeout_s",
+    "unhealthy_after",
+    "healthy_after",
+    "cooldown_s",
+    "healthy_wait_s",
+)
+
+
+def _pool_settings(name: str, entries: Sequence[ModelConfig]) -> ModelConfig:
+    """The entry whose pool keys the pool takes: the first; the others must agree with
+    it (two values for one pool would leave one of them silently unused)."""
+    first = entries[0]
+    for other in entries[1:]:
+        for key in POOL_KEYS:
+            if getattr(other, key) != getattr(first, key):
+                raise ConfigError(
+                    f"[[models]] {name!r}: {key} is the pool's, and its entries disagree"
+                    f" ({getattr(first, key)!r} and {getattr(other, key)!r}): give every"
+                    " entry of the name the same value"
+                )
+    return first
+
+
+async def _no_probe(timeout_s: float) -> bool:
+    """``health_check = false``: no probe; real calls tell a dead endpoint (it is drained
+    when one fails because it went away)."""
+    return True
 
 
 def with_model(agent: Agent, model: Model) -> Agent:

@@ -195,3 +195,23 @@ def test_step_offsets_drop_what_a_call_made_again_sends_twice() -> None:
     assert sent.unsent([call, args]) == []
     sent.forget(2)
     assert sent.unsent([call]) == [call]
+
+
+def test_a_reset_voids_what_was_delivered_of_its_step_only() -> None:
+    from podium.streaming.base import StepOffsets, TokenSubscription
+
+    sent = StepOffsets()
+    reset = TokenDelta(1, reset=True)
+    assert sent.unsent([reset]) == []  # nothing of the step delivered: nothing to discard
+    assert sent.unsent([TokenDelta(1, "Order", offset=0)]) == [TokenDelta(1, "Order")]
+    # the call started again (another backend): the client is told, then gets it all
+    again = [reset, TokenDelta(1, "Parcel", offset=0)]
+    assert sent.unsent(again) == again
+    assert sent.unsent([reset]) == [reset]
+
+    sub = TokenSubscription("r", lambda _: None, limit=2)
+    sub.feed([reset])
+    assert sub.get_nowait() == []  # a call's first reset, before any of its text
+    sub.feed([TokenDelta(1, "a"), TokenDelta(1, "b"), TokenDelta(1, "c")])  # "c" overflows
+    sub.feed([reset, TokenDelta(1, "x")])
+    assert sub.get_nowait() == [reset, TokenDelta(1, "x")]  # the void step starts again

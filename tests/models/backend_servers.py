@@ -71,6 +71,8 @@ class ReplayServer:
         self.healthy = True
         self.has_health = True  # False: answer /health with 404 like Ollama
         self.health_calls = 0
+        self.probed: list[str] = []  # the path of every GET, in order
+        self.has_openapi = False  # answer /openapi.json like llama-cpp-python
         self.arrived = asyncio.Event()
         self.chunk_written = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -84,8 +86,9 @@ class ReplayServer:
         self.replies.extend(replies)
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._record_get])
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/openapi.json", self._openapi)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -98,6 +101,19 @@ class ReplayServer:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    @web.middleware
+    async def _record_get(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.method == "GET":
+            self.probed.append(request.path)
+        return await handler(request)
+
+    async def _openapi(self, request: web.Request) -> web.Response:
+        if not self.has_openapi:
+            return web.Response(status=404, text='{"detail":"Not Found"}')
+        return web.json_response({"openapi": "3.1.0", "info": {"title": "🦙 llama.cpp Python API"}})
 
     async def _health(self, request: web.Request) -> web.Response:
         self.health_calls += 1

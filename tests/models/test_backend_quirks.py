@@ -220,8 +220,8 @@ async def test_tool_choice_on_the_wire(replay: ReplayServer) -> None:
 
 
 def test_unknown_server_kind_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="unknown server 'tgi'"):
-        OpenAIChatModel("http://127.0.0.1:1/v1", "m", server="tgi")
+    with pytest.raises(ConfigError, match="unknown server 'bogus'"):
+        OpenAIChatModel("http://127.0.0.1:1/v1", "m", server="bogus")
 
 
 async def test_reasoning_reaches_the_journal_and_the_profile_ttft(

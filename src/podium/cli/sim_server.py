@@ -99,6 +99,34 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="answer invalid requests with 500 and the exception text (llama-cpp-python)",
     )
+    odd.add_argument(
+        "--json-object-only",
+        action="store_true",
+        help="refuse response_format json_schema; json_object takes a schema (llama.cpp)",
+    )
+    odd.add_argument(
+        "--models-interrupts",
+        action="store_true",
+        help="/v1/models cuts the generations in progress (llama-cpp-python)",
+    )
+    odd.add_argument(
+        "--named-tools-only",
+        action="store_true",
+        help="call tools only when tool_choice names one (llama-cpp-python)",
+    )
+    odd.add_argument(
+        "--hang-after",
+        type=count,
+        default=None,
+        metavar="REQUESTS",
+        help="after this many chat requests answer nothing more, on any path (a hung server)",
+    )
+    odd.add_argument(
+        "--mimic",
+        choices=("llama-cpp-python",),
+        default=None,
+        help="every quirk of that server at once",
+    )
     p.add_argument("--uvloop", action="store_true", help="run on uvloop")
     p.set_defaults(handler=run)
 
@@ -107,7 +135,7 @@ def config_from_args(args: argparse.Namespace) -> SimServerConfig:
     from podium.models.sim_batching import BatchingConfig
     from podium.models.sim_server import SimServerConfig
 
-    return SimServerConfig(
+    config = SimServerConfig(
         model=args.model,
         batching=BatchingConfig(
             capacity=args.capacity,
@@ -128,7 +156,12 @@ def config_from_args(args: argparse.Namespace) -> SimServerConfig:
         context_tokens=args.context_tokens,
         context_error=args.context_error,
         invalid_500=args.invalid_500,
+        json_object_only=args.json_object_only,
+        models_interrupt=args.models_interrupts,
+        named_tools_only=args.named_tools_only,
+        hang_after=args.hang_after,
     )
+    return config if args.mimic is None else config.mimic(args.mimic)
 
 
 async def serve(config: SimServerConfig, host: str, port: int) -> None:

@@ -71,6 +71,9 @@ async def _stream_once(
     first: float | None = None
     response: ModelResponse | None = None
     offset = 0  # where the next delta starts in the text this call streamed
+    # Every streamed call starts with a reset: a call made again (a malformed reply, a
+    # worker that died mid-stream) must not be spliced onto what listeners already had.
+    publish(run_id, TokenDelta(step, reset=True))
     sw.suspend(phase)
     try:
         async for delta in stream:
@@ -78,6 +81,11 @@ async def _stream_once(
             if delta.response is not None:
                 response = delta.response
                 break
+            if delta.reset:  # the model call started again (a pool failed it over)
+                offset = 0
+                publish(run_id, TokenDelta(step, reset=True))
+                sw.suspend(phase)
+                continue
             if first is None:
                 first = time.perf_counter()
             if (

@@ -9,9 +9,11 @@ step's own ``model_reply``:
   ``model_reply`` event has the whole text);
 - a delta of a step the journal has not reached yet (its previous step's
   ``step_finished`` not read) waits until the journal catches up;
-- a delta below what was sent of its step (its ``offset``: the step's model call was
-  made again, on another worker after the first one died, or after a malformed reply)
-  is dropped, or cut to its part not sent yet.
+- a delta below what was sent of its step (its ``offset``) is dropped, or cut to its
+  part not sent yet;
+- a reset (the step's model call started again: another backend after a fail-over
+  mid-stream, another worker after the first one died, a malformed reply asked again)
+  is sent on when deltas of its step were sent, so the client discards them.
 
 Deltas carry no event id: resuming with ``Last-Event-ID`` is at step granularity.
 A client that reconnects mid-step gets the journal events after its id, then the
@@ -185,8 +187,14 @@ _FRAMES = _SharedFrames()
 
 
 def delta_frames(deltas: list[TokenDelta]) -> bytes:
-    """One ``delta`` SSE event per delta, without ids (deltas are not resumable)."""
-    return b"".join(format_event(None, "delta", d) for d in deltas)
+    """One ``delta`` SSE event per delta, without ids (deltas are not resumable); a
+    reset is a ``reset`` event: ``{"step": s}``, discard the step's deltas so far."""
+    return b"".join(
+        format_event(None, "reset", {"step": d.step})
+        if d.reset
+        else format_event(None, "delta", d)
+        for d in deltas
+    )
 
 
 async def follow_live(

@@ -17,11 +17,14 @@ it, a chunk with ``finish_reason: "stop"``, a usage chunk if
 ``stream_options.include_usage``, then ``data: [DONE]``.
 
 The streamed text is what the model says at each step, in order, a blank line
-between two steps that both say something. Agents whose tool-calling steps say
-nothing (the usual case) stream exactly the final answer. A step whose tokens
-were not streamed (a model that cannot stream, tokens lost in transit) arrives
-as one chunk when it is journaled, so the text is always whole. A structured
-agent's JSON is sent in one chunk once validated.
+between two steps that both say something. A step whose model call starts again
+after some of its text was sent (its backend lost mid-stream, its worker dead) ends
+the stream with an error chunk of type ``stream_reset`` (OpenAI's SDKs raise it):
+the text received is not the answer, and is never spliced with the new one.
+Agents whose tool-calling steps say nothing (the usual case) stream exactly the
+final answer. A step whose tokens were not streamed (a model that cannot stream,
+tokens lost in transit) arrives as one chunk when it is journaled, so the text is
+always whole. A structured agent's JSON is sent in one chunk once validated.
 
 Example::
 
@@ -206,6 +209,14 @@ async def complete(
     )
 
 
+def _reset_message(run_id: str) -> str:
+    return (
+        f"run {run_id}: the model's answer started again (its backend was lost mid-stream)"
+        " after part of it was sent; discard the text received: the run goes on, and"
+        f" GET /v1/runs/{run_id} gives its answer"
+    )
+
+
 class _Said:
     """The text streamed so far, per step, and what the next piece of a step needs."""
 
@@ -225,6 +236,10 @@ class _Said:
         pieces.append(text)
         self.spoke = True
         return lead + text
+
+    def spoke_at(self, step: int) -> bool:
+        """Whether text of ``step`` was sent."""
+        return bool(self.steps.get(step))
 
     def rest(self, step: int, text: str) -> str:
         """What of the step's whole ``text`` was not streamed ("" if all was, or if what
@@ -266,11 +281,20 @@ async def _chunks(
             except (StopAsyncIteration, TimeoutError):
                 break
             if isinstance(item, list):  # token deltas: one chunk each, as they came
+                void = next((d.step for d in item if d.reset and said.spoke_at(d.step)), None)
                 yield b"".join(
                     chunk(ChunkDelta(content=said.piece(d.step, d.content)))
                     for d in item
-                    if d.content
+                    if d.content and (void is None or d.step < void)
                 )
+                if void is not None:
+                    # The step's model call started again (another backend, another
+                    # worker) after some of its text was sent: an OpenAI stream cannot
+                    # take text back, so it ends in an error the SDK raises, never with
+                    # two generations spliced into one answer.
+                    yield error("stream_reset", _reset_message(run_id))
+                    yield b"data: [DONE]\n\n"
+                    return
             elif isinstance(item, tuple):
                 entry = item[1]
                 if isinstance(entry, ModelTurn | StepRecord) and not structured:

@@ -17,6 +17,9 @@ never a duplicate. Event names::
     final          the run ended (status, output, error, reason) — the last event
     error          the store stayed unreachable past the follower's grace (the stream ends)
 
+With live tokens (:mod:`podium.gateway.live`) ``delta`` events come between them, and
+``reset`` (``{"step": s}``): the step's model call started again, discard its deltas.
+
 A step journaled whole (one ``StepRecord`` entry, the common case) is sent as
 the same three kinds of event — ``model_reply``, a ``tool_result`` per call,
 ``step_finished`` — of which only the last carries the entry's ``id``: a client

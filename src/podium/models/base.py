@@ -136,7 +136,12 @@ class ModelResponse(msgspec.Struct, gc=False):
 
 
 class StreamDelta(msgspec.Struct, gc=False, omit_defaults=True):
-    """One piece of a streamed reply. The last delta carries ``response``."""
+    """One piece of a streamed reply. The last delta carries ``response``.
+
+    ``reset`` (no text) says the call started again from its beginning (a pool moved it
+    to another backend mid-stream): what came before it is not part of the reply, and a
+    caller that passed it on must tell its own listeners to discard it.
+    """
 
     content: str = ""
     reasoning: str = ""
@@ -145,6 +150,7 @@ class StreamDelta(msgspec.Struct, gc=False, omit_defaults=True):
     tool_name: str | None = None
     arguments: str = ""
     response: ModelResponse | None = None
+    reset: bool = False
 
 
 class Model(AsyncCloseable, abc.ABC):

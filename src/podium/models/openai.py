@@ -21,7 +21,7 @@ import yarl
 
 from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
 from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode, StreamDelta
-from podium.models.openai_errors import http_error
+from podium.models.openai_errors import BackendStalledError, http_error
 from podium.models.openai_wire import (
     RequestEncoder,
     SSEDecoder,
@@ -30,29 +30,25 @@ from podium.models.openai_wire import (
     decode_completion,
 )
 from podium.models.resilience import CircuitBreaker, RetryPolicy, Timeouts, parse_retry_after
+from podium.models.server_kinds import PROFILES, ResponseFormatMode, server_profile
 from podium.observe.tracing import trace_headers
 
 __all__ = ("HEALTH_PATHS", "OpenAIChatModel")
 
-#: Health-probe paths per server, relative to the server's root, tried in order
-#: (a 404/405 moves on to the next). Each answers without queueing behind
-#: generation, so a busy server is not mistaken for a dead one:
-#: llama.cpp's ``llama-server``, vLLM and SGLang have ``/health`` (503 while a
-#: model loads); llama-cpp-python has none and its ``/v1/models`` waits for the
-#: model lock, so the probe is its FastAPI ``/openapi.json`` (the process is up;
-#: real replies prove the model); Ollama has no ``/health`` and answers
-#: ``/api/version`` at once. ``None`` (the default) probes ``/health``, then
-#: ``{base_url}/models``.
+#: Health-probe paths per server kind, relative to the server's root, tried in order (a
+#: 404/405 moves on to the next); see :mod:`podium.models.server_kinds`. None of them
+#: queues behind or interrupts a generation: llama-cpp-python's ``/v1/models`` waits for
+#: (and cuts) the generation in progress, so an unknown server is asked ``/health``,
+#: ``/openapi.json`` (llama-cpp-python answers it), ``/api/version`` (Ollama), and only
+#: then ``/v1/models``.
 HEALTH_PATHS: dict[str, tuple[str, ...]] = {
-    "llama.cpp": ("/health",),
-    "llama-cpp-python": ("/openapi.json",),
-    "vllm": ("/health",),
-    "sglang": ("/health",),
-    "ollama": ("/api/version",),
+    "llama.cpp": PROFILES["llamacpp"].health_paths,
+    **{kind: profile.health_paths for kind, profile in PROFILES.items()},
 }
 
 _thread_ns = time.thread_time_ns
 _perf = time.perf_counter
+_monotonic = time.monotonic
 #: bytes of an error answer read (the message is cut there anyway): a 500 with a
 #: gigabyte of HTML must not be held in memory
 _MAX_ERROR_BODY = 64 * 1024
@@ -93,9 +89,14 @@ class OpenAIChatModel(Model):
     at a small CPU cost; :meth:`stream` always streams. ``extra_body`` is sent
     with every request (per-request ``ModelSettings.extra_body`` is merged on
     top). Pass ``session`` to use your own ``aiohttp.ClientSession`` (it is
-    not closed by :meth:`aclose`). ``server`` names the server software
-    (a key of :data:`HEALTH_PATHS`) to pick its health probe; ``health_paths``
-    sets the probe paths (relative to the server root) directly.
+    not closed by :meth:`aclose`). ``server`` names the server software (a kind of
+    :mod:`podium.models.server_kinds`: ``"vllm"``, ``"sglang"``, ``"llamacpp"``,
+    ``"llama-cpp-python"``, ``"ollama"``, ``"tgi"``, ``"openai"``), which picks its health
+    probe, how structured output is sent and the ``tool_choice`` forms used;
+    ``health_paths`` sets the probe paths (relative to the server root) directly,
+    ``response_format`` the structured-output form (``"json_schema"``,
+    ``"json_object"``, ``"none"``). ``tool_choice``, ``max_tokens`` and ``temperature``
+    are sent when a request's settings leave them unset.
     ``structured_output`` is how agents with an ``output_type`` ask this server:
     ``"native"`` (OpenAI's ``response_format`` with a JSON Schema: OpenAI, vLLM, SGLang,
     llama.cpp, Ollama) or ``"tool"`` (a final-answer tool, for servers without it).
@@ -135,9 +136,19 @@ class OpenAIChatModel(Model):
         health_paths: Sequence[str] | None = None,
         structured_output: OutputMode = "native",
         provider: str = "openai",
+        response_format: ResponseFormatMode | None = None,
+        tool_choice: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> None:
         if structured_output not in ("native", "tool"):
             raise ConfigError("structured_output must be 'native' or 'tool'")
+        if response_format not in (None, "json_schema", "json_object", "none"):
+            raise ConfigError("response_format must be 'json_schema', 'json_object' or 'none'")
+        self.profile = server_profile(server)
+        self.kind = self.profile.kind or None
+        if (response_format or self.profile.response_format) == "none":
+            structured_output = "tool"  # no response_format at all: a final-answer tool
         self.structured_output = structured_output
         self.provider = provider
         base = base_url.rstrip("/")
@@ -152,20 +163,20 @@ class OpenAIChatModel(Model):
         self.max_connections = max_connections
         self._url = yarl.URL(base + "/chat/completions")
         root = base[:-3] if base.endswith("/v1") else base
-        if health_paths is None and server is not None:
-            if server not in HEALTH_PATHS:
-                raise ConfigError(
-                    f"unknown server {server!r}: one of {', '.join(sorted(HEALTH_PATHS))}"
-                )
-            health_paths = HEALTH_PATHS[server]
         if health_paths is None:
-            self._health_urls = [yarl.URL(root + "/health"), yarl.URL(base + "/models")]
-        else:
-            self._health_urls = [yarl.URL(root + "/" + p.lstrip("/")) for p in health_paths]
+            health_paths = self.profile.health_paths
+        self._health_urls = [yarl.URL(root + "/" + p.lstrip("/")) for p in health_paths]
         #: Why the last health check failed (the URL and the error), None after a pass.
         self.health_error: str | None = None
         self._encoder = RequestEncoder(
-            model, extra_body=dict(extra_body or {}), include_usage=include_usage
+            model,
+            extra_body=dict(extra_body or {}),
+            include_usage=include_usage,
+            profile=self.profile,
+            response_format=response_format,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            temperature=temperature,
         )
         hdrs = {"Content-Type": "application/json", "Accept": "application/json"}
         if api_key:
@@ -189,6 +200,11 @@ class OpenAIChatModel(Model):
         self.failover_statuses: frozenset[int] = frozenset()
         self.calls = 0
         self.retries = 0
+        #: ``time.monotonic()`` when a call last got something from the server (an answer's
+        #: headers, a token): a pool tells a busy backend from a stopped one by it
+        self.progress_at = 0.0
+        #: calls in flight that are not streamed: they show no progress until they end
+        self.unstreamed_calls = 0
 
     # --- connection --------------------------------------------------------
 
@@ -214,8 +230,12 @@ class OpenAIChatModel(Model):
             await self._session.close()
         self._session = None
 
-    async def _open(self, body: bytes, deadline: float) -> aiohttp.ClientResponse:
-        """Send ``body`` until a 200 arrives; retry what is worth retrying; raise the rest."""
+    async def _open(
+        self, body: bytes, deadline: float, first_token: bool = False
+    ) -> aiohttp.ClientResponse:
+        """Send ``body`` until a 200 arrives; retry what is worth retrying; raise the rest.
+        ``first_token``: a streamed call, whose headers come before its first token, so
+        they wait at most ``first_token_s`` too."""
         loop = asyncio.get_running_loop()
         session = self._get_session()
         t = self.timeouts
@@ -225,7 +245,10 @@ class OpenAIChatModel(Model):
             self.breaker.check()
             error: ModelError
             retry_after: float | None = None
-            first_byte = loop.time() + t.first_byte_s
+            first_byte_s = t.first_byte_s
+            if first_token and t.first_token_s is not None:
+                first_byte_s = min(first_byte_s, t.first_token_s)
+            first_byte = loop.time() + first_byte_s
             try:
                 async with asyncio.timeout_at(min(deadline, first_byte)):
                     resp = await session.post(
@@ -242,7 +265,7 @@ class OpenAIChatModel(Model):
                 self.breaker.failure()
             except aiohttp.SocketTimeoutError as exc:
                 self.breaker.failure()
-                raise ModelTimeoutError(f"{self.name}: read timed out after {t.read_s}s") from exc
+                raise BackendStalledError(f"{self.name}: read timed out after {t.read_s}s") from exc
             except aiohttp.ClientConnectionError as exc:
                 if not stale_retried and _stale_connection(exc):
                     # a pooled connection the server closed as the request went out (its
@@ -256,8 +279,10 @@ class OpenAIChatModel(Model):
             except TimeoutError as exc:
                 self.breaker.failure()
                 # Which limit it was: the first byte's, or the call's total (timeout_s)
+                if first_byte <= deadline and first_byte_s != t.first_byte_s:
+                    raise self._no_first_token() from exc
                 limit = (
-                    f"first_byte_s={t.first_byte_s:g}"
+                    f"first_byte_s={first_byte_s:g}"
                     if first_byte <= deadline
                     else f"the call's total of {t.total_s:g}s, retries included"
                 )
@@ -267,6 +292,7 @@ class OpenAIChatModel(Model):
                 raise
             else:
                 status = resp.status
+                self.progress_at = _monotonic()
                 if status == 200:
                     self.breaker.success()
                     conn = resp.connection
@@ -310,15 +336,25 @@ class OpenAIChatModel(Model):
         body = self._encoder.encode(request, stream=streaming)
         cpu = _thread_ns() - c0
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeouts.total_s
-        resp = await self._open(body, deadline)
-        if not streaming or _whole_reply(resp):
+        sent = loop.time()
+        deadline = sent + self.timeouts.total_s
+        if not streaming:
+            self.unstreamed_calls += 1
+            try:
+                resp = await self._open(body, deadline)
+                out = await self._whole(resp, deadline, request.prompt_tokens)
+            finally:
+                self.unstreamed_calls -= 1
+            out.cpu_ns += cpu
+            return out
+        resp = await self._open(body, deadline, first_token=True)
+        if _whole_reply(resp):
             out = await self._whole(resp, deadline, request.prompt_tokens)
             out.cpu_ns += cpu
             return out
         with self._reading_body(resp):
             async with asyncio.timeout_at(deadline):
-                out, spent = await self._read_stream(resp, t0, request.prompt_tokens)
+                out, spent = await self._read_stream(resp, t0, request.prompt_tokens, sent)
                 cpu += spent
         out.cpu_ns = cpu
         return out
@@ -339,7 +375,7 @@ class OpenAIChatModel(Model):
             resp.release()
 
     async def _read_stream(
-        self, resp: aiohttp.ClientResponse, t0: float, prompt_tokens: int
+        self, resp: aiohttp.ClientResponse, t0: float, prompt_tokens: int, sent: float
     ) -> tuple[ModelResponse, int]:
         asm = StreamAssembler(backend=self.name)
         sse = SSEDecoder()
@@ -352,8 +388,11 @@ class OpenAIChatModel(Model):
         slack = min(1.0, idle / 10)
         moved = loop.time()
         seen = 0
+        first_by = self._first_token_by(sent)
         try:
-            async with asyncio.timeout_at(moved + idle) as idle_timer:
+            async with asyncio.timeout_at(
+                moved + idle if first_by is None else min(moved + idle, first_by)
+            ) as idle_timer:
                 async for chunk in resp.content.iter_any():
                     c0 = _thread_ns()
                     now = _perf() - t0
@@ -363,15 +402,18 @@ class OpenAIChatModel(Model):
                     if asm.done:
                         break  # a server may hold the stream open after [DONE]
                     if asm.tokens != seen:
-                        seen = asm.tokens
                         t = loop.time()
-                        if t - moved >= slack:
+                        self.progress_at = _monotonic()
+                        if not seen or t - moved >= slack:
                             moved = t
                             idle_timer.reschedule(t + idle)
+                        seen = asm.tokens
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
             lost = True
         except TimeoutError as exc:
-            raise ModelTimeoutError(
+            if not seen and first_by is not None:
+                raise self._no_first_token() from exc
+            raise BackendStalledError(
                 f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
             ) from exc
         if asm.done:
@@ -396,8 +438,9 @@ class OpenAIChatModel(Model):
         body = self._encoder.encode(request, stream=True)
         cpu = _thread_ns() - c0
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeouts.total_s
-        resp = await self._open(body, deadline)
+        sent = loop.time()
+        deadline = sent + self.timeouts.total_s
+        resp = await self._open(body, deadline, first_token=True)
         if _whole_reply(resp):  # a server (or a proxy) that does not stream
             whole = await self._whole(resp, deadline, request.prompt_tokens)
             whole.cpu_ns += cpu
@@ -412,17 +455,20 @@ class OpenAIChatModel(Model):
             content = resp.content
             idle = self.timeouts.token_idle_s
             last_token = loop.time()
+            first_by = self._first_token_by(sent)
             seen = 0
             while True:
                 # each read is bounded by the session's sock_read timeout, by the time
-                # left without a token (keep-alive comments are not progress) and by the
-                # call's total deadline
+                # left without a token (keep-alive comments are not progress), before the
+                # first one by first_token_s, and by the call's total deadline
                 bound = min(last_token + idle, deadline)
+                if not seen and first_by is not None:
+                    bound = min(bound, first_by)
                 try:
                     async with asyncio.timeout_at(bound):
                         chunk = await content.readany()
                 except aiohttp.SocketTimeoutError as exc:
-                    raise ModelTimeoutError(f"{self.name}: no stream data in time") from exc
+                    raise BackendStalledError(f"{self.name}: no stream data in time") from exc
                 except TimeoutError as exc:
                     # Which bound it was, not what the clock says now: uvloop's timers
                     # (whole milliseconds) may fire a little before the deadline.
@@ -430,7 +476,9 @@ class OpenAIChatModel(Model):
                         raise ModelTimeoutError(
                             f"{self.name}: stream not complete in time"
                         ) from exc
-                    raise ModelTimeoutError(
+                    if not seen and first_by is not None and bound >= first_by:
+                        raise self._no_first_token() from exc
+                    raise BackendStalledError(
                         f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
                     ) from exc
                 except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
@@ -445,6 +493,7 @@ class OpenAIChatModel(Model):
                 if asm.tokens != seen:
                     seen = asm.tokens
                     last_token = loop.time()
+                    self.progress_at = _monotonic()
                 for d in deltas:
                     yield d
                 if asm.done:
@@ -463,6 +512,16 @@ class OpenAIChatModel(Model):
             resp.release()
         yield StreamDelta(response=final)
 
+    def _first_token_by(self, sent: float) -> float | None:
+        limit = self.timeouts.first_token_s
+        return None if limit is None else sent + limit
+
+    def _no_first_token(self) -> ModelTimeoutError:
+        return BackendStalledError(
+            f"{self.name}: no first token within first_token_s="
+            f"{self.timeouts.first_token_s:g} (the server took the call and made no progress)"
+        )
+
     async def _whole(
         self, resp: aiohttp.ClientResponse, deadline: float, prompt_tokens: int
     ) -> ModelResponse:
@@ -480,9 +539,9 @@ class OpenAIChatModel(Model):
     async def health(self, timeout_s: float = 2.0) -> bool:
         """True if the server answers its health path with 200 (see :data:`HEALTH_PATHS`).
 
-        By default ``/health``, then ``/v1/models`` for servers without one
-        (Ollama, llama-cpp-python). llama.cpp answers 503 while it loads a
-        model. False when the server refuses or answers an error; a probe that
+        By default ``/health``, ``/openapi.json``, ``/api/version``, then
+        ``/v1/models`` (see :data:`HEALTH_PATHS`). llama.cpp answers 503 while it loads
+        a model. False when the server refuses or answers an error; a probe that
         gets no answer in ``timeout_s`` raises :class:`ModelTimeoutError`
         instead, since a busy server is not a dead one (a pool decides).
         """

@@ -9,9 +9,17 @@ import re
 
 import msgspec
 
-from podium.errors import ModelContextLengthError, ModelHTTPError
+from podium.errors import ModelContextLengthError, ModelHTTPError, ModelTimeoutError
 
-__all__ = ("http_error",)
+__all__ = ("BackendStalledError", "http_error")
+
+
+class BackendStalledError(ModelTimeoutError):
+    """A call's backend took it and then made no progress: no first token within
+    ``first_token_s``, or no token (nor byte) for ``token_idle_s`` / ``read_s``. Unlike a
+    call that ran out of its total time, the backend is suspect (hung, stopped, wedged):
+    a pool probes it, drains it if the probe gets no answer, and moves the call to
+    another backend."""
 
 
 class _ErrorDetail(msgspec.Struct, gc=False):
@@ -34,14 +42,19 @@ _INVALID_TYPES = frozenset(
     {"invalid_request_error", "badrequesterror", "invalid_request", "exceed_context_size_error"}
 )
 _CONTEXT_TYPES = frozenset({"exceed_context_size_error", "context_length_exceeded"})
-# The servers' own words: vLLM "This model's maximum context length is 4096 tokens",
-# llama-cpp-python (same, OpenAI's text), llama.cpp "exceeds the available context size",
-# Ollama "the input length exceeds the context length", SGLang "is longer than the
-# model's context length".
+# The servers' own words: vLLM "This model's maximum context length is 4096 tokens" (and
+# newer "The decoder prompt (length N) is longer than the maximum model length of M",
+# "Input prompt (N tokens) is too long and exceeds limit of M"), llama-cpp-python (OpenAI's
+# text), llama.cpp "exceeds the available context size", Ollama "prompt too long; exceeded
+# max context length by N tokens" (older: "the input length exceeds the context length"),
+# SGLang "is longer than the model's context length", TGI "`inputs` tokens +
+# `max_new_tokens` must be <= 4096".
 _CONTEXT_RE = re.compile(
     r"maximum context length|context length exceeded|exceeds? the (available )?context"
     r"|longer than the model's context length|input length exceeds the context length"
-    r"|context window|too many tokens|prompt is too long",
+    r"|context window|too many tokens|prompt is too long|prompt too long"
+    r"|exceeded max(imum)? context length|longer than the maximum model length"
+    r"|too long and exceeds limit|inputs. tokens \+ .max_new_tokens. must be <=",
     re.IGNORECASE,
 )
 # A 500 whose message says the request was wrong (llama-cpp-python answers a bad field
@@ -50,7 +63,9 @@ _INVALID_RE = re.compile(
     r"\binvalid (request|value|field|param\w*|argument|type|json|input|tool\w*|role|messages?"
     r"|schema|format|model)\b|\bnot supported\b|\bunsupported (field|param\w*|argument|value)"
     r"|validation error|unexpected keyword argument|unknown (field|parameter|argument)"
-    r"|extra inputs are not permitted|\bbad request\b|could not parse|failed to parse",
+    r"|extra inputs are not permitted|\bbad request\b|could not parse|failed to parse"
+    # a tool_choice naming a tool the request does not offer (llama-cpp-python: a 500)
+    r"|unknown tool|no tool named|not (among|in) the tools|has not been passed in .?tools",
     re.IGNORECASE,
 )
 _MAX_BODY = 64 * 1024

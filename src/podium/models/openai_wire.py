@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from podium.errors import ModelReplyError
+from podium.errors import ConfigError, ModelReplyError
 from podium.messages import Message, ToolCall, Usage
 from podium.models.base import (
     ModelRequest,
@@ -26,6 +26,11 @@ from podium.models.base import (
     OutputSchema,
     StreamDelta,
     ToolDefinition,
+)
+from podium.models.server_kinds import (
+    DEFAULT_PROFILE,
+    ResponseFormatMode,
+    ServerProfile,
 )
 
 __all__ = (
@@ -118,6 +123,8 @@ class _ResponseFormat(msgspec.Struct, gc=False):
 
 
 _REQUEST_FIELDS = frozenset(ChatRequest.__struct_fields__)
+#: Fields ``extra_body`` may not set: they decide how the reply is read.
+_RESERVED_FIELDS = frozenset({"messages", "stream", "stream_options"})
 _TOOL_CHOICE_MODES = {
     m: msgspec.Raw(b'"' + m.encode() + b'"') for m in ("auto", "required", "none")
 }
@@ -135,7 +142,10 @@ class RequestEncoder:
 
     Tool schemas are encoded once per tools tuple (agents reuse theirs), and
     ``extra_body`` fields (the endpoint's and the request's) are spliced into
-    the JSON object without re-encoding the rest.
+    the JSON object without re-encoding the rest. Precedence, lowest first:
+    Podium's own value for a field, the endpoint's ``extra_body``, the
+    request's ``extra_body`` (so ``extra_body = { tool_choice = "auto" }``
+    replaces the ``tool_choice`` an agent would send).
     """
 
     def __init__(
@@ -144,9 +154,27 @@ class RequestEncoder:
         *,
         extra_body: dict[str, Any] | None = None,
         include_usage: bool = True,
+        profile: ServerProfile = DEFAULT_PROFILE,
+        response_format: ResponseFormatMode | None = None,
+        tool_choice: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> None:
         self.model = model
+        self.profile = profile
+        #: how native structured output is sent (the profile's unless set)
+        self.response_format: ResponseFormatMode = response_format or profile.response_format
+        # the endpoint's defaults, for requests whose settings leave them unset
+        self._default_choice = tool_choice
+        self._default_max_tokens = max_tokens
+        self._default_temperature = temperature
         self._extra = dict(extra_body or {})
+        reserved = _RESERVED_FIELDS.intersection(self._extra)
+        if reserved:
+            raise ConfigError(
+                f"extra_body may not set {', '.join(sorted(reserved))}: Podium sets"
+                " them to read the reply"
+            )
         self._enc = msgspec.json.Encoder()
         self._include_usage = include_usage
         self._tools_cache: dict[int, tuple[tuple[ToolDefinition, ...], msgspec.Raw]] = {}
@@ -169,15 +197,35 @@ class RequestEncoder:
         return raw
 
     def _tool_choice(
-        self, choice: str | None, tools: tuple[ToolDefinition, ...]
+        self,
+        choice: str | None,
+        tools: tuple[ToolDefinition, ...],
+        output: OutputSchema | None,
     ) -> msgspec.Raw | None:
         # only with tools: servers (vLLM, OpenAI) reject a tool_choice without them
-        if choice is None or not tools:
+        if not tools:
+            return None
+        if choice is None:
+            choice = self._default_choice
+        if choice is None and output is not None and output.mode == "tool":
+            choice = self._forced_answer(tools, output.name)
+        if choice is None:
             return None
         raw = _TOOL_CHOICE_MODES.get(choice)
         if raw is None:
             raw = msgspec.Raw(self._enc.encode({"type": "function", "function": {"name": choice}}))
         return raw
+
+    def _forced_answer(self, tools: tuple[ToolDefinition, ...], answer: str) -> str | None:
+        """The ``tool_choice`` that makes a tool-mode agent's reply a tool call, in a form
+        the server honours: ``required`` (the answer or a tool on the way to it), else
+        the answer tool by name when it is the only tool; None where neither is safe."""
+        forms = self.profile.tool_choice
+        if "named" in forms and len(tools) == 1 and tools[0].name == answer:
+            return answer
+        if "required" in forms:
+            return "required"
+        return None
 
     def _response_format(self, output: OutputSchema) -> msgspec.Raw | None:
         """OpenAI's ``json_schema`` response format (native mode), encoded once per agent."""
@@ -185,11 +233,16 @@ class RequestEncoder:
         if hit is not None and hit[0] is output:
             return hit[1]
         raw = None
-        if output.mode == "native":
+        mode = self.response_format
+        if output.mode == "native" and mode == "json_schema":
             spec = _JSONSchemaFormat(
                 output.name, output.schema, output.description or None, output.strict
             )
             raw = msgspec.Raw(self._enc.encode(_ResponseFormat(spec)))
+        elif output.mode == "native" and mode == "json_object":
+            # llama.cpp (both servers) and TGI constrain the reply to the schema given here
+            fmt = {"type": "json_object", self.profile.schema_key: output.schema}
+            raw = msgspec.Raw(self._enc.encode(fmt))
         if len(self._format_cache) >= 256:
             self._format_cache.clear()
         self._format_cache[id(output)] = (output, raw)  # holding it keeps its id unique
@@ -202,13 +255,13 @@ class RequestEncoder:
             self.model,
             [_wire_message(m) for m in request.messages],
             self._tools(request.tools),
-            s.max_tokens,
-            s.temperature,
+            self._default_max_tokens if s.max_tokens is None else s.max_tokens,
+            self._default_temperature if s.temperature is None else s.temperature,
             list(s.stop) if s.stop else None,
             s.seed,
             stream,
             _StreamOptions() if stream and self._include_usage else None,
-            self._tool_choice(s.tool_choice, request.tools),
+            self._tool_choice(s.tool_choice, request.tools, s.output),
             None if s.output is None else self._response_format(s.output),
         )
         extra = {**self._extra, **s.extra_body} if s.extra_body else self._extra
@@ -217,8 +270,27 @@ class RequestEncoder:
         if _REQUEST_FIELDS.isdisjoint(extra):
             head = self._enc.encode(body)
             return head[:-1] + b"," + self._enc.encode(extra)[1:]
-        merged = msgspec.to_builtins(body)
+        return self._merged(body, extra, bool(request.tools))
+
+    def _merged(self, body: ChatRequest, extra: dict[str, Any], tools: bool) -> bytes:
+        """``body`` with ``extra``'s keys over its own: an ``extra_body`` key that names a
+        standard field (``tool_choice``, ``max_tokens``, ``response_format``…) replaces
+        Podium's value for it. ``tool_choice`` is dropped from a request without tools
+        (vLLM and OpenAI refuse one there), and the fields that say how Podium reads the
+        reply (``messages``, ``stream``, ``stream_options``) are refused."""
+        reserved = _RESERVED_FIELDS.intersection(extra)
+        if reserved:
+            raise ConfigError(
+                f"extra_body may not set {', '.join(sorted(reserved))}: Podium sets"
+                " them to read the reply"
+            )
+        # The encoded fields (tools, tool_choice, response_format) are msgspec.Raw, which
+        # to_builtins cannot take apart: decode the encoded body instead (rare: only when
+        # extra_body overrides a standard field).
+        merged: dict[str, Any] = msgspec.json.decode(self._enc.encode(body))
         merged.update(extra)
+        if not tools:
+            merged.pop("tool_choice", None)
         return self._enc.encode(merged)
 
 

@@ -34,6 +34,12 @@
 * Calls that time out one after another on a backend whose health path still
   answers (a wedged engine) take it out for ``eject_s`` (doubling each time,
   up to 5 minutes) while another backend of its group is healthy.
+* Health from behaviour: a call whose backend took it and made no progress
+  (:class:`~podium.models.openai_errors.BackendStalledError`: no first token, or
+  no token for the idle bound) gets its backend probed at once, drained if the
+  probe gets no answer, and moves to another healthy backend (a stream after a
+  reset). Calls in flight count as load only while they make progress: a
+  stopped server's stuck calls do not keep it in the pool.
 * With no healthy backend a call waits up to ``healthy_wait_s`` for one to
   come up (a rolling restart), with health checks every ``0.5`` s meanwhile.
   The backends' ``Timeouts.total_s`` bounds a call, that wait and its retries
@@ -55,7 +61,9 @@ import msgspec
 
 from podium.errors import ConfigError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
 from podium.lifecycle import stop_task
+from podium.messages import Usage
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
+from podium.models.openai_errors import BackendStalledError
 from podium.models.openai_wire import StreamTruncatedError
 from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
 from podium.models.pool_routing import Router, RoutingRule
@@ -256,7 +264,19 @@ class BackendPool(Model):
             self._drain(backend)
 
     def _busy(self, backend: Backend) -> bool:
-        return backend.outstanding > 0 or self._answered_within(backend, self.liveness_s)
+        """Whether a probe that got no answer may be put down to load: the backend answered
+        a call lately, or its calls in flight are making progress. Calls that are stuck (a
+        stopped or hung server) are not load: they must not keep it in the pool."""
+        if self._answered_within(backend, self.liveness_s):
+            return True
+        if backend.outstanding == 0:
+            return False
+        progress_at = getattr(backend.model, "progress_at", None)
+        if not isinstance(progress_at, float):
+            return True  # a model that cannot say: its calls in flight count
+        if getattr(backend.model, "unstreamed_calls", 0):
+            return True  # a whole reply shows nothing before its end: no telling
+        return time.monotonic() - progress_at < self.liveness_s
 
     def _drain(self, backend: Backend) -> None:
         why = backend.last_error
@@ -264,7 +284,8 @@ class BackendPool(Model):
         reason = f"{type(why).__name__}: {why}" if why is not None else "its health check failed"
         if backend.state == "pending":
             log.warning("%s: backend %s is not taking calls: %s", self.name, backend.name, reason)
-        else:
+        elif backend.state == "healthy":
+            backend.drains += 1
             log.warning("%s: backend %s drained (%s); %d other backend(s) take its calls",
                         self.name, backend.name, reason, others)
         backend.state = "drained"
@@ -424,6 +445,8 @@ class BackendPool(Model):
 
     def _release(self, backend: Backend, run_id: str, service_s: float, ok: bool) -> None:
         backend.outstanding -= 1
+        if not ok and run_id and self._affinity.get(run_id) is backend:
+            del self._affinity[run_id]  # the run's next call (a retry) may go elsewhere
         if ok:
             backend.served += 1
             backend.timeouts_in_row = 0
@@ -456,6 +479,7 @@ class BackendPool(Model):
         wedged engine) take it out of the pool for a while, doubling each time, while
         another backend of its group is healthy: a dead one would get half the calls."""
         backend.failures += 1
+        backend.timeouts += 1
         backend.last_error = exc
         backend.timeouts_in_row += 1
         if backend.state != "healthy" or backend.timeouts_in_row < self.unhealthy_after:
@@ -469,6 +493,40 @@ class BackendPool(Model):
         log.warning("%s: backend %s timed out %d calls in a row (%s): no calls for %gs",
                     self.name, backend.name, self.unhealthy_after, exc, eject_s)
         self._drain(backend)
+
+    async def _after_stall(
+        self,
+        request: ModelRequest,
+        backend: Backend,
+        exc: BackendStalledError,
+        exclude: frozenset[str],
+        tries: _Tries,
+        end: float,
+    ) -> frozenset[str]:
+        """``backend`` took the call and made no progress. It is counted as a timeout (in
+        a row, they take it out for ``eject_s``) and probed at once: no answer, or an
+        error, drains it now (its calls proved it stuck, whatever its load). The call
+        moves to another healthy backend if there is one and time is left; else ``exc``
+        is raised."""
+        self._timed_out(backend, exc)
+        if backend.state == "healthy":
+            result = await backend.probe(self.health_timeout_s)
+            if result != "ok" and backend.state == "healthy":  # (another call drained it)
+                backend._passes = 0
+                backend._fails += 1
+                self._drain(backend)
+        exclude |= {backend.name}
+        loop = asyncio.get_running_loop()
+        if (
+            tries.failovers >= self.failover_attempts
+            or loop.time() >= end
+            or not self._alternative(request, exclude)
+        ):
+            raise exc
+        tries.failovers += 1
+        self.failovers += 1
+        backend.failovers += 1
+        return exclude
 
     async def _on_backend_error(self, backend: Backend, exc: BaseException) -> None:
         backend.failures += 1
@@ -520,6 +578,7 @@ class BackendPool(Model):
                 raise exc
             tries.failovers += 1
             self.failovers += 1
+            backend.failovers += 1
             return exclude
         policy = getattr(backend.model, "retry", None)
         if not isinstance(policy, RetryPolicy):
@@ -530,6 +589,7 @@ class BackendPool(Model):
         if delay is None or loop.time() + delay >= end:
             raise exc
         tries.retries += 1
+        backend.retries += 1
         await asyncio.sleep(delay)
         return frozenset()
 
@@ -554,56 +614,90 @@ class BackendPool(Model):
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
         tries = _Tries()
+        spent = Usage()  # what the failed attempts cost (they count, as the server billed)
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
             t0 = time.perf_counter()
             ok = False
+            stalled: BackendStalledError | None = None
             try:
                 response = await backend.model.request(request)
                 ok = True
+                if spent.requests:
+                    response.usage = response.usage + spent
+                    response.usage_estimated = True
                 return response
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
                 if not _backend_lost(exc):
                     raise
                 cause = exc
+            except BackendStalledError as exc:
+                cause = stalled = exc
             except ModelTimeoutError as exc:
                 self._timed_out(backend, exc)
                 raise
+            except asyncio.CancelledError:
+                backend.cancelled += 1
+                raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-            exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
+            spent = spent + _attempt_usage(request, cause, 0)
+            if stalled is not None:
+                exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
+            else:
+                exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamDelta]:
-        """Stream from one backend; fails over like :meth:`request` only until the
-        first delta has been yielded."""
+        """Stream from one backend; fails over like :meth:`request`. A call that fails
+        over after deltas were yielded starts again from the beginning on the next
+        backend, after a ``StreamDelta(reset=True)``: never spliced onto the text the
+        lost backend had sent (the two generations differ)."""
         await self.start()
         exclude: frozenset[str] = frozenset()
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
         tries = _Tries()
+        spent = Usage()  # what the failed attempts cost (they count, as the server billed)
+        flowed = False  # deltas of this call went out: a restart must say so first
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
+            if flowed:
+                flowed = False
+                yield StreamDelta(reset=True)
             t0 = time.perf_counter()
             ok = False
-            flowed = False
+            stalled: BackendStalledError | None = None
+            pieces = 0  # token deltas of this attempt
             try:
                 async for delta in backend.model.stream(request):
                     flowed = True
+                    if delta.response is not None and spent.requests:
+                        delta.response.usage = delta.response.usage + spent
+                        delta.response.usage_estimated = True
+                    else:
+                        pieces += 1
                     yield delta
                 ok = True
                 return
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
-                if flowed or not _backend_lost(exc):
-                    if flowed and _backend_lost(exc):
-                        await self._on_backend_error(backend, exc)
+                if not _backend_lost(exc):
                     raise
                 cause = exc
+            except BackendStalledError as exc:
+                cause = stalled = exc
             except ModelTimeoutError as exc:
                 self._timed_out(backend, exc)
                 raise
+            except asyncio.CancelledError:
+                backend.cancelled += 1
+                raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-            exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
+            spent = spent + _attempt_usage(request, cause, pieces)
+            if stalled is not None:
+                exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
+            else:
+                exclude = await self._after_loss(request, backend, cause, exclude, tries, end)
 
     async def health(self, timeout_s: float = 2.0) -> bool:
         """True if at least one backend is healthy (runs the first health round if needed)."""
@@ -623,7 +717,18 @@ class BackendPool(Model):
         return PoolStatistics(
             tuple(
                 BackendStatistics(
-                    b.name, b.group, b.state, b.outstanding, b.capacity, b.served, b.failures
+                    b.name,
+                    b.group,
+                    b.state,
+                    b.outstanding,
+                    b.capacity,
+                    b.served,
+                    b.failures,
+                    drains=b.drains,
+                    failovers=b.failovers,
+                    retries=b.retries + getattr(b.model, "retries", 0),
+                    timeouts=b.timeouts,
+                    cancelled=b.cancelled,
                 )
                 for b in self.backends
             ),
@@ -632,10 +737,20 @@ class BackendPool(Model):
         )
 
 
+def _attempt_usage(request: ModelRequest, exc: BaseException | None, pieces: int) -> Usage:
+    """An estimate of what a failed attempt cost: the prompt, if the backend took the
+    request (it answered, or a stream began), and one output token per delta it streamed.
+    A refused connection cost nothing."""
+    took = pieces > 0 or isinstance(exc, ModelHTTPError | StreamTruncatedError | ModelTimeoutError)
+    if not took:
+        return Usage()
+    return Usage(request.prompt_tokens, pieces, 0, 1)
+
+
 def _backend_lost(exc: BaseException) -> bool:
     """Whether a call's error means its backend is gone (fail over) or the call is wrong."""
     if isinstance(exc, StreamTruncatedError):
-        return exc.connection_lost
+        return True  # cut, or ended before the reply did: the backend's fault, not the call's
     if isinstance(exc, ModelHTTPError):
         return exc.status in _FAILOVER_STATUSES and not exc.invalid_request
     return isinstance(exc, ModelUnavailableError)

@@ -53,6 +53,12 @@ class Backend:
         self.timeouts_in_row = 0  # calls that timed out since its last reply
         self.ejections = 0  # times it was left out for timeouts since its last reply
         self.ejected_until = 0.0  # time.monotonic() before which it takes no calls
+        # what the metrics count (monotonic totals)
+        self.drains = 0  # times it was taken out of the pool (probe, stalls, timeouts)
+        self.failovers = 0  # calls moved from it to another backend
+        self.retries = 0  # calls tried again on it by the pool after a backoff
+        self.timeouts = 0  # calls that got no reply or no progress in time
+        self.cancelled = 0  # calls cut by their caller (a run's deadline, a cancel)
         self._fails = 0
         self._passes = 0
 
@@ -94,3 +100,9 @@ class BackendStatistics(msgspec.Struct, frozen=True):
     capacity: int
     served: int
     failures: int
+    drains: int = 0
+    failovers: int = 0
+    #: tries again of its calls: the pool's, and the endpoint client's own (HTTP retries)
+    retries: int = 0
+    timeouts: int = 0
+    cancelled: int = 0

@@ -37,7 +37,11 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     ``token_idle_s`` bounds the time a stream may go without a token once its
     headers arrived: keep-alive comments (``: ping``) keep ``read_s`` from
     firing but are not progress, so a stalled server is cut off here rather
-    than at ``total_s``.
+    than at ``total_s``. ``first_token_s`` (None: no bound of its own) bounds a
+    streamed call from its request to its first token: a server that takes the
+    request and then makes no progress (hung, stopped) is cut off there, and a
+    pool takes it for stuck. A call that is not streamed sends nothing before
+    its whole reply, so it has no first token to wait for.
     """
 
     connect_s: float = 5.0
@@ -45,6 +49,7 @@ class Timeouts(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     read_s: float = 60.0
     total_s: float = 600.0
     token_idle_s: float = 120.0
+    first_token_s: float | None = None
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

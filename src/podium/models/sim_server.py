@@ -36,7 +36,20 @@ are tested against them on loopback:
   the context is refused with the real text of ``vllm``, ``sglang``,
   ``llama.cpp`` or ``ollama``;
 * ``invalid_500``: an invalid request is answered with 500 and the exception
-  text, like llama-cpp-python, instead of 400.
+  text, like llama-cpp-python, instead of 400;
+* ``json_object_only``: ``response_format`` ``json_schema`` is refused (with
+  ``invalid_500``, a 500, as llama-cpp-python does); ``json_object`` with a
+  ``schema`` beside it answers a value of that schema (llama.cpp's grammar);
+* ``models_interrupt``: ``GET /v1/models`` cuts every generation in progress (its
+  stream ends without a ``finish_reason``), as a default llama-cpp-python server does;
+* ``named_tools_only``: tools are called only when ``tool_choice`` names one
+  (llama-cpp-python's generic chat formats answer in text otherwise);
+* ``hang_after``: after that many chat requests the server answers nothing more, on
+  any path (a hung process that still accepts connections, like a SIGSTOPped one).
+
+``SimServerConfig.mimic("llama-cpp-python")`` turns on that server's set (no
+``/health``, ``/openapi.json`` answered, ``models_interrupt``, ``json_object_only``,
+``invalid_500``, ``named_tools_only``).
 """
 
 from __future__ import annotations
@@ -55,7 +68,7 @@ from podium.models.schema_example import example_value
 from podium.models.sim_batching import BatchEngine, BatchingConfig, SimSequence
 from podium.models.sim_quirks import CONTEXT_ERRORS, LOADING_BODY, context_error, invalid_500
 
-__all__ = ("SimServerConfig", "build_app", "example_arguments")
+__all__ = ("MIMICS", "SimServerConfig", "build_app", "example_arguments")
 
 
 class SimServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -76,10 +89,33 @@ class SimServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     context_tokens: int = 0
     context_error: str = "vllm"
     invalid_500: bool = False
+    json_object_only: bool = False
+    models_interrupt: bool = False
+    named_tools_only: bool = False
+    hang_after: int | None = None
 
     def __post_init__(self) -> None:
         if self.context_error not in CONTEXT_ERRORS:
             raise ConfigError(f"context_error must be one of {', '.join(sorted(CONTEXT_ERRORS))}")
+
+    def mimic(self, server: str) -> SimServerConfig:
+        """This config with the quirks of ``server`` (one of :data:`MIMICS`) turned on."""
+        if server not in MIMICS:
+            raise ConfigError(f"mimic must be one of {', '.join(sorted(MIMICS))}")
+        return msgspec.structs.replace(self, **MIMICS[server])
+
+
+#: The quirk sets of real servers (see the module docstring).
+MIMICS: dict[str, dict[str, Any]] = {
+    "llama-cpp-python": {
+        "health": False,
+        "models_interrupt": True,
+        "json_object_only": True,
+        "invalid_500": True,
+        "named_tools_only": True,
+        "context_error": "llama.cpp",
+    },
+}
 
 
 class _SimOptions(msgspec.Struct):
@@ -122,6 +158,7 @@ class _JSONSchemaSpec(msgspec.Struct):
 class _ResponseFormat(msgspec.Struct):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: _JSONSchemaSpec | None = None
+    schema: dict[str, Any] | None = None  # json_object's schema (llama.cpp)
 
 
 class _Req(msgspec.Struct):
@@ -202,6 +239,9 @@ class SimServer:
         self.generating = 0  # chat requests in flight
         self.idle = asyncio.Event()  # set while none is
         self.idle.set()
+        self.chats = 0  # chat requests received
+        self.interrupts = 0  # times /v1/models cut the generations in progress
+        self.hung = asyncio.Event()  # never set: what a hung server waits on
 
     def _invalid(self, message: str) -> web.Response:
         if self.config.invalid_500:
@@ -211,6 +251,9 @@ class SimServer:
     @web.middleware
     async def loading(self, request: web.Request, handler: Any) -> web.StreamResponse:
         """llama.cpp while it loads its model: 503 on every path."""
+        hang_after = self.config.hang_after
+        if hang_after is not None and self.chats >= hang_after:
+            await self.hung.wait()  # a hung process: the connection is taken, never answered
         if self.config.loading_s and time.monotonic() - self.started < self.config.loading_s:
             return web.Response(status=503, body=LOADING_BODY, content_type="application/json")
         resp: web.StreamResponse = await handler(request)
@@ -247,6 +290,8 @@ class SimServer:
         call = bool(req.tools) and choice != "none"
         if choice is None or choice == "auto":
             call = bool(req.tools) and step < tool_steps
+        if cfg.named_tools_only and not isinstance(choice, _NamedChoice) and opts.tool is None:
+            call = False  # llama-cpp-python's generic formats: text unless a tool is named
         reasoning = " ".join(itertools.repeat("hmm", r)) if r else ""
         if call:
             fn = by_name.get(forced or "", req.tools[0].function)
@@ -258,9 +303,16 @@ class SimServer:
         words = (cfg.answer + " ").split(" ")
         text = " ".join(itertools.islice(itertools.cycle(w for w in words if w), n))
         fmt = req.response_format
+        if fmt is not None and fmt.type == "json_schema" and cfg.json_object_only:
+            return (
+                "1 validation error for CreateChatCompletionRequest response_format.type:"
+                " Input should be 'text' or 'json_object'"
+            )
         if fmt is not None and fmt.type != "text":
-            if fmt.type == "json_object":
-                value: Any = {"answer": text}
+            if fmt.type == "json_object" and fmt.schema is not None:
+                value: Any = example_value(fmt.schema)
+            elif fmt.type == "json_object":
+                value = {"answer": text}
             elif fmt.json_schema is None or fmt.json_schema.schema is None:
                 return "response_format json_schema needs json_schema.schema"
             else:
@@ -277,6 +329,7 @@ class SimServer:
             yield data, len(data) // 4 + 4
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        self.chats += 1
         raw = await request.read()
         try:
             req = _decode_req(raw)
@@ -360,9 +413,12 @@ class SimServer:
         stall = cfg.stall_after if opts.stall_after is None else opts.stall_after
         written = 0
         first = True
+        interrupts = self.interrupts
         while True:
             await seq.progress.wait()
             seq.progress.clear()
+            if self.interrupts != interrupts:
+                break  # cut by a /v1/models request: the stream ends without a finish_reason
             upto = min(seq.tokens, len(pieces))
             if stall is not None:
                 upto = min(upto, stall)
@@ -414,12 +470,19 @@ class SimServer:
         return web.Response(body=b'{"status":"ok"}', content_type="application/json")
 
     async def models(self, request: web.Request) -> web.Response:
+        if self.config.models_interrupt and self.generating:
+            self.interrupts += 1  # llama-cpp-python: the request takes the model from them
         if self.config.models_wait:
             await self.idle.wait()  # behind generation, like llama-cpp-python's model lock
         model = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "podium"}
         return web.Response(
             body=_encode({"object": "list", "data": [model]}), content_type="application/json"
         )
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        """A FastAPI server's schema document (llama-cpp-python answers it at once)."""
+        info = {"openapi": "3.1.0", "info": {"title": "podium sim-server", "version": "0"}}
+        return web.Response(body=_encode(info), content_type="application/json")
 
     async def metrics(self, request: web.Request) -> web.Response:
         engine = self._engine()
@@ -473,6 +536,7 @@ def build_app(config: SimServerConfig | None = None) -> web.Application:
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)
+    app.router.add_get("/openapi.json", server.openapi)
     app.router.add_get("/metrics", server.metrics)
     app.on_cleanup.append(server.on_cleanup)
     return app

@@ -141,6 +141,25 @@ class RunMetrics:
         self.backend_capacity = Gauge("podium_backend_capacity",
                                       "Calls a model backend takes at once (this process).",
                                       ["backend"], registry=r, multiprocess_mode="livesum")
+        self.backend_up = Gauge("podium_backend_up",
+                                "1 while a model backend takes calls (healthy), 0 while it is"
+                                " drained or not yet admitted.", ["backend"], registry=r,
+                                multiprocess_mode="livemin")
+        self.backend_drains = Counter("podium_backend_drains",
+                                      "Times a model backend was taken out of its pool.",
+                                      ["backend"], registry=r)
+        self.backend_failovers = Counter("podium_backend_failovers",
+                                         "Calls moved from a model backend to another.",
+                                         ["backend"], registry=r)
+        self.backend_retries = Counter("podium_backend_retries",
+                                       "Calls tried again on a model backend (after a backoff).",
+                                       ["backend"], registry=r)
+        self.backend_timeouts = Counter("podium_backend_timeouts",
+                                        "Calls a model backend did not answer, or made no"
+                                        " progress on, in time.", ["backend"], registry=r)
+        self.backend_cancelled = Counter("podium_backend_cancelled",
+                                         "Calls cut in flight by their caller (a run's deadline"
+                                         " or cancellation).", ["backend"], registry=r)
         self.reclaims = Counter("podium_lease_reclaims",
                                 "Runs redelivered after their worker's lease expired "
                                 "(session migrations).", ["pool"], registry=r)
@@ -332,6 +351,15 @@ class RunMetrics:
             name = self._name(f"{backend.group}/{backend.name}")
             self.backend_outstanding.labels(name).set(backend.outstanding)
             self.backend_capacity.labels(name).set(backend.capacity)
+            self.backend_up.labels(name).set(1 if backend.state == "healthy" else 0)
+            for counter, key, total in (
+                (self.backend_drains, "drains", backend.drains),
+                (self.backend_failovers, "failovers", backend.failovers),
+                (self.backend_retries, "retries", backend.retries),
+                (self.backend_timeouts, "timeouts", backend.timeouts),
+                (self.backend_cancelled, "cancelled", backend.cancelled),
+            ):
+                counter.labels(name).inc(self._delta(f"{key}:{name}", total))
 
     async def flush(self) -> None:
         self.fold()

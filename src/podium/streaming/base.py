@@ -39,6 +39,12 @@ class TokenDelta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     call made again (after its worker died, or a malformed reply) starts again from
     0, so a listener that has delivered the step up to some offset drops what lies
     below it (see :class:`StepOffsets`).
+
+    ``reset`` (no text, offset 0) starts every streamed model call: the call begins (or
+    begins again: another backend after a fail-over mid-stream, a malformed reply asked
+    again, another worker after this one died) and what was streamed of ``step`` before
+    it is not part of the reply. A listener that delivered some of the step passes the
+    reset on (clients discard the step's text), one that delivered none drops it.
     """
 
     step: int
@@ -48,6 +54,7 @@ class TokenDelta(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     tool_name: str | None = None
     arguments: str = ""
     offset: int = 0
+    reset: bool = False
 
 
 def delta_size(delta: TokenDelta) -> int:
@@ -82,6 +89,11 @@ class StepOffsets:
         for delta in deltas:
             step = delta.step
             got = reached.get(step, 0)
+            if delta.reset:
+                if got:  # the client has text of the step that is no longer the reply
+                    reached[step] = 0
+                    out.append(delta)
+                continue
             end = delta.offset + delta_size(delta)
             if end <= got:
                 continue  # delivered already: a model call made again streams it again
@@ -114,11 +126,22 @@ class TokenSubscription:
 
     Bounded: a listener that falls ``limit`` deltas behind loses the rest of that
     step (never a piece in the middle), so what it got of a step is always a prefix
-    of the step's text, which the journaled model turn then completes. Close it
-    with :meth:`close` (synchronous, so it is safe in a cancelled task's cleanup).
+    of the step's text, which the journaled model turn then completes. A reset of
+    a step some of whose deltas came here voids those still buffered and is passed on
+    (the listener discards what it took); a reset of any other step is dropped. Close
+    it with :meth:`close` (synchronous, so it is safe in a cancelled task's cleanup).
     """
 
-    __slots__ = ("_buffer", "_closed", "_limit", "_on_close", "_skip_step", "_wake", "run_id")
+    __slots__ = (
+        "_buffer",
+        "_closed",
+        "_fed_step",
+        "_limit",
+        "_on_close",
+        "_skip_step",
+        "_wake",
+        "run_id",
+    )
 
     def __init__(
         self,
@@ -131,6 +154,7 @@ class TokenSubscription:
         self._wake = asyncio.Event()
         self._limit = limit
         self._skip_step = -1
+        self._fed_step = -1  # the step of the last delta with text fed to it
         self._closed = False
         self._on_close = on_close
 
@@ -138,8 +162,18 @@ class TokenSubscription:
         """Hand over deltas (the channel calls this; it never blocks)."""
         buffer = self._buffer
         for delta in deltas:
+            if delta.reset:
+                if delta.step != self._fed_step:
+                    continue  # nothing of the step came here: nothing to discard
+                # what is buffered of the step is void; a step cut short starts again
+                buffer[:] = [d for d in buffer if d.step != delta.step]
+                if self._skip_step == delta.step:
+                    self._skip_step = -1
+                buffer.append(delta)
+                continue
             if delta.step == self._skip_step:
                 continue
+            self._fed_step = delta.step
             if len(buffer) >= self._limit:
                 self._skip_step = delta.step  # drop the rest of this step, keep a prefix
                 continue
