@@ -316,6 +316,11 @@ class Agent:
         both, then add the hand-offs. Call it before the agent serves runs.
         """
         for target in agents:
+            if not isinstance(target, Agent):  # a name: only podium.toml takes agents by name
+                raise ConfigError(
+                    f"agent {self.name!r}: handoffs takes Agent objects, not {target!r}; "
+                    "pass the agent itself (podium.toml's handoffs = [...] takes names)"
+                )
             if target is self:
                 raise ConfigError(f"agent {self.name!r} cannot hand off to itself")
             tool = HandoffTool(target)
@@ -340,6 +345,26 @@ class Agent:
         store = _threads_store() if kwargs.get("thread_id") is not None else None
         async with Engine(store) as engine:
             return await engine.run(self, user_input, **kwargs)
+
+    def run_sync(self, user_input: str, **kwargs: Any) -> RunRecord:
+        """:meth:`run` for code without an event loop (a script, a notebook cell that is
+        not async, a test): runs it on a loop of its own and returns the finished record::
+
+            record = agent.run_sync("Where is my order A-1?")
+            print(record.output)
+
+        Inside a running event loop, ``await agent.run(...)`` instead (this would block it).
+        """
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(user_input, **kwargs))
+        raise ConfigError(
+            f"agent {self.name!r}: run_sync() called inside a running event loop; "
+            "use `await agent.run(...)` there"
+        )
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
