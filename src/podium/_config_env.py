@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from podium._env_names import check_single_variable
 from podium.errors import ConfigError
 
 __all__ = ("ENV_PREFIX", "ENV_SECTIONS", "apply_env")
@@ -123,8 +124,10 @@ def apply_env(
             origin["keys"] = name
             continue
         if len(path) == 1:
-            # Other parts of Podium read single names of their own (PODIUM_GC, …); only a
-            # near miss of a section's name is surely a mistake.
+            # Other parts of Podium read single names of their own (PODIUM_GC, …): their
+            # values are checked here; only a near miss of a section's name is surely a
+            # mistake.
+            check_single_variable(name, value)
             near = difflib.get_close_matches(head, (*ENV_SECTIONS, *_COMPACT), 1, 0.8)
             if near:
                 raise ConfigError(

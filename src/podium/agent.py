@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from podium.context.buffer import Prefix
-from podium.context.tokenizers import EstimateTokenizer, Tokenizer
+from podium.context.buffer import Prefix, summary_overhead
+from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS, EstimateTokenizer, Tokenizer
 from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
 from podium.output import FINAL_TOOL, OutputModeSetting, OutputSpec
@@ -65,6 +65,20 @@ class ContextPolicy:
             )
         if self.summary_max_tokens < 1:
             raise ConfigError("summary_max_tokens must be at least 1")
+        summary = self.summary_max_tokens + summary_overhead(self.tokenizer)
+        if summary >= self.max_context_tokens:
+            raise ConfigError(
+                f"summary_max_tokens={self.summary_max_tokens} does not fit "
+                f"max_context_tokens={self.max_context_tokens}: a compacted prompt holds the "
+                f"summary ({summary} tokens with its marker) beside the instructions, the "
+                "input and the latest turn; lower summary_max_tokens or raise the budget"
+            )
+
+
+def _result_limit(tool: Tool[Any, Any], default: int) -> int:
+    """The most tokens of one result of ``tool`` the context takes."""
+    own = getattr(getattr(tool, "policy", None), "max_result_tokens", None)
+    return own if isinstance(own, int) else default
 
 
 class Agent:
@@ -235,6 +249,7 @@ class Agent:
             self.add_handoffs(*handoffs)
         if output_type is not None:
             self._bind_output()
+        self._check_context_fits()
 
     def _bind_output(self) -> None:
         """Decide how the model is asked for the output type (its capability or the agent's
@@ -254,6 +269,29 @@ class Agent:
             tools = (*tools, self.output.tool)
         if tools is not self.prefix.tools:
             self.prefix = Prefix(self.instructions, tools, self.context.tokenizer)
+            self._check_context_fits()
+
+    def _check_context_fits(self) -> None:
+        """Refuse a context budget that cannot hold what a compacted prompt always keeps:
+        the prefix, a summary and (with tools) one tool result of the largest size."""
+        policy = self.context
+        prefix = self.prefix.tokens
+        summary = policy.summary_max_tokens + summary_overhead(policy.tokenizer)
+        # A turn kept verbatim: the assistant message calling a tool and one result.
+        result = max(
+            (_result_limit(t, policy.max_tool_result_tokens) for t in self.tools.values()),
+            default=0,
+        )
+        turn = result + 2 * MESSAGE_OVERHEAD_TOKENS if result else 0
+        if prefix + summary + turn > policy.max_context_tokens:
+            with_turn = f" and one tool result ({result} tokens at most)" if turn else ""
+            raise ConfigError(
+                f"agent {self.name!r}: max_context_tokens={policy.max_context_tokens} cannot "
+                f"hold the instructions and tool schemas ({prefix} tokens), a summary of "
+                f"compacted turns (summary_max_tokens={policy.summary_max_tokens}, {summary} "
+                f"tokens with its marker){with_turn}; raise max_context_tokens or lower "
+                "summary_max_tokens or max_tool_result_tokens"
+            )
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> AgentTool:
         """This agent as a tool of another: each call runs it as a child run.
@@ -278,6 +316,11 @@ class Agent:
         both, then add the hand-offs. Call it before the agent serves runs.
         """
         for target in agents:
+            if not isinstance(target, Agent):  # a name: only podium.toml takes agents by name
+                raise ConfigError(
+                    f"agent {self.name!r}: handoffs takes Agent objects, not {target!r}; "
+                    "pass the agent itself (podium.toml's handoffs = [...] takes names)"
+                )
             if target is self:
                 raise ConfigError(f"agent {self.name!r} cannot hand off to itself")
             tool = HandoffTool(target)
@@ -302,6 +345,26 @@ class Agent:
         store = _threads_store() if kwargs.get("thread_id") is not None else None
         async with Engine(store) as engine:
             return await engine.run(self, user_input, **kwargs)
+
+    def run_sync(self, user_input: str, **kwargs: Any) -> RunRecord:
+        """:meth:`run` for code without an event loop (a script, a notebook cell that is
+        not async, a test): runs it on a loop of its own and returns the finished record::
+
+            record = agent.run_sync("Where is my order A-1?")
+            print(record.output)
+
+        Inside a running event loop, ``await agent.run(...)`` instead (this would block it).
+        """
+        import asyncio
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.run(user_input, **kwargs))
+        raise ConfigError(
+            f"agent {self.name!r}: run_sync() called inside a running event loop; "
+            "use `await agent.run(...)` there"
+        )
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"

@@ -140,7 +140,7 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: Text | None = None
     pool: Text = "default"
     model: Text | None = None
-    instructions: str = ""
+    instructions: Text = ""
     description: str = ""
     tools: list[str] = msgspec.field(default_factory=list)
     mcp: list[str] = msgspec.field(default_factory=list)

@@ -49,7 +49,9 @@ def agent(shape: str) -> Agent:
         users = sum(m.role == "user" for m in messages)
         return f"answer to {text} after {users} inputs"
 
-    policy = ContextPolicy(max_context_tokens=90, keep_last_turns=1, summary_max_tokens=20)
+    policy = ContextPolicy(
+        max_context_tokens=130, keep_last_turns=1, summary_max_tokens=20, max_tool_result_tokens=30
+    )
     return Agent(
         "turns", FunctionModel(reply), "Answer.", [look],  # type: ignore[arg-type]
         context=policy if shape == "compact" else None,

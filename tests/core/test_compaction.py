@@ -46,6 +46,7 @@ def make_agent(compaction: str, seen: list[list[Message]], summaries: list[str])
             keep_last_turns=KEEP,
             compaction=compaction,  # type: ignore[arg-type]
             summary_max_tokens=64,
+            max_tool_result_tokens=200,
         ),
     )
 
@@ -111,7 +112,13 @@ async def test_model_compaction_falls_back_to_extractive_on_model_error() -> Non
         FunctionModel(reply),
         tools=[reading],
         max_steps=STEPS + 2,
-        context=ContextPolicy(max_context_tokens=BUDGET, keep_last_turns=KEEP, compaction="model"),
+        context=ContextPolicy(
+            max_context_tokens=BUDGET,
+            keep_last_turns=KEEP,
+            compaction="model",
+            summary_max_tokens=64,
+            max_tool_result_tokens=200,
+        ),
     )
     async with Engine() as engine:
         record = await engine.run(agent, USER_INPUT)

@@ -157,7 +157,12 @@ async def test_a_compaction_after_a_hand_off_keeps_the_first_agents_secrets_out(
     def reply(messages, request):  # type: ignore[no-untyped-def]
         return tool_call_reply(plan.pop(0)) if plan else "done"
 
-    context = ContextPolicy(max_context_tokens=1_500, keep_last_turns=1, compaction="extractive")
+    context = ContextPolicy(
+        max_context_tokens=1_500,
+        keep_last_turns=1,
+        compaction="extractive",
+        max_tool_result_tokens=400,
+    )
     second = Agent("b", FunctionModel(reply), tools=[page], context=context)
     first = Agent(
         "a", FunctionModel(reply), tools=[login, page], handoffs=[second], context=context

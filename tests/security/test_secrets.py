@@ -187,7 +187,8 @@ async def test_a_compaction_summary_quotes_the_context_without_its_secrets() -> 
         return tool_call_reply(steps[request.step]) if request.step < len(steps) else "done"
 
     agent = Agent("compacting", FunctionModel(reply), "x" * 400, tools=[login, get_token],
-                  context=ContextPolicy(max_context_tokens=400, keep_last_turns=1))
+                  context=ContextPolicy(max_context_tokens=400, keep_last_turns=1,
+                                        summary_max_tokens=60, max_tool_result_tokens=80))
     async with Engine() as engine:
         record = await engine.run(agent, "go")
         journal = [e for _, e in await engine.store.journal(record.run_id)]

@@ -301,6 +301,8 @@ def check_sqlite_path(path: str) -> None:
     if not p.exists():
         if not p.parent.exists():
             raise UserError(f"store {path!r}: directory {str(p.parent)!r} does not exist")
+        if not p.parent.is_dir():
+            raise UserError(f"store {path!r}: {str(p.parent)!r} is a file, not a directory")
         _check_writable(path)
         return
     try:

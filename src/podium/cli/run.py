@@ -19,6 +19,7 @@ from podium.cli.common import (
     local_store,
     non_empty,
 )
+from podium.cli.prompt import read_line
 from podium.cli.textline import line
 from podium.config import load_config
 from podium.engine.approvals import PendingApproval
@@ -78,7 +79,7 @@ def register(sub: Any) -> None:
         # From the one registry: a list written out here had already lost research-team.
         help=f"package.module:agent, or a built-in: {', '.join(BUILTIN_AGENTS)}",
     )
-    p.add_argument("input", nargs="?", default="", help="the user's input")
+    p.add_argument("input", nargs="?", default="", help="the user's input; - reads it from stdin")
     p.add_argument("--store", type=local_store, default="memory",
                    help="memory, or a SQLite file as PATH or sqlite:PATH (resumable)")
     p.add_argument("--resume", type=non_empty, metavar="RUN_ID",
@@ -253,6 +254,8 @@ def _open_agent(args: argparse.Namespace) -> Agent:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.input == "-":
+        args.input = _read_stdin()
     if args.resume and args.input:
         raise UserError("give an input or --resume RUN_ID, not both")
     if not args.input and not args.resume:
@@ -306,6 +309,20 @@ def main(args: argparse.Namespace) -> int:
             f"({u.cached_tokens} cached)[/dim]"
         )
     return 0 if record.status == "completed" else 1
+
+
+def _read_stdin() -> str:
+    """``podium run AGENT -``: the input is all of stdin (its last line end dropped)."""
+    try:
+        text = sys.stdin.buffer.read().decode()
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"input from stdin is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
+    text = text.removesuffix("\n").removesuffix("\r")
+    if not text.strip():
+        raise UserError("input from stdin ('-') is empty")
+    return text
 
 
 def _how_to_decide(args: argparse.Namespace, record: RunRecord) -> str:
@@ -448,25 +465,24 @@ async def _decide(
                     by="cli",
                 )
             continue
-        await _prompt(engine, agent, record, pending, console)
+        if not await _prompt(engine, agent, record, pending, console):
+            return False
     return True
 
 
 async def _prompt(
     engine: Engine, agent: Agent, record: RunRecord, pending: PendingApproval, console: Console
-) -> None:
-    """Ask on the terminal until the decision is taken."""
-    async def ask(prompt: str) -> str:
-        return await asyncio.to_thread(input, prompt)
-
+) -> bool:
+    """Ask on the terminal until the decision is taken; False on end of input (Ctrl-D):
+    the run stays waiting, undecided."""
     while True:
         try:
             if pending.kind == "interrupt":
-                text = await ask(f"{pending.tool} asks: {pending.question}\nanswer> ")
+                text = await read_line(f"{pending.tool} asks: {pending.question}\nanswer> ")
                 await engine.decide(record.run_id, pending.call_id, answer=text, by="cli")
-                return
+                return True
             choice = (
-                await ask(
+                await read_line(
                     f"{pending.tool}({pending.arguments}) needs approval: "
                     "[a]pprove, [r]eject, [e]dit arguments? "
                 )
@@ -474,18 +490,20 @@ async def _prompt(
             if choice in ("a", "approve", "y", "yes"):
                 await engine.decide(record.run_id, pending.call_id, approve=True, by="cli")
             elif choice in ("r", "reject", "n", "no"):
-                why = await ask("message for the model> ")
+                why = await read_line("message for the model> ")
                 await engine.decide(
                     record.run_id, pending.call_id, approve=False, message=why or None, by="cli"
                 )
             elif choice in ("e", "edit"):
-                edited = await ask("arguments (JSON)> ")
+                edited = await read_line("arguments (JSON)> ")
                 await engine.decide(
                     record.run_id, pending.call_id, approve=True, arguments=edited, agent=agent,
                     by="cli",
                 )
             else:
                 continue
-            return
+            return True
+        except EOFError:
+            return False
         except DecisionError as exc:
             console.print(line((str(exc), "red")))

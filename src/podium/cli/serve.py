@@ -103,6 +103,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
                         help="debug, info, warning, error, critical")
+    parser.add_argument("--access-log", action="store_true",
+                        help="log every request (method, path, status) at level info")
     # An empty KEY (an unset shell variable) started the whole server instead of hashing.
     parser.add_argument("--hash-key", type=non_empty, metavar="KEY",
                         help="print the sha256 hash of KEY and exit")
@@ -236,7 +238,7 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
         _accept_first_key(config, gateway.keys)
     import uvicorn
 
-    from podium.cli._uvicorn_server import BoundServer
+    from podium.cli._uvicorn_server import BoundServer, StartupGuard
     from podium.gateway.app import create_app
     from podium.gateway.guard import ConnectionLimits, guarded_protocol
     from podium.gctune import tune_for_serving
@@ -264,9 +266,10 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
         flush=True,
     )
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
+    guard = StartupGuard(create_app(gateway))
     uv = BoundServer(
         uvicorn.Config(
-            create_app(gateway),
+            guard,
             host=server.host,
             port=port,
             backlog=LISTEN_BACKLOG,
@@ -275,19 +278,24 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
             http=guarded_protocol(limits),
             timeout_keep_alive=int(server.keep_alive_s),  # whole, >= 1: load_config
             log_level=args.log_level.lower(),
-            access_log=False,
+            access_log=args.access_log,
             # The gateway's drain takes drain_grace_s at most, then ends its streams:
             # a little more, so they can say so before uvicorn cancels what is left.
             timeout_graceful_shutdown=math.ceil(server.drain_grace_s) + 2,
         ),
         url,
         on_stop=gateway.begin_stop,
+        guard=guard,
     )
     try:
         uv.run(sockets=listeners)
     except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C once it has shut down cleanly
         print("podium serve: stopped (interrupted)", file=sys.stderr, flush=True)
         return 130
+    except SystemExit:  # uvicorn's exit 3 on a failed start-up
+        if uv.startup_error is not None:  # (a store it cannot create, a file it may not write)
+            raise UserError(f"could not start: {uv.startup_error}") from None
+        raise
     if not uv.started:
         raise UserError(f"could not serve on {url} (see the log above)")
     return 0

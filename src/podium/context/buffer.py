@@ -17,10 +17,20 @@ from podium.context.tokenizers import Tokenizer, count_message
 from podium.messages import Message
 from podium.models.base import ToolDefinition
 
-__all__ = ("SUMMARY_MARKER", "CompactionPlan", "ContextBuffer", "Prefix", "truncate_text")
+__all__ = (
+    "SUMMARY_MARKER",
+    "CompactionPlan",
+    "ContextBuffer",
+    "Prefix",
+    "summary_message",
+    "summary_overhead",
+    "truncate_text",
+)
 
 #: Opens the message that stands in for compacted turns.
 SUMMARY_MARKER = "[Summary of earlier steps]"
+#: A summary cut shorter than this says too little: fewer turns are kept to make room.
+MIN_SUMMARY_TOKENS = 16
 
 _encode = msgspec.json.encode
 
@@ -40,10 +50,25 @@ class Prefix:
 
 
 class CompactionPlan(msgspec.Struct, frozen=True):
-    """Replace ``messages[start:end]`` by one summary message."""
+    """Replace ``messages[start:end]`` by one summary message.
+
+    ``summary_tokens``: the most tokens the summary's text may have so the compacted
+    context fits its budget (0: not bounded, as when replaying a journaled compaction).
+    """
 
     start: int
     end: int
+    summary_tokens: int = 0
+
+
+def summary_message(summary: str) -> Message:
+    """The message that stands in for compacted turns."""
+    return Message("user", f"{SUMMARY_MARKER}\n{summary}")
+
+
+def summary_overhead(tokenizer: Tokenizer) -> int:
+    """Tokens of a summary message besides its text (template, marker)."""
+    return tokenizer.count_message(summary_message(""))
 
 
 def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
@@ -106,29 +131,49 @@ class ContextBuffer(msgspec.Struct, gc=False):
         for message in messages:
             self.append(message)
 
-    def plan_compaction(self, budget: int, keep_last_turns: int) -> CompactionPlan | None:
-        """Which turns to summarize so the context fits ``budget`` (None: it fits, or can't shrink).
+    def plan_compaction(
+        self, budget: int, keep_last_turns: int, summary_max_tokens: int
+    ) -> CompactionPlan | None:
+        """Which turns to summarize so the context, summary included, fits ``budget``
+        (None: it fits, or nothing this buffer may drop makes it fit).
 
-        A turn is an assistant message with the tool results that answer it; the
-        user input and the last ``keep_last_turns`` turns stay verbatim (fewer if
-        the budget demands, but at least one).
+        A turn is an assistant message with the tool results that answer it; the user
+        input and the last ``keep_last_turns`` turns stay verbatim, fewer if the budget
+        demands. Room for a summary of ``summary_max_tokens`` is reserved; where keeping
+        even one turn leaves less, the summary is cut to what is left (at least
+        ``MIN_SUMMARY_TOKENS``), and only where that fails is the last turn summarized too.
         """
         if self.tokens <= budget:
             return None
         msgs = self.messages
         start = self.compact_from  # an earlier summary in the range is folded in
         turns = [i for i in range(start, len(msgs)) if msgs[i].role == "assistant"]
-        keep = max(1, keep_last_turns)
-        while keep >= 1:
-            if len(turns) <= keep:
-                keep -= 1
-                continue
+        overhead = summary_overhead(self.tokenizer)
+        least = min(summary_max_tokens, MIN_SUMMARY_TOKENS)
+        cut: CompactionPlan | None = None  # the most turns kept with a summary cut short
+        for keep in range(min(keep_last_turns, len(turns)), 0, -1):
             end = turns[-keep]
-            removed = sum(m.tokens for m in msgs[start:end])
-            if self.tokens - removed <= budget or keep == 1:
-                return CompactionPlan(start, end) if end > start else None
-            keep -= 1
-        return None
+            if end <= start:
+                continue
+            room = budget - self._kept_tokens(start, end) - overhead
+            if room >= summary_max_tokens:
+                return CompactionPlan(start, end, summary_max_tokens)
+            if cut is None and room >= least:
+                cut = CompactionPlan(start, end, room)
+        if cut is not None:
+            return cut
+        # No turn kept: all but a trailing user message (a thread's new input) goes.
+        end = len(msgs) - 1 if msgs[-1].role == "user" else len(msgs)
+        if end <= start:
+            return None
+        room = budget - self._kept_tokens(start, end) - overhead
+        if room < least:
+            return None
+        return CompactionPlan(start, end, min(room, summary_max_tokens))
+
+    def _kept_tokens(self, start: int, end: int) -> int:
+        """Tokens of the context without ``messages[start:end]``."""
+        return self.tokens - sum(m.tokens for m in self.messages[start:end])
 
     def transcript(
         self,
@@ -165,12 +210,25 @@ class ContextBuffer(msgspec.Struct, gc=False):
         shown: Callable[[Message], Message] | None = None,
     ) -> str:
         """A summary without a model: the transcript's head lines, cut to ``max_tokens``."""
-        return truncate_text(self.transcript(plan, 160, shown), max_tokens, self.tokenizer)
+        summary: str = self.tokenizer.truncate(self.transcript(plan, 160, shown), max_tokens)
+        return summary
 
     def apply_compaction(self, plan: CompactionPlan, summary: str) -> Message:
-        """Replace the planned messages with one summary message; returns it."""
-        message = Message("user", f"{SUMMARY_MARKER}\n{summary}")
-        message.tokens = self.tokenizer.count_message(message)
+        """Replace the planned messages with one summary message; returns it.
+
+        The summary is cut to the plan's room, counted as part of its message: a
+        tokenizer may count a text differently once the marker is before it."""
+        tokenizer = self.tokenizer
+        message = summary_message(summary)
+        message.tokens = tokenizer.count_message(message)
+        if plan.summary_tokens:
+            limit = plan.summary_tokens + summary_overhead(tokenizer)
+            while message.tokens > limit and summary:  # each pass cuts at least one token
+                excess = message.tokens - limit
+                shorter = tokenizer.truncate(summary, max(0, tokenizer.count(summary) - excess))
+                summary = shorter if len(shorter) < len(summary) else ""
+                message = summary_message(summary)
+                message.tokens = tokenizer.count_message(message)
         self.replace(plan, message)
         return message
 

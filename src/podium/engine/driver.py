@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from podium.agent import Agent, positive_seconds
+from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS
 from podium.engine import approvals, decisions
 from podium.engine.children import attach, child_runs
 from podium.engine.handoff import adopt, find_agent, handed_off
@@ -618,6 +619,8 @@ class Engine(AsyncCloseable):
                         )
                     # assemble
                     prefix = agent.prefix
+                    if prefix.tokens + ctx.history_tokens > agent.context.max_context_tokens:
+                        await self._fit_context(agent, state)
                     request = ModelRequest(
                         ctx.messages,
                         prefix.tools,
@@ -1394,10 +1397,31 @@ class Engine(AsyncCloseable):
         await self._append(state, (ToolOutcome(state.step, time.time(), call.index, result),))
         return call.index, result
 
+    async def _fit_context(self, agent: Agent, state: RunState) -> None:
+        """The prompt is over budget as a model call is due (a long input, a hand-off to a
+        smaller budget, a last turn compaction could not shrink): compact where that helps
+        (journaled, as at a thread's start), else end the run: no prompt is sent over
+        ``max_context_tokens``."""
+        compaction = await self._compact(agent, state, NoStopwatch.start(self._cpu))
+        if compaction is not None:
+            await self._append(state, (compaction,))
+        tokens = state.ctx.tokens
+        budget = agent.context.max_context_tokens
+        if tokens > budget:
+            raise _Finish(
+                "failed",
+                "context_overflow",
+                f"the prompt needs {tokens} tokens, over max_context_tokens={budget} even "
+                "with every turn it may drop summarized: the input, the instructions and "
+                "tool schemas, or the latest turn are too long",
+            )
+
     async def _compact(self, agent: Agent, state: RunState, sw: Stopwatch) -> Compacted | None:
         policy = agent.context
         ctx = state.ctx
-        plan = ctx.plan_compaction(policy.max_context_tokens, policy.keep_last_turns)
+        plan = ctx.plan_compaction(
+            policy.max_context_tokens, policy.keep_last_turns, policy.summary_max_tokens
+        )
         if plan is None:
             return None
         method = "extractive"
@@ -1406,13 +1430,19 @@ class Engine(AsyncCloseable):
         # does the transcript a summarizing model reads).
         shown = state.redact.shown if isinstance(state.redact, Redactor) else None
         if policy.compaction == "model":
-            prompt = ctx.transcript(plan, shown=shown)
+            tokenizer = ctx.tokenizer
+            instructions = Message("system", _SUMMARIZE_PROMPT)
+            around = tokenizer.count_message(instructions) + MESSAGE_OVERHEAD_TOKENS
+            # The summarizer's prompt keeps to the budget too.
+            prompt = tokenizer.truncate(
+                ctx.transcript(plan, shown=shown), max(0, policy.max_context_tokens - around)
+            )
             request = ModelRequest(
-                [Message("system", _SUMMARIZE_PROMPT), Message("user", prompt)],
+                [instructions, Message("user", prompt)],
                 run_id=state.record.run_id,
                 agent=agent.name,
                 step=state.step,
-                prompt_tokens=policy.tokenizer.count(prompt),
+                prompt_tokens=around + tokenizer.count(prompt),
             )
             try:
                 response, _ = await self._eager(agent.model.request(request), sw, _MERGE)
@@ -1424,11 +1454,11 @@ class Engine(AsyncCloseable):
                 model_fault(agent.model, exc)
                 response = None
             if isinstance(response, ModelResponse) and response.content.strip():
-                summary = ctx.tokenizer.truncate(response.content, policy.summary_max_tokens)
+                summary = tokenizer.truncate(response.content, plan.summary_tokens)
                 method = "model"
                 state.add_usage(response.usage)
         if summary is None:
-            summary = ctx.extractive_summary(plan, policy.summary_max_tokens, shown)
+            summary = ctx.extractive_summary(plan, plan.summary_tokens, shown)
         message = ctx.apply_compaction(plan, summary)
         return Compacted(state.step, time.time(), plan.start, plan.end, message, method)
 

@@ -67,7 +67,8 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
 
     ``reason`` is a stable code when the run did not complete: ``max_steps``,
     ``deadline``, ``model_error``, ``invalid_reply``, ``invalid_tool_calls``,
-    ``invalid_output``, ``cancelled``, ``worker_lost``, ``subagent_waiting`` (a child run
+    ``invalid_output``, ``context_overflow`` (a prompt that no compaction could fit in
+    ``max_context_tokens``), ``cancelled``, ``worker_lost``, ``subagent_waiting`` (a child run
     that would have waited for a human: its parent cannot answer). ``version`` grows with every
     update, for optimistic concurrency in distributed stores.
 

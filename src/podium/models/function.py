@@ -74,6 +74,47 @@ class FunctionModel(Model):
         self.name = name or f"function:{getattr(fn, '__name__', 'fn')}"
         self._is_async = inspect.iscoroutinefunction(fn)
 
+    @classmethod
+    def script(
+        cls, replies: Sequence[ModelResponse | str], *, name: str = "script"
+    ) -> FunctionModel:
+        """A model that answers step ``n`` of every run with ``replies[n]``: a test's whole
+        conversation written out in order. A run asking for more steps fails with reason
+        ``model_error``, naming the script's length. Example::
+
+            model = FunctionModel.script([
+                tool_call_reply(("get_order", {"order_id": "A-1"})),
+                "Order A-1 has shipped.",
+            ])
+
+        By step, not by call: concurrent runs, and a run resumed after a crash, each get
+        the same reply at the same step.
+        """
+        if isinstance(replies, (str, ModelResponse)) or not isinstance(replies, Sequence):
+            raise ConfigError(
+                "FunctionModel.script takes a list of replies (str or ModelResponse), "
+                f"not {replies!r:.60}"
+            )
+        script = tuple(replies)
+        for i, reply in enumerate(script):
+            if not isinstance(reply, (str, ModelResponse)):
+                raise ConfigError(
+                    f"FunctionModel.script: reply {i} is {reply!r:.60}; give a str (an "
+                    "answer) or a ModelResponse (tool_call_reply(...) to call tools)"
+                )
+
+        def scripted(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+            if request.step >= len(script):
+                raise ModelError(
+                    f"{name}: the script has {len(script)} replies; step {request.step} "
+                    "asked for one more"
+                )
+            reply = script[request.step]
+            # A copy: the engine fills in a reply's usage, which is each call's own.
+            return reply if isinstance(reply, str) else msgspec.structs.replace(reply)
+
+        return cls(scripted, name=name)
+
     async def request(self, request: ModelRequest) -> ModelResponse:
         result = self.fn(request.messages, request)
         # The usual replies are checked in C first: ``inspect.isawaitable`` is a Python

@@ -5,12 +5,19 @@ Channels (``podium`` is the configurable prefix)::
     podium:tokens:{run_id}   the run's deltas, each message a MessagePack list of them
     podium:tokens:listen     listeners' announcements: run ids separated by spaces
 
+and one key, ``podium:tokens:listeners``: a sorted set of the runs announced, each
+scored with the time its announcement lapses (it expires with the last gateway).
+
 A gateway subscribes to the run's channel (and waits for Redis to confirm it)
 before it reads the run's journal, then announces the run on the listen channel,
 and again every ``announce_s`` while the listener stays. Every channel hears the
 announcements on one pub/sub connection per process and keeps the run ids heard
 within the last three periods: :meth:`RedisTokenChannel.listening` is a lookup in
-that table, so a worker decides each step without a round trip. A publish that
+that table, so a worker decides each step without a round trip. A channel that
+starts (a worker just started, or back after Redis was away) reads the sorted set
+once after subscribing to the announcements: it streams its first runs to the
+listeners announced before it was there, not only from their next announcement
+(up to ``announce_s`` later, by when a short run has ended). A publish that
 reached nobody (PUBLISH answers how many received it) drops the run from the
 table at once, so a client that hangs up stops the streaming at the next step.
 
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import Any
 
@@ -85,6 +93,7 @@ class RedisTokenChannel(TokenChannel):
         self._buffer = buffer
         self._data = f"{prefix}:tokens:"
         self._listen = f"{prefix}:tokens:listen"
+        self._listeners = f"{prefix}:tokens:listeners"
         self._subs: dict[str, list[TokenSubscription]] = {}
         self._subscribed: set[str] = set()  # runs whose channel this connection subscribes
         self._confirm: dict[str, asyncio.Future[None]] = {}
@@ -153,7 +162,7 @@ class RedisTokenChannel(TokenChannel):
         self._subs.setdefault(run_id, []).append(sub)
         try:
             await self._sync(run_id)
-            await self.client.publish(self._listen, run_id)
+            await self._announce([run_id])
         except BaseException:
             sub.close()
             raise
@@ -213,6 +222,7 @@ class RedisTokenChannel(TokenChannel):
             await pubsub.aclose()  # Redis away: the next start() tries again
             raise
         self._pubsub = pubsub
+        await self._learn_listeners()  # after subscribing: no announcement falls between
         self._tasks = [
             asyncio.create_task(self._read_loop(), name="podium-tokens-read"),
             asyncio.create_task(self._announce_loop(), name="podium-tokens-announce"),
@@ -230,7 +240,9 @@ class RedisTokenChannel(TokenChannel):
                 self._warn(f"token channel: {exc}")
                 await asyncio.sleep(min(2.0, 0.05 * 2**failures))
                 continue
-            failures = 0
+            if failures:  # back: the announcements made meanwhile were not heard
+                failures = 0
+                self._spawn(self._learn_listeners())
             if message is not None:
                 self._dispatch(message)
 
@@ -266,9 +278,37 @@ class RedisTokenChannel(TokenChannel):
                 del self._heard[run_id]
             if self._subs:
                 try:
-                    await self.client.publish(self._listen, " ".join(self._subs))
+                    await self._announce(list(self._subs))
                 except _ERRORS as exc:
                     self._warn(f"token listeners not announced: {exc}")
+
+    async def _announce(self, runs: list[str]) -> None:
+        """Tell the workers listening now (pub/sub) and those that start later (the sorted
+        set, whose lapsed entries go at each announcement: it holds live listeners only)."""
+        lapse_s = 3 * self.announce_s
+        now = time.time()
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.publish(self._listen, " ".join(runs))
+            pipe.zadd(self._listeners, dict.fromkeys(runs, now + lapse_s))
+            pipe.zremrangebyscore(self._listeners, "-inf", now)
+            pipe.expire(self._listeners, math.ceil(lapse_s) + 1)
+            await pipe.execute()
+
+    async def _learn_listeners(self) -> None:
+        """The runs announced within the last three periods, as if heard just now."""
+        try:
+            runs = await self.client.zrangebyscore(self._listeners, time.time(), "+inf")
+        except _ERRORS as exc:  # announcements still come in; the next start reads again
+            self._warn(f"token listeners not read: {exc}")
+            return
+        now = time.monotonic()
+        for run_id in runs:
+            self._heard[run_id.decode() if isinstance(run_id, bytes) else str(run_id)] = now
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._syncs.add(task)
+        task.add_done_callback(self._syncs.discard)
 
     def _warn(self, message: str) -> None:
         now = time.monotonic()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import types
 import typing
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from podium.security.sandbox import Sandbox
 from podium.tools.policy import BreakerPolicy, CircuitBreaker, ToolPolicy
 from podium.tools.schema import build_args_struct, parse_docstring, schema_for
 
+log = logging.getLogger("podium.tools")
 __all__ = ("ApprovalPolicy", "Tool", "ToolContext", "tool")
 
 P = ParamSpec("P")
@@ -97,6 +99,12 @@ class Tool(Generic[P, R]):
             )
         self.context_param = _find_context_param(fn)
         doc = parse_docstring(fn.__doc__)
+        if not (description or doc.summary):  # the model would see only the name
+            log.warning(
+                "tool %r has no description: give its function a docstring (or "
+                "description=...); the model reads it to know when to call the tool",
+                self.name,
+            )
         self.description = description or doc.summary or self.name
         skip = frozenset({self.context_param}) if self.context_param else frozenset()
         self.args_type, self.param_names = build_args_struct(fn, self.name, skip)

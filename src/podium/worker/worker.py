@@ -177,8 +177,10 @@ class Worker:
                 holding = len(self._active) - self._lent  # runs holding a slot (ours not yet)
                 claims = await self._claim(min(self.concurrency - holding, 64))
                 if claims and self._draining.is_set():  # drain began while we were claiming
+                    # Given back undriven, not counted: among them may be the fresh entries
+                    # of runs this drain has just released (counted then).
                     for claim in claims:
-                        await self._release(claim)
+                        await self._give_back(claim)
                     self._slots.release()
                     break
                 if not claims:
@@ -260,6 +262,7 @@ class Worker:
         run_id = claim.item.run_id
         slot = TurnSlot(self._slots, self._lend)
         current_slot.set(slot)  # this task's context only: lent while it waits for a turn
+        released = False  # a drain's cancel landing in the release must not release again
         try:
             if claim.deliveries > self.max_deliveries:
                 why = f"delivered {claim.deliveries} times without finishing"
@@ -269,7 +272,8 @@ class Worker:
             if outcome is None:
                 return
             if outcome == "paused":  # at a step boundary, by a drain: the next worker resumes
-                await self._release(self._forget(run_id, claim))
+                released = True  # (shielded: a cancel now does not leave it half-done)
+                await asyncio.shield(self._release(self._forget(run_id, claim)))
             else:
                 await self._ack(self._claim_of(claim), ended=outcome == "ended")
                 self._completed += 1
@@ -277,7 +281,7 @@ class Worker:
         except asyncio.CancelledError:
             if run_id in self._lost:
                 self._lost.discard(run_id)
-            else:
+            elif not released:
                 await asyncio.shield(self._release(self._forget(run_id, claim)))
             raise
         except Exception as exc:  # a bug, not a crash
@@ -451,7 +455,11 @@ class Worker:
         log.error("run %s dead-lettered: %s", claim.item.run_id, reason)
 
     async def _release(self, claim: Claim) -> None:
+        """Hand a run this worker drove back to the queue (counted in ``released``)."""
         self._released += 1
+        await self._give_back(claim)
+
+    async def _give_back(self, claim: Claim) -> None:
         with contextlib.suppress(Exception):
             await self.queue.release(claim)
 
