@@ -60,7 +60,7 @@ class JournalWaiter:
     """
 
     def __init__(
-        self, client: aioredis.Redis, *, block_s: float = 1.0, batch_s: float = 0.005
+        self, client: aioredis.Redis, *, block_s: float = 1.0, batch_s: float = 0.01
     ) -> None:
         self.client = client
         self.block_ms = max(1, int(block_s * 1000))
@@ -115,23 +115,27 @@ class JournalWaiter:
             self._kick = asyncio.get_running_loop().create_task(self._unblock())
 
     async def _unblock(self) -> None:
-        await asyncio.sleep(self.batch_s)  # the others arriving now come in the same read
-        reader_id = self._reader_id
-        if reader_id is None or not self._reading:
-            return
-        if self._followers and all(  # the read in flight has them all: let it be
-            self._covers(key, f.since) for key, fs in self._followers.items() for f in fs
-            if not f.fut.done()
-        ):
-            return
-        try:
-            await self.client.client_unblock(reader_id)
-        except ResponseError as exc:  # CLIENT refused (managed Redis, ACLs): wait the block
-            self._can_unblock = False
-            log.info("cannot unblock the journal reader (%s): new followers wait up to %gs",
-                     exc, self.block_ms / 1000)
-        except (RedisError, OSError):
-            pass  # Redis away: the read fails too, and its followers hear of it
+        # Until the read in flight has every follower (or there is none): one arriving
+        # while an unblock was on its way is taken in by the next turn.
+        while True:
+            await asyncio.sleep(self.batch_s)  # the others arriving now come in the same read
+            reader_id = self._reader_id
+            if reader_id is None or not self._reading:
+                return
+            if self._followers and all(  # the read in flight has them all: let it be
+                self._covers(key, f.since) for key, fs in self._followers.items() for f in fs
+                if not f.fut.done()
+            ):
+                return
+            try:
+                await self.client.client_unblock(reader_id)
+            except ResponseError as exc:  # CLIENT refused (managed Redis, ACLs): wait
+                self._can_unblock = False
+                log.info("cannot unblock the journal reader (%s): new followers wait up to "
+                         "%gs", exc, self.block_ms / 1000)
+                return
+            except (RedisError, OSError):
+                return  # Redis away: the read fails too, and its followers hear of it
 
     async def _read_loop(self) -> None:
         failures = 0
