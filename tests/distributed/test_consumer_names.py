@@ -85,6 +85,7 @@ async def test_retire_forgets_only_a_consumer_that_holds_nothing(
         await queue.ack(claim)
         assert await queue.retire("holder")
         assert await _consumers(shared_redis_url, queue) == {}
+        assert not await queue.retire("holder", "never-used")  # no stream: nothing to do
 
 
 async def test_idle_consumers_holding_nothing_are_forgotten(

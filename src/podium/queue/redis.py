@@ -121,10 +121,10 @@ return 1
 
 # KEYS: stream. ARGV: group, consumer. Deletes the consumer only if it holds no entry:
 # XGROUP DELCONSUMER drops a consumer's pending entries with it (never to be delivered
-# again), so the check and the delete are one script.
+# again), so the check and the delete are one script. No stream or group: nothing to do.
 _RETIRE = """
-local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
-if p[1] then return 0 end
+local ok, p = pcall(redis.call, 'XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if not ok or p[1] then return 0 end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
 return 1
 """

@@ -203,9 +203,12 @@ class Worker:
             await self._retire()
 
     async def _retire(self) -> None:
-        """Stopping for good holding nothing: leave no name behind in the queue."""
-        with contextlib.suppress(ConnectionError, OSError):
+        """Stopping for good holding nothing: leave no name behind in the queue (a name
+        left is forgotten by another worker's sweep later: this must not fail a stop)."""
+        try:
             await self.queue.retire(self.consumer, self.pool)
+        except Exception as exc:
+            log.info("could not remove consumer %s from the queue (%s)", self.consumer, exc)
 
     async def _claim(self, count: int) -> list[Claim]:
         try:
