@@ -1,8 +1,8 @@
 """A worker SIGKILLed while it streams a run's answer: the run resumes on another worker,
-which calls the model for that step again and streams it from its first token. Clients
-following the run (a streamed chat completion, the run's SSE events) get the answer's
-text exactly once: deltas carry their offset in the step's streamed text, and the
-gateway drops what it has delivered already."""
+which calls the model for that step again and streams it from its first token, after a
+reset. Clients following the run never get two generations spliced: the run's SSE
+events say ``reset`` and then bring the new call's text whole, and a streamed chat
+completion, which cannot take text back, ends with a ``stream_reset`` error."""
 
 from __future__ import annotations
 
@@ -44,8 +44,11 @@ def _worker(tmp_path: Path, name: str, redis: RedisServer) -> WorkerProcess:
     )
 
 
-async def _chat(client: httpx.AsyncClient, pieces: list[str], run_id: asyncio.Future[str]) -> None:
-    """Follow a streamed chat completion: its content pieces go to ``pieces``."""
+async def _chat(
+    client: httpx.AsyncClient, pieces: list[str], run_id: asyncio.Future[str], errors: list[str]
+) -> None:
+    """Follow a streamed chat completion: its content pieces go to ``pieces``, the type of
+    an error chunk that ends it to ``errors``."""
     body = {"model": "long_talky", "stream": True,
             "messages": [{"role": "user", "content": "Where is A-1?"}]}
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
@@ -55,7 +58,9 @@ async def _chat(client: httpx.AsyncClient, pieces: list[str], run_id: asyncio.Fu
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             chunk = json.loads(line[6:])
-            assert "error" not in chunk, chunk
+            if "error" in chunk:
+                errors.append(chunk["error"]["type"])
+                continue
             if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 pieces.append(chunk["choices"][0]["delta"]["content"])
 
@@ -71,7 +76,10 @@ async def _events(client: httpx.AsyncClient, run_id: str, deltas: list[str],
                 name = line[7:]
             elif line.startswith("data: "):
                 data = json.loads(line[6:])
-                if name == "delta" and data.get("step") == 1:
+                if name == "reset" and data.get("step") == 1:
+                    deltas.clear()  # the documented rule: discard the step's deltas
+                    deltas.append("")  # (one empty piece: a reset came)
+                elif name == "delta" and data.get("step") == 1:
                     deltas.append(data.get("content", ""))
                 elif name == "model_reply" and data.get("step") == 1:
                     replies.append(data["message"]["content"])
@@ -85,6 +93,7 @@ async def test_a_worker_killed_mid_stream_leaves_clients_the_text_once(
     first = _worker(tmp_path, "w1", private_redis)
     second: WorkerProcess | None = None
     pieces: list[str] = []
+    errors: list[str] = []
     deltas: list[str] = []
     replies: list[str] = []
     try:
@@ -92,7 +101,7 @@ async def test_a_worker_killed_mid_stream_leaves_clients_the_text_once(
         async with httpx.AsyncClient(base_url=gateway, headers={"Authorization": f"Bearer {KEY}"},
                                      timeout=90) as client:
             run_id: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-            chat = asyncio.create_task(_chat(client, pieces, run_id))
+            chat = asyncio.create_task(_chat(client, pieces, run_id, errors))
             events = asyncio.create_task(_events(client, await run_id, deltas, replies))
             await wait_until(lambda: len(pieces) >= 3 and len(deltas) >= 3, 30,
                              "w1 to stream the answer")
@@ -104,19 +113,20 @@ async def test_a_worker_killed_mid_stream_leaves_clients_the_text_once(
                 await redis.publish("podium:tokens:listen", await run_id)
             await asyncio.sleep(0.3)
             heard = "".join(pieces)
-            assert len(heard) < len(LONG_ANSWER) // 2, "too slow to kill w1 mid-stream"
+            # mid-stream (w2 streams the whole step again after the reset, wherever w1 was)
+            assert len(heard) < len(LONG_ANSWER), "too slow to kill w1 mid-stream"
             assert LONG_ANSWER.startswith(heard)
             first.signal(signal.SIGKILL)
             assert await first.wait_exit() == -signal.SIGKILL
-            killed_at = len(pieces)
             await asyncio.wait_for(chat, 60)
             await asyncio.wait_for(events, 30)
-        text = "".join(pieces)
-        assert text == LONG_ANSWER, text
-        # w2 streamed the step again (not one unstreamed reply): the rest came token by token.
-        assert len(pieces) - killed_at > 10
-        assert "".join(deltas) == LONG_ANSWER[: len("".join(deltas))]
-        assert len("".join(deltas)) > len(heard)
+        # the chat client was told its text is void, never given a splice
+        assert errors == ["stream_reset"]
+        assert LONG_ANSWER.startswith("".join(pieces))
+        # the SSE client was told to discard, then w2 streamed the step again token by token
+        assert deltas[0] == "" and len(deltas) > 10
+        kept = "".join(deltas)
+        assert kept == LONG_ANSWER[: len(kept)] and len(kept) > len(heard)
         assert replies == [LONG_ANSWER]
     finally:
         first.stop()

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 from backend_servers import FIXTURES, ReplayServer, Reply, fixture_bytes
 
-from podium.errors import ModelContextLengthError, ModelHTTPError
+from podium.errors import ModelContextLengthError, ModelError, ModelHTTPError, ModelReplyError
 from podium.messages import Message
 from podium.models import ModelRequest, OpenAIChatModel, RetryPolicy
 from podium.models.openai_errors import http_error
+from podium.models.openai_wire import StreamAssembler
 from podium.models.pool import Backend, BackendPool
 
 pytestmark = pytest.mark.anyio
@@ -60,3 +61,22 @@ async def test_client_errors_are_never_retried_nor_failed_over(
     assert pool.failovers == 0
     for b in pool.backends:
         assert b.model.breaker.statistics().state == "closed"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("chunk", "kind"),
+    [
+        (b'{"error":"prompt too long; exceeded max context length by 9 tokens"}',
+         ModelContextLengthError),
+        (b'{"error":{"message":"Invalid tool_choice: lookup is not among the tools"}}',
+         ModelHTTPError),
+        (b'{"error":"model runner has unexpectedly stopped"}', ModelReplyError),
+    ],
+)
+def test_an_error_in_a_stream_is_typed_by_its_words(chunk: bytes, kind: type) -> None:
+    asm = StreamAssembler(backend="ollama@h:1")
+    with pytest.raises(ModelError) as caught:
+        asm.feed(chunk, 0.0)
+    assert type(caught.value) is kind
+    if isinstance(caught.value, ModelHTTPError):
+        assert caught.value.invalid_request  # the engine does not ask again

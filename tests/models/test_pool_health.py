@@ -49,8 +49,10 @@ async def test_busy_backend_whose_probe_waits_behind_generation_stays_in(
     server = sim_server_factory(
         "--step-ms", "5", "--no-health", "--models-waits-for-generation", "--capacity", "1"
     )
-    # streamed, so the server stops generating when the long call is cancelled
-    model = OpenAIChatModel(server.base_url, "podium-sim", retry=NO_RETRY, stream=True)
+    # streamed, so the server stops generating when the long call is cancelled; probed
+    # at /v1/models, the path that waits behind the generation (no default probes it first)
+    model = OpenAIChatModel(server.base_url, "podium-sim", retry=NO_RETRY, stream=True,
+                            health_paths=("/health", "/v1/models"))
     pool = BackendPool(
         [Backend(model, capacity=1)],
         health_interval_s=3600,

@@ -102,3 +102,17 @@ async def test_a_hung_server_is_a_stall_and_its_probe_times_out(
             await model.request(ModelRequest([Message("user", "again")]))
         with pytest.raises(ModelTimeoutError):
             await model.health(timeout_s=0.3)
+
+
+async def test_an_unnamed_llama_cpp_python_is_recognised_by_its_first_probe(
+    sim_server_factory: Callable[..., SimServerProcess],
+) -> None:
+    server = sim_server_factory(*MIMIC)
+    model = OpenAIChatModel(server.base_url, "m", retry=ONCE)
+    agent = Agent("judge", model, "Judge.", output_type=Verdict, output_retries=0)
+    async with model:
+        assert model.kind is None
+        assert await model.health()  # /health: 404, /openapi.json: its title says
+        assert model.kind == "llama-cpp-python"
+        record = await Engine(MemoryRunStore()).run(agent, "How good?")
+    assert record.status == "completed", record.error

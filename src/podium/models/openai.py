@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
+import msgspec
 import yarl
 
 from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
@@ -34,6 +36,8 @@ from podium.models.server_kinds import PROFILES, ResponseFormatMode, server_prof
 from podium.observe.tracing import trace_headers
 
 __all__ = ("HEALTH_PATHS", "OpenAIChatModel")
+
+log = logging.getLogger(__name__)
 
 #: Health-probe paths per server kind, relative to the server's root, tried in order (a
 #: 404/405 moves on to the next); see :mod:`podium.models.server_kinds`. None of them
@@ -168,6 +172,7 @@ class OpenAIChatModel(Model):
         self._health_urls = [yarl.URL(root + "/" + p.lstrip("/")) for p in health_paths]
         #: Why the last health check failed (the URL and the error), None after a pass.
         self.health_error: str | None = None
+        self._response_format_set = response_format is not None
         self._encoder = RequestEncoder(
             model,
             extra_body=dict(extra_body or {}),
@@ -550,7 +555,7 @@ class OpenAIChatModel(Model):
             try:
                 async with asyncio.timeout(timeout_s):
                     resp = await session.get(url, headers=self._headers)
-                    await resp.read()
+                    answer = await _read_capped(resp, _MAX_ERROR_BODY)
                     resp.release()
             except TimeoutError as exc:
                 raise ModelTimeoutError(
@@ -562,6 +567,8 @@ class OpenAIChatModel(Model):
             if resp.status == 200:
                 if url is not self._health_urls[0]:
                     self._health_urls = [url]  # remember the path that works
+                if self.kind is None and url.path == "/openapi.json":
+                    self._detect(answer)
                 self.health_error = None
                 return True
             self.health_error = f"GET {url}: HTTP {resp.status}"
@@ -569,8 +576,34 @@ class OpenAIChatModel(Model):
                 return False
         return False
 
+    def _detect(self, openapi: bytes) -> None:
+        """An unnamed server whose ``/openapi.json`` says it is llama-cpp-python (asked
+        once, by the probe that found that path) is sent what that server accepts from
+        now on: ``json_object`` with the schema (it refuses ``json_schema`` with a 500)
+        and a tool forced by name. A ``response_format`` set by hand stays."""
+        try:
+            doc = msgspec.json.decode(openapi, type=_OpenAPIDoc)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        if "llama.cpp python" in doc.info.title.lower():
+            self.profile = PROFILES["llama-cpp-python"]
+            self.kind = self.profile.kind
+            self._encoder.profile = self.profile
+            if not self._response_format_set:
+                self._encoder.response_format = self.profile.response_format
+            log.info("%s: llama-cpp-python (its /openapi.json says so): structured output "
+                     "as json_object, tools forced by name", self.name)
+
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.base_url!r}, {self.model!r})"
+
+
+class _OpenAPIInfo(msgspec.Struct):
+    title: str = ""
+
+
+class _OpenAPIDoc(msgspec.Struct):
+    info: _OpenAPIInfo = msgspec.field(default_factory=_OpenAPIInfo)
 
 
 def _whole_reply(resp: aiohttp.ClientResponse) -> bool:

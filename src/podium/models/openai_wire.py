@@ -27,6 +27,7 @@ from podium.models.base import (
     StreamDelta,
     ToolDefinition,
 )
+from podium.models.openai_errors import http_error
 from podium.models.server_kinds import (
     DEFAULT_PROFILE,
     ResponseFormatMode,
@@ -590,6 +591,12 @@ class StreamAssembler:
         error = chunk.error
         if error is not None:
             text = error if isinstance(error, str) else error.message
+            # In the stream's own words: a context overflow (Ollama sends its "prompt too
+            # long" there) or an invalid request is the caller's, never worth asking again
+            typed = http_error(500, _json_encode({"error": {"message": text}}),
+                               backend=self.backend)
+            if typed.invalid_request:
+                raise typed
             raise ModelReplyError(f"{self._who}backend error in stream: {text}")
         if chunk.usage is not None:
             self._usage = chunk.usage

@@ -93,6 +93,8 @@ class SimServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     models_interrupt: bool = False
     named_tools_only: bool = False
     hang_after: int | None = None
+    #: the title of its ``/openapi.json`` (a llama-cpp-python server's names it)
+    title: str = "podium sim-server"
 
     def __post_init__(self) -> None:
         if self.context_error not in CONTEXT_ERRORS:
@@ -114,6 +116,7 @@ MIMICS: dict[str, dict[str, Any]] = {
         "invalid_500": True,
         "named_tools_only": True,
         "context_error": "llama.cpp",
+        "title": "🦙 llama.cpp Python API",
     },
 }
 
@@ -481,7 +484,7 @@ class SimServer:
 
     async def openapi(self, request: web.Request) -> web.Response:
         """A FastAPI server's schema document (llama-cpp-python answers it at once)."""
-        info = {"openapi": "3.1.0", "info": {"title": "podium sim-server", "version": "0"}}
+        info = {"openapi": "3.1.0", "info": {"title": self.config.title, "version": "0"}}
         return web.Response(body=_encode(info), content_type="application/json")
 
     async def metrics(self, request: web.Request) -> web.Response:
