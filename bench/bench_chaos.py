@@ -258,9 +258,10 @@ class Chaos:
         next_redis = start + self.args.redis_every
         while (now := time.monotonic()) < start + self.args.duration:
             if self.args.kill_every > 0 and now >= next_kill:
-                # Not within two leases of an outage: the kill's repeats (its runs reclaimed
-                # a lease later) are kept apart from the outage's, counted on their own.
-                if self.args.redis_every <= 0 or next_redis - now > 2 * self.args.lease + 1:
+                # --matrix: not within two leases of the outage, so the kill's repeats (its
+                # runs reclaimed a lease later) are kept apart from the outage's.
+                near = next_redis - now <= 2 * self.args.lease + 1
+                if not (self.args.kills_apart and self.args.redis_every > 0 and near):
                     self.kill_a_worker()
                 next_kill = now + self.args.kill_every
             if self.args.redis_every > 0 and now >= next_redis:
@@ -442,6 +443,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     args = p.parse_args(argv)
+    args.kills_apart = False  # (--matrix sets it for each of its runs)
     if args.tool_delay is None and not args.matrix:
         args.tool_delay = 0.05
     for name in ("duration", "runs", "procs", "concurrency", "tool_steps", "parallel"):
@@ -465,6 +467,7 @@ def _one_outage(args: argparse.Namespace, kind: str, outage_s: float) -> argpars
     if args.tool_delay is None:
         one.tool_delay = 0.5
     one.outage_kind, one.redis_down, one.redis_every = kind, outage_s, 12.0
+    one.kills_apart = True
     one.duration = 12.0 + outage_s + 6.0
     one.settle = max(args.settle, outage_s + 60.0)
     return one
