@@ -299,3 +299,22 @@ async def test_dead_letters_are_bounded(shared_redis_url: str, prefix: str) -> N
         assert 20 <= kept < 150  # trimmed by whole stream nodes (100 entries each)
         newest = (await queue.dead_letters(limit=200))[-1]
         assert newest.item.run_id == "r299"
+
+
+async def test_a_listing_works_where_redis_takes_no_writes(private_redis: RedisServer) -> None:
+    """A server that answers but refuses writes (here: no replica to write to; a read-only
+    replica, a full one): the listing's tidying is skipped, the listing is not."""
+    async with RedisRunStore(private_redis.url, finished_ttl_s=0.3, reap_every_s=0) as store:
+        await finished(store, "done")
+        await started(store, "live")
+        with admin_client(private_redis.url) as admin:
+            gone = run_keys(store, ["done"])
+            await wait_until(lambda: all_gone(admin, gone), 30, "the finished run to expire")
+            admin.config_set("min-replicas-to-write", 1)
+            try:
+                assert [r.run_id for r in await store.list()] == ["live"]
+                assert [r.run_id for r in await store.list(status="completed")] == []
+            finally:
+                admin.config_set("min-replicas-to-write", 0)
+            assert admin.zcard(f"{store._idx}all") == 2  # nothing could be tidied
+        assert await store.reap_expired() == 1  # once Redis takes writes again

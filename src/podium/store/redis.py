@@ -758,7 +758,13 @@ class RedisRunStore(RunStore):
             key = f"{self._idx}all"
         self._reaper.ensure_started()
         # Expired runs leave every index first, so the walk below reads only live ones.
-        await self._reaper.drain(_LIST_REAP_ROUNDS)
+        try:
+            await self._reaper.drain(_LIST_REAP_ROUNDS)
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, ResponseError):
+                raise  # Redis is away: so is the listing
+            # Redis answered but would not write (a read-only replica, out of memory):
+            # list all the same; the walk skips what has expired
         # Queued, running and waiting runs have no expiry: one missing from their index is lost.
         live_bucket = status is not None and _bucket(status) in ("active", "waiting")
         found: list[RunRecord] = []
@@ -780,11 +786,10 @@ class RedisRunStore(RunStore):
                     *[("HGET", self._run_key(run_id.decode()), "r") for run_id in ids]
                 )
                 expired = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
-                if expired:  # finished runs whose TTL passed: tidy the index lazily
-                    if live_bucket:  # no expiry there: these were evicted or deleted
-                        for run_id in expired:
-                            self.report_lost(run_id.decode(), f"the index {key}")
-                    await self._pipe.execute("ZREM", key, *expired)
+                if expired and live_bucket:  # no expiry there: these were evicted or deleted
+                    for run_id in expired:
+                        self.report_lost(run_id.decode(), f"the index {key}")
+                if expired and await self._tidy(key, expired):  # runs gone meanwhile
                     start -= len(expired)
                 for raw in raws:
                     if raw is None:
@@ -795,6 +800,15 @@ class RedisRunStore(RunStore):
                     ):
                         found.append(record)
         return found[:limit]
+
+    async def _tidy(self, key: str, gone: builtins.list[bytes]) -> bool:
+        """Remove the ids of runs found gone from the index ``key``; False where Redis
+        refuses the write (the listing goes on past them)."""
+        try:
+            await self._pipe.execute("ZREM", key, *gone)
+        except ResponseError:
+            return False
+        return True
 
     # -- expiry -----------------------------------------------------------------------------
 

@@ -24,14 +24,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 
-from podium.errors import StoreError, StoreUnavailableError
+from podium.errors import StoreUnavailableError
 from podium.lifecycle import stop_task
 
 __all__ = ("EXPIRY_MEMBER_LUA", "REAP_LUA", "ExpiryReaper", "expiry_key", "expiry_member")
 
 log = logging.getLogger("podium.store")
+#: A reaper that keeps failing (not for an outage) says so once per this many seconds.
+_WARN_EVERY_S = 600.0
 
 #: Lua shared by the scripts that write an expiry member: ``expiry_member(kind, bucket,
 #: id, tenant)`` and ``now_ms()`` (Redis's clock, the one its TTLs run on).
@@ -114,6 +117,7 @@ class ExpiryReaper:
         self.batch = batch
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._warned = -_WARN_EVERY_S
 
     def ensure_started(self) -> None:
         """Start the background loop if it is not running in this loop (a no-op when
@@ -143,10 +147,11 @@ class ExpiryReaper:
                 await self.drain(rounds=1_000)
             except StoreUnavailableError as exc:  # said elsewhere; tried again next time
                 log.debug("expired runs not reaped now: %s", exc)
-            except StoreError as exc:
-                log.warning("expired runs not reaped now: %s", exc)
-            except Exception:  # a bug here must not end the reaping for good
-                log.exception("expired runs not reaped now")
+            except Exception as exc:  # a bug, a read-only replica: said, not every time
+                now = time.monotonic()
+                if now - self._warned >= _WARN_EVERY_S:
+                    self._warned = now
+                    log.warning("expired runs not reaped now: %s", exc, exc_info=exc)
 
     async def aclose(self) -> None:
         self._closed = True
