@@ -74,7 +74,7 @@ def start_serve(
     cwd: Path,
     env: Mapping[str, str],
     preexec_fn: Callable[[], None] | None = None,
-    within: float = 30,
+    within: float = 90,  # a loaded machine's start-up; a death is seen at once
 ) -> Serving:
     """Run ``podium serve ARGS`` and return once it listens (RuntimeError with its log if
     it exits or stays silent for ``within`` seconds)."""
@@ -129,7 +129,7 @@ def mcp_http_server(script: str, *args: str) -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, script, "http", str(port), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(300):  # bounded: 15 s
+        for _ in range(1200):  # bounded: 60 s (a loaded machine's start-up)
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
                 break

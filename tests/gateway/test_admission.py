@@ -257,6 +257,7 @@ async def test_adaptive_limit_drops_under_a_cpu_burning_agent_and_recovers() -> 
     from podium.gateway.service import ServedAgent
 
     env = {
+        "PODIUM_LIMITS__ADAPTIVE__ENABLED": "true",
         "PODIUM_LIMITS__ADAPTIVE__INTERVAL_S": "0.1",
         "PODIUM_LIMITS__ADAPTIVE__MAX_RATE": "50",
         "PODIUM_LIMITS__ADAPTIVE__INCREASE": "0.2",
