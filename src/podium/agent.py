@@ -65,6 +65,11 @@ class ContextPolicy:
             )
         if self.summary_max_tokens < 1:
             raise ConfigError("summary_max_tokens must be at least 1")
+        if not isinstance(self.tokenizer, Tokenizer):
+            raise ConfigError(
+                f"tokenizer takes a Tokenizer (EstimateTokenizer(), HuggingFaceTokenizer."
+                f"from_file(...)), not {self.tokenizer!r:.60}"
+            )
         summary = self.summary_max_tokens + summary_overhead(self.tokenizer)
         if summary >= self.max_context_tokens:
             raise ConfigError(

@@ -179,6 +179,8 @@ def surely_fits(agent: Agent, user_input: str, steps: list[Step]) -> bool:
     summary = tok.count_message(Message("user", f"{SUMMARY_MARKER}\n"))
     floor = agent.prefix.tokens + summary + min(16, policy.summary_max_tokens)
     floor += tok.count_message(Message("user", user_input))
+    if floor > policy.max_context_tokens:  # (the input with a summary, no turn at all)
+        return False
     for step in steps:
         calls = tool_call_reply(*[("fetch", {"n": i, "words": w}) for i, w in enumerate(step)])
         turn = tok.count_message(Message("assistant", "x" * 1000, calls.tool_calls))
@@ -247,3 +249,14 @@ async def test_the_default_policy_at_a_small_budget_keeps_every_prompt_in_it() -
     assert len(sent) == 50 and max(sent) <= budget, sent
     assert last[1].content.startswith(SUMMARY_MARKER)
     assert last[-1].content.startswith("Question 49:")
+
+
+@pytest.mark.parametrize("limit", range(1, 40))
+def test_a_byte_level_cut_never_counts_more_than_asked(limit: int) -> None:
+    """A character split over several byte-level tokens is not cut into, and a cut that
+    re-encodes differently is shortened until it fits."""
+    tok = byte_level_tokenizer()
+    text = "ok 日本語🙂 data " * 20  # characters the vocabulary never saw: bytes
+    head = tok.truncate(text, limit)
+    assert tok.count(head) <= limit and text.startswith(head)
+    assert tok.count(head) >= limit - 4  # cut at the budget, not far short of it

@@ -120,10 +120,14 @@ class HuggingFaceTokenizer(Tokenizer):
         enc = self._tok.encode(text, add_special_tokens=False)
         if len(enc.ids) <= max_tokens:
             return text
-        if max_tokens <= 0:
-            return ""
-        end = enc.offsets[max_tokens - 1][1]
-        return text[:end]
+        # A byte-level vocabulary splits a character over several tokens, all with the
+        # character's offsets: a cut at a token's end may take the whole character, more
+        # tokens than asked. Step back until the cut text counts within the budget.
+        for keep in range(max_tokens, 0, -1):
+            head = text[: enc.offsets[keep - 1][1]]
+            if self.count(head) <= max_tokens:
+                return head
+        return ""
 
 
 def count_message(tokenizer: Tokenizer, message: Message) -> int:
