@@ -298,7 +298,7 @@ def test_liveness_never_asks_redis(case: tuple[dict[str, Any], Any]) -> None:
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"  # no dependency checked
     for deployment in workers(rendered):
-        assert "tcpSocket" in container(deployment)["livenessProbe"]
+        assert container(deployment)["livenessProbe"]["httpGet"]["path"] == "/livez"
 
 
 def test_secrets_only_by_reference(case: tuple[dict[str, Any], Any]) -> None:

@@ -114,16 +114,15 @@ def test_worker_probes_answer(
 ) -> None:
     proc, port = worker
     spec = probes["worker"]
-    assert spec["livenessProbe"]["tcpSocket"]["port"] == "metrics"
+    assert spec["livenessProbe"]["httpGet"]["port"] == "metrics"
     assert spec["ports"][0]["name"] == "metrics"
     result = healthcheck(proc.pid)  # /readyz where served, else /metrics
     assert result.returncode == 0, result.stderr
-    path = spec["readinessProbe"]["httpGet"]["path"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
-        body = reply.read().decode()
-    if "# HELP" in body:  # prometheus_client's app answers every path with the metrics
-        pytest.xfail(f"the worker serves no {path} of its own yet (issue 30's worker "
-                     "readiness endpoint): the probe reads the metrics")
+    for probe in ("readinessProbe", "livenessProbe"):
+        path = spec[probe]["httpGet"]["path"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            body = reply.read().decode()
+        assert "# HELP" not in body, f"{path} answered with the metrics, not a probe"
 
 
 def test_sim_server_probes_answer(probes: dict[str, dict[str, Any]]) -> None:
