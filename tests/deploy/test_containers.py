@@ -180,7 +180,7 @@ def test_a_worker_killed_mid_run_has_its_run_finished_by_another(stack: Stack) -
     run = stack.request("A", "/v1/runs", {"agent": "react", "input": "long one"})
     stream = "podium:queue:default"
 
-    def holder() -> str:  # the consumer (hostname-pid) holding the run, once claimed
+    def holder() -> str:  # the consumer (hostname-pid-hex) holding the run, once claimed
         rows = stack.redis("XPENDING", stream, "workers", "-", "+", "10").split()
         return rows[1] if len(rows) >= 2 else ""
 
