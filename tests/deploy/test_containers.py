@@ -185,7 +185,7 @@ def test_a_worker_killed_mid_run_has_its_run_finished_by_another(stack: Stack) -
         return rows[1] if len(rows) >= 2 else ""
 
     consumer = wait_for("a worker claiming the run", holder, every_s=0.05)
-    hostname = consumer.rsplit("-", 1)[0]
+    hostname = consumer.rsplit("-", 2)[0]  # HOST-PID-6hex
     workers = {stack.docker("inspect", "-f", "{{.Config.Hostname}}", c).stdout.strip(): c
                for c in (stack.container("worker", 1), stack.container("worker", 2))}
     assert stack.request("A", f"/v1/runs/{run['id']}")["status"] in ("queued", "running")
