@@ -152,7 +152,7 @@ async def test_sse_clients_keep_the_stored_answer_across_failovers(
 ) -> None:
     agent, cuts = pair_agent
     rng = random.Random(31)
-    inputs = [f"question {i}" for i in range(40)]
+    inputs = [f"question {i}" for i in range(80)]  # with the chats below: 100 streams cut
     for said in inputs:
         cuts[said] = rng.randrange(1, WORDS)  # at least one token reached the client
     async with gateway_client(STEADY, agents=[ServedAgent(agent)]) as (_, client):
