@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,11 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serve_process import start_serve
-
 from .app import TALKY_ANSWER
-from .harness import ROOT, WorkerProcess, redis_config
-from .redis_server import RedisServer, free_port
+from .harness import WorkerProcess, redis_config, serving
+from .redis_server import RedisServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -34,16 +31,8 @@ def anyio_backend() -> str:
 @pytest.fixture
 def gateway(tmp_path: Path, private_redis: RedisServer) -> Iterator[str]:
     config = redis_config(tmp_path, private_redis.url, [AGENT], {KEY: "t1"})
-    port = free_port()
-    serving = start_serve(
-        ["--config", str(config), "--port", str(port)],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serving.stop()
+    with serving(config, tmp_path / "serve.log") as url:
+        yield url
 
 
 async def test_a_restarted_worker_streams_its_first_run(
