@@ -41,7 +41,9 @@ import sys
 import sysconfig
 import threading
 import time
+import tokenize
 import traceback
+import types
 from collections import deque
 from collections.abc import Callable
 
@@ -115,6 +117,34 @@ def _culprit(frames: traceback.StackSummary) -> str:
     if chosen is None:
         return NO_STACK
     return f"{chosen.name} ({chosen.filename}:{chosen.lineno})"
+
+
+def _extract_stack(frame: types.FrameType) -> traceback.StackSummary:
+    """``traceback.extract_stack(frame)``, its source lines read here instead of through
+    ``linecache``: that global cache keeps every file it ever read, so stalls sampled in
+    ever new places would grow the process by whole source files for its whole life (a
+    soak measured megabytes in minutes on a busy host). Runs on the watchdog's thread."""
+    calls = [(f.f_code.co_filename, lineno, f.f_code.co_name)
+             for f, lineno in traceback.walk_stack(frame)]
+    calls.reverse()
+    files: dict[str, list[str]] = {}  # each file read once per sample, then let go
+    return traceback.StackSummary.from_list(
+        [(name, lineno, func, _source_line(files, name, lineno)) for name, lineno, func in calls]
+    )
+
+
+def _source_line(files: dict[str, list[str]], filename: str, lineno: int | None) -> str:
+    lines = files.get(filename)
+    if lines is None:
+        try:
+            with tokenize.open(filename) as f:  # honours a coding cookie, as linecache does
+                lines = f.readlines()
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            lines = []  # <frozen ...>, a deleted file: the frame shows without its line
+        files[filename] = lines
+    if lineno is None or not 0 < lineno <= len(lines):
+        return ""
+    return lines[lineno - 1].strip()
 
 
 class BlockingDetector:
@@ -230,7 +260,7 @@ class BlockingDetector:
             if sample is None or sample[0] != last:
                 frame = sys._current_frames().get(self._loop_thread)
                 if frame is not None and self._last == last:
-                    self._sample = (last, traceback.extract_stack(frame))
+                    self._sample = (last, _extract_stack(frame))
                 del frame
             # Still stuck (or the loop is gone): look again in a while, without spinning.
             stopping.wait(self.interval_s)
