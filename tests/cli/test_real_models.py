@@ -50,7 +50,7 @@ def finished(out: subprocess.CompletedProcess[str]) -> dict[str, object]:
 
 def test_example_declared_agent_runs_on_the_endpoint(sim_url: str, tmp_path: Path) -> None:
     # The shipped example, pointed at this test's server (base_url taken from the env).
-    text = EXAMPLE.read_text().replace('base_url = "http://127.0.0.1:8000/v1"', "")
+    text = EXAMPLE.read_text().replace('base_url = "http://127.0.0.1:8001/v1"', "")
     config = tmp_path / "podium.toml"
     config.write_text(text)
     run = finished(
