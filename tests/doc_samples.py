@@ -1,28 +1,94 @@
 """What the README and docs/*.md tests share: finding a page's fenced blocks, and running
-a Python sample or checking a TOML sample the way a reader would."""
+a Python sample, a shell sample or checking a TOML sample the way a reader would.
+
+A block may be marked by an HTML comment on the line right above its fence (invisible on
+GitHub and on the site):
+
+- ``<!-- test: skip (why) -->``: a deliberate fragment, or a command that starts servers
+  which run until stopped; not run, and the reason is required.
+- ``<!-- test: run -->``: a shell block (sh, bash, console) that the tests run in bash.
+- ``<!-- test: file NAME -->``: a block written to ``NAME`` in the directory where the
+  page's later ``run`` blocks execute (a ``podium.toml`` they use).
+
+Python and TOML blocks run unless skipped; shell blocks run only where marked ``run``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = (
     "DOCS",
+    "PAGES",
     "README",
     "ROOT",
+    "Block",
     "assert_links_stay_inside",
+    "blocks",
     "check_config_sample",
     "fenced",
     "run_python_sample",
+    "run_shell_sample",
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README, *DOCS]
+
+SHELL = ("sh", "bash", "console")
+_MARK = re.compile(r"<!--\s*test:\s*(skip|run|file)\b\s*(.*?)\s*-->")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of a page, with the mark above it (``""`` when none)."""
+
+    path: Path
+    line: int  # of the block's first line of code
+    language: str
+    code: str
+    mark: str = ""  # "skip", "run" or "file"
+    argument: str = ""  # the skip's reason, or the file's name
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.name}:{self.line}"
+
+
+def blocks(path: Path) -> list[Block]:
+    """Every fenced block of the page, in order, with its mark. A mark that is malformed
+    (a skip without its reason, a file without a name) is an error."""
+    found: list[Block] = []
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            language = lines[i].strip()[3:]
+            start = i + 1
+            i += 1
+            while not lines[i].startswith("```"):
+                i += 1
+            mark = _MARK.fullmatch(lines[start - 2].strip()) if start >= 2 else None
+            kind, argument = (mark.group(1), mark.group(2)) if mark else ("", "")
+            if kind == "skip" and not re.fullmatch(r"\(.+\)", argument):
+                raise ValueError(f"{path.name}:{start + 1}: say why: <!-- test: skip (why) -->")
+            if kind == "file" and not argument:
+                raise ValueError(f"{path.name}:{start + 1}: <!-- test: file NAME --> names a file")
+            code = "\n".join(lines[start:i]) + "\n"
+            found.append(Block(path, start + 1, language, code, kind, argument))
+        i += 1
+    return found
 
 
 def fenced(path: Path, language: str) -> list[tuple[int, str]]:
@@ -82,3 +148,49 @@ def assert_links_stay_inside(path: Path) -> None:
         resolved = (path.parent / target.split("#")[0]).resolve()
         assert resolved.is_relative_to(ROOT), f"{path.name} links outside: {target}"
         assert resolved.exists(), f"{path.name} links to a missing file: {target}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def run_shell_sample(
+    block: Block, files: dict[str, str], cwd: Path
+) -> subprocess.CompletedProcess[str]:
+    """A ``run`` block in bash (``set -e``), in ``cwd`` with the page's ``file`` blocks
+    written there, the ``podium`` of this interpreter first on the PATH. The sample's
+    loopback ports 8000 and 8001 become free ones (in the files too), so samples run
+    beside other tests; whatever the block left running (``podium sim-server &``) is
+    stopped with its process group when it ends."""
+    ports = {"8000": str(_free_port()), "8001": str(_free_port())}
+
+    def mapped(text: str) -> str:
+        return re.sub(r"\b(800[01])\b", lambda m: ports[m.group(1)], text)
+
+    for name, code in files.items():
+        (cwd / name).write_text(mapped(code))
+    code = block.code
+    if block.language == "console":  # the commands, without their prompts and outputs
+        code = "\n".join(line[2:] for line in code.splitlines() if line.startswith("$ "))
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(ROOT)}
+    # Files, not pipes: a server the block left in the background holds its output open.
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(
+            ["bash", "-e", "-c", mapped(code)], cwd=cwd, env=env, text=True,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True,  # its own process group: the background jobs are in it
+        )
+        try:
+            process.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            process.wait()
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())

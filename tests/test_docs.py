@@ -1,19 +1,15 @@
 """docs/*.md, read the way a new user reads them, cannot rot silently.
 
-- Every ```python block runs as written, in a fresh interpreter in an empty directory,
-  and prints what its comments say it prints: the comment after a ``print(...)`` (or on
-  the lines right below it) is the output, ``…`` standing for what varies (run ids).
-  A block that prints must say what.
-- Every ```toml block is a valid ``podium.toml``.
+- Every code sample runs (Python, TOML, marked shell blocks): tests/test_doc_samples.py.
 - Every ``podium ...`` command line in a shell block parses with the real parser.
 - The names the pages use exist with that spelling: the HTTP endpoints, the metrics and
   the ``PODIUM_*`` variables. (configuration.md's options and keys, against the parsers
   and the config structs both ways, are tests/test_configuration_doc.py's.)
 
-Not run: the shell blocks themselves (``pip install``, ``redis-server``, curl against a
-running ``podium serve`` with its printed key); their endpoints are checked here by name,
-their behaviour by the gateway tests (tests/gateway/test_threads_api.py,
-test_token_stream.py, test_approvals_api.py).
+Not run: the shell blocks not marked ``<!-- test: run -->`` (``pip install``,
+``redis-server``, curl against a running ``podium serve`` with its printed key); their
+endpoints are checked here by name, their behaviour by the gateway tests
+(tests/gateway/test_threads_api.py, test_token_stream.py, test_approvals_api.py).
 """
 
 from __future__ import annotations
@@ -26,79 +22,24 @@ import pytest
 
 from doc_samples import (
     DOCS,
+    PAGES,
     ROOT,
+    SHELL,
     assert_links_stay_inside,
-    check_config_sample,
-    fenced,
-    run_python_sample,
+    blocks,
 )
 from podium import config as cfg
 from podium.cli.main import build_parser
 
-SAMPLES = [(p, line, code) for p in DOCS for line, code in fenced(p, "python")]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 
 
-def test_there_are_pages_and_samples() -> None:
+def test_there_are_pages() -> None:
     names = {p.name for p in DOCS}
-    assert {"approvals.md", "configuration.md", "threads.md"} <= names, names
-    assert len(SAMPLES) >= 9
+    assert {"approvals.md", "configuration.md", "threads.md", "benchmarks.md"} <= names, names
 
 
-# --- Python blocks: they run, and print what they say -------------------------------
-
-ELLIPSIS = re.compile(r"\s*(?:…|\.\.\.)\s*")
-
-
-def output_claims(code: str) -> list[list[str]]:
-    """Per commented ``print``, the fragments its output must contain, in order."""
-    claims: list[list[str]] = []
-    lines = code.splitlines()
-    for i, line in enumerate(lines):
-        if "print(" not in line:
-            continue
-        comments = [line.split("  # ", 1)[1]] if "  # " in line else []
-        for below in lines[i + 1 :]:  # a long claim goes on the comment lines below
-            if not below.strip().startswith("# "):
-                break
-            comments.append(below.strip()[2:])
-        claims.extend([f for f in ELLIPSIS.split(text) if f] for text in comments)
-    return claims
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("path", "line", "code"), SAMPLES, ids=[f"{p.name}:{line}" for p, line, _ in SAMPLES]
-)
-def test_python_block_runs_and_prints_what_it_says(
-    path: Path, line: int, code: str, tmp_path: Path
-) -> None:
-    out = run_python_sample(code, tmp_path)
-    where = f"{path.name}:{line}"
-    assert out.returncode == 0, f"{where}\n{out.stderr}"
-    assert "Unclosed" not in out.stderr, out.stderr
-    claims = output_claims(code)
-    assert claims or not out.stdout.strip(), f"{where} prints without saying what:\n{out.stdout}"
-    at = 0
-    for fragments in claims:
-        for fragment in fragments:
-            found = out.stdout.find(fragment, at)
-            assert found >= 0, f"{where}: {fragment!r} not in the output after {at}:\n{out.stdout}"
-            at = found + len(fragment)
-
-
-# --- TOML blocks, links, command lines ------------------------------------------------
-
-CONFIGS = [(p, line, code) for p in DOCS for line, code in fenced(p, "toml")]
-
-
-@pytest.mark.parametrize(
-    ("path", "line", "code"), CONFIGS, ids=[f"{p.name}:{line}" for p, line, _ in CONFIGS]
-)
-def test_toml_block_is_valid_configuration(
-    path: Path, line: int, code: str, tmp_path: Path
-) -> None:
-    check_config_sample(code, tmp_path)
+# --- links, command lines ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
@@ -107,14 +48,27 @@ def test_links_stay_inside_the_repository(path: Path) -> None:
 
 
 def command_lines() -> list[tuple[str, str]]:
-    """(page:line, command) of each ``podium ...`` line of the pages' shell and plain blocks."""
+    """(page:line, command) of each ``podium ...`` line of the pages' shell and plain blocks
+    (the README's too), a line that ends in ``\\`` joined with the next."""
     found: list[tuple[str, str]] = []
-    for path in DOCS:
-        for language in ("sh", "bash", ""):
-            for line, code in fenced(path, language):
-                for offset, text in enumerate(code.splitlines()):
-                    if text.startswith("podium "):
-                        found.append((f"{path.name}:{line + offset}", text))
+    for path in PAGES:
+        for block in blocks(path):
+            if block.language not in (*SHELL, ""):
+                continue
+            lines = block.code.splitlines()
+            if block.language == "console":
+                lines = [line[2:] for line in lines if line.startswith("$ ")]
+            joined: list[tuple[int, str]] = []
+            for offset, text in enumerate(lines):
+                if joined and joined[-1][1].endswith("\\"):
+                    joined[-1] = (joined[-1][0], joined[-1][1][:-1] + " " + text.strip())
+                else:
+                    joined.append((offset, text))
+            found += [
+                (f"{path.name}:{block.line + offset}", text)
+                for offset, text in joined
+                if text.startswith("podium ")
+            ]
     return found
 
 
@@ -123,11 +77,16 @@ COMMANDS = command_lines()
 
 @pytest.mark.parametrize(("where", "command"), COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_command_line_parses(where: str, command: str) -> None:
-    argv = shlex.split(command, comments=True)[1:]
+    words = shlex.split(command, comments=True)[1:]
+    # "…" is an option's value left out (kept), or the rest of a command (dropped)
+    argv = [w for i, w in enumerate(words) if w != "…" or words[i - 1].startswith("-")]
+    if "&" in argv:  # started in the background: the command is what comes before
+        argv = argv[: argv.index("&")]
     try:
         build_parser().parse_args(argv)
     except SystemExit as exc:  # argparse's way of refusing: the line has a mistake
-        pytest.fail(f"{where}: `{command}` does not parse (exit {exc.code})")
+        if exc.code != 0:  # (`--version` and `--help` exit 0 after printing)
+            pytest.fail(f"{where}: `{command}` does not parse (exit {exc.code})")
 
 
 # --- names: options, configuration keys, endpoints, metrics, variables ---------------

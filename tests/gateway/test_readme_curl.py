@@ -1,7 +1,7 @@
-"""The README's curl section starts by setting the key, the header and the URL. As
-written (`export K=pk_… H="Authorization: Bearer $K"`), bash expanded `$K` before it set
-it: every request that followed was a 401. Its set-up lines run here in bash, as written,
-against a real server, with the key and URL of this test."""
+"""The curl section (docs/gateway.md; once in the README) starts by setting the key, the
+header and the URL. As written (`export K=pk_… H="Authorization: Bearer $K"`), bash
+expanded `$K` before it set it: every request that followed was a 401. Its set-up lines
+run here in bash, as written, against a real server, with the key and URL of this test."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("curl") is None,
 
 
 def _setup_lines() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("### curl, endpoint by endpoint", 1)[1].split("```bash", 1)[1]
+    page = (ROOT / "docs" / "gateway.md").read_text()
+    block = page.split("## curl, endpoint by endpoint", 1)[1].split("```bash", 1)[1]
     lines = block.split("```", 1)[0].strip().splitlines()
     setup = [line for line in lines[: next(i for i, x in enumerate(lines) if "curl" in x)]]
     assert setup and all(re.match(r"(export )?[A-Z]+=", line) for line in setup), setup

@@ -100,10 +100,18 @@ BENIGN_PROSE: tuple[str, ...] = (
 
 
 def readme_paragraphs(readme: Path | None = None) -> list[str]:
-    """README paragraphs, without code blocks and without the Security section (which
-    quotes injections on purpose)."""
-    path = readme or Path(__file__).resolve().parents[2] / "README.md"
-    text = path.read_text(encoding="utf-8")
-    text = re.sub(r"```.*?```", "", text, flags=re.S)
-    text = re.sub(r"(?ms)^## Security.*?(?=^## |\Z)", "", text)
-    return [p.strip() for p in text.split("\n\n") if len(p.strip()) > 40]
+    """The paragraphs of the README and of the docs pages (where the README's prose moved),
+    without code blocks and without the security page or section (which quote injections
+    on purpose)."""
+    root = Path(__file__).resolve().parents[2]
+    paths = [readme] if readme else [
+        root / "README.md",
+        *(p for p in sorted((root / "docs").glob("*.md")) if p.name != "tool-security.md"),
+    ]
+    paragraphs: list[str] = []
+    for path in paths:
+        text = path.read_text(encoding="utf-8")
+        text = re.sub(r"```.*?```", "", text, flags=re.S)
+        text = re.sub(r"(?ms)^## Security.*?(?=^## |\Z)", "", text)
+        paragraphs += [p.strip() for p in text.split("\n\n") if len(p.strip()) > 40]
+    return paragraphs
