@@ -18,7 +18,9 @@
     │   └── StoreUnavailableError   the store's service cannot be reached (also a ConnectionError)
     ├── QueueUnavailableError       the queue's service cannot be reached (also a ConnectionError)
     ├── RunError                    a run ended without an answer (``reason`` says why)
-    └── OutputValidationError       a run's output does not match the type asked for
+    ├── OutputValidationError       a run's output does not match the type asked for
+    └── MissingExtraError           a feature needs an extra that is not installed (also a
+                                    ModuleNotFoundError)
 
 Control flow inside a tool is kept apart from failures: a tool raises
 :class:`RetryableToolError` to ask for a retry with backoff; any other exception
@@ -33,6 +35,7 @@ __all__ = (
     "ConfigError",
     "DecisionError",
     "Interrupt",
+    "MissingExtraError",
     "ModelContextLengthError",
     "ModelError",
     "ModelHTTPError",
@@ -163,6 +166,24 @@ class RunError(PodiumError):
 
 class OutputValidationError(PodiumError, ValueError):
     """A run's output does not decode as the type asked for (``RunRecord.output_as``)."""
+class MissingExtraError(PodiumError, ModuleNotFoundError):
+    """A feature was asked for whose optional dependencies (an extra) are not installed.
+
+    One line names the feature and the extra, e.g. ``podium.tools.mcp (MCP tools) needs
+    the 'mcp' extra (no module named 'mcp'): pip install 'podium[mcp]'``. It is a
+    :class:`ModuleNotFoundError` too, so code that guards an optional import with
+    ``except ImportError`` still works.
+    """
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs the {extra!r} extra (no module named {module!r}): "
+            f"pip install 'podium[{extra}]' (in a checkout: pip install -e '.[{extra}]')",
+            name=module,
+        )
+        self.extra = extra
+
+
 class DecisionError(PodiumError):
     """A decision on a waiting run was refused: ``status`` is the HTTP status it maps to
     (404 nothing to decide, 409 decided already or the run has moved on, 422 invalid)."""

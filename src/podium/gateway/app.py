@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from podium.engine.children import child_runs
 from podium.engine.records import RUN_STATUSES
-from podium.errors import ConfigError, StaleRunError
+from podium.errors import ConfigError, MissingExtraError, StaleRunError
 from podium.gateway import openai_facade
 from podium.gateway.body_limit import BodyLimit, body_too_large
 from podium.gateway.dashboard import dashboard_routes
@@ -520,9 +520,14 @@ class MetricsMiddleware:
 def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
     """The Starlette app; with ``manage_lifecycle`` its lifespan starts and drains ``gateway``."""
 
-    from podium.gateway.mcp_endpoint import mcp_endpoint
+    try:  # the MCP SDK is an extra: without it /mcp says what to install
+        from podium.gateway.mcp_endpoint import mcp_endpoint
+    except MissingExtraError as exc:
+        from podium.gateway.mcp_missing import mcp_missing_endpoint
 
-    mcp_route, mcp_running = mcp_endpoint(gateway)
+        mcp_route, mcp_running = mcp_missing_endpoint(exc)
+    else:
+        mcp_route, mcp_running = mcp_endpoint(gateway)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -17,11 +17,16 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver import MCPServer as SDKServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
-from mcp.server.transport_security import TransportSecuritySettings
+from podium.errors import MissingExtraError
+
+try:
+    from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver import MCPServer as SDKServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+    from mcp.server.transport_security import TransportSecuritySettings
+except ModuleNotFoundError as exc:  # an extra: the base install has no MCP SDK
+    raise MissingExtraError("the gateway's /mcp endpoint", "mcp", exc.name or "mcp") from None
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send

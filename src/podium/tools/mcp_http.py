@@ -25,8 +25,13 @@ import socket
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-import httpcore2
-import httpx2
+from podium.errors import MissingExtraError
+
+try:
+    import httpcore2
+    import httpx2
+except ModuleNotFoundError as exc:  # an extra: the base install has no MCP SDK
+    raise MissingExtraError("podium.tools.mcp (MCP tools)", "mcp", exc.name or "mcp") from None
 
 from podium.security.egress import EgressDenied, EgressPolicy, parse_ip
 

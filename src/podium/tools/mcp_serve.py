@@ -23,9 +23,17 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from mcp.server.mcpserver import Context
-from mcp.server.mcpserver import MCPServer as SDKServer
-from mcp.server.mcpserver.exceptions import ToolError
+from podium.errors import MissingExtraError
+
+try:
+    from mcp.server.mcpserver import Context
+    from mcp.server.mcpserver import MCPServer as SDKServer
+    from mcp.server.mcpserver.exceptions import ToolError
+except ModuleNotFoundError as exc:  # an extra: the base install has no MCP SDK
+    error = MissingExtraError("podium.tools.mcp_serve", "mcp", exc.name or "mcp")
+    if __name__ == "__main__":  # `python -m podium.tools.mcp_serve`: one line, no traceback
+        raise SystemExit(f"error: {error}") from None
+    raise error from None
 
 from podium.agent import Agent
 from podium.engine.driver import Engine

@@ -27,10 +27,16 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 from anyio.streams.buffered import BufferedByteReceiveStream
-from mcp import types
-from mcp.client.stdio import StdioServerParameters, get_default_environment
-from mcp.os.posix.utilities import terminate_posix_process_tree
-from mcp.shared.message import SessionMessage
+
+from podium.errors import MissingExtraError
+
+try:
+    from mcp import types
+    from mcp.client.stdio import StdioServerParameters, get_default_environment
+    from mcp.os.posix.utilities import terminate_posix_process_tree
+    from mcp.shared.message import SessionMessage
+except ModuleNotFoundError as exc:  # an extra: the base install has no MCP SDK
+    raise MissingExtraError("podium.tools.mcp (MCP tools)", "mcp", exc.name or "mcp") from None
 
 __all__ = ("MessageTooLarge", "StdioFault", "bounded_stdio_client")
 
