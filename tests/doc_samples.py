@@ -141,9 +141,13 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def assert_links_stay_inside(path: Path) -> None:
-    """Every relative link of the page names a file of the repository."""
+    """Every link of the page is relative and names a file of the repository: the pages
+    are read from a checkout, and the site is built from it."""
     for target in LINK.findall(path.read_text()):
-        if target.startswith(("http://", "https://", "#", "mailto:")):
+        assert not target.startswith(("http://", "https://", "//")), (
+            f"{path.name} links outside the repository: {target}"
+        )
+        if target.startswith(("#", "mailto:")):
             continue
         resolved = (path.parent / target.split("#")[0]).resolve()
         assert resolved.is_relative_to(ROOT), f"{path.name} links outside: {target}"
