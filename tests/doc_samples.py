@@ -15,7 +15,6 @@ Python and TOML blocks run unless skipped; shell blocks run only where marked ``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -23,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,6 +161,20 @@ def _free_port() -> int:
         return port
 
 
+def _stop_group(pgid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM to what is left of the block's process group (its servers drain and exit),
+    then SIGKILL to whatever outlives ``grace_s``."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            os.killpg(pgid, 0)  # raises once the group is empty
+            time.sleep(0.05)
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def run_shell_sample(
     block: Block, files: dict[str, str], cwd: Path
 ) -> subprocess.CompletedProcess[str]:
@@ -192,9 +206,9 @@ def run_shell_sample(
         try:
             process.wait(timeout=60)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
+            process.kill()  # a block past its time; no-op for one that ended
             process.wait()
+            _stop_group(process.pid)
         out.seek(0)
         err.seek(0)
         return subprocess.CompletedProcess(process.args, process.returncode, out.read(), err.read())
