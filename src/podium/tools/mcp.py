@@ -43,13 +43,14 @@ import anyio
 from podium.errors import MissingExtraError
 
 try:
-    import pydantic
     from mcp import ClientSession, types
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
 except ModuleNotFoundError as exc:  # an extra: the base install has no MCP SDK
     raise MissingExtraError("podium.tools.mcp (MCP tools)", "mcp", exc.name or "mcp") from None
+
+import pydantic  # the MCP SDK's own dependency: there once the SDK imported
 
 from podium.errors import PodiumError, RetryableToolError
 from podium.models.base import ToolDefinition
