@@ -1,0 +1,149 @@
+"""Client-side tools through ``/v1/chat/completions`` with the official OpenAI SDK: the tools
+a client sends reach the model, a call to one comes back as ``tool_calls``, and the
+client's ``tool`` messages resume the same run (in-process gateway, real SDK over ASGI)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from gateway_agents import react, weatherman
+
+from conftest import KEY_A, KEY_B, gateway_client
+from podium.gateway.service import Gateway, ServedAgent
+
+pytestmark = pytest.mark.anyio
+
+WEATHER: Any = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+
+
+@contextlib.asynccontextmanager
+async def sdk(key: str = KEY_A) -> AsyncIterator[tuple[Gateway, openai.AsyncOpenAI]]:
+    agents = [ServedAgent(weatherman()), ServedAgent(react())]
+    async with gateway_client(None, agents, key=key) as (gw, http):
+        yield gw, openai.AsyncOpenAI(base_url="http://podium.test/v1", api_key=key,
+                                     http_client=http, max_retries=0)
+
+
+async def test_a_client_tool_call_comes_back_and_its_output_resumes_the_run() -> None:
+    async with sdk() as (gw, client):
+        messages: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}]
+        first = await client.chat.completions.create(
+            model="weatherman", messages=messages, tools=[WEATHER]
+        )
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        (call,) = choice.message.tool_calls or []
+        assert call.type == "function"
+        assert call.function.name == "get_weather"  # lookup, the agent's own, ran here
+        assert call.function.arguments == '{"city":"Oslo"}'
+        (run,) = await gw.store.list()
+        assert run.status == "waiting"  # parked: no worker holds it while the client works
+        messages += [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"},
+        ]
+        second = await client.chat.completions.create(
+            model="weatherman", messages=messages, tools=[WEATHER]
+        )
+        assert second.choices[0].finish_reason == "stop"
+        assert second.choices[0].message.content == "The client says: sunny, 21 C"
+        assert [r.run_id for r in await gw.store.list()] == [run.run_id]  # the same run
+        # The same follow-up again (a client's retry) answers nothing twice.
+        again = await client.chat.completions.create(
+            model="weatherman", messages=messages, tools=[WEATHER]
+        )
+        assert again.choices[0].message.content == "The client says: sunny, 21 C"
+
+
+async def test_streamed_the_tool_calls_arrive_as_openai_streams_them() -> None:
+    async with sdk() as (_, client):
+        messages: list[Any] = [{"role": "user", "content": "Weather in Rome?"}]
+        stream = await client.chat.completions.create(
+            model="weatherman", messages=messages, tools=[WEATHER], stream=True
+        )
+        calls: list[Any] = []
+        finish = None
+        async for chunk in stream:
+            for c in chunk.choices:
+                calls.extend(c.delta.tool_calls or [])
+                finish = c.finish_reason or finish
+        assert finish == "tool_calls"
+        (call,) = calls
+        assert call.function.name == "get_weather"
+        assert call.function.arguments == '{"city":"Rome"}'
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [{
+                "id": call.id, "type": "function",
+                "function": {"name": "get_weather", "arguments": call.function.arguments},
+            }]},
+            {"role": "tool", "tool_call_id": call.id, "content": "rain"},
+        ]
+        stream = await client.chat.completions.create(
+            model="weatherman", messages=messages, tools=[WEATHER], stream=True
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        assert text == "The client says: rain"  # what the resumed run said, not its past
+
+
+async def test_another_tenant_cannot_answer_the_call() -> None:
+    async with sdk() as (gw, client):
+        first = await client.chat.completions.create(
+            model="weatherman", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=[WEATHER],
+        )
+        (call,) = first.choices[0].message.tool_calls or []
+        other = openai.AsyncOpenAI(base_url="http://podium.test/v1", api_key=KEY_B,
+                                   http_client=client._client, max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            await other.chat.completions.create(
+                model="weatherman",
+                messages=[{"role": "tool", "tool_call_id": call.id, "content": "x"}],
+            )
+        (run,) = await gw.store.list()
+        assert run.status == "waiting"
+
+
+@pytest.mark.parametrize(
+    ("tools", "says"),
+    [
+        ([{"type": "web_search"}], "only function tools"),
+        ([{"type": "function", "function": {"name": "bad name!"}}], "letters, digits"),
+        ([{"type": "function", "function": {"name": "lookup"}}], "has a tool of that name"),
+        ([WEATHER, WEATHER], "same name"),
+    ],
+)
+async def test_tools_the_gateway_cannot_offer_are_a_400_never_dropped(
+    tools: list[Any], says: str
+) -> None:
+    async with sdk() as (gw, client):
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(
+                model="weatherman", messages=[{"role": "user", "content": "hi"}], tools=tools
+            )
+        assert says in info.value.message
+        assert await gw.store.list() == []
+
+
+async def test_without_tools_the_model_is_offered_only_the_agents_own() -> None:
+    async with sdk() as (_, client):
+        reply = await client.chat.completions.create(
+            model="weatherman", messages=[{"role": "user", "content": "Weather in Oslo?"}]
+        )
+        assert reply.choices[0].message.content == "no client tool offered; tools: ['lookup']"
+        none = await client.chat.completions.create(
+            model="weatherman", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=[WEATHER], tool_choice="none",
+        )
+        assert none.choices[0].message.content == reply.choices[0].message.content
