@@ -210,3 +210,13 @@ def weatherman() -> Agent:
     answers with the client's output."""
     return Agent("weatherman", FunctionModel(_asks_the_client), "You report the weather.",
                  [lookup], max_steps=4)
+
+
+def _heard(messages: Sequence[Message], request: ModelRequest) -> str:
+    """Says every user message of its context: what the conversation holds."""
+    return "heard: " + " | ".join(m.content for m in messages if m.role == "user")
+
+
+def memory() -> Agent:
+    """Answers with every user message it has in context (one step)."""
+    return Agent("memory", FunctionModel(_heard), "You remember.")

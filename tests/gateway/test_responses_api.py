@@ -5,18 +5,15 @@ the client's own tools round trip. In-process gateway, real SDK over ASGI, memor
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
-from gateway_agents import TALKY_ANSWER, react, talky, weatherman
+from gateway_agents import TALKY_ANSWER, memory, react, talky, weatherman
 
 from conftest import KEY_A, KEY_B, gateway_client
-from podium import Agent, FunctionModel
 from podium.gateway.service import Gateway, ServedAgent
-from podium.messages import Message
-from podium.models.base import ModelRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -27,15 +24,6 @@ WEATHER: Any = {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                    "required": ["city"]},
 }
-
-
-def _heard(messages: Sequence[Message], request: ModelRequest) -> str:
-    """Says every user message of its context: what the conversation holds."""
-    return "heard: " + " | ".join(m.content for m in messages if m.role == "user")
-
-
-def memory() -> Agent:
-    return Agent("memory", FunctionModel(_heard), "You remember.")
 
 
 @contextlib.asynccontextmanager

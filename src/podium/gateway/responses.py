@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from starlette.responses import Response, StreamingResponse
@@ -97,14 +97,18 @@ def _messages(items: list[Any]) -> list[ChatMessage]:
         if not isinstance(item, dict):
             raise ApiError(400, "invalid_request", f"{at} is not an object", field="input")
         kind = item.get("type") or ("message" if "role" in item else None)
+        if not isinstance(kind, str):
+            raise ApiError(400, "invalid_request", f"{at}: its type is a string",
+                           field="input")
         if kind in _SKIPPED:
             continue
         if kind == "message":
             role = item.get("role")
-            if role not in _ROLES:
+            if not isinstance(role, str) or role not in _ROLES:
                 raise ApiError(400, "invalid_request", f"{at}: role {role!r} is not one of "
                                f"{', '.join(sorted(_ROLES))}", field="input")
-            messages.append(ChatMessage(role=role, content=_text(item.get("content"), at)))
+            said = _text(item.get("content"), at)
+            messages.append(ChatMessage(role=cast(Any, role), content=said))  # one of _ROLES
         elif kind == "function_call":
             said = f"(called {item.get('name')} with {item.get('arguments')})"
             messages.append(ChatMessage(role="assistant", content=said))
