@@ -13,6 +13,7 @@ import pytest
 from gateway_agents import react, weatherman
 
 from conftest import KEY_A, KEY_B, gateway_client
+from podium.engine.records import ToolOutcome
 from podium.gateway.service import Gateway, ServedAgent
 
 pytestmark = pytest.mark.anyio
@@ -147,3 +148,21 @@ async def test_without_tools_the_model_is_offered_only_the_agents_own() -> None:
             tools=[WEATHER], tool_choice="none",
         )
         assert none.choices[0].message.content == reply.choices[0].message.content
+
+
+async def test_a_tenants_tool_allow_list_narrows_the_agents_tools_not_the_clients() -> None:
+    async with sdk() as (gw, client):
+        gw.keys.add("pk_test_narrow", "narrow", tools=["nothing_of_the_agents"])
+        narrow = openai.AsyncOpenAI(base_url="http://podium.test/v1", api_key="pk_test_narrow",
+                                    http_client=client._client, max_retries=0)
+        first = await narrow.chat.completions.create(
+            model="weatherman", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+            tools=[WEATHER],
+        )
+        (call,) = first.choices[0].message.tool_calls or []
+        assert call.function.name == "get_weather"
+        (run,) = await gw.store.list()
+        outcomes = [e for _, e in await gw.store.journal(run.run_id)
+                    if isinstance(e, ToolOutcome)]
+        refused = [o.result for o in outcomes if o.result.name == "lookup"]
+        assert [r.error for r in refused] == ["forbidden"]  # the agent's own: refused
