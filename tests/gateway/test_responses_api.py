@@ -13,6 +13,8 @@ import pytest
 from gateway_agents import TALKY_ANSWER, memory, react, talky, weatherman
 
 from conftest import KEY_A, KEY_B, gateway_client
+from podium import Agent, FunctionModel
+from podium.errors import ModelError
 from podium.gateway.service import Gateway, ServedAgent
 
 pytestmark = pytest.mark.anyio
@@ -26,9 +28,14 @@ WEATHER: Any = {
 }
 
 
+def _broken(messages: object, request: object) -> str:
+    raise ModelError("the backend is on fire")
+
+
 @contextlib.asynccontextmanager
 async def sdk(key: str = KEY_A) -> AsyncIterator[tuple[Gateway, openai.AsyncOpenAI]]:
-    agents = [ServedAgent(a) for a in (react(), talky(), weatherman(), memory())]
+    broken = Agent("broken", FunctionModel(_broken), "You fail.")
+    agents = [ServedAgent(a) for a in (react(), talky(), weatherman(), memory(), broken)]
     async with gateway_client(None, agents, key=key) as (gw, http):
         yield gw, openai.AsyncOpenAI(base_url="http://podium.test/v1", api_key=key,
                                      http_client=http, max_retries=0)
@@ -228,3 +235,32 @@ async def test_requests_podium_cannot_serve_are_a_400_saying_why() -> None:
             await client.responses.create(model="weatherman", input="hello?",
                                           previous_response_id=first.id)
         assert len(await gw.store.list()) == 1
+
+
+async def test_a_retried_continuation_with_its_idempotency_key_is_the_same_response() -> None:
+    async with sdk() as (gw, client):
+        first = await client.responses.create(model="memory", input="hi")
+        key = {"Idempotency-Key": "turn-2"}
+        a = await client.responses.create(model="memory", input="again", extra_headers=key,
+                                          previous_response_id=first.id)
+        b = await client.responses.create(model="memory", input="again", extra_headers=key,
+                                          previous_response_id=first.id)
+        assert a.id == b.id
+        assert b.output_text == "heard: hi | again"
+        assert len(await gw.store.list()) == 2
+
+
+async def test_a_failed_run_is_a_502_and_streamed_a_response_failed() -> None:
+    async with sdk() as (gw, client):
+        with pytest.raises(openai.InternalServerError) as info:
+            await client.responses.create(model="broken", input="go")
+        assert info.value.status_code == 502
+        assert "the backend is on fire" in info.value.message
+        stream = await client.responses.create(model="broken", input="go", stream=True)
+        events = [e async for e in stream]
+        assert events[-1].type == "response.failed"
+        response = events[-1].response
+        assert response.status == "failed"
+        assert response.error is not None
+        assert "the backend is on fire" in response.error.message
+        assert len(await gw.store.list()) == 2  # no retry started another

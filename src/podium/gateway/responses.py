@@ -55,7 +55,7 @@ from podium.gateway.schemas import ChatMessage
 from podium.gateway.service import Gateway
 from podium.observe.tracing import submit_context
 from podium.streaming.base import TokenSubscription
-from podium.threads.record import ThreadRecord, new_thread_id
+from podium.threads.record import ThreadRecord
 from podium.tools.client import CLIENT_TOOLS_KEY, decode_client_tools
 
 __all__ = ("ResponsesRequest", "create_response", "get_response")
@@ -159,10 +159,18 @@ async def _previous(gw: Gateway, tenant: Tenant, rid: str) -> tuple[RunRecord, i
     return record, place[1]
 
 
-async def _thread_after(gw: Gateway, tenant: Tenant, prev: RunRecord) -> str:
-    """A new thread whose history is the one ``prev``'s run ends with: a run on it starts
-    there. Its own thread each time, so continuing one response twice makes two branches."""
-    thread = ThreadRecord(new_thread_id(), tenant.name, runs=[prev.run_id])
+async def _thread_after(gw: Gateway, tenant: Tenant, prev: RunRecord, run_id: str) -> str:
+    """A new thread whose history is the one ``prev``'s run ends with, for the run
+    ``run_id`` to start from. Its own thread for each run (named after it), so continuing
+    one response twice makes two branches, and a retry with the same Idempotency-Key (the
+    same run id) finds the thread its first attempt made."""
+    thread_id = "thr_" + run_id.removeprefix("run_")
+    existing = await gw.store.get_thread(thread_id)
+    if existing is not None:
+        if existing.tenant != tenant.name:  # cannot be, short of a collision: refuse it
+            raise ApiError(409, "conflict", f"thread {thread_id} is taken")
+        return thread_id
+    thread = ThreadRecord(thread_id, tenant.name, runs=[prev.run_id])
     if prev.thread_id is not None:  # its history is that thread's, with prev folded in
         base = await gw.get_thread(tenant, prev.thread_id)
         thread.history = list(base.history)
@@ -323,8 +331,8 @@ async def _start(
         extra[STORE_KEY] = "false"
     if body.previous_response_id is not None:
         extra[PREVIOUS_KEY] = body.previous_response_id
-    thread_id = None if prev is None else await _thread_after(gw, tenant, prev)
     run_id = gw.new_run_id(tenant, idempotency_key)
+    thread_id = None if prev is None else await _thread_after(gw, tenant, prev, run_id)
     tokens = await gw.listen(run_id) if body.stream and not structured else None
     try:
         with submit_context(

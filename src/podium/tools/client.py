@@ -26,6 +26,7 @@ import msgspec
 
 from podium.errors import ConfigError, Interrupt
 from podium.models.base import ToolDefinition
+from podium.output import FINAL_TOOL
 from podium.tools.policy import ToolPolicy
 from podium.tools.tool import Tool
 
@@ -125,7 +126,7 @@ def with_client_tools(agent: Agent, raw: str) -> Agent:
     specs = decode_client_tools(raw)
     tools = dict(agent.tools)
     for spec in specs:
-        if spec.name in tools:
+        if spec.name in tools or (agent.output is not None and spec.name == FINAL_TOOL):
             raise ConfigError(
                 f"client tool {spec.name!r}: agent {agent.name!r} has a tool of that name"
             )
