@@ -5,7 +5,7 @@ client's ``tool`` messages resume the same run (in-process gateway, real SDK ove
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import openai
@@ -13,8 +13,11 @@ import pytest
 from gateway_agents import react, weatherman
 
 from conftest import KEY_A, KEY_B, gateway_client
+from podium import Agent, FunctionModel, tool_call_reply
 from podium.engine.records import ToolOutcome
 from podium.gateway.service import Gateway, ServedAgent
+from podium.messages import Message
+from podium.models.base import ModelRequest, ModelResponse
 
 pytestmark = pytest.mark.anyio
 
@@ -29,9 +32,16 @@ WEATHER: Any = {
 }
 
 
+def _two_cities(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+    if messages[-1].role == "tool":
+        return " / ".join(m.content for m in messages if m.role == "tool")
+    return tool_call_reply(("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"}))
+
+
 @contextlib.asynccontextmanager
 async def sdk(key: str = KEY_A) -> AsyncIterator[tuple[Gateway, openai.AsyncOpenAI]]:
-    agents = [ServedAgent(weatherman()), ServedAgent(react())]
+    twice = Agent("twice", FunctionModel(_two_cities), "You compare.")
+    agents = [ServedAgent(weatherman()), ServedAgent(react()), ServedAgent(twice)]
     async with gateway_client(None, agents, key=key) as (gw, http):
         yield gw, openai.AsyncOpenAI(base_url="http://podium.test/v1", api_key=key,
                                      http_client=http, max_retries=0)
@@ -166,3 +176,20 @@ async def test_a_tenants_tool_allow_list_narrows_the_agents_tools_not_the_client
                     if isinstance(e, ToolOutcome)]
         refused = [o.result for o in outcomes if o.result.name == "lookup"]
         assert [r.error for r in refused] == ["forbidden"]  # the agent's own: refused
+
+
+async def test_outputs_for_some_calls_of_a_step_say_which_are_missing() -> None:
+    async with sdk() as (gw, client):
+        messages: list[Any] = [{"role": "user", "content": "Oslo or Rome?"}]
+        first = await client.chat.completions.create(
+            model="twice", messages=messages, tools=[WEATHER]
+        )
+        oslo, rome = first.choices[0].message.tool_calls or []
+        messages.append(first.choices[0].message.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": oslo.id, "content": "sunny"})
+        with pytest.raises(openai.BadRequestError, match=f"no output for the tool calls {rome.id}"):
+            await client.chat.completions.create(model="twice", messages=messages, stream=True)
+        messages.append({"role": "tool", "tool_call_id": rome.id, "content": "rain"})
+        done = await client.chat.completions.create(model="twice", messages=messages)
+        assert done.choices[0].message.content == "sunny / rain"
+        assert len(await gw.store.list()) == 1

@@ -21,7 +21,7 @@ from podium.engine.approvals import open_requests
 from podium.engine.records import ApprovalDecided, ApprovalRequested, RunRecord
 from podium.errors import ConfigError
 from podium.gateway.auth import Tenant
-from podium.gateway.errors import ApiError
+from podium.gateway.errors import ApiError, run_waiting
 from podium.gateway.service import Gateway
 from podium.tools.client import (
     CLIENT_TOOLS_KEY,
@@ -199,6 +199,17 @@ async def resume_with_outputs(
             )
         record = await gw.decide(tenant, run_id, ask.call_id, "answer", message=output,
                                  by="client")
+    if record.status == "waiting":  # something of the step is still open: nothing resumes
+        missing, _ = await client_calls(gw, record)
+        headers = {"X-Podium-Run-Id": run_id, "x-should-retry": "false"}
+        if missing:
+            raise ApiError(
+                400, "invalid_request",
+                "no output for the tool calls " + ", ".join(c.id for c in missing)
+                + " (the outputs sent were taken: send the missing ones)",
+                field="tool_call_id", headers=headers,
+            )
+        raise ApiError(409, "run_waiting", run_waiting(run_id), headers=headers)
     return record, after
 
 
