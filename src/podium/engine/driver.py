@@ -565,7 +565,11 @@ class Engine(AsyncCloseable):
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
             return await self._still_waiting(record)
         if record.metadata and CLIENT_TOOLS_KEY in record.metadata:  # a gateway client's
-            agent = with_client_tools(agent, record.metadata[CLIENT_TOOLS_KEY])
+            try:
+                agent = with_client_tools(agent, record.metadata[CLIENT_TOOLS_KEY])
+            except ConfigError as exc:  # the agent changed since the gateway checked them
+                await self.end_stored(record, "failed", "invalid_tools", str(exc))
+                return record
         self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
         task = asyncio.current_task(self._running_loop())
