@@ -59,6 +59,7 @@ async def test_a_client_tool_call_comes_back_and_its_output_resumes_the_run() ->
         assert call.type == "function"
         assert call.function.name == "get_weather"  # lookup, the agent's own, ran here
         assert call.function.arguments == '{"city":"Oslo"}'
+        assert choice.message.content == "Let me check."  # what the model said with it
         (run,) = await gw.store.list()
         assert run.status == "waiting"  # parked: no worker holds it while the client works
         messages += [

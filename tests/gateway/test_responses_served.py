@@ -144,4 +144,17 @@ async def test_an_openai_agents_sdk_agent_runs_its_own_tool_through_the_gateway(
     assert streamed.final_output == "The client says: warm in Quito"
     assert "raw_response_event" in kinds
     assert ran == ["Kyoto", "Quito"]
+
+    # Its server-side conversation mode: each turn sends only what is new, with
+    # previous_response_id (the tool's output too).
+    chained = await agents.Runner.run(agent, "Weather in Lima?", auto_previous_response_id=True)
+    assert chained.final_output == "The client says: warm in Lima"
+    assert ran == ["Kyoto", "Quito", "Lima"]
+    remembers = agents.Agent(name="listener", instructions="Listen.", model=agents.
+                             OpenAIResponsesModel(model="memory", openai_client=client))
+    first = await agents.Runner.run(remembers, "my name is Ada")
+    second = await agents.Runner.run(remembers, "who am I?",
+                                     previous_response_id=first.last_response_id)
+    assert "my name is Ada" in second.final_output
+    assert second.final_output.endswith("| who am I?")
     await client.close()

@@ -18,7 +18,13 @@ from typing import Any
 import msgspec
 
 from podium.engine.approvals import open_requests
-from podium.engine.records import ApprovalDecided, ApprovalRequested, RunRecord
+from podium.engine.records import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ModelTurn,
+    RunRecord,
+    StepRecord,
+)
 from podium.errors import ConfigError
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError, run_waiting
@@ -54,6 +60,7 @@ class ClientCall(msgspec.Struct, frozen=True, gc=False):
     arguments: str
     step: int
     index: int
+    said: str = ""  # what the model said in the turn that made the call
 
 
 def visible_call_id(run_id: str, step: int, index: int) -> str:
@@ -153,9 +160,10 @@ async def client_calls(gw: Gateway, record: RunRecord) -> tuple[list[ClientCall]
         return [], record.status == "waiting"
     entries = [e for _, e in await gw.store.journal(record.run_id)]
     asks, human = _open(record, entries)
+    said = {e.step: e.message.content for e in entries if isinstance(e, ModelTurn | StepRecord)}
     calls = [
         ClientCall(visible_call_id(record.run_id, a.step, a.index), a.tool, a.arguments,
-                   a.step, a.index)
+                   a.step, a.index, said.get(a.step, ""))
         for a in asks
     ]
     return calls, human

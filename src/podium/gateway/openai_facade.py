@@ -168,7 +168,7 @@ async def complete(
         record = await gw.wait(record.run_id, timeout)
         calls = await _client_calls(gw, record)
         if calls:
-            choice = ChatChoice(0, AssistantMessage("assistant", None, [
+            choice = ChatChoice(0, AssistantMessage("assistant", calls[0].said or None, [
                 ToolCallOut(c.id, "function", FunctionOut(c.name, c.arguments)) for c in calls
             ]), "tool_calls")
         else:
