@@ -17,6 +17,8 @@ import pytest
 from conftest import HERE, KEY_A
 from serve_process import Serving, start_serve
 
+pytestmark = pytest.mark.slow  # podium serve subprocesses
+
 CONFIG = f"""
 [server]
 store = "sqlite:runs.sqlite"
