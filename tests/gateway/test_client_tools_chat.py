@@ -194,3 +194,20 @@ async def test_outputs_for_some_calls_of_a_step_say_which_are_missing() -> None:
         done = await client.chat.completions.create(model="twice", messages=messages)
         assert done.choices[0].message.content == "sunny / rain"
         assert len(await gw.store.list()) == 1
+
+
+async def test_the_tool_call_replies_validate_strictly_against_the_sdks_models() -> None:
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+    async with sdk() as (_, client):
+        http = client._client
+        body = {"model": "weatherman", "tools": [WEATHER],
+                "messages": [{"role": "user", "content": "Weather in Oslo?"}]}
+        reply = ChatCompletion.model_validate((await http.post("/v1/chat/completions",
+                                                               json=body)).json())
+        assert reply.choices[0].finish_reason == "tool_calls"
+        streamed = await http.post("/v1/chat/completions", json={**body, "stream": True})
+        datas = [line[6:] for line in streamed.text.splitlines()
+                 if line.startswith("data: ") and line != "data: [DONE]"]
+        chunks = [ChatCompletionChunk.model_validate_json(d) for d in datas]
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"

@@ -5,6 +5,7 @@ the client's own tools round trip. In-process gateway, real SDK over ASGI, memor
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -264,3 +265,39 @@ async def test_a_failed_run_is_a_502_and_streamed_a_response_failed() -> None:
         assert response.error is not None
         assert "the backend is on fire" in response.error.message
         assert len(await gw.store.list()) == 2  # no retry started another
+
+
+async def test_bodies_and_events_validate_strictly_against_the_sdks_own_models() -> None:
+    """The SDK builds its objects without validating them: validate here, field by field,
+    what the gateway sends against ``openai.types.responses``' models."""
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    events = TypeAdapter(ResponseStreamEvent)
+    async with sdk() as (_, client):
+        http = client._client
+        body = {"model": "weatherman", "input": "Weather in Oslo?", "tools": [WEATHER]}
+        made = await http.post("/v1/responses", json=body)
+        assert made.status_code == 200, made.text
+        first = Response.model_validate(made.json())
+        assert [i.type for i in first.output] == ["message", "mcp_call", "function_call"]
+        call = first.output[2]
+        assert call.type == "function_call"
+        streamed = await http.post("/v1/responses", json={
+            "model": "weatherman", "stream": True, "previous_response_id": first.id,
+            "input": [{"type": "function_call_output", "call_id": call.call_id,
+                       "output": "sunny"}],
+        })
+        datas = [line[6:] for line in streamed.text.splitlines() if line.startswith("data: ")]
+        parsed = [events.validate_json(d) for d in datas]
+        assert parsed[-1].type == "response.completed"
+        Response.model_validate(json.loads(datas[-1])["response"])
+        read = await http.get(f"/v1/responses/{first.id}")
+        Response.model_validate(read.json())
+        for model in ("talky", "broken"):  # token deltas; a failed run's response.failed
+            streamed = await http.post("/v1/responses", json={
+                "model": model, "input": "go", "stream": True})
+            datas = [line[6:] for line in streamed.text.splitlines()
+                     if line.startswith("data: ")]
+            kinds = [events.validate_json(d).type for d in datas]
+            assert kinds[-1] == ("response.completed" if model == "talky" else "response.failed")

@@ -98,6 +98,7 @@ OutputItem = MessageItem | FunctionCallItem | McpCallItem
 
 class InputTokensDetails(msgspec.Struct):
     cached_tokens: int = 0
+    cache_write_tokens: int = 0  # (a backend's prompt cache writes: not reported to Podium)
 
 
 class OutputTokensDetails(msgspec.Struct):
