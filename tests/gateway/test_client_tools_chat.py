@@ -38,10 +38,20 @@ def _two_cities(messages: Sequence[Message], request: ModelRequest) -> ModelResp
     return tool_call_reply(("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome"}))
 
 
+def _one_then_another(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+    answers = [m.content for m in messages if m.role == "tool"]
+    if len(answers) < 2:
+        city = ("Oslo", "Rome")[len(answers)]
+        return tool_call_reply(("get_weather", {"city": city}))
+    return " then ".join(answers)
+
+
 @contextlib.asynccontextmanager
 async def sdk(key: str = KEY_A) -> AsyncIterator[tuple[Gateway, openai.AsyncOpenAI]]:
     twice = Agent("twice", FunctionModel(_two_cities), "You compare.")
-    agents = [ServedAgent(weatherman()), ServedAgent(react()), ServedAgent(twice)]
+    chain = Agent("chain", FunctionModel(_one_then_another), "You ask twice.")
+    agents = [ServedAgent(weatherman()), ServedAgent(react()), ServedAgent(twice),
+              ServedAgent(chain)]
     async with gateway_client(None, agents, key=key) as (gw, http):
         yield gw, openai.AsyncOpenAI(base_url="http://podium.test/v1", api_key=key,
                                      http_client=http, max_retries=0)
@@ -211,3 +221,28 @@ async def test_the_tool_call_replies_validate_strictly_against_the_sdks_models()
                  if line.startswith("data: ") and line != "data: [DONE]"]
         chunks = [ChatCompletionChunk.model_validate_json(d) for d in datas]
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+async def test_a_retried_follow_up_gets_the_calls_its_run_made_next() -> None:
+    async with sdk() as (_, client):
+        messages: list[Any] = [{"role": "user", "content": "Oslo, then Rome?"}]
+        first = await client.chat.completions.create(
+            model="chain", messages=messages, tools=[WEATHER]
+        )
+        (oslo,) = first.choices[0].message.tool_calls or []
+        messages += [first.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": oslo.id, "content": "sunny"}]
+        second = await client.chat.completions.create(model="chain", messages=messages)
+        (rome,) = second.choices[0].message.tool_calls or []
+        assert rome.function.arguments == '{"city":"Rome"}'
+        retried = await client.chat.completions.create(model="chain", messages=messages)
+        assert retried.choices[0].message.tool_calls == second.choices[0].message.tool_calls
+        streamed = await client.chat.completions.create(model="chain", messages=messages,
+                                                        stream=True)
+        calls = [c for chunk in [c async for c in streamed] for ch in chunk.choices
+                 for c in ch.delta.tool_calls or []]
+        assert [c.id for c in calls] == [rome.id]
+        messages += [second.choices[0].message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": rome.id, "content": "rain"}]
+        done = await client.chat.completions.create(model="chain", messages=messages)
+        assert done.choices[0].message.content == "sunny then rain"

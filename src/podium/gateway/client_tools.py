@@ -189,7 +189,11 @@ async def resume_with_outputs(
     (run_id,) = runs
     record = await gw.get(tenant, run_id)
     journal = await gw.store.journal(run_id)
-    after = journal[-1][0] if journal else -1
+    wanted = {p[1:] for p in places if p is not None}
+    # A retry streams again from the first answer: what the run did after it is its reply.
+    before = [seq for seq, e in journal
+              if isinstance(e, ApprovalDecided) and (e.step, e.index) in wanted]
+    after = min(before) - 1 if before else (journal[-1][0] if journal else -1)
     entries = [e for _, e in journal]
     asks, _ = _open(record, entries)
     by_place = {(a.step, a.index): a for a in asks}
@@ -207,17 +211,23 @@ async def resume_with_outputs(
             )
         record = await gw.decide(tenant, run_id, ask.call_id, "answer", message=output,
                                  by="client")
-    if record.status == "waiting":  # something of the step is still open: nothing resumes
-        missing, _ = await client_calls(gw, record)
+    steps = {step for step, _ in wanted}
+    if record.status == "waiting" and any(a.step in steps for a in asks):
+        # Something of the answered step is still open: nothing resumes. (A retry may find
+        # the run waiting on later calls: those are its reply.)
+        open_now, human = _open(record, [e for _, e in await gw.store.journal(run_id)])
+        missing = [a for a in open_now if a.step in steps]
         headers = {"X-Podium-Run-Id": run_id, "x-should-retry": "false"}
         if missing:
             raise ApiError(
                 400, "invalid_request",
-                "no output for the tool calls " + ", ".join(c.id for c in missing)
+                "no output for the tool calls "
+                + ", ".join(visible_call_id(run_id, a.step, a.index) for a in missing)
                 + " (the outputs sent were taken: send the missing ones)",
                 field="tool_call_id", headers=headers,
             )
-        raise ApiError(409, "run_waiting", run_waiting(run_id), headers=headers)
+        if human:
+            raise ApiError(409, "run_waiting", run_waiting(run_id), headers=headers)
     return record, after
 
 
