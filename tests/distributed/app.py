@@ -12,8 +12,21 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Sequence
 
-from podium import Agent, Scenario, SimStep, SimToolCall, SimulatedModel, ToolContext, tool
+from podium import (
+    Agent,
+    FunctionModel,
+    Scenario,
+    SimStep,
+    SimToolCall,
+    SimulatedModel,
+    ToolContext,
+    tool,
+    tool_call_reply,
+)
+from podium.messages import Message
+from podium.models.base import ModelRequest, ModelResponse
 
 TOOL_STEPS = 4
 PARALLEL_CALLS = 4
@@ -213,3 +226,18 @@ approvals_then_more = Agent(
     max_steps=4,
 )
 
+
+
+def _asks_the_client(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+    """Calls the client's ``get_weather`` (and ``effect``, its own); then says what the
+    client's tool returned."""
+    if messages[-1].role == "tool":
+        said = [m.content for m in messages if m.role == "tool" and m.name == "get_weather"]
+        return f"The client says: {said[-1]}"
+    return tool_call_reply(("get_weather", {"city": "Oslo"}), ("effect", {"item": "w"}))
+
+
+#: Calls a client tool (``get_weather``, which the request brings) and its own ``effect``.
+client_weather = Agent(
+    "client_weather", FunctionModel(_asks_the_client), "You report.", [effect], max_steps=4
+)

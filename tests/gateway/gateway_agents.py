@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
-from podium import Agent, LatencyModel, Scenario, SimStep, SimToolCall, SimulatedModel, tool
+from podium import (
+    Agent,
+    FunctionModel,
+    LatencyModel,
+    Scenario,
+    SimStep,
+    SimToolCall,
+    SimulatedModel,
+    tool,
+    tool_call_reply,
+)
+from podium.messages import Message
+from podium.models.base import ModelRequest, ModelResponse
 
 
 @tool
@@ -175,3 +188,35 @@ def effects() -> Agent:
         [effect],
         max_steps=4,
     )
+
+
+def _asks_the_client(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+    """Calls the client's ``get_weather`` (offered beside ``lookup``) for the user's city,
+    with ``lookup`` in the same reply; answers with what the client's tool returned."""
+    offered = {t.name for t in request.tools}
+    last = messages[-1]
+    if last.role == "tool":
+        said = [m.content for m in messages if m.role == "tool" and m.name == "get_weather"]
+        return f"The client says: {said[-1] if said else last.content}"
+    if "get_weather" not in offered:
+        return f"no client tool offered; tools: {sorted(offered)}"
+    city = last.content.rsplit(" ", 1)[-1].strip("?") or "Paris"
+    return tool_call_reply(("get_weather", {"city": city}), ("lookup", {"query": city}),
+                           content="Let me check.")
+
+
+def weatherman() -> Agent:
+    """Calls the client's ``get_weather`` tool and its own ``lookup`` in one step, then
+    answers with the client's output."""
+    return Agent("weatherman", FunctionModel(_asks_the_client), "You report the weather.",
+                 [lookup], max_steps=4)
+
+
+def _heard(messages: Sequence[Message], request: ModelRequest) -> str:
+    """Says every user message of its context: what the conversation holds."""
+    return "heard: " + " | ".join(m.content for m in messages if m.role == "user")
+
+
+def memory() -> Agent:
+    """Answers with every user message it has in context (one step)."""
+    return Agent("memory", FunctionModel(_heard), "You remember.")

@@ -343,6 +343,8 @@ async def test_openapi_document_is_served() -> None:
             "/v1/threads",
             "/v1/threads/{thread_id}",
             "/v1/chat/completions",
+            "/v1/responses",
+            "/v1/responses/{response_id}",
             "/healthz",
             "/readyz",
             "/metrics",

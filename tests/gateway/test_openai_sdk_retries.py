@@ -75,8 +75,9 @@ async def test_a_run_past_the_wait_is_not_started_again_and_says_it_goes_on() ->
 
 
 async def test_fields_of_openais_api_that_podium_does_not_use_are_ignored() -> None:
-    """LangChain's bind_tools sends `tools`; the SDK users send logprobs, store,
-    reasoning_effort, vLLM's top_k: each was a 422. The agent's own tools apply."""
+    """The SDK users send logprobs, store, reasoning_effort, vLLM's top_k: each was a 422.
+    `tools` (LangChain's bind_tools) are offered to the model beside the agent's own; this
+    agent's model does not call them, so its answer is as before."""
     weather = {
         "type": "function",
         "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}},

@@ -127,3 +127,18 @@ async def test_a_streamed_chat_completion_matches_the_document() -> None:
         assert events[-1]["data"] == "[DONE]" and len(events) >= 3
         for event in events:
             _check(document, "ChatCompletionEvent", event)
+
+
+async def test_a_streamed_response_matches_the_document() -> None:
+    async with gateway_client() as (_, client):
+        document = (await client.get("/openapi.json")).json()
+        r = await client.post("/v1/responses", json={"model": "react", "input": "q",
+                                                      "stream": True})
+        assert r.status_code == 200, r.text
+        events = _events(r.text)
+        assert events[-1]["event"] == "response.completed"
+        for event in events:
+            _check(document, "ResponseEvent", event)
+            assert json.loads(event["data"])["type"] == event["event"]
+        final = json.loads(events[-1]["data"])["response"]
+        _validator(document, "/components/schemas/ResponseObject").validate(final)

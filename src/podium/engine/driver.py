@@ -86,6 +86,7 @@ from podium.store.base import JournalItem, RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
+from podium.tools.client import CLIENT_TOOLS_KEY, with_client_tools
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, own_exit, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
@@ -563,6 +564,12 @@ class Engine(AsyncCloseable):
             return record
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
             return await self._still_waiting(record)
+        if record.metadata and CLIENT_TOOLS_KEY in record.metadata:  # a gateway client's
+            try:
+                agent = with_client_tools(agent, record.metadata[CLIENT_TOOLS_KEY])
+            except ConfigError as exc:  # the agent changed since the gateway checked them
+                await self.end_stored(record, "failed", "invalid_tools", str(exc))
+                return record
         self._models.setdefault(id(agent.model), agent.model)
         run_id = record.run_id
         task = asyncio.current_task(self._running_loop())

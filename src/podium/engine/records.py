@@ -69,7 +69,8 @@ class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
     ``deadline``, ``model_error``, ``invalid_reply``, ``invalid_tool_calls``,
     ``invalid_output``, ``context_overflow`` (a prompt that no compaction could fit in
     ``max_context_tokens``), ``cancelled``, ``worker_lost``, ``subagent_waiting`` (a child run
-    that would have waited for a human: its parent cannot answer). ``version`` grows with every
+    that would have waited for a human: its parent cannot answer), ``invalid_tools`` (a
+    gateway client's tools no longer fit the agent). ``version`` grows with every
     update, for optimistic concurrency in distributed stores.
 
     ``output`` is the final answer as text. For an agent with an ``output_type`` it is

@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from podium.engine.children import child_runs
 from podium.engine.records import RUN_STATUSES
 from podium.errors import ConfigError, MissingExtraError, StaleRunError
-from podium.gateway import openai_facade
+from podium.gateway import openai_facade, responses
 from podium.gateway.body_limit import BodyLimit, body_too_large
 from podium.gateway.dashboard import dashboard_routes
 from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
@@ -392,6 +392,22 @@ def _routes(gw: Gateway) -> list[Route]:
             gw, tenant, body, idempotency_key=key, headers=request.headers
         )
 
+    async def create_response(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        key = idempotency_key(request)
+        body = await read_json(request, responses.ResponsesRequest, max_body, body_timeout)
+        return await responses.create_response(
+            gw, tenant, body, idempotency_key=key, headers=request.headers
+        )
+
+    async def get_response(request: Request) -> Response:
+        tenant = gw.keys.authenticate(request.headers)
+        _query(request, frozenset())
+        return json_response(
+            await responses.get_response(gw, tenant, request.path_params["response_id"])
+        )
+
     async def healthz(request: Request) -> Response:
         return json_response(Health("ok"))
 
@@ -431,6 +447,8 @@ def _routes(gw: Gateway) -> list[Route]:
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),

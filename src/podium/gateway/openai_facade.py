@@ -44,6 +44,13 @@ from starlette.responses import Response, StreamingResponse
 
 from podium.engine.records import ApprovalRequested, ModelTurn, RunFinished, RunRecord, StepRecord
 from podium.gateway.auth import Tenant
+from podium.gateway.client_tools import (
+    ClientCall,
+    client_calls,
+    client_tools_metadata,
+    parse_call_id,
+    resume_with_outputs,
+)
 from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.gateway.live import live_events
 from podium.gateway.outage import UNAVAILABLE
@@ -57,6 +64,9 @@ from podium.gateway.schemas import (
     ChatUsage,
     ChunkChoice,
     ChunkDelta,
+    ChunkToolCall,
+    FunctionOut,
+    ToolCallOut,
 )
 from podium.gateway.service import Gateway
 from podium.observe.tracing import submit_context
@@ -145,6 +155,65 @@ async def complete(
             "agent declared with an output_type (whose schema is used)",
             field="response_format",
         )
+    outputs = tool_outputs(body.messages)
+    if outputs:  # the client ran the tools a reply handed it: that run goes on
+        record, after, tokens = await _resume(gw, tenant, body, outputs, structured)
+    else:
+        record, tokens = await _start(gw, tenant, body, idempotency_key, headers, structured)
+        after = -1
+    completion_id = "chatcmpl-" + record.run_id
+    created = int(time.time())
+    timeout = gw.config.server.wait_timeout_s
+    if not body.stream:
+        record = await gw.wait(record.run_id, timeout)
+        calls = await _client_calls(gw, record)
+        if calls:
+            choice = ChatChoice(0, AssistantMessage("assistant", calls[0].said or None, [
+                ToolCallOut(c.id, "function", FunctionOut(c.name, c.arguments)) for c in calls
+            ]), "tool_calls")
+        else:
+            _check_completed(record)
+            choice = ChatChoice(0, AssistantMessage("assistant", record.output or ""), "stop")
+        reply = ChatCompletion(
+            completion_id, "chat.completion", created, body.model, [choice], _usage(record)
+        )
+        return Response(
+            _encode(reply),
+            media_type="application/json",
+            headers={"X-Podium-Run-Id": record.run_id},
+        )
+    include_usage = body.stream_options is not None and body.stream_options.include_usage
+    chunks = _chunks(
+        gw,
+        record.run_id,
+        tokens,
+        completion_id,
+        created,
+        body.model,
+        timeout,
+        include_usage,
+        structured,
+        after,
+    )
+    return StreamingResponse(
+        gw.stream(chunks, tokens, _SHUTTING_DOWN),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Podium-Run-Id": record.run_id},
+    )
+
+
+async def _start(
+    gw: Gateway,
+    tenant: Tenant,
+    body: ChatRequest,
+    idempotency_key: str | None,
+    headers: Mapping[str, str] | None,
+    structured: bool,
+) -> tuple[RunRecord, TokenSubscription | None]:
+    """A new run for the request (with the client's tools, if it sent some)."""
+    client_tools = client_tools_metadata(
+        gw, body.model, body.tools, body.tool_choice, nested=True
+    )
     if body.thread_id is None:
         user_input = input_from_messages(body.messages)
     else:  # the thread holds the conversation: only the new message is the input
@@ -166,47 +235,60 @@ async def complete(
                 idempotency_key=idempotency_key,
                 run_id=run_id,
                 thread_id=body.thread_id,
+                client_tools=client_tools,
             )
     except BaseException:
         if tokens is not None:
             tokens.close()
         raise
-    completion_id = "chatcmpl-" + record.run_id
-    created = int(time.time())
-    timeout = gw.config.server.wait_timeout_s
-    if not body.stream:
-        record = await gw.wait(record.run_id, timeout)
-        _check_completed(record)
-        reply = ChatCompletion(
-            completion_id,
-            "chat.completion",
-            created,
-            body.model,
-            [ChatChoice(0, AssistantMessage("assistant", record.output or ""), "stop")],
-            _usage(record),
-        )
-        return Response(
-            _encode(reply),
-            media_type="application/json",
-            headers={"X-Podium-Run-Id": record.run_id},
-        )
-    include_usage = body.stream_options is not None and body.stream_options.include_usage
-    chunks = _chunks(
-        gw,
-        record.run_id,
-        tokens,
-        completion_id,
-        created,
-        body.model,
-        timeout,
-        include_usage,
-        structured,
-    )
-    return StreamingResponse(
-        gw.stream(chunks, tokens, _SHUTTING_DOWN),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Podium-Run-Id": record.run_id},
-    )
+    return record, tokens
+
+
+async def _resume(
+    gw: Gateway,
+    tenant: Tenant,
+    body: ChatRequest,
+    outputs: list[tuple[str, str]],
+    structured: bool,
+) -> tuple[RunRecord, int, TokenSubscription | None]:
+    """The run the tool outputs answer, resumed: its record, the journal position the
+    stream starts after, and the token subscription (taken before it resumes)."""
+    place = parse_call_id(outputs[0][0])
+    assert place is not None
+    tokens = await gw.listen(place[0]) if body.stream and not structured else None
+    try:
+        record, after = await resume_with_outputs(gw, tenant, outputs)
+    except BaseException:
+        if tokens is not None:
+            tokens.close()
+        raise
+    if record.agent != body.model:
+        if tokens is not None:
+            tokens.close()
+        raise ApiError(400, "invalid_request",
+                       f"the tool calls answered are agent {record.agent!r}'s, not "
+                       f"{body.model!r}'s", field="model")
+    return record, after, tokens
+
+
+def tool_outputs(messages: list[ChatMessage]) -> list[tuple[str, str]]:
+    """The trailing ``tool`` messages, as ``(call id, output)``, when they answer calls this
+    server handed out (others are part of a transcript, as before)."""
+    found: list[tuple[str, str]] = []
+    for message in reversed(messages):
+        if message.role != "tool":
+            break
+        if message.tool_call_id is None or parse_call_id(message.tool_call_id) is None:
+            return []
+        found.append((message.tool_call_id, _text(message)))
+    found.reverse()
+    return found
+
+
+async def _client_calls(gw: Gateway, record: RunRecord) -> list[ClientCall]:
+    """The client-tool calls the run waits for, if it waits for nothing else."""
+    calls, human = await client_calls(gw, record)
+    return [] if human else calls
 
 
 def _reset_message(run_id: str) -> str:
@@ -258,6 +340,7 @@ async def _chunks(
     wait_s: float,
     include_usage: bool,
     structured: bool = False,
+    after: int = -1,
 ) -> AsyncIterator[bytes]:
     def chunk(delta: ChunkDelta, finish: str | None = None) -> bytes:
         c = ChatCompletionChunk(
@@ -272,7 +355,7 @@ async def _chunks(
     said = _Said()
     deadline = time.monotonic() + wait_s
     ended: RunRecord | None = None
-    events = live_events(gw.store, run_id, -1, tokens)
+    events = live_events(gw.store, run_id, after, tokens)
     try:
         while True:
             try:
@@ -318,7 +401,14 @@ async def _chunks(
         return
     finally:
         await events.aclose()
-    if record.status == "completed":
+    calls = await _client_calls(gw, record) if record.status == "waiting" else []
+    if calls:  # the client's tools to run: their calls, as OpenAI streams them
+        yield chunk(ChunkDelta(tool_calls=[
+            ChunkToolCall(i, c.id, "function", FunctionOut(c.name, c.arguments))
+            for i, c in enumerate(calls)
+        ]))
+        yield chunk(ChunkDelta(), "tool_calls")
+    elif record.status == "completed":
         if structured and record.output:
             yield chunk(ChunkDelta(content=record.output))
         yield chunk(ChunkDelta(), "stop")

@@ -13,6 +13,7 @@ import msgspec
 from podium.engine.records import RUN_STATUSES
 from podium.gateway.errors import ErrorBody
 from podium.gateway.openapi_events import EVENT_STRUCTS, event_schemas
+from podium.gateway.responses_schemas import ResponseObject, ResponsesRequest
 from podium.gateway.schemas import (
     THREAD_ID_PATTERN,
     AgentList,
@@ -44,7 +45,7 @@ _ERROR_TEXT = {
     "400": "The body is not JSON.",
     "401": "No API key, or an unknown one.",
     "403": "The key is a tenant's; this endpoint needs an operator key (admin = true).",
-    "404": "No such run, thread (for this tenant) or agent.",
+    "404": "No such run, thread, response (for this tenant) or agent.",
     "408": "The body did not arrive within server.body_timeout_s.",
     "409": "The run cannot be cancelled (it already ended), or the call was decided "
     "already (or the run no longer waits).",
@@ -97,6 +98,11 @@ _CHAT_SSE = _sse(
     "ChatCompletionEvent",
     "Server-Sent Events as OpenAI sends them: `data: <chat.completion.chunk>` per token, "
     "then `data: [DONE]`.",
+)
+_RESPONSE_SSE = _sse(
+    "ResponseEvent",
+    "Server-Sent Events as OpenAI sends them: `event: <type>`, `data: <the event>`, each with "
+    "its `sequence_number`; `response.completed` or `response.failed` last (or `error`).",
 )
 _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
@@ -401,6 +407,38 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/v1/responses": {
+            "post": {
+                "operationId": "createResponse",
+                "summary": "OpenAI's Responses API: `model` names an agent; the response is its "
+                "run (see docs/openai-compat.md)",
+                "security": _AUTH,
+                "parameters": [_IDEMPOTENCY_KEY],
+                "requestBody": {"required": True, "content": _json("ResponsesRequest")},
+                "responses": {
+                    "200": {
+                        "description": "A response, or its typed events (stream).",
+                        "content": {**_json("ResponseObject"), **_RESPONSE_SSE},
+                    },
+                    **_errors(*body_errors, "404", "408", "409", "429", "502", "503", "504"),
+                },
+            }
+        },
+        "/v1/responses/{response_id}": {
+            "get": {
+                "operationId": "getResponse",
+                "summary": "A stored response, as its run stands now",
+                "security": _AUTH,
+                "parameters": [
+                    {"name": "response_id", "in": "path", "required": True,
+                     "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {"description": "The response.", "content": _json("ResponseObject")},
+                    **_errors("401", "404", "422"),
+                },
+            }
+        },
         "/healthz": {
             "get": {
                 "operationId": "healthz",
@@ -450,6 +488,8 @@ def openapi_document() -> dict[str, Any]:
         ModelOut,
         ChatRequest,
         ChatCompletion,
+        ResponsesRequest,
+        ResponseObject,
         ThreadCreate,
         ThreadOut,
         ThreadDetail,

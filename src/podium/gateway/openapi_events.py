@@ -18,7 +18,7 @@ from podium.security.screen import ScreenVerdict
 from podium.streaming.base import TokenDelta
 from podium.tools.executor import ToolResult
 
-__all__ = ("EVENT_STRUCTS", "RUN_EVENTS", "event_schemas")
+__all__ = ("EVENT_STRUCTS", "RESPONSE_EVENTS", "RUN_EVENTS", "event_schemas")
 
 #: Structs the events' data refer to (added to the document's components).
 EVENT_STRUCTS = (Message, ToolResult, ScreenVerdict, TokenDelta, ChatCompletionChunk)
@@ -135,8 +135,8 @@ def _json_data(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def event_schemas(ref: str) -> dict[str, Any]:
-    """The component schemas ``RunEvent`` and ``ChatCompletionEvent`` (``ref``: the
-    document's ``$ref`` template)."""
+    """The component schemas ``RunEvent``, ``ChatCompletionEvent`` and ``ResponseEvent``
+    (``ref``: the document's ``$ref`` template)."""
     events = _run_events(ref)
     listing = "; ".join(f"`{name}`: {meaning}" for name, (meaning, _) in events.items())
     run_event = {
@@ -181,4 +181,37 @@ def event_schemas(ref: str) -> dict[str, Any]:
             }
         },
     }
-    return {"RunEvent": run_event, "ChatCompletionEvent": chat_event}
+    response_event = {
+        "title": "ResponseEvent",
+        "description": "One event of a streamed response, as OpenAI's Responses API sends "
+        "them: `event` is the data's `type` (`response.created`, `response.in_progress`, "
+        "`response.output_item.added`, `response.content_part.added`, "
+        "`response.output_text.delta`, `response.output_text.done`, "
+        "`response.content_part.done`, `response.function_call_arguments.delta`, "
+        "`response.function_call_arguments.done`, `response.output_item.done`, "
+        "`response.completed`, `response.failed`, `error`), numbered by `sequence_number`.",
+        "type": "object",
+        "required": ["event", "data"],
+        "properties": {"event": {"enum": list(RESPONSE_EVENTS)}, "data": {"type": "string"}},
+        "if": {"properties": {"event": {"const": "error"}}},
+        "then": {"properties": {"data": _json_data(_object(
+            {"type": {"const": "error"}, "code": _TEXT, "message": _TEXT,
+             "sequence_number": _INT},
+        ))}},
+        "else": {"properties": {"data": _json_data(_object(
+            {"type": {"enum": list(RESPONSE_EVENTS)}, "sequence_number": _INT},
+            {"response": _ref("ResponseObject", ref)},
+        ))}},
+    }
+    return {"RunEvent": run_event, "ChatCompletionEvent": chat_event,
+            "ResponseEvent": response_event}
+
+
+#: The types of a streamed response's events.
+RESPONSE_EVENTS = (
+    "response.created", "response.in_progress", "response.output_item.added",
+    "response.content_part.added", "response.output_text.delta", "response.output_text.done",
+    "response.content_part.done", "response.function_call_arguments.delta",
+    "response.function_call_arguments.done", "response.output_item.done",
+    "response.completed", "response.failed", "error",
+)

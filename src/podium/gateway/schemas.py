@@ -326,8 +326,10 @@ class ResponseFormat(msgspec.Struct, kw_only=True):
 
 class ChatRequest(msgspec.Struct, kw_only=True):
     """``POST /v1/chat/completions``: ``model`` names the agent; sampling options and any
-    other field of OpenAI's API (``tools``, ``tool_choice``, ``logprobs``…) are accepted for
-    compatibility and ignored (the agent's own tools and settings apply), but a sampling
+    other field of OpenAI's API (``logprobs``, ``parallel_tool_calls``…) are accepted for
+    compatibility and ignored (the agent's own settings apply). ``tools`` are the client's
+    own function tools, offered to the model beside the agent's: a call to one comes back
+    as ``tool_calls`` for the client to run (``tool_choice: "none"`` leaves them out). A sampling
     option outside OpenAI's range (``temperature`` 0–2, ``top_p`` 0–1, penalties −2–2,
     ``max_tokens`` 1–16,777,216, a 64-bit ``seed``) is a 422 naming it. ``response_format``
     asking for JSON needs an agent with an ``output_type``: its answer is the JSON."""
@@ -351,6 +353,9 @@ class ChatRequest(msgspec.Struct, kw_only=True):
     #: Podium's extension (``extra_body={"thread_id": ...}`` in OpenAI's SDK): continue the
     #: thread; the input is then the last user message alone, the history the thread's.
     thread_id: ThreadId | None = None
+    #: Function tools the client runs itself (see :mod:`podium.gateway.client_tools`).
+    tools: list[Any] | None = None
+    tool_choice: Any = None
 
 
 class ChatUsage(msgspec.Struct):
@@ -359,9 +364,30 @@ class ChatUsage(msgspec.Struct):
     total_tokens: int
 
 
-class AssistantMessage(msgspec.Struct):
+class FunctionOut(msgspec.Struct):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(msgspec.Struct):
+    """A call of a client tool, for the client to run (``finish_reason: "tool_calls"``)."""
+
+    id: str
+    type: Literal["function"]
+    function: FunctionOut
+
+
+class ChunkToolCall(msgspec.Struct):
+    index: int
+    id: str
+    type: Literal["function"]
+    function: FunctionOut
+
+
+class AssistantMessage(msgspec.Struct, omit_defaults=True):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(msgspec.Struct):
@@ -382,6 +408,7 @@ class ChatCompletion(msgspec.Struct):
 class ChunkDelta(msgspec.Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
 
 
 class ChunkChoice(msgspec.Struct):

@@ -64,6 +64,7 @@ from podium.streaming.base import TokenChannel, TokenSubscription
 from podium.streaming.local import LocalTokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
 from podium.threads.record import ThreadRecord, new_thread_id
+from podium.tools.client import CLIENT_TOOLS_KEY, client_tool_names
 from podium.worker.worker import Worker
 
 __all__ = ("Gateway", "ServedAgent", "idempotent_run_id")
@@ -261,6 +262,7 @@ class Gateway:
         idempotency_key: str | None = None,
         run_id: str | None = None,
         thread_id: str | None = None,
+        client_tools: Mapping[str, str] | None = None,
     ) -> tuple[RunRecord, bool]:
         """Admit (or refuse with a 429) and enqueue a new run; ``(record, replayed)``.
 
@@ -269,6 +271,8 @@ class Gateway:
         with a different agent, input or metadata is a 422. ``thread_id``: the run
         continues the tenant's thread (404 if the tenant has none by that id). ``run_id`` is the id
         :meth:`new_run_id` gave (to listen to the run's tokens before it starts).
+        ``client_tools``: the metadata :mod:`podium.gateway.client_tools` made of the
+        request's function tools (the client's own metadata cannot set it).
         """
         served = self.served(agent_name, field)
         run_id = run_id or self.new_run_id(tenant, idempotency_key)
@@ -289,8 +293,14 @@ class Gateway:
             metadata=dict(metadata),
             thread_id=thread_id,
         )
+        record.metadata.pop(CLIENT_TOOLS_KEY, None)
+        client_names: frozenset[str] = frozenset()
+        if client_tools:
+            record.metadata.update(client_tools)
+            client_names = client_tool_names(record.metadata)
         if tenant.tools is not None:  # enforced by the worker; the client cannot widen it
-            record.metadata[TOOLS_KEY] = encode_allowed(tenant.tools)
+            # (its own tools it runs itself: they are no server tool it could reach)
+            record.metadata[TOOLS_KEY] = encode_allowed({*tenant.tools, *client_names})
         record.metadata.pop(EGRESS_KEY, None)  # the tenant's, never the client's
         if tenant.egress is not None:  # enforced by the engine that executes the run
             record.metadata[EGRESS_KEY] = encode_egress(tenant.egress)
@@ -710,5 +720,5 @@ def _client_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v
         for k, v in metadata.items()
-        if k != TOOLS_KEY and k != EGRESS_KEY and k not in TRACE_KEYS
+        if k != TOOLS_KEY and k != EGRESS_KEY and k != CLIENT_TOOLS_KEY and k not in TRACE_KEYS
     }
