@@ -25,7 +25,14 @@ from podium.agent import Agent, positive_seconds
 from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS
 from podium.engine import approvals, decisions
 from podium.engine.children import attach, child_runs
-from podium.engine.handoff import adopt, find_agent, handed_off
+from podium.engine.handoff import (
+    HandoffFilterError,
+    adopt,
+    filtered,
+    find_agent,
+    handoff_made,
+    switch,
+)
 from podium.engine.hook import EngineHook
 from podium.engine.model_faults import malformed_reply, model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
@@ -86,6 +93,7 @@ from podium.store.base import JournalItem, RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
+from podium.tools.agent_tool import HandoffTool
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, own_exit, start_eagerly
 from podium.tools.executor import ToolExecutor, ToolResult
@@ -609,7 +617,9 @@ class Engine(AsyncCloseable):
                 # _general_step, _output_step or _final_step.
                 while True:
                     if agent.handoffs:  # the step just committed may have handed the run over
-                        agent = handed_off(agent, state)
+                        handoff = handoff_made(agent, state)
+                        if handoff is not None:
+                            agent = await self._hand_off(state, handoff)
                     if self._pausing and run_id in self._pausing:
                         raise _Paused
                     step = state.step
@@ -1415,6 +1425,18 @@ class Engine(AsyncCloseable):
                 "with every turn it may drop summarized: the input, the instructions and "
                 "tool schemas, or the latest turn are too long",
             )
+
+    async def _hand_off(self, state: RunState, tool: HandoffTool) -> Agent:
+        """Continue the run with ``tool``'s target; with an input filter, on the history it
+        keeps, journaled before the target's first step (see podium.engine.handoff)."""
+        target = switch(state, tool.target)
+        if tool.input_filter is not None:
+            try:
+                entry = filtered(state, tool)
+            except HandoffFilterError as exc:
+                raise _Finish("failed", "handoff_filter", str(exc)) from exc
+            await self._append(state, (entry,))
+        return target
 
     async def _compact(self, agent: Agent, state: RunState, sw: Stopwatch) -> Compacted | None:
         policy = agent.context
