@@ -84,6 +84,7 @@ from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.observe.inspect import with_progress
+from podium.output import OutT
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.redact import Redactor, redactor_for
@@ -319,8 +320,8 @@ class Engine(AsyncCloseable):
         return record
 
     def run(
-        self, agent: Agent, user_input: str, **kwargs: Any
-    ) -> Coroutine[Any, Any, RunRecord]:
+        self, agent: Agent[OutT], user_input: str, **kwargs: Any
+    ) -> Coroutine[Any, Any, RunRecord[OutT]]:
         """Create a run and drive it to its end; await it for the finished record.
 
         ``kwargs`` are :meth:`create`'s. (A plain function returning the driving
@@ -334,7 +335,7 @@ class Engine(AsyncCloseable):
         """Drive a created run in a background task (cancel it with :meth:`cancel`)."""
         return asyncio.create_task(self.execute(agent, record, admit_ns=admit_ns))
 
-    async def resume(self, agent: Agent, run_id: str) -> RunRecord:
+    async def resume(self, agent: Agent[OutT], run_id: str) -> RunRecord[OutT]:
         """Continue a run from its last checkpoint (e.g. after its process was killed).
 
         Raises :class:`~podium.errors.ConfigError` if the run belongs to another agent:
