@@ -6,10 +6,11 @@ messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
 not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI's
 ``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
-``response_format`` asking for JSON is accepted for such an agent (its own schema
-applies, the request's is not used) and refused with a 400 for an agent that answers in
-text. With ``thread_id`` (Podium's extension field) the run continues that
-thread instead: the input is the last message alone, the history the thread's.
+``response_format`` asking for JSON is accepted for such an agent when its schema (if it
+gives one) is the agent's after normalisation (:mod:`podium.gateway.response_format`;
+else a 400 ``response_format_mismatch`` says where they differ), and refused with a 400
+for an agent that answers in text. With ``thread_id`` (Podium's extension field) the run
+continues that thread instead: the input is the last message alone, the history the thread's.
 The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, then one content chunk per model token as the backend produces
@@ -47,6 +48,7 @@ from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.gateway.live import live_events
 from podium.gateway.outage import UNAVAILABLE
+from podium.gateway.response_format import check_response_format
 from podium.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -136,7 +138,8 @@ async def complete(
     """
     fmt = body.response_format
     wants_json = fmt is not None and fmt.type != "text"
-    structured = gw.served(body.model, "model").agent.output is not None
+    output = gw.served(body.model, "model").agent.output
+    structured = output is not None
     if fmt is not None and wants_json and not structured:
         raise ApiError(
             400,
@@ -145,6 +148,8 @@ async def complete(
             "agent declared with an output_type (whose schema is used)",
             field="response_format",
         )
+    if fmt is not None and output is not None and fmt.json_schema is not None:
+        check_response_format(body.model, output, fmt.json_schema)
     if body.thread_id is None:
         user_input = input_from_messages(body.messages)
     else:  # the thread holds the conversation: only the new message is the input
