@@ -418,9 +418,9 @@ class Agent(Generic[OutT]):
                 target, input_filter = declared, None
             if not isinstance(target, Agent):  # a name: only podium.toml takes agents by name
                 raise ConfigError(
-                    f"agent {self.name!r}: handoffs takes Agent objects (or Handoff(agent, "
-                    f"input_filter=...)), not {target!r}; pass the agent itself "
-                    "(podium.toml's handoffs = [...] takes names)"
+                    f"agent {self.name!r}: handoffs takes Agent objects, not {target!r}; pass "
+                    "the agent itself, or Handoff(agent, input_filter=...) (podium.toml's "
+                    "handoffs = [...] takes names)"
                 )
             if target is self:
                 raise ConfigError(f"agent {self.name!r} cannot hand off to itself")
