@@ -244,3 +244,31 @@ def test_a_filter_that_is_not_callable_is_refused_at_declaration() -> None:
         Agent("triage", SimulatedModel(), handoffs=Handoff(billing))  # type: ignore[arg-type]
     triage = Agent("triage", SimulatedModel(), handoffs=[Handoff(billing, last_turns(2))])
     assert triage.handoffs["transfer_to_billing"].target is billing
+
+
+async def test_on_a_thread_the_filter_sees_earlier_turns_and_the_thread_goes_on_filtered() -> None:
+    seen: Seen = []
+
+    def triage_policy(request: ModelRequest) -> SimStep | str:
+        seen.append(("triage", tuple((m.role, m.content) for m in request.messages[1:])))
+        if "refund" not in request.messages[-1].content:
+            return "Hello."
+        return SimStep(tool_calls=(SimToolCall("transfer_to_billing"),))
+
+    def billing_policy(request: ModelRequest) -> str:
+        seen.append(("billing", tuple((m.role, m.content) for m in request.messages[1:])))
+        return "Refund issued."
+
+    billing = Agent("billing", SimulatedModel(billing_policy), "You handle billing.")
+    triage = Agent("triage", SimulatedModel(triage_policy), "You route requests.",
+                   handoffs=[Handoff(billing, last_turns(1))])
+    async with Engine() as engine:
+        await engine.run(triage, "hi", thread_id="t")
+        second = await engine.run(triage, "a refund please", thread_id="t")
+        thread = await engine.threads.read("t", "default")
+    assert second.output == "Refund issued."
+    assert seen[1][1][:2] == (("user", "hi"), ("assistant", "Hello."))  # triage had it all
+    assert [role for role, _ in seen[2][1]] == ["user", "assistant", "tool"]  # billing: 1 turn
+    assert seen[2][1][0] == ("user", "a refund please")
+    contents = [m.content for m in thread.history]
+    assert (contents[0], contents[-1]) == ("a refund please", "Refund issued.")
