@@ -6,11 +6,11 @@ messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
 not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI's
 ``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
-``response_format`` asking for JSON is accepted for such an agent when its schema (if it
-gives one) is the agent's after normalisation (:mod:`podium.gateway.response_format`;
-else a 400 ``response_format_mismatch`` says where they differ), and refused with a 400
-for an agent that answers in text. With ``thread_id`` (Podium's extension field) the run
-continues that thread instead: the input is the last message alone, the history the thread's.
+``response_format`` asking for JSON is accepted for such an agent if a schema it gives
+is the agent's (else a 400 ``response_format_mismatch``: :mod:`.response_format`),
+and refused with a 400 for an agent that answers in
+text. With ``thread_id`` (Podium's extension field) the run continues that
+thread instead: the input is the last message alone, the history the thread's.
 The reply is the run's final answer: one ``chat.completion``, or
 with ``stream: true`` OpenAI's ``chat.completion.chunk`` events — a role
 chunk at once, then one content chunk per model token as the backend produces
