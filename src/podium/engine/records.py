@@ -77,10 +77,12 @@ class RunRecord(msgspec.Struct, Generic[OutT], gc=False, omit_defaults=True):
 
     ``output`` is the final answer as text. For an agent with an ``output_type`` it is
     the answer's canonical JSON and ``structured`` is true; :meth:`output_as` gives the
-    typed value::
+    typed value, and ``agent.output_of(record)`` the value typed by the agent's own
+    ``output_type`` (``Agent[OrderStatus]`` runs are ``RunRecord[OrderStatus]`` to type
+    checkers; the parameter exists for them only)::
 
         record = await agent.run("Where is order A-1?")
-        order = record.output_as(OrderStatus)
+        order = record.output_as(OrderStatus)  # or: agent.output_of(record)
 
     A sub-agent's run (see :meth:`Agent.as_tool <podium.agent.Agent.as_tool>`) names the
     run that called it in ``parent_run_id`` and the call in ``parent_call``
