@@ -15,7 +15,8 @@ import pytest
 from conftest import KEY_A, default_agents, gateway_client
 from podium import Agent, Scenario, SimulatedModel
 from podium.gateway.app import create_app
-from podium.gateway.response_format import mismatch, normalise
+from podium.gateway.errors import ApiError
+from podium.gateway.response_format import check_response_format, mismatch, normalise
 from podium.gateway.service import ServedAgent
 from podium.output import OutputSpec
 
@@ -181,6 +182,9 @@ def test_mismatch_reads_the_type_not_its_request_wrapper() -> None:
         "sku": {"type": "string"}, "qty": {"type": "integer"}}}}) is None
     wrapped = {"type": "object", "properties": {"result": {"type": "array"}}}
     assert "the root" in (mismatch(listed, wrapped) or "")
+    with pytest.raises(ApiError) as refused:
+        check_response_format("lister", listed, {"name": "items", "schema": wrapped})
+    assert refused.value.status == 400 and "the answer is the bare value" in str(refused.value)
 
     tree = spec(Node)
     same = {"$ref": "#/$defs/T", "$defs": {"T": {"type": "object", "properties": {

@@ -139,7 +139,8 @@ def _difference(ours: Any, theirs: Any, path: str) -> str | None:
         return None
     where = path or "the root"
     if isinstance(ours, dict) and isinstance(theirs, dict):
-        for key in sorted(ours.keys() | theirs.keys()):
+        # The JSON type first: "an array, not an object" says more than what each holds.
+        for key in sorted(ours.keys() | theirs.keys(), key=lambda k: (k != "type", k)):
             if key not in theirs:
                 return f"at {where}, the agent's schema has {key!r}: {_shown(ours[key])}"
             if key not in ours:
@@ -195,11 +196,17 @@ def check_response_format(agent: str, spec: OutputSpec, json_schema: dict[str, A
         )
     why = mismatch(spec, requested)
     if why is not None:
+        where = (
+            "GET /v1/agents lists it as output_schema"
+            if spec.key is None  # (else that lists how the model is asked: {"result": ...})
+            else f"the answer is the bare value, not the {{{spec.key!r}: ...}} object the "
+            "model is asked for"
+        )
         raise ApiError(
             400,
             "response_format_mismatch",
             f"agent {agent!r} answers with its output type {spec.name}, whose JSON Schema "
             f"is not the one in response_format ({why}); ask with the agent's schema "
-            f"(GET /v1/agents lists it as output_schema) or leave response_format out",
+            f"({where}) or leave response_format out",
             field="response_format",
         )
