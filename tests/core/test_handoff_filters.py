@@ -272,3 +272,39 @@ async def test_on_a_thread_the_filter_sees_earlier_turns_and_the_thread_goes_on_
     assert seen[2][1][0] == ("user", "a refund please")
     contents = [m.content for m in thread.history]
     assert (contents[0], contents[-1]) == ("a refund please", "Refund issued.")
+
+
+async def test_a_secret_result_in_the_filtered_history_is_journaled_withheld() -> None:
+    """The receiver reads the secret (its live context keeps it); the journal does not."""
+
+    @tool(secret_result=True)
+    def vault(order: str) -> str:
+        """Read the order's card number.
+
+        Args:
+            order: The order id.
+        """
+        return "4111-1111-1111-1111"
+
+    seen: Seen = []
+
+    def triage_policy(request: ModelRequest) -> SimStep | str:
+        if not any(m.role == "tool" for m in request.messages):
+            return SimStep(tool_calls=(SimToolCall("vault", {"order": "A-1"}),))
+        return SimStep(tool_calls=(SimToolCall("transfer_to_billing"),))
+
+    def billing_policy(request: ModelRequest) -> str:
+        seen.append(("billing", tuple((m.role, m.content) for m in request.messages[1:])))
+        return "Done."
+
+    billing = Agent("billing", SimulatedModel(billing_policy), "You handle billing.")
+    triage = Agent("triage", SimulatedModel(triage_policy), "You route requests.", [vault],
+                   handoffs=[Handoff(billing, last_turns(1))])
+    async with Engine() as engine:
+        record = await engine.run(triage, "Refund A-1")
+        journal = [entry for _, entry in await engine.store.journal(record.run_id)]
+    assert record.status == "completed"
+    assert ("tool", "4111-1111-1111-1111") in seen[0][1]
+    (handed,) = [e for e in journal if isinstance(e, HandedOff)]
+    contents = [m.content for m in handed.messages]
+    assert "4111-1111-1111-1111" not in str(contents) and any("secret" in c for c in contents)
