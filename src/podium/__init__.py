@@ -27,6 +27,7 @@ from podium.errors import (
     RunError,
     ThreadNotFoundError,
 )
+from podium.handoffs import Handoff, HandoffFilter, last_turns, remove_tool_calls
 from podium.memory import Memory, MemoryItem, StoreMemory, memory_tools
 from podium.messages import Message, ToolCall, Usage
 from podium.models import (
@@ -59,6 +60,8 @@ __all__ = (
     "Engine",
     "EstimateTokenizer",
     "FunctionModel",
+    "Handoff",
+    "HandoffFilter",
     "HuggingFaceTokenizer",
     "Interrupt",
     "LatencyModel",
@@ -102,7 +105,9 @@ __all__ = (
     "ToolContext",
     "ToolPolicy",
     "Usage",
+    "last_turns",
     "memory_tools",
+    "remove_tool_calls",
     "tool",
     "tool_call_reply",
 )

@@ -8,15 +8,16 @@ import typing
 from collections import Counter
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
 import msgspec
 
 from podium.context.buffer import Prefix, summary_overhead
 from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS, EstimateTokenizer, Tokenizer
 from podium.errors import ConfigError
+from podium.handoffs import Handoff
 from podium.models.base import Model, ModelSettings
-from podium.output import FINAL_TOOL, OutputModeSetting, OutputSpec
+from podium.output import FINAL_TOOL, OutputModeSetting, OutputSpec, OutT
 from podium.security.screen import ScreeningPolicy
 from podium.tools.agent_tool import AgentTool, HandoffTool, agent_tools
 from podium.tools.tool import Tool
@@ -86,7 +87,7 @@ def _result_limit(tool: Tool[Any, Any], default: int) -> int:
     return own if isinstance(own, int) else default
 
 
-class Agent:
+class Agent(Generic[OutT]):
     """An agent: a model, instructions, the tools it may call, and its limits.
 
     Example::
@@ -108,7 +109,10 @@ class Agent:
 
     Structured output: with ``output_type`` (a msgspec ``Struct``, a dataclass, a
     ``TypedDict``, or a type such as ``list[Item]``) the model is asked for that type
-    and its answer is validated; ``record.output_as(output_type)`` is the typed value.
+    and its answer is validated; ``agent.output_of(record)`` is the typed value. The
+    type is part of the agent's: ``Agent(..., output_type=Verdict)`` is an
+    ``Agent[Verdict]`` (``Agent[str]`` without one), its runs are ``RunRecord[Verdict]``
+    and ``output_of`` returns a ``Verdict`` under mypy and pyright.
     ``output_mode`` says how it is asked: ``"native"`` sends the JSON Schema as
     OpenAI's ``response_format``, ``"tool"`` offers a ``final_result`` tool whose
     arguments are the answer, ``"auto"`` (the default) does what the model supports
@@ -119,13 +123,14 @@ class Agent:
             order_id: str
             refund: bool
 
-        agent = Agent("triage", model, output_type=Verdict)
-        verdict = (await agent.run("Refund A-1?")).output_as(Verdict)
+        agent = Agent("triage", model, output_type=Verdict)  # an Agent[Verdict]
+        verdict = agent.output_of(await agent.run("Refund A-1?"))  # a Verdict
 
     Several agents: ``other.as_tool()`` is a tool whose call runs ``other`` as a child
     run (at most ``max_parallel_children`` of one run's children at once);
     ``handoffs=[other]`` gives the model a ``transfer_to_<other>`` tool that hands the
-    conversation over (see :meth:`as_tool`, :meth:`add_handoffs`).
+    conversation over, ``Handoff(other, input_filter=...)`` with only part of its history
+    (see :meth:`as_tool`, :meth:`add_handoffs`, :mod:`podium.handoffs`).
 
     Human approval (tools with ``requires_approval``, or a tool raising
     :class:`~podium.errors.Interrupt`) parks the run ``waiting``: with
@@ -137,6 +142,90 @@ class Agent:
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
     """
+
+    # The output type is inferred from ``output_type``: none is a text answer (str); a
+    # class (or ``list[Item]``) is itself; what is not a class to a type checker (a union,
+    # ``Annotated[...]``) gives ``Agent[Any]``.
+    @overload
+    def __init__(
+        self: Agent[str],
+        name: str,
+        model: Model,
+        instructions: str = "",
+        tools: Sequence[Tool[Any, Any]] = (),
+        *,
+        max_steps: int = 12,
+        context: ContextPolicy | None = None,
+        settings: ModelSettings | None = None,
+        deadline_s: float | None = DEFAULT_DEADLINE_S,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        max_invalid_tool_calls: int = 5,
+        model_retries: int = 2,
+        tags: Sequence[str] = (),
+        description: str = "",
+        screening: ScreeningPolicy | None = None,
+        output_type: None = None,
+        output_mode: OutputModeSetting = "auto",
+        output_retries: int = 2,
+        handoffs: Sequence[Agent[Any] | Handoff] = (),
+        max_parallel_children: int = 4,
+        approval_timeout_s: float | None = None,
+        deadline_while_waiting: Literal["pause", "count"] = "count",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self,
+        name: str,
+        model: Model,
+        instructions: str = "",
+        tools: Sequence[Tool[Any, Any]] = (),
+        *,
+        max_steps: int = 12,
+        context: ContextPolicy | None = None,
+        settings: ModelSettings | None = None,
+        deadline_s: float | None = DEFAULT_DEADLINE_S,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        max_invalid_tool_calls: int = 5,
+        model_retries: int = 2,
+        tags: Sequence[str] = (),
+        description: str = "",
+        screening: ScreeningPolicy | None = None,
+        output_type: type[OutT],
+        output_mode: OutputModeSetting = "auto",
+        output_retries: int = 2,
+        handoffs: Sequence[Agent[Any] | Handoff] = (),
+        max_parallel_children: int = 4,
+        approval_timeout_s: float | None = None,
+        deadline_while_waiting: Literal["pause", "count"] = "count",
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: Agent[Any],
+        name: str,
+        model: Model,
+        instructions: str = "",
+        tools: Sequence[Tool[Any, Any]] = (),
+        *,
+        max_steps: int = 12,
+        context: ContextPolicy | None = None,
+        settings: ModelSettings | None = None,
+        deadline_s: float | None = DEFAULT_DEADLINE_S,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        max_invalid_tool_calls: int = 5,
+        model_retries: int = 2,
+        tags: Sequence[str] = (),
+        description: str = "",
+        screening: ScreeningPolicy | None = None,
+        output_type: Any,
+        output_mode: OutputModeSetting = "auto",
+        output_retries: int = 2,
+        handoffs: Sequence[Agent[Any] | Handoff] = (),
+        max_parallel_children: int = 4,
+        approval_timeout_s: float | None = None,
+        deadline_while_waiting: Literal["pause", "count"] = "count",
+    ) -> None: ...
 
     def __init__(
         self,
@@ -158,7 +247,7 @@ class Agent:
         output_type: Any = None,
         output_mode: OutputModeSetting = "auto",
         output_retries: int = 2,
-        handoffs: Sequence[Agent] = (),
+        handoffs: Sequence[Agent[Any] | Handoff] = (),
         max_parallel_children: int = 4,
         approval_timeout_s: float | None = None,
         deadline_while_waiting: Literal["pause", "count"] = "count",
@@ -200,7 +289,7 @@ class Agent:
             isinstance(t, str) for t in given_tags
         ):
             raise ConfigError(f"agent {name!r}: tags takes a list of strings, got {tags!r:.60}")
-        if isinstance(handoffs, Agent):
+        if isinstance(handoffs, Agent | Handoff):
             raise ConfigError(f"agent {name!r}: handoffs takes a list of agents: handoffs=[...]")
         if approval_timeout_s is not None and not approval_timeout_s > 0:
             raise ConfigError("approval_timeout_s must be positive (or None for none)")
@@ -235,7 +324,7 @@ class Agent:
         #: Prompt-injection screening of the input and tool results (None: off, free).
         self.screening = screening
         #: The structured answer's type (None: a text answer) and how it is asked for.
-        self.output_type = output_type
+        self.output_type: type[OutT] | None = output_type
         self.output_mode: OutputModeSetting = output_mode
         self.output_retries = output_retries
         self.output: OutputSpec | None = None
@@ -314,21 +403,28 @@ class Agent:
         """
         return AgentTool(self, name, description)
 
-    def add_handoffs(self, *agents: Agent) -> None:
+    def add_handoffs(self, *agents: Agent[Any] | Handoff) -> None:
         """Let this agent hand the conversation to ``agents`` (``transfer_to_<name>`` tools).
 
-        For agents that hand back and forth (``a`` to ``b`` and ``b`` to ``a``), create
-        both, then add the hand-offs. Call it before the agent serves runs.
+        An agent receives the whole history; ``Handoff(agent, input_filter=...)`` what the
+        filter keeps of it (see :mod:`podium.handoffs`). For agents that hand back and
+        forth (``a`` to ``b`` and ``b`` to ``a``), create both, then add the hand-offs.
+        Call it before the agent serves runs.
         """
-        for target in agents:
+        for declared in agents:
+            if isinstance(declared, Handoff):
+                target, input_filter = declared.agent, declared.input_filter
+            else:
+                target, input_filter = declared, None
             if not isinstance(target, Agent):  # a name: only podium.toml takes agents by name
                 raise ConfigError(
-                    f"agent {self.name!r}: handoffs takes Agent objects, not {target!r}; "
-                    "pass the agent itself (podium.toml's handoffs = [...] takes names)"
+                    f"agent {self.name!r}: handoffs takes Agent objects, not {target!r}; pass "
+                    "the agent itself, or Handoff(agent, input_filter=...) (podium.toml's "
+                    "handoffs = [...] takes names)"
                 )
             if target is self:
                 raise ConfigError(f"agent {self.name!r} cannot hand off to itself")
-            tool = HandoffTool(target)
+            tool = HandoffTool(target, input_filter)
             if tool.name in self.tools:
                 raise ConfigError(f"agent {self.name!r}: duplicate tool name {tool.name!r}")
             # New dicts: a copy of this agent (factory.with_model) keeps its own.
@@ -338,7 +434,7 @@ class Agent:
         self._render_prefix()
         self.multi_agent = True
 
-    async def run(self, user_input: str, **kwargs: Any) -> RunRecord:
+    async def run(self, user_input: str, **kwargs: Any) -> RunRecord[OutT]:
         """Run once on a throw-away in-memory engine and return the finished record.
 
         With ``thread_id=...`` the run continues that conversation: such runs share one
@@ -351,7 +447,7 @@ class Agent:
         async with Engine(store) as engine:
             return await engine.run(self, user_input, **kwargs)
 
-    def run_sync(self, user_input: str, **kwargs: Any) -> RunRecord:
+    def run_sync(self, user_input: str, **kwargs: Any) -> RunRecord[OutT]:
         """:meth:`run` for code without an event loop (a script, a notebook cell that is
         not async, a test): runs it on a loop of its own and returns the finished record::
 
@@ -370,6 +466,22 @@ class Agent:
             f"agent {self.name!r}: run_sync() called inside a running event loop; "
             "use `await agent.run(...)` there"
         )
+
+    def output_of(self, record: RunRecord[Any]) -> OutT:
+        """The answer of ``record`` (a run of this agent) as the agent's output type: the
+        validated ``output_type`` value, or the text of an agent without one. Typed by the
+        agent, so ``verdict`` below is a ``Verdict`` to mypy and pyright::
+
+            agent = Agent("triage", model, output_type=Verdict)
+            verdict = agent.output_of(await agent.run("Refund A-1?"))
+
+        Raises :class:`~podium.errors.RunError` if the run did not complete, and
+        :class:`~podium.errors.OutputValidationError` if its output is not one (a record
+        of another agent). ``record.output_as(T)`` does the same with a type given.
+        """
+        output_type: Any = str if self.output_type is None else self.output_type
+        value: OutT = record.output_as(output_type)
+        return value
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"

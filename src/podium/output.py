@@ -19,6 +19,7 @@ from collections.abc import Hashable
 from typing import Any, Literal, TypeVar, cast
 
 import msgspec
+from typing_extensions import TypeVar as DefaultTypeVar
 
 from podium.errors import ConfigError, OutputValidationError
 from podium.models.base import OutputMode, OutputSchema, ToolDefinition
@@ -26,12 +27,17 @@ from podium.models.base import OutputMode, OutputSchema, ToolDefinition
 __all__ = (
     "FINAL_TOOL",
     "OUTPUT_ERRORS",
+    "OutT",
     "OutputModeSetting",
     "OutputSpec",
     "decode_output",
 )
 
 T = TypeVar("T")
+#: The type of an agent's answer, carried in ``Agent[OutT]`` and ``RunRecord[OutT]`` for
+#: type checkers only (nothing at run time depends on it). Its default, ``Any``, keeps a
+#: bare ``Agent`` or ``RunRecord`` annotation meaning "any agent", as before.
+OutT = DefaultTypeVar("OutT", default=Any)
 
 #: The final-answer tool offered when the backend is not asked through ``response_format``.
 FINAL_TOOL = "final_result"

@@ -123,3 +123,36 @@ def test_an_approval_typed_at_the_prompt_completes_the_run(terminal: Terminal) -
     code, out = terminal.finish()
     assert code == 0, out
     assert "refunded 250 on A-1001" in out and " completed in " in out, out
+
+
+CREDIT = ("run", "refunds", "Credit A-1001 to my account")
+# Every prompt `podium run` shows, reached by the keys before it: Ctrl-C (exit 130, the run
+# resumable) and Ctrl-D (exit 3, the run left waiting) each end the command at every one.
+PROMPTS = {
+    "rejection message": (REFUND, (PROMPT, b"r\n"), b"message for the model> "),
+    "edited arguments": (REFUND, (PROMPT, b"e\n"), b"arguments (JSON)> "),
+    "interrupt answer": (CREDIT, (), b"answer> "),
+}
+
+
+@pytest.mark.parametrize("key", [b"\x03", b"\x04"], ids=["ctrl-c", "ctrl-d"])
+@pytest.mark.parametrize("prompt", list(PROMPTS))
+def test_ctrl_c_and_ctrl_d_end_every_prompt(prompt: str, key: bytes, tmp_path: Path) -> None:
+    args, before, shown = PROMPTS[prompt]
+    term = Terminal((*args, "--store", str(tmp_path / "runs.sqlite")), tmp_path)
+    try:
+        if before:
+            term.expect(before[0])
+            term.send(before[1])
+        term.expect(shown)
+        term.send(key)
+        code, out = term.finish()
+    finally:
+        term.close()
+    assert "Traceback" not in out and "EOFError" not in out, out
+    if key == b"\x03":
+        assert code == 130, out
+        assert "podium run: interrupted; resume with: podium run refunds --resume run_" in out
+    else:
+        assert code == 3, out
+        assert "is waiting for a human decision; decide with: podium run refunds --resume" in out

@@ -229,6 +229,15 @@ def test_a_wrong_server_is_one_line_at_start(private_redis: RedisServer, tmp_pat
                 assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
                 assert done.stderr.strip().count("\n") <= 1, done.stderr  # the pool line, the error
     admin.delete("podium:queue:default")
+    # A password this Redis does not have: redis-py lets it pass, Podium's own connections
+    # do not (the worker then retried its claims forever): refused at start, both commands.
+    stray = private_redis.url.replace("redis://", "redis://:n0pass@")
+    for command in (["worker", "--redis", stray, "--agent", SLOW, "--burst"],
+                    ["serve", "--redis", stray, "--port", str(free_port())]):
+        done = _podium(*command)
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert "refused the credentials" in done.stderr and "Traceback" not in done.stderr
+        assert "n0pass" not in done.stderr, done.stderr
     admin.config_set("maxmemory-policy", "allkeys-lru")
     admin.config_set("requirepass", "s3cret")
     done = _podium("worker", "--redis", private_redis.url, "--agent", SLOW, "--burst")

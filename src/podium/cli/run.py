@@ -29,6 +29,7 @@ from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
+    HandedOff,
     JournalEntry,
     ModelTurn,
     OutputRejected,
@@ -169,6 +170,9 @@ class _Printer:
         elif isinstance(entry, Compacted):
             c.print(line("  ", ("context compacted", "magenta"), f" ({entry.method}): "
                          f"messages {entry.start}–{entry.end} → 1 summary"))
+        elif isinstance(entry, HandedOff):
+            c.print(line("  ", (f"→ {entry.agent}", "magenta"),
+                         f" continues with {len(entry.messages)} messages (input filter)"))
         elif isinstance(entry, ApprovalRequested):
             what = (
                 f"asks: {entry.question or ''}"

@@ -39,6 +39,7 @@ from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
+    HandedOff,
     JournalEntry,
     ModelTurn,
     OutputRejected,
@@ -409,6 +410,9 @@ def _print_entry(console: Console, item: JournalItem) -> None:
     elif isinstance(entry, Compacted):
         console.print(_t("  ", ("context compacted", "magenta"), f" ({entry.method}): "
                          f"messages {entry.start}–{entry.end} → 1 summary"))
+    elif isinstance(entry, HandedOff):
+        console.print(_t("  ", (f"→ {entry.agent}", "magenta"),
+                         f" continues with {len(entry.messages)} messages (input filter)"))
     elif isinstance(entry, ApprovalRequested):
         what = f"asks: {entry.question}" if entry.kind == "interrupt" else "waits for approval"
         console.print(_t("  ", (f"⏸ {entry.tool}", "magenta"), " ", clip(what, _TEXT_LIMIT), " ",

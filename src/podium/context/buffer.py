@@ -232,6 +232,18 @@ class ContextBuffer(msgspec.Struct, gc=False):
         self.replace(plan, message)
         return message
 
+    def restart(self, messages: Sequence[Message], keep_first: bool) -> None:
+        """The history after the system message becomes ``messages`` (a hand-off's input
+        filter), each counted anew (a filter may return changed copies with stale
+        counts). ``keep_first``: the first of them is the run's input, which compaction
+        keeps verbatim (else everything after the system message may be compacted)."""
+        count = self.tokenizer.count_message
+        for message in messages:
+            message.tokens = count(message)
+        self.messages[1:] = messages
+        self.history_tokens = sum(m.tokens for m in messages)
+        self.compact_from = 2 if keep_first and self.compact_from == 2 else 1
+
     def replace(self, plan: CompactionPlan, message: Message) -> None:
         """Put ``message`` where ``messages[plan.start:plan.end]`` were (replaying a compaction)."""
         if not message.tokens:

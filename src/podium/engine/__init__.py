@@ -13,6 +13,7 @@ from podium.engine.profile import (
 )
 from podium.engine.records import (
     Compacted,
+    HandedOff,
     JournalEntry,
     ModelTurn,
     RunFinished,
@@ -28,6 +29,7 @@ __all__ = (
     "ChildRunError",
     "Compacted",
     "Engine",
+    "HandedOff",
     "JournalEntry",
     "ModelTurn",
     "Observer",

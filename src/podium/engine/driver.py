@@ -25,7 +25,14 @@ from podium.agent import Agent, positive_seconds
 from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS
 from podium.engine import approvals, decisions
 from podium.engine.children import attach, child_runs
-from podium.engine.handoff import adopt, find_agent, handed_off
+from podium.engine.handoff import (
+    HandoffFilterError,
+    adopt,
+    filtered,
+    find_agent,
+    handoff_made,
+    switch,
+)
 from podium.engine.hook import EngineHook
 from podium.engine.model_faults import malformed_reply, model_fault, not_a_reply
 from podium.engine.output_step import OutputVerdict, judge_reply, plan_output_calls
@@ -77,6 +84,7 @@ from podium.lifecycle import AsyncCloseable
 from podium.messages import Message
 from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.observe.inspect import with_progress
+from podium.output import OutT
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.redact import Redactor, redactor_for
@@ -86,6 +94,7 @@ from podium.store.base import JournalItem, RunStore
 from podium.store.memory import MemoryRunStore
 from podium.streaming.base import TokenChannel
 from podium.threads.keeper import ThreadKeeper, keeper_for
+from podium.tools.agent_tool import HandoffTool
 from podium.tools.client import CLIENT_TOOLS_KEY, with_client_tools
 from podium.tools.deadlines import arm_deadline
 from podium.tools.eager import continuation, own_exit, start_eagerly
@@ -312,8 +321,8 @@ class Engine(AsyncCloseable):
         return record
 
     def run(
-        self, agent: Agent, user_input: str, **kwargs: Any
-    ) -> Coroutine[Any, Any, RunRecord]:
+        self, agent: Agent[OutT], user_input: str, **kwargs: Any
+    ) -> Coroutine[Any, Any, RunRecord[OutT]]:
         """Create a run and drive it to its end; await it for the finished record.
 
         ``kwargs`` are :meth:`create`'s. (A plain function returning the driving
@@ -327,7 +336,7 @@ class Engine(AsyncCloseable):
         """Drive a created run in a background task (cancel it with :meth:`cancel`)."""
         return asyncio.create_task(self.execute(agent, record, admit_ns=admit_ns))
 
-    async def resume(self, agent: Agent, run_id: str) -> RunRecord:
+    async def resume(self, agent: Agent[OutT], run_id: str) -> RunRecord[OutT]:
         """Continue a run from its last checkpoint (e.g. after its process was killed).
 
         Raises :class:`~podium.errors.ConfigError` if the run belongs to another agent:
@@ -616,7 +625,9 @@ class Engine(AsyncCloseable):
                 # _general_step, _output_step or _final_step.
                 while True:
                     if agent.handoffs:  # the step just committed may have handed the run over
-                        agent = handed_off(agent, state)
+                        handoff = handoff_made(agent, state)
+                        if handoff is not None:
+                            agent = await self._hand_off(state, handoff)
                     if self._pausing and run_id in self._pausing:
                         raise _Paused
                     step = state.step
@@ -1422,6 +1433,18 @@ class Engine(AsyncCloseable):
                 "with every turn it may drop summarized: the input, the instructions and "
                 "tool schemas, or the latest turn are too long",
             )
+
+    async def _hand_off(self, state: RunState, tool: HandoffTool) -> Agent:
+        """Continue the run with ``tool``'s target; with an input filter, on the history it
+        keeps, journaled before the target's first step (see podium.engine.handoff)."""
+        target = switch(state, tool.target)
+        if tool.input_filter is not None:
+            try:
+                entry = filtered(state, tool)
+            except HandoffFilterError as exc:
+                raise _Finish("failed", "handoff_filter", str(exc)) from exc
+            await self._append(state, (entry,))
+        return target
 
     async def _compact(self, agent: Agent, state: RunState, sw: Stopwatch) -> Compacted | None:
         policy = agent.context

@@ -9,36 +9,59 @@ resumed run finds its agent by replaying those outcomes (:func:`restore`) and th
 switch is as durable as the step. If one reply calls several transfers, the first in
 call order wins. The run's deadline stays the one it started with; ``max_steps`` is the
 current agent's, counted over the whole run.
+
+A hand-off with an input filter (:class:`~podium.handoffs.Handoff`) also rewrites the
+history: the filter runs once, as the hand-off takes effect, and its result is journaled
+(:class:`~podium.engine.records.HandedOff`) before the target's first step, so a replay
+puts back the same history. A run that stopped between the transfer's commit and that
+entry (nothing was sent to the target yet) runs the filter again when it resumes.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from podium.engine.records import (
+    HandedOff,
     JournalEntry,
     ModelTurn,
     StepCommitted,
     StepRecord,
     ToolOutcome,
 )
+from podium.messages import Message
+from podium.tools.agent_tool import HandoffTool
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
     from podium.agent import Agent
     from podium.engine.replay import RunState
 
-__all__ = ("adopt", "find_agent", "handed_off", "reachable", "restore", "switch")
+__all__ = (
+    "HandoffFilterError",
+    "adopt",
+    "filtered",
+    "find_agent",
+    "handoff_made",
+    "reachable",
+    "restore",
+    "switch",
+)
 
 
-def _target(agent: Agent, results: Sequence[ToolResult]) -> Agent | None:
-    """The agent the first successful transfer among ``results`` hands to."""
+class HandoffFilterError(Exception):
+    """A hand-off's input filter raised or returned something that is not a history."""
+
+
+def _transfer(agent: Agent, results: Sequence[ToolResult]) -> HandoffTool | None:
+    """The first successful transfer among ``results``."""
     handoffs = agent.handoffs
     for result in results:
         tool = handoffs.get(result.name)
         if tool is not None and result.ok and result.content == tool.text:
-            return tool.target
+            return tool
     return None
 
 
@@ -87,39 +110,70 @@ def adopt(state: RunState, agent: Agent) -> None:
 
 
 def restore(agent: Agent, state: RunState, entries: Sequence[JournalEntry]) -> None:
-    """After a replay: switch to the agent the run's committed hand-offs left it with."""
+    """After a replay: switch to the agent the run's committed hand-offs left it with.
+
+    A last hand-off whose input filter's result is not journaled yet is left for the
+    driver to make again (:func:`handoff_made` finds it at the end of the history)."""
     if not agent.handoffs and state.record.active_agent is None:
         return
     current = agent
+    unfiltered: Agent | None = None  # the agent before a filtered hand-off not journaled
     pending: dict[int, ToolResult] = {}
     for entry in entries:
-        target = None
+        tool = None
         if isinstance(entry, StepRecord):
-            target = _target(current, entry.results)
+            tool = _transfer(current, entry.results)
         elif isinstance(entry, ModelTurn):
             pending = {}
         elif isinstance(entry, ToolOutcome):
             pending[entry.index] = entry.result
         elif isinstance(entry, StepCommitted):
-            target = _target(current, [pending[i] for i in sorted(pending)])
+            tool = _transfer(current, [pending[i] for i in sorted(pending)])
             pending = {}
-        if target is not None:
-            current = target
+        elif isinstance(entry, HandedOff):
+            unfiltered = None
+        if tool is not None:
+            unfiltered = current if tool.input_filter is not None else None
+            current = tool.target
+    if unfiltered is not None:
+        current = unfiltered
     if current is not agent:
         switch(state, current)
 
 
-def handed_off(agent: Agent, state: RunState) -> Agent:
-    """The agent for the next step: ``agent``, or the one the step just committed handed
-    the run to (read from that step's tool messages, the last ones in the context)."""
+def handoff_made(agent: Agent, state: RunState) -> HandoffTool | None:
+    """The transfer the step just committed made (read from that step's tool messages,
+    the last ones in the context), or None: ``agent`` goes on."""
     messages = state.ctx.messages
     handoffs = agent.handoffs
     i = len(messages) - 1
-    target = None
+    found = None
     while i > 0 and messages[i].role == "tool":
         message = messages[i]
         tool = handoffs.get(message.name or "")
         if tool is not None and message.content == tool.text:
-            target = tool.target  # scanning backwards: the last one found is the first called
+            found = tool  # scanning backwards: the last one found is the first called
         i -= 1
-    return agent if target is None else switch(state, target)
+    return found
+
+
+def filtered(state: RunState, tool: HandoffTool) -> HandedOff:
+    """Give the run's history to ``tool``'s input filter and continue with what it returns;
+    the entry to journal (before the target's first step). Raises
+    :class:`HandoffFilterError` for a filter that fails or returns no history."""
+    ctx = state.ctx
+    given = tuple(ctx.messages[1:])
+    name = getattr(tool.input_filter, "__name__", "input_filter")
+    try:
+        kept = tuple(tool.input_filter(given))  # type: ignore[misc]  # set: not None here
+    except Exception as exc:  # the user's code: the run fails saying so
+        raise HandoffFilterError(
+            f"the input filter {name} of {tool.name} raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not kept or not all(isinstance(m, Message) for m in kept):
+        what = "no message" if not kept else "something other than Message objects"
+        raise HandoffFilterError(f"the input filter {name} of {tool.name} returned {what}")
+    first = kept[0]
+    record = state.record
+    ctx.restart(kept, first.role == "user" and first.content == record.input)
+    return HandedOff(state.step, time.time(), tool.target.name, kept)

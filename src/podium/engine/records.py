@@ -10,13 +10,14 @@ calls that have no outcome yet.
 from __future__ import annotations
 
 import time
-from typing import Literal, TypeVar
+from typing import Generic, Literal, TypeVar
 
 import msgspec
 
 from podium.engine.profile import RunProfile, StepProfile
 from podium.errors import RunError
 from podium.messages import Message, Usage
+from podium.output import OutT
 from podium.security.screen import Screened
 from podium.tools.executor import ToolResult
 
@@ -26,6 +27,7 @@ __all__ = (
     "ApprovalDecided",
     "ApprovalRequested",
     "Compacted",
+    "HandedOff",
     "JournalEntry",
     "ModelTurn",
     "OutputRejected",
@@ -62,23 +64,26 @@ class Waiting(msgspec.Struct, gc=False, omit_defaults=True):
     pause: bool = False
 
 
-class RunRecord(msgspec.Struct, gc=False, omit_defaults=True):
+class RunRecord(msgspec.Struct, Generic[OutT], gc=False, omit_defaults=True):
     """A run's header: who, what, where it stands and how it ended.
 
     ``reason`` is a stable code when the run did not complete: ``max_steps``,
     ``deadline``, ``model_error``, ``invalid_reply``, ``invalid_tool_calls``,
     ``invalid_output``, ``context_overflow`` (a prompt that no compaction could fit in
-    ``max_context_tokens``), ``cancelled``, ``worker_lost``, ``subagent_waiting`` (a child run
+    ``max_context_tokens``), ``handoff_filter`` (a hand-off's input filter failed),
+    ``cancelled``, ``worker_lost``, ``subagent_waiting`` (a child run
     that would have waited for a human: its parent cannot answer), ``invalid_tools`` (a
     gateway client's tools no longer fit the agent). ``version`` grows with every
     update, for optimistic concurrency in distributed stores.
 
     ``output`` is the final answer as text. For an agent with an ``output_type`` it is
     the answer's canonical JSON and ``structured`` is true; :meth:`output_as` gives the
-    typed value::
+    typed value, and ``agent.output_of(record)`` the value typed by the agent's own
+    ``output_type`` (``Agent[OrderStatus]`` runs are ``RunRecord[OrderStatus]`` to type
+    checkers; the parameter exists for them only)::
 
         record = await agent.run("Where is order A-1?")
-        order = record.output_as(OrderStatus)
+        order = record.output_as(OrderStatus)  # or: agent.output_of(record)
 
     A sub-agent's run (see :meth:`Agent.as_tool <podium.agent.Agent.as_tool>`) names the
     run that called it in ``parent_run_id`` and the call in ``parent_call``
@@ -182,6 +187,18 @@ class Compacted(msgspec.Struct, tag="compact", gc=False):
     method: str = "extractive"
 
 
+class HandedOff(msgspec.Struct, tag="handoff", gc=False, omit_defaults=True):
+    """A hand-off with an input filter took effect before ``step``: the run goes on with
+    ``agent`` and ``messages`` (the history after the system prompt, as the filter left
+    it). Journaled so a resumed run has the same history without calling the filter again
+    (a hand-off without a filter needs no entry: its step's outcome is its record)."""
+
+    step: int
+    ts: float
+    agent: str
+    messages: tuple[Message, ...]
+
+
 class StepCommitted(msgspec.Struct, tag="step", gc=False, omit_defaults=True):
     """The step is complete (its turn and outcomes were journaled before)."""
 
@@ -268,6 +285,7 @@ JournalEntry = (
     | ModelTurn
     | ToolOutcome
     | Compacted
+    | HandedOff
     | StepCommitted
     | RunFinished
     | Screened

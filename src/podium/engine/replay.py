@@ -15,6 +15,7 @@ from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
+    HandedOff,
     JournalEntry,
     ModelTurn,
     OutputRejected,
@@ -185,6 +186,11 @@ def replay(
         elif isinstance(entry, Compacted):
             flush()
             state.ctx.replace(CompactionPlan(entry.start, entry.end), entry.summary)
+        elif isinstance(entry, HandedOff):  # (its agent is switched to by handoff.restore)
+            flush()
+            first = entry.messages[0] if entry.messages else None
+            starts = first is not None and first.role == "user" and first.content == record.input
+            state.ctx.restart(entry.messages, starts)
         elif isinstance(entry, StepCommitted):
             flush()
             turn = None

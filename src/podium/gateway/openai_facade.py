@@ -6,8 +6,9 @@ messages, if any, are put before it as a transcript (the agent keeps its own
 instructions and tools, so ``tools`` and sampling options in the request do
 not apply). An agent with an ``output_type`` answers with its JSON (what OpenAI's
 ``response_format`` gives, so ``client.beta.chat.completions.parse`` reads it); a
-``response_format`` asking for JSON is accepted for such an agent (its own schema
-applies, the request's is not used) and refused with a 400 for an agent that answers in
+``response_format`` asking for JSON is accepted for such an agent if a schema it gives
+is the agent's (else a 400 ``response_format_mismatch``: :mod:`.response_format`),
+and refused with a 400 for an agent that answers in
 text. With ``thread_id`` (Podium's extension field) the run continues that
 thread instead: the input is the last message alone, the history the thread's.
 The reply is the run's final answer: one ``chat.completion``, or
@@ -54,6 +55,7 @@ from podium.gateway.client_tools import (
 from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.gateway.live import live_events
 from podium.gateway.outage import UNAVAILABLE
+from podium.gateway.response_format import check_response_format
 from podium.gateway.schemas import (
     AssistantMessage,
     ChatChoice,
@@ -146,7 +148,8 @@ async def complete(
     """
     fmt = body.response_format
     wants_json = fmt is not None and fmt.type != "text"
-    structured = gw.served(body.model, "model").agent.output is not None
+    output = gw.served(body.model, "model").agent.output
+    structured = output is not None
     if fmt is not None and wants_json and not structured:
         raise ApiError(
             400,
@@ -155,6 +158,8 @@ async def complete(
             "agent declared with an output_type (whose schema is used)",
             field="response_format",
         )
+    if fmt is not None and output is not None and fmt.json_schema is not None:
+        check_response_format(body.model, output, fmt.json_schema)
     outputs = tool_outputs(body.messages)
     if outputs:  # the client ran the tools a reply handed it: that run goes on
         record, after, tokens = await _resume(gw, tenant, body, outputs, structured)

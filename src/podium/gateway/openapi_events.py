@@ -71,6 +71,18 @@ def _run_events(ref: str) -> dict[str, tuple[str, dict[str, Any]]]:
                 {"method": _TEXT, **seq},
             ),
         ),
+        "handed_off": (
+            "a hand-off's input filter ran: the run goes on with agent and these messages "
+            "(the history after the system prompt)",
+            _object(
+                {
+                    **step,
+                    "agent": _TEXT,
+                    "messages": {"type": "array", "items": _ref("Message", ref)},
+                },
+                seq,
+            ),
+        ),
         "output_rejected": (
             "a reply failed the agent's output type; feedback is what the model reads next",
             _object(

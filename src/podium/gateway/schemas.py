@@ -318,7 +318,8 @@ class StreamOptions(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class ResponseFormat(msgspec.Struct, kw_only=True):
     """OpenAI's ``response_format``: ``text``, ``json_object`` or ``json_schema`` (whose
-    ``json_schema`` the agent's own ``output_type`` stands for)."""
+    ``json_schema.schema``, if given, must be the agent's ``output_type``'s: see
+    :mod:`podium.gateway.response_format`)."""
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict[str, Any] | None = None

@@ -70,6 +70,7 @@ EVENT_NAMES: dict[str, str] = {
     "model": "model_reply",
     "tool": "tool_result",
     "compact": "compacted",
+    "handoff": "handed_off",
     "step": "step_finished",
     "approval": "approval_requested",
     "decision": "approval_decided",

@@ -21,6 +21,7 @@ from podium.engine.handoff import reachable
 from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
+    HandedOff,
     JournalEntry,
     ModelTurn,
     StepRecord,
@@ -61,6 +62,10 @@ class Redactor:
             return msgspec.structs.replace(entry, message=self.message(entry.message))
         if isinstance(entry, ToolOutcome):
             return msgspec.structs.replace(entry, result=self.result(entry.result))
+        if isinstance(entry, HandedOff):  # the history a hand-off's filter kept
+            return msgspec.structs.replace(
+                entry, messages=tuple(self.shown(m) for m in entry.messages)
+            )
         # A call waiting for a human, and a human's edit of it: what the approver sees
         # (GET /v1/approvals, the event stream) is the call as journaled, secrets withheld.
         if (

@@ -74,6 +74,18 @@ def preflight(
     where = url.split("@")[-1]  # never the password
     try:
         client.ping()
+        kwargs = client.connection_pool.connection_kwargs
+        password, username = kwargs.get("password"), kwargs.get("username")
+        if password is not None:
+            # redis-py lets "AUTH called without any password configured" pass, Podium's
+            # own connections (store, queue) do not: asked as they ask, refused here, once,
+            # not by a worker retrying its claims forever.
+            try:
+                client.execute_command(  # type: ignore[no-untyped-call]
+                    "AUTH", *((username, password) if username else (password,))
+                )
+            except ResponseError as exc:
+                raise AuthenticationError(str(exc)) from None
         pipe = client.pipeline(transaction=False)
         expected = _expected_types(prefix, pools)
         for key in expected:
@@ -101,8 +113,8 @@ def preflight(
         return None
     except (AuthenticationError, NoPermissionError) as exc:
         raise ConfigError(
-            f"{where}: Redis refused the credentials ({exc}); put them in the URL: "
-            "redis://[USER]:PASSWORD@HOST:PORT/DB"
+            f"{where}: Redis refused the credentials ({exc}); give the ones it takes in the "
+            "URL, redis://[USER]:PASSWORD@HOST:PORT/DB (none for a Redis without a password)"
         ) from None
     except InvalidResponse as exc:
         raise ConfigError(f"{where} does not speak the Redis protocol ({exc})") from None

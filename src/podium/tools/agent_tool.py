@@ -6,7 +6,8 @@
   :mod:`podium.engine.children`.
 - :class:`HandoffTool` (``Agent(..., handoffs=[other])``): ``transfer_to_<other>``;
   once a step that called it is committed the run continues with ``other``'s
-  instructions and tools and the history so far (:mod:`podium.engine.handoff`).
+  instructions and tools and the history so far, or what its input filter keeps of it
+  (:mod:`podium.engine.handoff`, :mod:`podium.handoffs`).
 
 Both are ordinary tools to the executor, the journal and the allow-lists.
 """
@@ -21,6 +22,7 @@ from podium.tools.tool import Tool, ToolContext
 
 if TYPE_CHECKING:
     from podium.agent import Agent
+    from podium.handoffs import HandoffFilter
 
 __all__ = ("AgentTool", "HandoffTool", "agent_tools", "transfer_text")
 
@@ -72,22 +74,25 @@ def transfer_text(target: Agent) -> str:
 class HandoffTool(Tool[[], Any]):
     """``transfer_to_<target>``: hands the conversation to ``target``."""
 
-    def __init__(self, target: Agent) -> None:
+    def __init__(self, target: Agent, input_filter: HandoffFilter | None = None) -> None:
         text = transfer_text(target)
 
         async def transfer() -> str:
             return text
 
         what = target.description or f"the {target.name} agent"
+        passes = "everything said so far" if input_filter is None else "the conversation"
         super().__init__(
             transfer,
             name=f"transfer_to_{_tool_name(target.name)}",
             description=f"Hand the conversation over to {target.name} ({what}); it "
-            "continues with everything said so far.",
+            f"continues with {passes}.",
             policy=_HANDOFF_POLICY,
         )
         self.target = target
         self.text = text
+        #: What the target reads of the history (None: all of it; see podium.handoffs).
+        self.input_filter = input_filter
 
     def __repr__(self) -> str:
         return f"HandoffTool({self.name!r})"
