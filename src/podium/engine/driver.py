@@ -79,7 +79,7 @@ from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.observe.inspect import with_progress
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
-from podium.security.redact import Redactor, redactor_for
+from podium.security.redact import RunRedactor, redactor_for
 from podium.security.screen import ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
@@ -637,7 +637,9 @@ class Engine(AsyncCloseable):
                     # model
                     tokens = self.tokens
                     if tokens is not None and tokens.listening(run_id):  # a client listens
-                        response = await stream_model(agent, request, sw, tokens, _MODEL)
+                        response = await stream_model(
+                            agent, request, sw, tokens, _MODEL, state.redact
+                        )
                     else:
                         coro = agent.model.request(request)
                         try:
@@ -865,7 +867,9 @@ class Engine(AsyncCloseable):
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
         state = replay(agent, record, entries, history)
-        state.redact = redactor_for(agent)  # (the secrets of every agent it may hand off to)
+        # (the secrets of every agent it may hand off to; the values this run meets)
+        redactor = redactor_for(agent)
+        state.redact = None if redactor is None else redactor.for_run()
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
         # A run on the plain path (one side-effect-free call a step, nothing to screen or
@@ -1428,7 +1432,7 @@ class Engine(AsyncCloseable):
         summary: str | None = None
         # The summary is journaled: it quotes the context with its secrets withheld (and so
         # does the transcript a summarizing model reads).
-        shown = state.redact.shown if isinstance(state.redact, Redactor) else None
+        shown = state.redact.shown if isinstance(state.redact, RunRedactor) else None
         if policy.compaction == "model":
             tokenizer = ctx.tokenizer
             instructions = Message("system", _SUMMARIZE_PROMPT)
@@ -1547,7 +1551,11 @@ class Engine(AsyncCloseable):
             for entry in entries:
                 observer(run_id, entry)
 
-    def _apply_final(self, state: RunState, final: RunFinished) -> None:
+    def _apply_final(self, state: RunState, final: RunFinished) -> RunFinished:
+        """Bring the record level with the run's end; the end as it is to be written (its
+        output and error without the run's secrets: the record and the journal show them)."""
+        if isinstance(state.redact, RunRedactor):
+            final = state.redact.final(final)
         record = state.record
         record.status = final.status
         record.output = final.output
@@ -1558,6 +1566,7 @@ class Engine(AsyncCloseable):
         record.steps = state.step
         record.usage = state.usage
         record.profile = state.profile
+        return final
 
     async def _write_end(
         self,
@@ -1570,8 +1579,7 @@ class Engine(AsyncCloseable):
         """Journal and store the run's end (a completed run's went with its final step)."""
         record = state.record
         self._tasks.pop(record.run_id, None)  # its end is decided: a cancel is too late
-        final = RunFinished(time.time(), status, output, error, reason)
-        self._apply_final(state, final)
+        final = self._apply_final(state, RunFinished(time.time(), status, output, error, reason))
         await self._write_final(record, final)
 
     def _ended(self, state: RunState) -> RunRecord:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -27,6 +27,9 @@ from podium.engine.records import (
 from podium.engine.step import tool_message
 from podium.messages import Message, Usage
 from podium.tools.executor import ToolResult
+
+if TYPE_CHECKING:
+    from podium.security.redact import RunRedactor
 
 __all__ = ("PendingStep", "RunState", "replay")
 
@@ -73,7 +76,7 @@ class RunState(msgspec.Struct, gc=False):
     #: The tools this run's tenant may call (None: every tool of the agent).
     allowed_tools: frozenset[str] | None = None
     #: Replaces secrets in journal entries before they are written (None: no secrets).
-    redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
+    redact: RunRedactor | None = None
     #: Calls of the step being resumed that a human approved (the gate lets them run).
     approved: frozenset[int] = _NONE
     step: int = 0
