@@ -232,7 +232,7 @@ def _scrub_builtins(value: object, matcher: SecretMatcher) -> tuple[object, bool
             changed = changed or c1 or c2
             out[k2] = v2
         return out, changed
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # (to_builtins keeps tuples)
         items = [_scrub_builtins(v, matcher) for v in value]
         return [v for v, _ in items], any(c for _, c in items)
     return value, False
