@@ -79,8 +79,9 @@ from podium.models.base import Model, ModelRequest, ModelResponse
 from podium.observe.inspect import with_progress
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
+from podium.security.output_guard import remember_flagged
 from podium.security.redact import RunRedactor, redactor_for
-from podium.security.screen import ScreenVerdict
+from podium.security.screen import Screened, ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
 from podium.store.memory import MemoryRunStore
@@ -636,7 +637,11 @@ class Engine(AsyncCloseable):
                     t[_ASSEMBLED] = stamp()
                     # model
                     tokens = self.tokens
-                    if tokens is not None and tokens.listening(run_id):  # a client listens
+                    if (
+                        tokens is not None
+                        and tokens.listening(run_id)  # a client listens
+                        and (agent.screening is None or not agent.screening.holds_output)
+                    ):
                         response = await stream_model(
                             agent, request, sw, tokens, _MODEL, state.redact
                         )
@@ -878,6 +883,8 @@ class Engine(AsyncCloseable):
         adopt(state, agent)
         if agent.multi_agent:  # agent tools or hand-offs: set up once, here
             attach(self, agent, state, entries)
+        if screened is not None and screened.verdict.action in ("flag", "redact"):
+            remember_flagged(state, record.input)
         if (
             screened is not None
             and screened.verdict.action == "block"
@@ -980,16 +987,31 @@ class Engine(AsyncCloseable):
         profile = sw.snapshot(step, 0, ttft)
         if profile is not None:
             state.profile.steps.append(profile)
+        screened: tuple[Screened, ...] = ()
+        screening = agent.screening
+        if output is None and screening is not None and screening.outputs is not None:
+            found = screening.screen_output(
+                response.content, None if state.redact is None else state.redact.matcher
+            )
+            if found is not None:
+                verdict, text = found
+                screened = (Screened(time.time(), verdict),)
+                if verdict.action == "block" and screening.on_block == "fail":
+                    await self._append(state, screened, sw)
+                    raise _Finish("failed", "output_blocked", _blocked(verdict))
+                if text != response.content:  # what leaves the run is what the screen left
+                    response.content = text
+                    message = msgspec.structs.replace(message, content=text)
         if output is None:
             final = RunFinished(time.time(), "completed", output=response.content)
         else:
             final = RunFinished(time.time(), "completed", output=output, structured=True)
-        self._apply_final(state, final)
+        final = self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
         if state.alarm is not None:  # and so is its deadline
             state.alarm.disarm()
-        waiting = self._checkpoint(state, (entry, final), sw, state.record)
+        waiting = self._checkpoint(state, (*screened, entry, final), sw, state.record)
         if waiting is not None:
             await waiting
         sw.close_step(profile)
@@ -1113,6 +1135,12 @@ class Engine(AsyncCloseable):
             planned, rejected = restrict_calls(
                 planned, rejected, state.allowed_tools, state.record.tenant
             )
+        call_verdicts: list[ScreenVerdict] = []
+        screening = agent.screening
+        if screening is not None and screening.outputs is not None and state.flagged:
+            planned, rejected, call_verdicts = screening.screen_calls(
+                planned, rejected, state.flagged
+            )
         held = _NO_CALLS
         if agent.gated:  # some calls may need a human's approval first
             planned, held = approvals.gate(planned, state.approved)
@@ -1138,6 +1166,13 @@ class Engine(AsyncCloseable):
         ctx = state.ctx
         for _, result in outcomes:
             ctx.append(tool_message(result))
+            if (
+                screening is not None
+                and screening.outputs is not None
+                and result.screen is not None
+                and result.screen.action in ("flag", "redact")
+            ):
+                remember_flagged(state, result.content)
         compaction = None
         if ctx.tokens > agent.context.max_context_tokens:
             compaction = await self._compact(agent, state, sw)
@@ -1157,6 +1192,8 @@ class Engine(AsyncCloseable):
             entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
             entries.append(compaction)
+        # (a refused call's verdict rides with its result; one let run is journaled here)
+        entries.extend(Screened(ts, v) for v in call_verdicts if v.action in ("allow", "flag"))
         state.step = step + 1
         await self._append(state, entries, sw)
         sw.close_step(profile)  # files the profile in state.profile.steps

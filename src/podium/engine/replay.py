@@ -95,6 +95,9 @@ class RunState(msgspec.Struct, gc=False):
     task: Any = None
     #: True when every step must take the general path (screening, a tenant allow-list).
     general: bool = False
+    #: Texts the screen flagged in this run (its input, tool results) that the model read:
+    #: a later tool call quoting one is tainted (see podium.security.output_guard).
+    flagged: list[str] | None = None
     #: What the engine's hook hears at each step of this drive (see podium.engine.hook):
     #: None when it asked for nothing (no hook; an untraced run of a tracing-only hook).
     on_step: Any = None

@@ -31,14 +31,18 @@ import msgspec
 
 from podium.security.findings import Finding
 from podium.security.heuristics import HeuristicScreener
+from podium.security.output_guard import OutputGuard, tainted_values
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
+    from podium.engine.step import PlannedCall
+    from podium.security.secrets import SecretMatcher
     from podium.tools.executor import ToolResult
 
 __all__ = (
     "Finding",
     "HeuristicScreener",
+    "OutputGuard",
     "ScreenVerdict",
     "Screened",
     "Screener",
@@ -86,6 +90,17 @@ def screening_statistics() -> dict[tuple[str, str, str], int]:
     return dict(_counts)
 
 
+def _strings(value: object) -> list[str]:
+    """Every string in a call's arguments (as builtins), at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
 def _withheld(verdict: ScreenVerdict) -> str:
     return (
         f"[withheld by the injection screen: {verdict.source} matched rule "
@@ -126,22 +141,28 @@ class ScreeningPolicy:
     screeners: tuple[Screener, ...] = field(default_factory=lambda: (HeuristicScreener(),))
     inputs: bool = True
     tool_results: bool = True
+    #: Checks on what the model says: its answer and its tool calls (None: not screened).
+    outputs: OutputGuard | None = None
 
     async def verdict(self, text: str, source: str) -> tuple[ScreenVerdict, str] | None:
         """The verdict on ``text`` and the text the model may read, or ``None`` if clean."""
-        best: Finding | None = None
-        by: str = ""
-        findings: list[Finding] = []
+        findings: list[tuple[Finding, str]] = []
         for screener in self.screeners:
             found = screener.screen(text)
             if inspect.isawaitable(found):
                 found = await found
-            for f in found:
-                findings.append(f)
-                if best is None or f.score > best.score:
-                    best, by = f, screener.name
-        if best is None:
+            findings.extend((f, screener.name) for f in found)
+        return self.decide(text, source, findings)
+
+    def decide(
+        self, text: str, source: str, found: Sequence[tuple[Finding, str]]
+    ) -> tuple[ScreenVerdict, str] | None:
+        """The verdict from ``found`` (each finding with the screener that made it): the
+        highest score decides; the text as the action leaves it. Counted."""
+        if not found:
             return None
+        best, by = max(found, key=lambda fb: fb[0].score)
+        findings = [f for f, _ in found]
         action = self.action if best.score >= self.threshold else "allow"
         excerpt = text[best.start : best.end][:120] if best.end > best.start else ""
         verdict = ScreenVerdict(source, best.rule, round(best.score, 3), action, by, excerpt)
@@ -151,6 +172,13 @@ class ScreeningPolicy:
         if action == "redact":
             return verdict, _redact(text, [f for f in findings if f.score >= self.threshold])
         return verdict, text
+
+    @property
+    def holds_output(self) -> bool:
+        """Whether the answer may change before it leaves (an output guard that redacts or
+        blocks): such a run streams no tokens, since a streamed image is fetched by the
+        client before the screen has seen the whole answer."""
+        return self.outputs is not None and self.action != "flag"
 
     @property
     def fails_on_block(self) -> bool:
@@ -169,6 +197,70 @@ class ScreeningPolicy:
                 result.ok = False
                 result.error = "blocked"
         return result
+
+    def screen_output(
+        self, text: str, secrets: SecretMatcher | None = None
+    ) -> tuple[ScreenVerdict, str] | None:
+        """The verdict on the run's answer (source ``output``) and the answer as it may
+        leave; None when :attr:`outputs` is off or nothing was found."""
+        guard = self.outputs
+        if guard is None:
+            return None
+        found = [(f, guard.name) for f in guard.screen(text)]
+        if secrets:
+            found.extend(
+                (Finding("secret", 1.0, m.start(), m.end()), "secrets")
+                for m in secrets.finditer(text)
+            )
+        decided = self.decide(text, "output", found)
+        if decided is None:
+            return None
+        verdict, shown = decided
+        # The excerpt names the host, not the URL: its query is the data it would carry off
+        # (and a secret's excerpt would be the secret).
+        excerpt = guard.host_in(verdict.excerpt) if verdict.rule != "secret" else ""
+        return msgspec.structs.replace(verdict, excerpt=excerpt), shown
+
+    def screen_calls(
+        self,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        flagged: Sequence[str],
+    ) -> tuple[list[PlannedCall], list[tuple[int, ToolResult]], list[ScreenVerdict]]:
+        """Screen the step's calls against what the screen flagged earlier in the run: a
+        call quoting flagged text is tainted (source ``call:<tool>``). Under ``block`` or
+        ``redact`` it moves to the rejected calls (the model reads why); the verdicts are
+        returned for the journal either way."""
+        guard = self.outputs
+        if guard is None or not guard.tool_calls or not flagged:
+            return planned, rejected, []
+        from podium.tools.executor import ToolResult
+
+        keep: list[PlannedCall] = []
+        refused = list(rejected)
+        verdicts: list[ScreenVerdict] = []
+        for p in planned:
+            quoted = tainted_values(_strings(msgspec.to_builtins(p.args)), flagged)
+            found = self.decide(
+                quoted or "", f"call:{p.tool.name}",
+                [(Finding("tainted_call", 0.8, 0, len(quoted)), guard.name)] if quoted else [],
+            )
+            if found is None:
+                keep.append(p)
+                continue
+            verdict, _ = found
+            verdicts.append(verdict)
+            if verdict.action in ("allow", "flag"):  # (a call cannot be half run: a
+                keep.append(p)  # redacting policy refuses it as a blocking one does)
+                continue
+            notice = (
+                f"[withheld by the output screen: this call to {p.tool.name!r} quotes text "
+                "the injection screen flagged earlier in the run; it was not run]"
+            )
+            result = ToolResult(p.ctx.call_id, p.tool.name, notice, False, "blocked", 0)
+            result.screen = verdict
+            refused.append((p.index, result))
+        return keep, refused, verdicts
 
     async def screen_input(self, record: RunRecord) -> Screened | None:
         """Screen a new run's input; a redacted or withheld input replaces ``record.input``
