@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import msgspec
 
 from podium.security.findings import Finding
+from podium.security.guard_model import GuardModel
 from podium.security.heuristics import HeuristicScreener
 from podium.security.output_guard import OutputGuard, tainted_values
 
@@ -62,6 +63,10 @@ class ScreenVerdict(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     action: Literal["allow", "flag", "redact", "block"]
     screener: str = ""
     excerpt: str = ""
+    #: What the guard model said, when it was asked (see podium.security.guard_model).
+    guard: str = ""
+    #: The first pass's rule that the guard's ``safe`` overruled.
+    overruled: str = ""
 
 
 class Screened(msgspec.Struct, tag="screen", gc=False):
@@ -143,6 +148,8 @@ class ScreeningPolicy:
     tool_results: bool = True
     #: Checks on what the model says: its answer and its tool calls (None: not screened).
     outputs: OutputGuard | None = None
+    #: A classifier model asked where the first pass is unsure (None: the first pass alone).
+    guard: GuardModel | None = None
 
     async def verdict(self, text: str, source: str) -> tuple[ScreenVerdict, str] | None:
         """The verdict on ``text`` and the text the model may read, or ``None`` if clean."""
@@ -152,7 +159,29 @@ class ScreeningPolicy:
             if inspect.isawaitable(found):
                 found = await found
             findings.extend((f, screener.name) for f in found)
-        return self.decide(text, source, findings)
+        guard = self.guard
+        if guard is None:
+            return self.decide(text, source, findings)
+        first = max((f.score for f, _ in findings), default=0.0)
+        if not guard.consults(first):
+            return self.decide(text, source, findings)
+        answer = await guard.ask(text)
+        overruled = ""
+        if answer.unsafe:
+            rule = "guard_unsafe" + answer.said.removeprefix("unsafe").split("+", 1)[0]
+            findings.append((Finding(rule, 0.95, 0, len(text)), guard.name))
+        elif answer.failed and guard.on_failure == "closed":
+            findings.append((Finding("guard_unavailable", 1.0, 0, 0), guard.name))
+        elif not answer.failed and findings:  # safe: the guard overrules an unsure first pass
+            best, _ = max(findings, key=lambda fb: fb[0].score)
+            overruled = best.rule
+            findings = [(Finding("guard_safe", 0.0, 0, 0), guard.name)]
+        decided = self.decide(text, source, findings)
+        if decided is None:
+            return None
+        verdict, shown = decided
+        verdict = msgspec.structs.replace(verdict, guard=answer.said, overruled=overruled)
+        return verdict, shown
 
     def decide(
         self, text: str, source: str, found: Sequence[tuple[Finding, str]]
