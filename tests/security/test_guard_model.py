@@ -172,3 +172,72 @@ async def test_the_guards_verdict_is_journaled_with_the_input(
     assert (record.status, record.reason) == ("failed", "injection_blocked")
     (screened,) = [e for e in journal if isinstance(e, Screened)]
     assert (screened.verdict.rule, screened.verdict.guard) == ("guard_unsafe:S14", "unsafe:S14")
+
+
+def _config(tmp_path: Path, guard_url: str, agent_extra: str = "") -> Path:
+    path = tmp_path / "podium.toml"
+    path.write_text(f"""
+[[models]]
+name = "main"
+model = "sim"
+base_url = "{guard_url}"
+health_check = false
+
+[[models]]
+name = "guard"
+model = "guard"
+base_url = "{guard_url}"
+health_check = false
+
+[[agents]]
+name = "support"
+model = "main"
+{agent_extra}
+
+[agents.screening]
+action = "block"
+on_block = "fail"
+outputs = true
+output_hosts = ["docs.acme.test"]
+guard_model = "guard"
+guard_budget_s = 2.0
+""")
+    return path
+
+
+async def test_a_declared_agent_takes_its_guard_from_the_models(
+    classifier: SimGuard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from podium.config import load_config
+    from podium.factory import served_agents
+
+    monkeypatch.setenv("PODIUM_TEST_CRM_KEY", "crm-key-0123456789")
+    config = load_config(
+        _config(tmp_path, classifier.base_url, 'secret_env = ["PODIUM_TEST_CRM_KEY"]')
+    )
+    (spec,) = served_agents(config)
+    policy = spec.agent.screening
+    assert policy is not None and policy.guard is not None and policy.outputs is not None
+    assert policy.outputs.allow_hosts == frozenset({"docs.acme.test"})
+    assert spec.agent.secrets == ("crm-key-0123456789",)
+    store = SQLiteRunStore(tmp_path / "runs.sqlite")
+    async with store, Engine(store) as engine:  # (closes the guard's pool with the model's)
+        record = await engine.run(spec.agent, ATTACK)
+        journal = [e for _, e in await store.journal(record.run_id)]
+    assert (record.status, record.reason) == ("failed", "injection_blocked")
+    (screened,) = [e for e in journal if isinstance(e, Screened)]
+    assert screened.verdict.guard == "unsafe:S14"
+
+
+def test_config_mistakes(tmp_path: Path) -> None:
+    from podium.config import load_config
+    from podium.errors import ConfigError
+    from podium.factory import served_agents
+
+    path = _config(tmp_path, "http://127.0.0.1:9/v1")
+    path.write_text(path.read_text().replace('guard_model = "guard"', 'guard_model = "nope"'))
+    with pytest.raises(ConfigError, match="guard_model 'nope' is no"):
+        load_config(path)
+    unset = _config(tmp_path, "http://127.0.0.1:9/v1", 'secret_env = ["PODIUM_TEST_UNSET_KEY"]')
+    with pytest.raises(ConfigError, match="PODIUM_TEST_UNSET_KEY not set"):
+        served_agents(load_config(unset))

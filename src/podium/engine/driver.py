@@ -565,6 +565,9 @@ class Engine(AsyncCloseable):
         if record.status == "waiting":  # parked on a human: nothing to drive until decided
             return await self._still_waiting(record)
         self._models.setdefault(id(agent.model), agent.model)
+        if agent.screening is not None and agent.screening.guard is not None:  # (closed too)
+            guard_model = agent.screening.guard.model
+            self._models.setdefault(id(guard_model), guard_model)
         run_id = record.run_id
         task = asyncio.current_task(self._running_loop())
         if task is not None:
