@@ -33,12 +33,12 @@ class HeldText:
             return ""
         out: list[str] = []
         pos = 0
-        for match in matcher.finditer(held):
-            if match.start() >= cut:
+        for start, end in matcher.spans(held):
+            if start >= cut:
                 break
-            out.append(held[pos : match.start()])
+            out.append(held[pos:start])
             out.append(SECRET)
-            pos = match.end()
+            pos = end
         release = max(cut, pos)
         out.append(held[pos:release])
         self._held = held[release:]

@@ -238,8 +238,8 @@ class ScreeningPolicy:
         found = [(f, guard.name) for f in guard.screen(text)]
         if secrets:
             found.extend(
-                (Finding("secret", 1.0, m.start(), m.end()), "secrets")
-                for m in secrets.finditer(text)
+                (Finding("secret", 1.0, start, end), "secrets")
+                for start, end in secrets.spans(text)
             )
         decided = self.decide(text, "output", found)
         if decided is None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
 import ahocorasick_rs
@@ -100,33 +100,32 @@ class SecretMatcher:
         m.scrub("echo: HUNTER2-topsecret")   # 'echo: [secret]'
     """
 
-    __slots__ = ("_pattern", "_prefilter", "max_span", "values")
+    __slots__ = ("_owners", "_patterns", "_prefilter", "max_span", "values")
 
     def __init__(self, values: Iterable[str] = ()) -> None:
         kept = {v for v in values if isinstance(v, str) and len(v.strip()) >= SHORTEST}
         # Longest first: where one secret contains another, the whole of it goes.
         self.values: tuple[str, ...] = tuple(sorted(kept, key=len, reverse=True))
-        loose: list[str] = []
-        exact: list[str] = []
-        literals: set[str] = set()
-        for value in self.values:
-            more_loose, more_exact, more_literals = _variants(value)
-            loose.extend(more_loose)
-            exact.extend(re.escape(v) for v in more_exact)
-            literals |= more_literals
-        parts = []
-        if loose:
-            parts.append("(?i:" + "|".join(loose) + ")")
-        parts.extend(exact)
-        self._pattern = re.compile("|".join(parts)) if parts else None
+        # One pattern per secret, run only where the prefilter found that secret: a text
+        # holding one of 50 secrets pays for one pattern, not 50.
+        self._patterns: list[re.Pattern[str]] = []
+        owners: dict[str, set[int]] = {}
+        for i, value in enumerate(self.values):
+            loose, exact, literals = _variants(value)
+            parts = ["(?i:" + "|".join(loose) + ")", *(re.escape(v) for v in exact)]
+            self._patterns.append(re.compile("|".join(parts)))
+            for literal in literals:
+                owners.setdefault(literal, set()).add(i)
         # Python's regex tries every branch at every position (milliseconds for a 10 KB
         # text and a few secrets); an automaton over the squeezed, lower-cased text finds
-        # a superset of the pattern's matches in one pass, and the pattern runs only then.
+        # a superset of the patterns' matches in one pass, and a pattern runs only then.
+        literal_list = sorted(owners)
+        self._owners = [frozenset(owners[lit]) for lit in literal_list]
         self._prefilter = (
             ahocorasick_rs.AhoCorasick(
-                sorted(literals), implementation=ahocorasick_rs.Implementation.DFA
+                literal_list, implementation=ahocorasick_rs.Implementation.DFA
             )
-            if literals
+            if literal_list
             else None
         )
         # The longest text one match can cover: the hold-back window of a stream.
@@ -134,33 +133,56 @@ class SecretMatcher:
         self.max_span = max(longest * (1 + _GAP), longest * 3, longest * 4 // 3 + 4)
 
     def __bool__(self) -> bool:
-        return self._pattern is not None
+        return bool(self._patterns)
 
-    def _maybe(self, text: str) -> bool:
+    def _candidates(self, text: str) -> list[int]:
+        """The secrets the prefilter found a trace of in ``text`` (longest first)."""
         prefilter = self._prefilter
         if prefilter is None or not text:
-            return False
-        return bool(prefilter.find_matches_as_indexes(_squeezed(text)))
+            return []
+        hits = prefilter.find_matches_as_indexes(_squeezed(text))
+        if not hits:
+            return []
+        owners = self._owners
+        return sorted({i for literal, _, _ in hits for i in owners[literal]})
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where copies of secrets are in ``text``: (start, end), left to right, none
+        overlapping (the longer secret wins where two overlap)."""
+        candidates = self._candidates(text)
+        if not candidates:
+            return []
+        found = sorted(
+            (m.start(), -m.end())
+            for i in candidates
+            for m in self._patterns[i].finditer(text)
+            if m.end() > m.start()
+        )
+        spans: list[tuple[int, int]] = []
+        pos = 0
+        for start, neg_end in found:
+            if start >= pos:
+                spans.append((start, -neg_end))
+                pos = -neg_end
+        return spans
 
     def found(self, text: str) -> bool:
         """Whether ``text`` holds any of the secrets."""
-        return (
-            self._maybe(text)
-            and self._pattern is not None
-            and self._pattern.search(text) is not None
-        )
-
-    def finditer(self, text: str) -> Iterator[re.Match[str]]:
-        """Every copy of a secret in ``text``, left to right."""
-        if self._pattern is None or not self._maybe(text):
-            return iter(())
-        return self._pattern.finditer(text)
+        return any(self._patterns[i].search(text) for i in self._candidates(text))
 
     def scrub(self, text: str) -> str:
         """``text`` with every copy of a secret replaced by :data:`SECRET`."""
-        if self._pattern is None or not self._maybe(text):
+        spans = self.spans(text)
+        if not spans:
             return text
-        return self._pattern.sub(SECRET, text)
+        out: list[str] = []
+        pos = 0
+        for start, end in spans:
+            out.append(text[pos:start])
+            out.append(SECRET)
+            pos = end
+        out.append(text[pos:])
+        return "".join(out)
 
     def with_values(self, values: Iterable[str]) -> SecretMatcher:
         """A matcher for these secrets and ``values`` (``self`` if nothing is new)."""
