@@ -27,6 +27,7 @@ STRUCTS: dict[str, type[msgspec.Struct]] = {
     "`[server]`": cfg.ServerConfig,
     "`[[models]]`": cfg.ModelConfig,
     "`[[agents]]`": cfg.AgentConfig,
+    "`[agents.screening]`": cfg.ScreeningConfig,
     "`[[mcp_servers]]`": cfg.MCPServerConfig,
     "`[pools.NAME]`": cfg.PoolConfig,
     "`[limits]` and `[limits.adaptive]`": cfg.LimitsConfig,

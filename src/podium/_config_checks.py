@@ -95,6 +95,12 @@ def _check_agents(config: Config) -> None:
             raise ConfigError(
                 "agents: an agent without 'path' is declared here and needs 'name' and 'model'"
             )
+        guard = agent.screening.guard_model if agent.screening is not None else None
+        if guard is not None and guard not in models:
+            raise ConfigError(
+                f"agents: {agent.name or agent.path!r}: screening.guard_model {guard!r} is no "
+                f"[[models]] name (known: {', '.join(sorted(models)) or 'none'})"
+            )
         if agent.model is not None and agent.model not in models:
             known = ", ".join(sorted(models)) or "none"
             raise ConfigError(
@@ -184,7 +190,7 @@ def _check_mcp(config: Config) -> None:
 _DECLARED_ONLY = (
     "instructions", "description", "max_steps", "deadline_s", "max_context_tokens",
     "max_tool_result_tokens", "max_tokens", "temperature", "tags", "output_mode",
-    "output_retries", "max_parallel_children", "tools",
+    "output_retries", "max_parallel_children", "tools", "screening", "secret_env",
 )
 
 

@@ -139,6 +139,11 @@ class Agent(Generic[OutT]):
     the time spent waiting is not counted. ``approval_timeout_s`` bounds each wait
     on its own (reason ``approval_timeout``). See ``docs/approvals.md``.
 
+    Secrets: ``secrets=[...]`` declares values (the API keys its tools hold) that no
+    journal, record, event or stream may show in clear; with the tools' ``secret_args``
+    and ``secret_result`` they are scrubbed wherever they reappear, in any common
+    encoding (see ``docs/security.md``).
+
     The prompt prefix (instructions and tool schemas) is rendered and counted
     once, here; runs share it.
     """
@@ -171,6 +176,7 @@ class Agent(Generic[OutT]):
         max_parallel_children: int = 4,
         approval_timeout_s: float | None = None,
         deadline_while_waiting: Literal["pause", "count"] = "count",
+        secrets: Sequence[str] = (),
     ) -> None: ...
 
     @overload
@@ -198,6 +204,7 @@ class Agent(Generic[OutT]):
         max_parallel_children: int = 4,
         approval_timeout_s: float | None = None,
         deadline_while_waiting: Literal["pause", "count"] = "count",
+        secrets: Sequence[str] = (),
     ) -> None: ...
 
     @overload
@@ -225,6 +232,7 @@ class Agent(Generic[OutT]):
         max_parallel_children: int = 4,
         approval_timeout_s: float | None = None,
         deadline_while_waiting: Literal["pause", "count"] = "count",
+        secrets: Sequence[str] = (),
     ) -> None: ...
 
     def __init__(
@@ -251,6 +259,7 @@ class Agent(Generic[OutT]):
         max_parallel_children: int = 4,
         approval_timeout_s: float | None = None,
         deadline_while_waiting: Literal["pause", "count"] = "count",
+        secrets: Sequence[str] = (),
     ) -> None:
         _check_texts(name, instructions)
         _check_model(name, model)
@@ -289,6 +298,8 @@ class Agent(Generic[OutT]):
             isinstance(t, str) for t in given_tags
         ):
             raise ConfigError(f"agent {name!r}: tags takes a list of strings, got {tags!r:.60}")
+        if isinstance(secrets, str) or not all(isinstance(s, str) for s in secrets):
+            raise ConfigError(f"agent {name!r}: secrets takes a list of strings")
         if isinstance(handoffs, Agent | Handoff):
             raise ConfigError(f"agent {name!r}: handoffs takes a list of agents: handoffs=[...]")
         if approval_timeout_s is not None and not approval_timeout_s > 0:
@@ -329,6 +340,9 @@ class Agent(Generic[OutT]):
         self.output_retries = output_retries
         self.output: OutputSpec | None = None
         self.approval_timeout_s = approval_timeout_s
+        #: Values never written down in clear (API keys its tools use, say): see
+        #: :mod:`podium.security.redact`.
+        self.secrets = tuple(secrets)
         self.deadline_while_waiting = deadline_while_waiting
         #: Some tool needs approval for some calls: decided once here, tested once per step.
         self.gated = any(t.approval is not None for t in tools)

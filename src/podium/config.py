@@ -121,6 +121,25 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     profile: bool = True
 
 
+class ScreeningConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A declared agent's screening (``[agents.screening]``; see docs/security.md): the
+    first pass's ``action`` at ``threshold``; ``outputs`` turns on the output guard
+    (links and images only to ``output_hosts``, secrets, tainted calls); ``guard_model``
+    (a ``[[models]]`` name) is the classifier asked where the first pass is unsure
+    (``guard_when = "always"``: about every text), within ``guard_budget_s``, failing
+    ``open`` or ``closed``."""
+
+    action: Literal["flag", "redact", "block"] = "flag"
+    on_block: Literal["continue", "fail"] = "continue"
+    threshold: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    outputs: bool = False
+    output_hosts: list[str] = msgspec.field(default_factory=list)
+    guard_model: Text | None = None
+    guard_when: Literal["unsure", "always"] = "unsure"
+    guard_budget_s: Positive = 1.0
+    guard_on_failure: Literal["open", "closed"] = "open"
+
+
 class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """An agent to serve, from Python or declared here.
 
@@ -159,6 +178,10 @@ class AgentConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     subagents: list[str] = msgspec.field(default_factory=list)
     handoffs: list[str] = msgspec.field(default_factory=list)
     max_parallel_children: Annotated[int, msgspec.Meta(ge=1)] = 4
+    screening: ScreeningConfig | None = None
+    # Names of environment variables whose values are the agent's secrets (never written
+    # down in clear: see podium.security.redact); the values are read at start.
+    secret_env: list[str] = msgspec.field(default_factory=list)
 
 
 class MCPServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

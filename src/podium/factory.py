@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from podium.agent import Agent, ContextPolicy
-from podium.config import AgentConfig, Config, MCPServerConfig, ModelConfig
+from podium.config import AgentConfig, Config, MCPServerConfig, ModelConfig, ScreeningConfig
 from podium.errors import ConfigError
 from podium.models.base import Model, ModelSettings
 from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
     from podium.models.openai import OpenAIChatModel
+    from podium.security.screen import ScreeningPolicy
     from podium.tools.mcp import MCPServer
 
 __all__ = (
@@ -494,7 +495,41 @@ def build_agent(
         output_type=_output_type(cfg),
         output_mode=cfg.output_mode,
         output_retries=cfg.output_retries,
+        screening=_screening(cfg.screening, models),
+        secrets=_secrets(cfg.secret_env, os.environ),
     )
+
+
+def _screening(cfg: ScreeningConfig | None, models: Mapping[str, Model]) -> ScreeningPolicy | None:
+    """A declared agent's screening policy, its guard model from the ``[[models]]`` pool."""
+    if cfg is None:
+        return None
+    from podium.security.guard_model import GuardModel
+    from podium.security.output_guard import OutputGuard
+    from podium.security.screen import ScreeningPolicy
+
+    guard = None
+    if cfg.guard_model is not None:
+        guard = GuardModel(
+            models[cfg.guard_model],
+            when=cfg.guard_when,
+            budget_s=cfg.guard_budget_s,
+            on_failure=cfg.guard_on_failure,
+        )
+    outputs = OutputGuard(allow_hosts=frozenset(cfg.output_hosts)) if cfg.outputs else None
+    return ScreeningPolicy(
+        action=cfg.action, on_block=cfg.on_block, threshold=cfg.threshold,
+        outputs=outputs, guard=guard,
+    )
+
+
+def _secrets(names: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    """The values of the environment variables ``names`` (a name unset is refused: a
+    secret meant to be scrubbed that is not would be scrubbed nowhere)."""
+    missing = [n for n in names if not environ.get(n)]
+    if missing:
+        raise ConfigError(f"secret_env: {', '.join(missing)} not set in the environment")
+    return [environ[n] for n in names]
 
 
 def _output_type(cfg: AgentConfig) -> Any:

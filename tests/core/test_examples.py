@@ -125,7 +125,7 @@ def pages() -> Iterator[research.PageServer]:
 
 
 async def test_research_fetches_linked_pages_and_summarizes(pages: research.PageServer) -> None:
-    agent = research.build_agent(f"{pages.url}/index.html")
+    agent = research.build_agent(f"{pages.url}/index.html", loopback_ports=[pages.port])
     async with Engine() as engine:
         record = await engine.run(agent, "Summarize the Podium field notes")
         journal = await engine.store.journal(record.run_id)
@@ -140,7 +140,7 @@ async def test_research_fetches_linked_pages_and_summarizes(pages: research.Page
 
 
 async def test_research_starts_from_urls_in_the_input(pages: research.PageServer) -> None:
-    agent = research.build_agent()
+    agent = research.build_agent(loopback_ports=[pages.port])
     record = await agent.run(f"What does {pages.url}/cpu.html say?")
     out = record.output or ""
     assert out.startswith("Summary of 1 page(s):")
@@ -148,9 +148,15 @@ async def test_research_starts_from_urls_in_the_input(pages: research.PageServer
 
 
 async def test_fetch_refuses_other_hosts_unless_allowed() -> None:
-    assert research.is_allowed("http://127.0.0.1:8000/x")
-    assert research.is_allowed("http://localhost/x")
-    assert research.is_allowed("http://[::1]:80/")
+    # Loopback is closed unless a port is opened, and then only that port (and never a
+    # well-known service's).
+    assert not research.is_allowed("http://127.0.0.1:8000/x")
+    assert not research.is_allowed("http://localhost/x")
+    assert research.is_allowed("http://127.0.0.1:8000/x", loopback_ports=[8000])
+    assert research.is_allowed("http://localhost:8000/x", loopback_ports=[8000])
+    assert research.is_allowed("http://[::1]:8000/", loopback_ports=[8000])
+    assert not research.is_allowed("http://127.0.0.1:8001/x", loopback_ports=[8000])
+    assert not research.is_allowed("http://127.0.0.1:6379/", loopback_ports=[8000, 6379])
     assert not research.is_allowed("http://10.0.0.1/")
     assert not research.is_allowed("http://example.com/")
     assert not research.is_allowed("file:///etc/passwd")
@@ -165,7 +171,7 @@ async def test_fetch_refuses_other_hosts_unless_allowed() -> None:
 async def test_fetch_tool_directly(pages: research.PageServer) -> None:
     from podium.tools import ToolExecutor
 
-    fetch = research.make_fetch()
+    fetch = research.make_fetch(loopback_ports=[pages.port])
     executor = ToolExecutor(max_threads=2)
     try:
         index = args(fetch, f'{{"url": "{pages.url}/index.html"}}')

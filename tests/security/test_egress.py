@@ -382,10 +382,11 @@ async def test_research_fetch_refuses_redirects_to_private_and_service_ports() -
     from podium.examples import research
     from podium.tools import ToolContext, ToolExecutor
 
-    fetch = research.make_fetch()
     executor = ToolExecutor(max_threads=1)
     try:
-        async with serve() as base:
+        async with serve() as base, serve() as other:
+            # Only the first server's port is opened: another loopback service is not.
+            fetch = research.make_fetch(loopback_ports=[int(base.rsplit(":", 1)[1])])
             outcomes = [
                 await executor.execute(
                     fetch,
@@ -393,14 +394,60 @@ async def test_research_fetch_refuses_redirects_to_private_and_service_ports() -
                     ToolContext("r", 0, i, f"c{i}"),
                 )
                 for i, target in enumerate(
-                    ["http://10.0.0.1/secret", "http://127.0.0.1:6379/", "/page"]
+                    ["http://10.0.0.1/secret", "http://127.0.0.1:6379/", "/page",
+                     f"{other}/page"]
                 )
             ]
     finally:
         executor.close()
-    private, redis, ok = outcomes
+    private, redis, ok, elsewhere = outcomes
+    assert not elsewhere.ok and f"port {other.rsplit(':', 1)[1]}" in elsewhere.content
     assert (
         not private.ok and "refusing to fetch" in private.content and "private" in private.content
     )
     assert not redis.ok and "port 6379" in redis.content
     assert ok.ok and '"title":"ok"' in ok.content
+
+
+async def test_a_timeout_message_names_the_timeout_that_fired() -> None:
+    """The egress policy's request timeout and the tool's own are told apart: the model
+    (and the operator) read which one fired, and after how long."""
+    from podium import tool
+    from podium.tools import ToolContext, ToolExecutor
+
+    done = asyncio.Event()
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)  # accepts, reads, answers nothing until the test ends
+        await done.wait()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    fetch = http_tool(
+        "fetch", f"http://127.0.0.1:{port}/x", policy=EgressPolicy.loopback(timeout_s=0.3),
+        timeout=5.0,
+    )
+
+    @tool(timeout=0.3)
+    async def sleepy() -> str:
+        """Sleep past its own timeout."""
+        await asyncio.sleep(30)
+        return "never"
+
+    executor = ToolExecutor(max_threads=1)
+    try:
+        call = ToolContext("r", 0, 0, "c0")
+        egress = await executor.execute(fetch, fetch.decode_arguments("{}"), call)
+        call = ToolContext("r", 0, 1, "c1")
+        own = await executor.execute(sleepy, sleepy.decode_arguments("{}"), call)
+    finally:
+        executor.close()
+        done.set()
+        server.close()
+        await server.wait_closed()
+    assert egress.error == "timeout"
+    assert "timed out after 0.3s (the egress policy's timeout_s)" in egress.content
+    assert "5.0s" not in egress.content
+    assert own.error == "timeout" and "tool 'sleepy' timed out after 0.3s" in own.content

@@ -322,7 +322,7 @@ async def test_examples_tool_results_are_not_flagged(tmp_path: Path) -> None:
     support = order_support.build_agent(tmp_path / "orders.sqlite")
     support.screening = policy
     with research.serve_pages() as pages:
-        agent = research.build_agent(f"{pages.url}/index.html")
+        agent = research.build_agent(f"{pages.url}/index.html", loopback_ports=[pages.port])
         agent.screening = policy
         async with Engine() as engine:
             runs = [

@@ -127,6 +127,18 @@ def register(subparsers: Any) -> None:
         default=None,
         help="every quirk of that server at once",
     )
+    guard = p.add_argument_group(
+        "guard model", "answer as a Llama Guard-style classifier (see podium.models.sim_guard)"
+    )
+    guard.add_argument(
+        "--guard",
+        choices=("off", "classify", "garbage"),
+        default="off",
+        help="classify: 'safe' or 'unsafe\\nS14' on the last user message; garbage: no verdict",
+    )
+    guard.add_argument(
+        "--guard-delay-ms", type=amount, default=0.0, help="time before each guard verdict"
+    )
     p.add_argument("--uvloop", action="store_true", help="run on uvloop")
     p.set_defaults(handler=run)
 
@@ -160,6 +172,8 @@ def config_from_args(args: argparse.Namespace) -> SimServerConfig:
         models_interrupt=args.models_interrupts,
         named_tools_only=args.named_tools_only,
         hang_after=args.hang_after,
+        guard=args.guard,
+        guard_delay_s=args.guard_delay_ms / 1e3,
     )
     return config if args.mimic is None else config.mimic(args.mimic)
 

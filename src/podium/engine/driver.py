@@ -87,8 +87,9 @@ from podium.observe.inspect import with_progress
 from podium.output import OutT
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
-from podium.security.redact import Redactor, redactor_for
-from podium.security.screen import ScreenVerdict
+from podium.security.output_guard import remember_flagged
+from podium.security.redact import RunRedactor, redactor_for
+from podium.security.screen import Screened, ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
 from podium.store.memory import MemoryRunStore
@@ -580,6 +581,9 @@ class Engine(AsyncCloseable):
                 await self.end_stored(record, "failed", "invalid_tools", str(exc))
                 return record
         self._models.setdefault(id(agent.model), agent.model)
+        if agent.screening is not None and agent.screening.guard is not None:  # (closed too)
+            guard_model = agent.screening.guard.model
+            self._models.setdefault(id(guard_model), guard_model)
         run_id = record.run_id
         task = asyncio.current_task(self._running_loop())
         if task is not None:
@@ -654,8 +658,14 @@ class Engine(AsyncCloseable):
                     t[_ASSEMBLED] = stamp()
                     # model
                     tokens = self.tokens
-                    if tokens is not None and tokens.listening(run_id):  # a client listens
-                        response = await stream_model(agent, request, sw, tokens, _MODEL)
+                    if (
+                        tokens is not None
+                        and tokens.listening(run_id)  # a client listens
+                        and (agent.screening is None or not agent.screening.holds_output)
+                    ):
+                        response = await stream_model(
+                            agent, request, sw, tokens, _MODEL, state.redact
+                        )
                     else:
                         coro = agent.model.request(request)
                         try:
@@ -883,7 +893,9 @@ class Engine(AsyncCloseable):
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
         state = replay(agent, record, entries, history)
-        state.redact = redactor_for(agent)  # (the secrets of every agent it may hand off to)
+        # (the secrets of every agent it may hand off to; the values this run meets)
+        redactor = redactor_for(agent)
+        state.redact = None if redactor is None else redactor.for_run()
         state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
         state.profile.admit_ns = admit_ns
         # A run on the plain path (one side-effect-free call a step, nothing to screen or
@@ -892,6 +904,8 @@ class Engine(AsyncCloseable):
         adopt(state, agent)
         if agent.multi_agent:  # agent tools or hand-offs: set up once, here
             attach(self, agent, state, entries)
+        if screened is not None and screened.verdict.action in ("flag", "redact"):
+            remember_flagged(state, record.input)
         if (
             screened is not None
             and screened.verdict.action == "block"
@@ -994,16 +1008,31 @@ class Engine(AsyncCloseable):
         profile = sw.snapshot(step, 0, ttft)
         if profile is not None:
             state.profile.steps.append(profile)
+        screened: tuple[Screened, ...] = ()
+        screening = agent.screening
+        if output is None and screening is not None and screening.outputs is not None:
+            found = screening.screen_output(
+                response.content, None if state.redact is None else state.redact.matcher
+            )
+            if found is not None:
+                verdict, text = found
+                screened = (Screened(time.time(), verdict),)
+                if verdict.action == "block" and screening.on_block == "fail":
+                    await self._append(state, screened, sw)
+                    raise _Finish("failed", "output_blocked", _blocked(verdict))
+                if text != response.content:  # what leaves the run is what the screen left
+                    response.content = text
+                    message = msgspec.structs.replace(message, content=text)
         if output is None:
             final = RunFinished(time.time(), "completed", output=response.content)
         else:
             final = RunFinished(time.time(), "completed", output=output, structured=True)
-        self._apply_final(state, final)
+        final = self._apply_final(state, final)
         entry = StepRecord(step, final.ts, message, (), response.usage, profile)
         self._tasks.pop(state.record.run_id, None)  # its end is decided: a cancel is too late
         if state.alarm is not None:  # and so is its deadline
             state.alarm.disarm()
-        waiting = self._checkpoint(state, (entry, final), sw, state.record)
+        waiting = self._checkpoint(state, (*screened, entry, final), sw, state.record)
         if waiting is not None:
             await waiting
         sw.close_step(profile)
@@ -1127,6 +1156,12 @@ class Engine(AsyncCloseable):
             planned, rejected = restrict_calls(
                 planned, rejected, state.allowed_tools, state.record.tenant
             )
+        call_verdicts: list[ScreenVerdict] = []
+        screening = agent.screening
+        if screening is not None and screening.outputs is not None and state.flagged:
+            planned, rejected, call_verdicts = screening.screen_calls(
+                planned, rejected, state.flagged
+            )
         held = _NO_CALLS
         if agent.gated:  # some calls may need a human's approval first
             planned, held = approvals.gate(planned, state.approved)
@@ -1152,6 +1187,13 @@ class Engine(AsyncCloseable):
         ctx = state.ctx
         for _, result in outcomes:
             ctx.append(tool_message(result))
+            if (
+                screening is not None
+                and screening.outputs is not None
+                and result.screen is not None
+                and result.screen.action in ("flag", "redact")
+            ):
+                remember_flagged(state, result.content)
         compaction = None
         if ctx.tokens > agent.context.max_context_tokens:
             compaction = await self._compact(agent, state, sw)
@@ -1171,6 +1213,8 @@ class Engine(AsyncCloseable):
             entries.append(StepCommitted(step, ts, profile))
         if compaction is not None:
             entries.append(compaction)
+        # (a refused call's verdict rides with its result; one let run is journaled here)
+        entries.extend(Screened(ts, v) for v in call_verdicts if v.action in ("allow", "flag"))
         state.step = step + 1
         await self._append(state, entries, sw)
         sw.close_step(profile)  # files the profile in state.profile.steps
@@ -1458,7 +1502,7 @@ class Engine(AsyncCloseable):
         summary: str | None = None
         # The summary is journaled: it quotes the context with its secrets withheld (and so
         # does the transcript a summarizing model reads).
-        shown = state.redact.shown if isinstance(state.redact, Redactor) else None
+        shown = state.redact.shown if isinstance(state.redact, RunRedactor) else None
         if policy.compaction == "model":
             tokenizer = ctx.tokenizer
             instructions = Message("system", _SUMMARIZE_PROMPT)
@@ -1577,7 +1621,11 @@ class Engine(AsyncCloseable):
             for entry in entries:
                 observer(run_id, entry)
 
-    def _apply_final(self, state: RunState, final: RunFinished) -> None:
+    def _apply_final(self, state: RunState, final: RunFinished) -> RunFinished:
+        """Bring the record level with the run's end; the end as it is to be written (its
+        output and error without the run's secrets: the record and the journal show them)."""
+        if isinstance(state.redact, RunRedactor):
+            final = state.redact.final(final)
         record = state.record
         record.status = final.status
         record.output = final.output
@@ -1588,6 +1636,7 @@ class Engine(AsyncCloseable):
         record.steps = state.step
         record.usage = state.usage
         record.profile = state.profile
+        return final
 
     async def _write_end(
         self,
@@ -1600,8 +1649,7 @@ class Engine(AsyncCloseable):
         """Journal and store the run's end (a completed run's went with its final step)."""
         record = state.record
         self._tasks.pop(record.run_id, None)  # its end is decided: a cancel is too late
-        final = RunFinished(time.time(), status, output, error, reason)
-        self._apply_final(state, final)
+        final = self._apply_final(state, RunFinished(time.time(), status, output, error, reason))
         await self._write_final(record, final)
 
     def _ended(self, state: RunState) -> RunRecord:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -28,6 +28,9 @@ from podium.engine.records import (
 from podium.engine.step import tool_message
 from podium.messages import Message, Usage
 from podium.tools.executor import ToolResult
+
+if TYPE_CHECKING:
+    from podium.security.redact import RunRedactor
 
 __all__ = ("PendingStep", "RunState", "replay")
 
@@ -74,7 +77,7 @@ class RunState(msgspec.Struct, gc=False):
     #: The tools this run's tenant may call (None: every tool of the agent).
     allowed_tools: frozenset[str] | None = None
     #: Replaces secrets in journal entries before they are written (None: no secrets).
-    redact: Callable[[Sequence[JournalEntry]], Sequence[JournalEntry]] | None = None
+    redact: RunRedactor | None = None
     #: Calls of the step being resumed that a human approved (the gate lets them run).
     approved: frozenset[int] = _NONE
     step: int = 0
@@ -93,6 +96,9 @@ class RunState(msgspec.Struct, gc=False):
     task: Any = None
     #: True when every step must take the general path (screening, a tenant allow-list).
     general: bool = False
+    #: Texts the screen flagged in this run (its input, tool results) that the model read:
+    #: a later tool call quoting one is tainted (see podium.security.output_guard).
+    flagged: list[str] | None = None
     #: What the engine's hook hears at each step of this drive (see podium.engine.hook):
     #: None when it asked for nothing (no hook; an untraced run of a tracing-only hook).
     on_step: Any = None

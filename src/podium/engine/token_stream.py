@@ -14,19 +14,28 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
 from podium.agent import Agent
 from podium.engine.model_faults import model_fault
 from podium.engine.stopwatch import Stopwatch
+from podium.engine.stream_scrub import HeldText
 from podium.errors import ModelError, ModelReplyError
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
-from podium.security.redact import redactor_for
+from podium.security.redact import RunRedactor
+from podium.security.secrets import SecretMatcher
 from podium.streaming.base import TokenChannel, TokenDelta, delta_size
 
 __all__ = ("stream_model",)
 
 
 async def stream_model(
-    agent: Agent, request: ModelRequest, sw: Stopwatch, channel: TokenChannel, phase: int
+    agent: Agent,
+    request: ModelRequest,
+    sw: Stopwatch,
+    channel: TokenChannel,
+    phase: int,
+    redact: RunRedactor | None = None,
 ) -> ModelResponse:
     """The model's reply to ``request``, its deltas published on ``channel`` as they come.
 
@@ -34,15 +43,18 @@ async def stream_model(
     an unstreamed call (its deltas start again at offset 0: listeners drop the text
     they have had already).
     CPU is counted only over the slices that handle a delta, not while waiting.
-    An agent with secret tool arguments streams no argument fragments (the journal
-    replaces those arguments; its listeners must not see them either).
+    A run with secrets (``redact``) streams no argument fragments (the journal
+    replaces secret arguments; its listeners must not see them either), and its text
+    is held back just long enough to scrub the secrets it knows (see
+    :mod:`podium.engine.stream_scrub`).
     """
-    redactor = redactor_for(agent)
-    arguments = redactor is None or not redactor.args
+    arguments = redact is None
     attempt = 0
     while True:
         try:
-            return await _stream_once(agent.model, request, sw, channel, phase, arguments)
+            return await _stream_once(
+                agent.model, request, sw, channel, phase, arguments, redact
+            )
         except ModelReplyError:
             if attempt >= agent.model_retries:
                 raise
@@ -60,6 +72,7 @@ async def _stream_once(
     channel: TokenChannel,
     phase: int,
     arguments: bool,
+    redact: RunRedactor | None,
 ) -> ModelResponse:
     try:
         stream = model.stream(request)
@@ -71,6 +84,8 @@ async def _stream_once(
     first: float | None = None
     response: ModelResponse | None = None
     offset = 0  # where the next delta starts in the text this call streamed
+    matcher = None if redact is None else redact.matcher  # (the secrets known as it starts)
+    held = None if not matcher else (HeldText(), HeldText())  # content, reasoning
     # Every streamed call starts with a reset: a call made again (a malformed reply, a
     # worker that died mid-stream) must not be spliced onto what listeners already had.
     publish(run_id, TokenDelta(step, reset=True))
@@ -83,11 +98,16 @@ async def _stream_once(
                 break
             if delta.reset:  # the model call started again (a pool failed it over)
                 offset = 0
+                if held is not None:
+                    held = (HeldText(), HeldText())
                 publish(run_id, TokenDelta(step, reset=True))
                 sw.suspend(phase)
                 continue
             if first is None:
                 first = time.perf_counter()
+            if held is not None:
+                assert matcher is not None
+                delta = _scrubbed(delta, held, matcher)
             if (
                 delta.content
                 or delta.reasoning
@@ -114,6 +134,13 @@ async def _stream_once(
             await close()
     if response is None:
         raise ModelReplyError(f"{model.name}: the stream ended without a reply")
+    if held is not None:  # the tail held back for a secret that might have begun in it
+        assert matcher is not None
+        rest = StreamDelta(content=held[0].flush(matcher), reasoning=held[1].flush(matcher))
+        if rest.content or rest.reasoning:
+            token = _token(step, rest, arguments, offset)
+            offset += delta_size(token)
+            publish(run_id, token)
     sw.suspend(phase)
     try:
         await channel.flush()  # the step's journal entry must not overtake its last tokens
@@ -122,6 +149,23 @@ async def _stream_once(
     if response.ttft_s is None and first is not None:
         response.ttft_s = first - t0
     return response
+
+
+def _scrubbed(
+    delta: StreamDelta, held: tuple[HeldText, HeldText], matcher: SecretMatcher
+) -> StreamDelta:
+    """``delta`` as it may go out: its text through the hold-back windows; a tool call's
+    delta first lets out what was held (the stream's order is kept)."""
+    if delta.tool_name is not None or delta.tool_call_index is not None:
+        content, reasoning = held[0].flush(matcher), held[1].flush(matcher)
+        return msgspec.structs.replace(
+            delta, content=content + delta.content, reasoning=reasoning + delta.reasoning
+        )
+    return msgspec.structs.replace(
+        delta,
+        content=held[0].push(delta.content, matcher) if delta.content else "",
+        reasoning=held[1].push(delta.reasoning, matcher) if delta.reasoning else "",
+    )
 
 
 def _token(step: int, delta: StreamDelta, arguments: bool, offset: int) -> TokenDelta:

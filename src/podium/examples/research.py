@@ -1,16 +1,18 @@
 """A research agent: fetches pages from a local web server and summarizes them.
 
     podium run research "Summarize the Podium field notes"
-    podium run research "Summarize http://127.0.0.1:8000/some/page.html"
+    PODIUM_FETCH_LOOPBACK_PORTS=8000 podium run research "Summarize http://127.0.0.1:8000/x.html"
 
 ``fetch`` is a real HTTP tool on Podium's pooled client behind an egress policy
 (:mod:`podium.security.egress`): a timeout, a size cap, and only the hosts it was
-allowed to reach: loopback (``localhost``, ``127.0.0.0/8``, ``::1``, allowed
-explicitly because the sample pages are served there, service ports such as
-Redis's excluded); pass ``allowed_hosts`` to :func:`build_agent` (or set
-``PODIUM_FETCH_ALLOW_HOSTS=host1,host2``) to allow more. Every redirect and
-every resolved address is checked again, so a page cannot redirect ``fetch``
-to a private address.
+allowed to reach. Loopback is refused except on the ports opened for it
+(``loopback_ports``: the sample pages' server's port, which :func:`agent` opens;
+``PODIUM_FETCH_LOOPBACK_PORTS=8000,8001`` for ``podium run``), so a page cannot send
+``fetch`` to another service on this machine (a Redis, a database, an admin port);
+pass ``allowed_hosts`` to :func:`build_agent` (or set
+``PODIUM_FETCH_ALLOW_HOSTS=host1,host2``) to allow more hosts, on ports 80 and 443.
+Every redirect and every resolved address is checked again, so a page cannot
+redirect ``fetch`` to a private address or a loopback port not opened.
 
 :func:`serve_pages` starts a tiny ``http.server`` on a free loopback port in a
 background thread, serving the sample pages in ``examples/pages/``. The
@@ -105,25 +107,43 @@ def serve_pages(directory: Path = PAGES, port: int = 0) -> PageServer:
 SERVICE_PORTS = frozenset({2379, 4222, 5432, 6379, 6380, 9200, 11211, 27017})
 
 
-def egress_policy(allowed_hosts: Iterable[str] = (), timeout_s: float = 5.0) -> EgressPolicy:
-    """Loopback (explicitly: the sample pages are served there) and ``allowed_hosts``.
+def egress_policy(
+    allowed_hosts: Iterable[str] = (),
+    timeout_s: float = 5.0,
+    loopback_ports: Iterable[int] = (),
+) -> EgressPolicy:
+    """``allowed_hosts`` on ports 80 and 443, and loopback only on ``loopback_ports``.
 
-    Private, link-local and metadata addresses stay refused, on every redirect and on the
-    address a name resolves to; loopback service ports are refused too.
+    No loopback port is open unless listed (the sample pages' server opens its own);
+    the well-known service ports are never opened. Private, link-local and metadata
+    addresses stay refused, on every redirect and on the address a name resolves to.
     """
+    ports = frozenset(loopback_ports) - SERVICE_PORTS
+    hosts = frozenset(allowed_hosts)
+    if not ports:  # no loopback at all: the public hosts listed, nothing else
+        return EgressPolicy(
+            allow_hosts=hosts or frozenset({"invalid."}),  # (empty would mean every host)
+            max_response_bytes=MAX_BYTES,
+            timeout_s=timeout_s,
+        )
+    # (Ports are one list for every host: the loopback ones opened are also open on the
+    # listed public hosts, and 80/443 on loopback; SERVICE_PORTS never.)
     return EgressPolicy.loopback(
-        hosts=allowed_hosts,
+        hosts=hosts,
+        allow_ports=frozenset({80, 443}) | ports,
         deny_ports=SERVICE_PORTS,
         max_response_bytes=MAX_BYTES,
         timeout_s=timeout_s,
     )
 
 
-def is_allowed(url: str, allowed_hosts: Iterable[str] = ()) -> bool:
+def is_allowed(
+    url: str, allowed_hosts: Iterable[str] = (), loopback_ports: Iterable[int] = ()
+) -> bool:
     """Whether ``fetch`` may start at ``url`` (each redirect and resolved address is checked
     again when it is fetched)."""
     try:
-        egress_policy(allowed_hosts).check_url(url)
+        egress_policy(allowed_hosts, loopback_ports=loopback_ports).check_url(url)
     except (EgressDenied, ValueError):
         return False
     return True
@@ -161,8 +181,10 @@ class _PageText(HTMLParser):
         return " ".join(self._chunks)
 
 
-def make_fetch(allowed_hosts: Iterable[str] = (), timeout_s: float = 5.0) -> Any:
-    client = shared_client(egress_policy(allowed_hosts, timeout_s))
+def make_fetch(
+    allowed_hosts: Iterable[str] = (), timeout_s: float = 5.0, loopback_ports: Iterable[int] = ()
+) -> Any:
+    client = shared_client(egress_policy(allowed_hosts, timeout_s, loopback_ports))
 
     @tool(timeout=timeout_s + 1.0, retries=1, max_result_tokens=1500)
     async def fetch(url: str) -> dict[str, Any]:
@@ -248,17 +270,25 @@ def make_policy(start_url: str | None) -> Any:
 
 
 def build_agent(
-    start_url: str | None = None, *, allowed_hosts: Iterable[str] | None = None
+    start_url: str | None = None,
+    *,
+    allowed_hosts: Iterable[str] | None = None,
+    loopback_ports: Iterable[int] | None = None,
 ) -> Agent:
-    """The research agent; ``start_url`` is fetched when the input names no URL."""
+    """The research agent; ``start_url`` is fetched when the input names no URL.
+    ``loopback_ports`` (default ``$PODIUM_FETCH_LOOPBACK_PORTS``) are the loopback ports
+    ``fetch`` may reach: none unless listed."""
     if allowed_hosts is None:
         env = os.environ.get("PODIUM_FETCH_ALLOW_HOSTS", "")
         allowed_hosts = [h.strip() for h in env.split(",") if h.strip()]
+    if loopback_ports is None:
+        env = os.environ.get("PODIUM_FETCH_LOOPBACK_PORTS", "")
+        loopback_ports = [int(p) for p in env.split(",") if p.strip().isdigit()]
     return Agent(
         "research",
         SimulatedModel(make_policy(start_url), latency=LatencyModel(ttft_s=0.01), seed=0),
         "You research questions by fetching web pages and summarizing what they say.",
-        [make_fetch(allowed_hosts)],
+        [make_fetch(allowed_hosts, loopback_ports=loopback_ports)],
         max_steps=MAX_PAGES + 2,
     )
 
@@ -274,4 +304,4 @@ def agent() -> Agent:
     global _server
     if _server is None:
         _server = serve_pages()
-    return build_agent(f"{_server.url}/index.html")
+    return build_agent(f"{_server.url}/index.html", loopback_ports=[_server.port])

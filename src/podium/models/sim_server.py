@@ -66,6 +66,7 @@ from aiohttp import web
 from podium.errors import ConfigError
 from podium.models.schema_example import example_value
 from podium.models.sim_batching import BatchEngine, BatchingConfig, SimSequence
+from podium.models.sim_guard import GUARD_MODES, guard_reply
 from podium.models.sim_quirks import CONTEXT_ERRORS, LOADING_BODY, context_error, invalid_500
 
 __all__ = ("MIMICS", "SimServerConfig", "build_app", "example_arguments")
@@ -95,10 +96,16 @@ class SimServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     hang_after: int | None = None
     #: the title of its ``/openapi.json`` (a llama-cpp-python server's names it)
     title: str = "podium sim-server"
+    #: Answer as a guard model (see :mod:`podium.models.sim_guard`): ``classify`` or
+    #: ``garbage``, each after ``guard_delay_s``.
+    guard: str = "off"
+    guard_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.context_error not in CONTEXT_ERRORS:
             raise ConfigError(f"context_error must be one of {', '.join(sorted(CONTEXT_ERRORS))}")
+        if self.guard not in GUARD_MODES:
+            raise ConfigError(f"guard must be one of {', '.join(GUARD_MODES)}")
 
     def mimic(self, server: str) -> SimServerConfig:
         """This config with the quirks of ``server`` (one of :data:`MIMICS`) turned on."""
@@ -162,6 +169,22 @@ class _ResponseFormat(msgspec.Struct):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: _JSONSchemaSpec | None = None
     schema: dict[str, Any] | None = None  # json_object's schema (llama.cpp)
+
+
+class _Said(msgspec.Struct):
+    role: str = ""
+    content: str | list[dict[str, Any]] | None = None
+
+
+def _said(raw: msgspec.Raw) -> tuple[str, str]:
+    """A message's role and text (its text parts joined), for the guard mode."""
+    try:
+        m = msgspec.json.decode(raw, type=_Said)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "", ""
+    if isinstance(m.content, list):
+        return m.role, " ".join(str(p.get("text", "")) for p in m.content)
+    return m.role, m.content or ""
 
 
 class _Req(msgspec.Struct):
@@ -340,6 +363,8 @@ class SimServer:
             return self._invalid(f"invalid request body: {exc}")
         if not req.messages:
             return self._invalid("messages must not be empty")
+        if self.config.guard != "off":
+            return await self._guard(req)
         plan = self._plan(req)
         if isinstance(plan, str):
             return self._invalid(plan)
@@ -383,6 +408,26 @@ class SimServer:
         }
         if cfg.usage:
             body["usage"] = self._usage(seq)
+        return web.Response(body=_encode(body), content_type="application/json")
+
+    async def _guard(self, req: _Req) -> web.Response:
+        """A guard model's verdict on the last user message, whole (never streamed)."""
+        cfg = self.config
+        if cfg.guard_delay_s:
+            await asyncio.sleep(cfg.guard_delay_s)
+        said = [_said(m) for m in req.messages]
+        users = [text for role, text in said if role == "user"]
+        text = guard_reply(cfg.guard, users[-1] if users else "")
+        body = {
+            "id": f"chatcmpl-guard{next(_ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": req.model or cfg.model,
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": text},
+                 "finish_reason": "stop"}
+            ],
+        }
         return web.Response(body=_encode(body), content_type="application/json")
 
     @staticmethod

@@ -1,11 +1,12 @@
-"""Security: where tools may connect (egress), what the model may read (screening),
-where code may run (sandbox)."""
+"""Security: where tools may connect (egress), what the model may read (screening) and
+say (the output guard), where code may run (sandbox)."""
 
 from typing import TYPE_CHECKING
 
 from podium.security.egress import EgressDenied, EgressPolicy
 from podium.security.findings import Finding
 from podium.security.heuristics import HeuristicScreener
+from podium.security.output_guard import OutputGuard
 from podium.security.sandbox import (
     Sandbox,
     SandboxError,
@@ -30,6 +31,7 @@ __all__ = (
     "Finding",
     "GuardedResolver",
     "HeuristicScreener",
+    "OutputGuard",
     "Sandbox",
     "SandboxError",
     "SandboxLimits",

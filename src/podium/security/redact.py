@@ -1,19 +1,32 @@
 """Secrets stay out of the journal: tool arguments and results marked secret are replaced
-before anything is written.
+before anything is written, and so is every copy of a secret value anywhere else.
 
-A tool marks them with ``@tool(secret_args=("password",), secret_result=True)``. The
-engine passes every batch of journal entries through the agent's :class:`Redactor` on
+A tool marks them with ``@tool(secret_args=("password",), secret_result=True)``; an agent
+declares values it knows of (API keys its tools use) with ``Agent(secrets=[...])``. The
+engine passes every batch of journal entries through the run's :class:`RunRedactor` on
 its way to the store, so the store, the events streamed from it (SSE), the observers
 (traces, live printing) and anything reading the journal later see ``"[secret]"``
-instead. The run's live context keeps the real values; a run resumed from its journal
-continues with the redacted ones. An agent without secret tools has no redactor and pays
-nothing.
+instead. That is the one door through which a run's data is written down; the run's
+record (``output``, ``error``) and the streamed deltas pass the same redactor.
+
+Two passes, in this order:
+
+1. by field: a secret argument's value and a secret result's content are replaced
+   whatever they hold (the values are learnt as they pass: the run now knows them);
+2. by value: every string of every entry (a model's reply, a tool result that echoes
+   its input, an error, a summary) is scrubbed of every secret the run knows, in any
+   form :class:`~podium.security.secrets.SecretMatcher` finds (case, spacing, reversed,
+   base64, URL-encoded, hex).
+
+The run's live context keeps the real values; a run resumed from its journal continues
+with the redacted ones. An agent without secret tools or declared secrets has no
+redactor and pays nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
@@ -24,32 +37,138 @@ from podium.engine.records import (
     HandedOff,
     JournalEntry,
     ModelTurn,
+    RunFinished,
     StepRecord,
     ToolOutcome,
 )
 from podium.messages import Message, ToolCall
+from podium.security.secrets import SECRET, SecretMatcher, secret_tokens
 from podium.tools.executor import ToolResult
-from podium.tools.policy import SECRET
 
 if TYPE_CHECKING:
     from podium.agent import Agent
 
-__all__ = ("SECRET", "Redactor", "redactor_for")
+__all__ = ("SECRET", "Redactor", "RunRedactor", "redactor_for", "scrub_value")
 
+T = TypeVar("T")
 _WITHHELD = "[secret result: not journaled]"
+#: Values a run learns at most (each call with a secret argument adds one): past that the
+#: matcher stops growing, and the field pass still replaces every secret argument.
+MAX_LEARNT = 256
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 
 
 class Redactor:
-    """Replaces secret arguments and results in journal entries (copies; never in place)."""
+    """An agent's secrets: which tool arguments and results are secret, which values it
+    declares. Shared by its runs; each run gets its own :class:`RunRedactor`."""
 
-    def __init__(self, args: Mapping[str, frozenset[str]], results: frozenset[str]) -> None:
+    def __init__(
+        self,
+        args: Mapping[str, frozenset[str]],
+        results: frozenset[str],
+        declared: Sequence[str] = (),
+    ) -> None:
         self.args = dict(args)
         self.results = results
+        self.declared = tuple(declared)
+        self._matcher = SecretMatcher(self.declared)  # compiled once, shared by every run
+
+    def for_run(self) -> RunRedactor:
+        return RunRedactor(self)
+
+    def arguments(self, tool: str, arguments: str) -> str:
+        """A call's JSON arguments with ``tool``'s secret ones replaced."""
+        secret = self.args.get(tool)
+        if not secret:
+            return arguments
+        try:
+            args: Any = _decode(arguments or "{}")
+        except msgspec.DecodeError:  # unparseable: it may hold the secret anywhere
+            return _encode(SECRET).decode()
+        if isinstance(args, dict):
+            args = {k: (SECRET if k in secret else v) for k, v in args.items()}
+        return _encode(args).decode()
+
+    def secret_values(self, tool: str, arguments: str | None) -> list[str]:
+        """The values of ``tool``'s secret arguments in a call's JSON ``arguments``."""
+        secret = self.args.get(tool)
+        if not secret or not arguments:
+            return []
+        try:
+            args: Any = _decode(arguments)
+        except msgspec.DecodeError:
+            return []
+        if not isinstance(args, dict):
+            return []
+        found = []
+        for key in secret:
+            value = args.get(key)
+            if value is None or isinstance(value, bool):
+                continue
+            found.append(value if isinstance(value, str) else _encode(value).decode())
+        return found
+
+
+class RunRedactor:
+    """One run's redactor: the agent's rules and the secret values the run has met."""
+
+    __slots__ = ("agent", "matcher")
+
+    def __init__(self, agent: Redactor) -> None:
+        self.agent = agent
+        self.matcher = agent._matcher
+
+    @property
+    def args(self) -> dict[str, frozenset[str]]:
+        return self.agent.args
+
+    def learn(self, values: Sequence[str]) -> None:
+        """Add secret values met outside the journal (a tool's arguments, say)."""
+        if values and len(self.matcher.values) < MAX_LEARNT:
+            self.matcher = self.matcher.with_values(values)
 
     def __call__(self, entries: Sequence[JournalEntry]) -> Sequence[JournalEntry]:
-        return [self._entry(e) for e in entries]
+        for entry in entries:
+            self._learn(entry)
+        matcher = self.matcher
+        out = []
+        for entry in entries:
+            entry = self._entry(entry)
+            if matcher:
+                entry = scrub_value(entry, matcher)
+            out.append(entry)
+        return out
+
+    def scrub(self, text: str) -> str:
+        """``text`` (a record's output, a streamed delta) without the secrets known so far."""
+        return self.matcher.scrub(text)
+
+    def final(self, final: RunFinished) -> RunFinished:
+        """The run's end, its output and error scrubbed (the record takes them from it)."""
+        return scrub_value(final, self.matcher) if self.matcher else final
+
+    # -- learning: the secret values an entry shows, before they are replaced ---------------
+
+    def _learn(self, entry: JournalEntry) -> None:
+        values: list[str] = []
+        message = getattr(entry, "message", None)
+        if isinstance(message, Message):
+            for call in message.tool_calls:
+                values += self.agent.secret_values(call.name, call.arguments)
+        if isinstance(entry, ApprovalRequested | ApprovalDecided):
+            values += self.agent.secret_values(entry.tool, entry.arguments)
+        results: tuple[ToolResult, ...] = ()
+        if isinstance(entry, StepRecord):
+            results = entry.results
+        elif isinstance(entry, ToolOutcome):
+            results = (entry.result,)
+        for result in results:
+            if result.ok and result.name in self.agent.results:
+                values += secret_tokens(result.content)
+        self.learn(values)
+
+    # -- the field pass ------------------------------------------------------------------
 
     def _entry(self, entry: JournalEntry) -> JournalEntry:
         if isinstance(entry, StepRecord):
@@ -71,65 +190,90 @@ class Redactor:
         if (
             isinstance(entry, ApprovalRequested | ApprovalDecided)
             and entry.arguments is not None  # (a decision without an edit has none)
-            and entry.tool in self.args
+            and entry.tool in self.agent.args
         ):
             return msgspec.structs.replace(
-                entry, arguments=self.arguments(entry.tool, entry.arguments)
+                entry, arguments=self.agent.arguments(entry.tool, entry.arguments)
             )
         return entry
 
     def shown(self, message: Message) -> Message:
         """``message`` as a summary of the context may quote it (compaction): secret
-        arguments replaced, a secret result withheld."""
-        if message.role == "tool" and message.name in self.results:
+        arguments replaced, a secret result withheld, known secrets scrubbed."""
+        if message.role == "tool" and message.name in self.agent.results:
             return msgspec.structs.replace(message, content=_WITHHELD)
-        return self.message(message)
+        message = self.message(message)
+        return scrub_value(message, self.matcher) if self.matcher else message
 
     def message(self, message: Message) -> Message:
-        if not any(c.name in self.args for c in message.tool_calls):
+        if not any(c.name in self.agent.args for c in message.tool_calls):
             return message
         calls = tuple(self.call(c) for c in message.tool_calls)
         return msgspec.structs.replace(message, tool_calls=calls)
 
     def call(self, call: ToolCall) -> ToolCall:
-        if not self.args.get(call.name):
+        if not self.agent.args.get(call.name):
             return call
-        return msgspec.structs.replace(call, arguments=self.arguments(call.name, call.arguments))
-
-    def arguments(self, tool: str, arguments: str) -> str:
-        """A call's JSON arguments with ``tool``'s secret ones replaced."""
-        secret = self.args.get(tool)
-        if not secret:
-            return arguments
-        try:
-            args: Any = _decode(arguments or "{}")
-        except msgspec.DecodeError:  # unparseable: it may hold the secret anywhere
-            return _encode(SECRET).decode()
-        if isinstance(args, dict):
-            args = {k: (SECRET if k in secret else v) for k, v in args.items()}
-        return _encode(args).decode()
+        return msgspec.structs.replace(
+            call, arguments=self.agent.arguments(call.name, call.arguments)
+        )
 
     def result(self, result: ToolResult) -> ToolResult:
-        if result.name not in self.results or not result.ok:
+        if result.name not in self.agent.results or not result.ok:
             return result
         return msgspec.structs.replace(result, content=_WITHHELD, screen=None)
 
 
+def _scrub_builtins(value: object, matcher: SecretMatcher) -> tuple[object, bool]:
+    if isinstance(value, str):
+        clean = matcher.scrub(value)
+        return clean, clean != value
+    if isinstance(value, dict):
+        changed = False
+        out: dict[object, object] = {}
+        for k, v in value.items():
+            k2, c1 = _scrub_builtins(k, matcher)
+            v2, c2 = _scrub_builtins(v, matcher)
+            changed = changed or c1 or c2
+            out[k2] = v2
+        return out, changed
+    if isinstance(value, list | tuple):  # (to_builtins keeps tuples)
+        items = [_scrub_builtins(v, matcher) for v in value]
+        return [v for v, _ in items], any(c for _, c in items)
+    return value, False
+
+
+def scrub_value(value: T, matcher: SecretMatcher) -> T:
+    """``value`` (a journal entry, a message: any msgspec value) with every string in it,
+    at any depth, scrubbed of ``matcher``'s secrets; ``value`` itself when none held one
+    (the common case costs a walk over its strings, no copy)."""
+    plain = msgspec.to_builtins(value)
+    clean, changed = _scrub_builtins(plain, matcher)
+    if not changed:
+        return value
+    return msgspec.convert(clean, type(value))
+
+
 def redactor_for(agent: Agent) -> Redactor | None:
     """The redactor of a run started with ``agent``, or ``None`` when no tool it may call
-    has secrets (cached): its tools' secrets and those of every agent its hand-offs reach,
-    since the run's context (and what a compaction quotes of it) keeps what each called."""
+    has secrets and no agent declares any (cached): its tools' secrets and those of every
+    agent its hand-offs reach, since the run's context (and what a compaction quotes of it)
+    keeps what each called."""
     cached: Redactor | bool | None = getattr(agent, "_podium_redactor", False)
     if cached is not False:
         return cached  # type: ignore[return-value]
     args: dict[str, frozenset[str]] = {}
     results: set[str] = set()
+    declared: list[str] = []
     for each in reachable(agent):
+        declared.extend(getattr(each, "secrets", ()))
         for name, t in each.tools.items():
             if t.policy.secret_args:
                 args[name] = args.get(name, frozenset()) | frozenset(t.policy.secret_args)
             if t.policy.secret_result:
                 results.add(name)
-    redactor = Redactor(args, frozenset(results)) if args or results else None
+    redactor = (
+        Redactor(args, frozenset(results), declared) if args or results or declared else None
+    )
     agent._podium_redactor = redactor  # type: ignore[attr-defined]
     return redactor

@@ -30,15 +30,20 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import msgspec
 
 from podium.security.findings import Finding
+from podium.security.guard_model import GuardModel
 from podium.security.heuristics import HeuristicScreener
+from podium.security.output_guard import OutputGuard, tainted_values
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
+    from podium.engine.step import PlannedCall
+    from podium.security.secrets import SecretMatcher
     from podium.tools.executor import ToolResult
 
 __all__ = (
     "Finding",
     "HeuristicScreener",
+    "OutputGuard",
     "ScreenVerdict",
     "Screened",
     "Screener",
@@ -58,6 +63,10 @@ class ScreenVerdict(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     action: Literal["allow", "flag", "redact", "block"]
     screener: str = ""
     excerpt: str = ""
+    #: What the guard model said, when it was asked (see podium.security.guard_model).
+    guard: str = ""
+    #: The first pass's rule that the guard's ``safe`` overruled.
+    overruled: str = ""
 
 
 class Screened(msgspec.Struct, tag="screen", gc=False):
@@ -84,6 +93,17 @@ _counts: Counter[tuple[str, str, str]] = Counter()
 def screening_statistics() -> dict[tuple[str, str, str], int]:
     """Verdicts so far in this process, by (``input``/``tool``, action, rule)."""
     return dict(_counts)
+
+
+def _strings(value: object) -> list[str]:
+    """Every string in a call's arguments (as builtins), at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _strings(v)]
+    return []
 
 
 def _withheld(verdict: ScreenVerdict) -> str:
@@ -126,22 +146,52 @@ class ScreeningPolicy:
     screeners: tuple[Screener, ...] = field(default_factory=lambda: (HeuristicScreener(),))
     inputs: bool = True
     tool_results: bool = True
+    #: Checks on what the model says: its answer and its tool calls (None: not screened).
+    outputs: OutputGuard | None = None
+    #: A classifier model asked where the first pass is unsure (None: the first pass alone).
+    guard: GuardModel | None = None
 
     async def verdict(self, text: str, source: str) -> tuple[ScreenVerdict, str] | None:
         """The verdict on ``text`` and the text the model may read, or ``None`` if clean."""
-        best: Finding | None = None
-        by: str = ""
-        findings: list[Finding] = []
+        findings: list[tuple[Finding, str]] = []
         for screener in self.screeners:
             found = screener.screen(text)
             if inspect.isawaitable(found):
                 found = await found
-            for f in found:
-                findings.append(f)
-                if best is None or f.score > best.score:
-                    best, by = f, screener.name
-        if best is None:
+            findings.extend((f, screener.name) for f in found)
+        guard = self.guard
+        if guard is None:
+            return self.decide(text, source, findings)
+        first = max((f.score for f, _ in findings), default=0.0)
+        if not guard.consults(first):
+            return self.decide(text, source, findings)
+        answer = await guard.ask(text)
+        overruled = ""
+        if answer.unsafe:
+            rule = "guard_unsafe" + answer.said.removeprefix("unsafe").split("+", 1)[0]
+            findings.append((Finding(rule, 0.95, 0, len(text)), guard.name))
+        elif answer.failed and guard.on_failure == "closed":
+            findings.append((Finding("guard_unavailable", 1.0, 0, 0), guard.name))
+        elif not answer.failed and findings:  # safe: the guard overrules an unsure first pass
+            best, _ = max(findings, key=lambda fb: fb[0].score)
+            overruled = best.rule
+            findings = [(Finding("guard_safe", 0.0, 0, 0), guard.name)]
+        decided = self.decide(text, source, findings)
+        if decided is None:
             return None
+        verdict, shown = decided
+        verdict = msgspec.structs.replace(verdict, guard=answer.said, overruled=overruled)
+        return verdict, shown
+
+    def decide(
+        self, text: str, source: str, found: Sequence[tuple[Finding, str]]
+    ) -> tuple[ScreenVerdict, str] | None:
+        """The verdict from ``found`` (each finding with the screener that made it): the
+        highest score decides; the text as the action leaves it. Counted."""
+        if not found:
+            return None
+        best, by = max(found, key=lambda fb: fb[0].score)
+        findings = [f for f, _ in found]
         action = self.action if best.score >= self.threshold else "allow"
         excerpt = text[best.start : best.end][:120] if best.end > best.start else ""
         verdict = ScreenVerdict(source, best.rule, round(best.score, 3), action, by, excerpt)
@@ -151,6 +201,13 @@ class ScreeningPolicy:
         if action == "redact":
             return verdict, _redact(text, [f for f in findings if f.score >= self.threshold])
         return verdict, text
+
+    @property
+    def holds_output(self) -> bool:
+        """Whether the answer may change before it leaves (an output guard that redacts or
+        blocks): such a run streams no tokens, since a streamed image is fetched by the
+        client before the screen has seen the whole answer."""
+        return self.outputs is not None and self.action != "flag"
 
     @property
     def fails_on_block(self) -> bool:
@@ -169,6 +226,70 @@ class ScreeningPolicy:
                 result.ok = False
                 result.error = "blocked"
         return result
+
+    def screen_output(
+        self, text: str, secrets: SecretMatcher | None = None
+    ) -> tuple[ScreenVerdict, str] | None:
+        """The verdict on the run's answer (source ``output``) and the answer as it may
+        leave; None when :attr:`outputs` is off or nothing was found."""
+        guard = self.outputs
+        if guard is None:
+            return None
+        found = [(f, guard.name) for f in guard.screen(text)]
+        if secrets:
+            found.extend(
+                (Finding("secret", 1.0, start, end), "secrets")
+                for start, end in secrets.spans(text)
+            )
+        decided = self.decide(text, "output", found)
+        if decided is None:
+            return None
+        verdict, shown = decided
+        # The excerpt names the host, not the URL: its query is the data it would carry off
+        # (and a secret's excerpt would be the secret).
+        excerpt = guard.host_in(verdict.excerpt) if verdict.rule != "secret" else ""
+        return msgspec.structs.replace(verdict, excerpt=excerpt), shown
+
+    def screen_calls(
+        self,
+        planned: list[PlannedCall],
+        rejected: list[tuple[int, ToolResult]],
+        flagged: Sequence[str],
+    ) -> tuple[list[PlannedCall], list[tuple[int, ToolResult]], list[ScreenVerdict]]:
+        """Screen the step's calls against what the screen flagged earlier in the run: a
+        call quoting flagged text is tainted (source ``call:<tool>``). Under ``block`` or
+        ``redact`` it moves to the rejected calls (the model reads why); the verdicts are
+        returned for the journal either way."""
+        guard = self.outputs
+        if guard is None or not guard.tool_calls or not flagged:
+            return planned, rejected, []
+        from podium.tools.executor import ToolResult
+
+        keep: list[PlannedCall] = []
+        refused = list(rejected)
+        verdicts: list[ScreenVerdict] = []
+        for p in planned:
+            quoted = tainted_values(_strings(msgspec.to_builtins(p.args)), flagged)
+            found = self.decide(
+                quoted or "", f"call:{p.tool.name}",
+                [(Finding("tainted_call", 0.8, 0, len(quoted)), guard.name)] if quoted else [],
+            )
+            if found is None:
+                keep.append(p)
+                continue
+            verdict, _ = found
+            verdicts.append(verdict)
+            if verdict.action in ("allow", "flag"):  # (a call cannot be half run: a
+                keep.append(p)  # redacting policy refuses it as a blocking one does)
+                continue
+            notice = (
+                f"[withheld by the output screen: this call to {p.tool.name!r} quotes text "
+                "the injection screen flagged earlier in the run; it was not run]"
+            )
+            result = ToolResult(p.ctx.call_id, p.tool.name, notice, False, "blocked", 0)
+            result.screen = verdict
+            refused.append((p.index, result))
+        return keep, refused, verdicts
 
     async def screen_input(self, record: RunRecord) -> Screened | None:
         """Screen a new run's input; a redacted or withheld input replaces ``record.input``

@@ -19,7 +19,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
-__all__ = ("DeadlineWheel", "arm_deadline", "with_deadline")
+__all__ = ("DeadlineWheel", "ToolTimeout", "arm_deadline", "with_deadline")
+
+
+class ToolTimeout(TimeoutError):
+    """The tool's own timeout fired (``ToolPolicy.timeout_s``): told apart from a
+    ``TimeoutError`` raised inside the tool (an HTTP request's, the egress policy's), so
+    that the error the model reads names the timeout that fired."""
 
 T = TypeVar("T")
 
@@ -129,14 +135,17 @@ async def with_deadline(
     if task is None:
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always inside a task in practice
-            async with asyncio.timeout(timeout):
-                return await awaitable
+            try:
+                async with asyncio.timeout(timeout):
+                    return await awaitable
+            except TimeoutError as exc:
+                raise ToolTimeout from exc
     deadline = arm_deadline(task, timeout)
     try:
         result = await awaitable
     except asyncio.CancelledError:
         if deadline.fired and task.uncancel() == 0:
-            raise TimeoutError from None
+            raise ToolTimeout from None
         raise
     except BaseException:
         if deadline.fired:  # the awaitable caught the deadline's cancellation, then failed

@@ -24,7 +24,7 @@ import msgspec
 
 from podium.errors import Interrupt
 from podium.security.screen import ScreenVerdict
-from podium.tools.deadlines import arm_deadline, with_deadline
+from podium.tools.deadlines import ToolTimeout, arm_deadline, with_deadline
 from podium.tools.eager import own_exit
 from podium.tools.policy import backoff_delay
 from podium.tools.threads import ToolThreads
@@ -239,11 +239,15 @@ class ToolExecutor:
                     wall_ns=time.perf_counter_ns() - t0,
                     cpu_ns=cpu_ns,
                 )
-            except TimeoutError:
+            except ToolTimeout:
                 failure = (
                     "timeout",
                     f"error: tool {tool.name!r} timed out after {policy.timeout_s}s",
                 )
+                retryable = policy.retry_on_timeout
+            except TimeoutError as exc:  # one inside the tool: say which, not the tool's
+                said = policy.without_secrets(str(exc), args) or "a timeout inside it fired"
+                failure = ("timeout", f"error: tool {tool.name!r}: {said}")
                 retryable = policy.retry_on_timeout
             except BaseException as exc:  # SystemExit too: a CLI's main() made a tool
                 if _escapes(exc):
@@ -419,7 +423,7 @@ def _continue_gen(
             if deadline is not None and deadline.fired and task is not None:
                 if task.uncancel():
                     raise
-                first = _First(None, TimeoutError(), ran)
+                first = _First(None, ToolTimeout(), ran)
             elif _escapes(exc):
                 raise
             else:

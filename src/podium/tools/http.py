@@ -246,6 +246,11 @@ class HttpClient:
                             hop,
                         )
             raise EgressDenied(f"more than {policy.max_redirects} redirects from {url}")
+        except TimeoutError as exc:  # (the tool's own timeout is the executor's, not this)
+            raise TimeoutError(
+                f"request to {url} timed out after {policy.timeout_s}s (the egress policy's "
+                "timeout_s)"
+            ) from exc
         except EgressDenied:
             self.refused += 1
             raise

@@ -9,15 +9,15 @@ import msgspec
 from podium.breaker import BreakerPolicy, BreakerStatistics, CircuitBreaker
 from podium.errors import ConfigError, RetryableToolError
 from podium.security.sandbox import Sandbox
+from podium.security.secrets import SECRET, SecretMatcher
 
-__all__ = ("BreakerPolicy", "BreakerStatistics", "CircuitBreaker", "ToolPolicy", "backoff_delay")
+__all__ = (
+    "SECRET",
+    "BreakerPolicy", "BreakerStatistics", "CircuitBreaker", "ToolPolicy", "backoff_delay")
 
 # The breaker is shared with the model endpoints; re-exported here, where tools find it.
 
 
-#: What a secret is replaced by, wherever it would have been written.
-SECRET = "[secret]"
-_SHORTEST_SECRET = 3
 
 
 class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -57,14 +57,14 @@ class ToolPolicy(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """``text`` (an error a tool raised, say) with the values of ``args``'s secret
         arguments replaced by :data:`SECRET`: an exception that quotes its input (``bad
         credentials bob:hunter2``) would carry them into the context and the journal."""
+        values = []
         for name in self.secret_args:
             value = getattr(args, name, None)
             if value is None or isinstance(value, bool):
                 continue
-            shown = value if isinstance(value, str) else str(value)
-            if len(shown) >= _SHORTEST_SECRET:  # ("1" would blank every digit)
-                text = text.replace(shown, SECRET)
-        return text
+            values.append(value if isinstance(value, str) else str(value))
+        # Matched in any form (upper-cased, spaced, encoded), not only byte for byte.
+        return SecretMatcher(values).scrub(text) if values else text
 
     def __post_init__(self) -> None:
         # Types first (a caller without type checking): "5" would fail at the comparison

@@ -1,0 +1,176 @@
+"""Output guardrails: what the model says is screened before it leaves the run.
+
+An :class:`OutputGuard` on a :class:`~podium.security.screen.ScreeningPolicy`
+(``ScreeningPolicy(outputs=OutputGuard(...))``) checks the run's final answer and the
+tool calls the model makes, with the policy's threshold and action, its verdicts
+journaled and counted like those on inputs and tool results (source ``output`` or
+``call:<tool>``):
+
+- **exfiltration by URL**: a markdown or HTML image whose host is not allowed is fetched
+  by the client that renders the answer, with whatever the model put in its URL (rule
+  ``exfil_image``, 0.95); a link or bare URL to such a host that carries data (a query,
+  a fragment, a long path) is one click from the same (``exfil_link``, 0.8); a plain link
+  to such a host is only noted (``outside_link``, 0.3: below the default threshold);
+- **secrets**: a secret the run knows in the answer (``secret``, 1.0; it is scrubbed from
+  what is written down in any case, see :mod:`podium.security.redact`);
+- **tainted calls**: a tool call whose argument quotes text the screen flagged in the
+  input or a tool result (a URL, an address, a phrase of 16 characters or more) is one the
+  injected text may have asked for (``tainted_call``, 0.8); under ``block`` it does not run.
+
+A host is allowed when it matches ``allow_hosts`` (``"*.example.com"`` for subdomains),
+or when the egress policy in force (``egress``, else the tenant's) lists hosts and allows
+the URL. An egress policy that allows every public host vouches for none: a link to any
+host outside ``allow_hosts`` is then outside.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from podium.security.egress import EgressDenied, EgressPolicy
+from podium.security.findings import Finding
+from podium.security.tenant_egress import current_egress
+
+if TYPE_CHECKING:
+    from podium.engine.replay import RunState
+
+__all__ = ("OutputGuard", "remember_flagged", "tainted_values")
+
+_IMAGE = re.compile(
+    r"!\[[^\]\n]{0,1000}\]\(\s*<?(?P<url>[^)\s>]+)>?[^)\n]{0,200}\)?"  # ![alt](url "t")
+    r"|<img\b[^>]{0,1000}?\bsrc\s*=\s*['\"]?(?P<src>[^'\"\s>]+)",  # <img src=url>
+    re.IGNORECASE,
+)
+_LINK = re.compile(
+    r"(?<!!)\[[^\]\n]{0,1000}\]\(\s*<?(?P<url>[^)\s>]+)>?[^)\n]{0,200}\)?"  # [text](url)
+    r"|^\s{0,3}\[[^\]\n]+\]:\s*<?(?P<ref>\S+?)>?\s*$"  # [ref]: url (images use it too)
+    r"|(?P<bare>\bhttps?://[^\s<>()\[\]'\"`]+)",
+    re.IGNORECASE | re.MULTILINE,
+)
+#: Without one of these (or an <img), a text has no link: the regexes are not run.
+_MARKS = ("](", "://", "]:")
+_HOST = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^/\s?#'\"<>)]+)")
+#: A link "carries data" when its URL has room for it: a query, a fragment, a long path.
+_LONG_PATH = 40
+#: What of a flagged text an argument must quote to be tainted by it.
+_SHORTEST_QUOTE = 16
+_URLISH = re.compile(r"https?://|www\.|@[a-z0-9-]+\.[a-z]", re.IGNORECASE)
+
+
+def _host_matches(host: str, patterns: frozenset[str]) -> bool:
+    parts = host.split(".")
+    return host in patterns or any(
+        f"*.{'.'.join(parts[i:])}" in patterns for i in range(1, len(parts))
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OutputGuard:
+    """Checks on what the model says (see the module's docstring).
+
+    Example::
+
+        ScreeningPolicy(action="redact", outputs=OutputGuard(allow_hosts={"docs.acme.com"}))
+    """
+
+    allow_hosts: frozenset[str] = frozenset()
+    egress: EgressPolicy | None = None
+    links: bool = True
+    tool_calls: bool = True
+    name: str = "output"
+
+    def __post_init__(self) -> None:
+        hosts = frozenset(h.lower().rstrip(".") for h in self.allow_hosts)
+        object.__setattr__(self, "allow_hosts", hosts)
+
+    def allowed(self, url: str) -> bool:
+        """Whether a link to ``url`` stays where the policy allows (a relative link, a
+        ``mailto:`` or ``data:`` one cannot reach a host of the model's choosing)."""
+        try:
+            parts = urlsplit(url)
+            host = (parts.hostname or "").rstrip(".")
+        except ValueError:  # a malformed URL (bad brackets, port): no host to trust
+            return False
+        if parts.scheme.lower() not in ("http", "https", "") or (not host and not parts.netloc):
+            return True
+        if not host:
+            return False
+        if _host_matches(host, self.allow_hosts):
+            return True
+        policy = self.egress or current_egress()
+        if policy is None or not policy.allow_hosts:
+            return False
+        try:
+            policy.check_url(url)
+        except (EgressDenied, ValueError):
+            return False
+        return True
+
+    @staticmethod
+    def host_in(excerpt: str) -> str:
+        """The host of the first URL in ``excerpt`` (what a verdict's excerpt shows)."""
+        m = _HOST.search(excerpt)
+        return m.group(1).lower() if m else ""
+
+    def screen(self, text: str) -> list[Finding]:
+        """The findings on an answer: images and links to hosts not allowed."""
+        if not self.links:
+            return []
+        if not any(mark in text for mark in _MARKS) and "<img" not in text.lower():
+            return []  # (most answers: no link, no regex run)
+        found: list[Finding] = []
+        images: list[tuple[int, int]] = []
+        for m in _IMAGE.finditer(text):
+            url = m.group("url") or m.group("src") or ""
+            images.append(m.span())
+            if not self.allowed(url):
+                found.append(Finding("exfil_image", 0.95, m.start(), m.end()))
+        for m in _LINK.finditer(text):
+            if any(s <= m.start() < e for s, e in images):
+                continue  # (the image's own URL)
+            url = m.group("url") or m.group("ref") or m.group("bare") or ""
+            if self.allowed(url):
+                continue
+            try:
+                parts = urlsplit(url)
+                data = bool(parts.query or parts.fragment or len(parts.path) >= _LONG_PATH)
+            except ValueError:
+                data = True
+            rule, score = ("exfil_link", 0.8) if data else ("outside_link", 0.3)
+            found.append(Finding(rule, score, m.start(), m.end()))
+        return found
+
+
+def tainted_values(values: Iterable[str], flagged: Sequence[str]) -> str | None:
+    """The first of ``values`` (a call's string arguments) that quotes one of the
+    ``flagged`` texts (a URL or address of any length, other text of 16 characters or
+    more), or None."""
+    lowered = [f.lower() for f in flagged]
+    for value in values:
+        v = value.strip().lower()
+        if len(v) < _SHORTEST_QUOTE and not (len(v) >= 6 and _URLISH.search(v)):
+            continue
+        if any(v in f for f in lowered):
+            return value
+    return None
+
+
+#: Flagged texts a run keeps for the tainted-call check, and how much of each.
+MAX_FLAGGED = 16
+MAX_FLAGGED_CHARS = 64 * 1024
+
+
+def remember_flagged(state: RunState, text: str) -> None:
+    """Keep ``text`` (flagged by the screen, read by the model) for the tainted-call check
+    of the run's later calls: the last :data:`MAX_FLAGGED`, bounded in size."""
+    if not text:
+        return
+    flagged = state.flagged
+    if flagged is None:
+        flagged = state.flagged = []
+    flagged.append(text[:MAX_FLAGGED_CHARS])
+    del flagged[:-MAX_FLAGGED]

@@ -1,0 +1,116 @@
+"""The attacker's side of the secret tests: a secret written the ways a model or a tool
+might write it, and a check, independent of the matcher's own code, that a text does not
+give it away (it decodes what it finds rather than re-deriving the matcher's variants)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import re
+from urllib.parse import quote, quote_plus, unquote_plus
+
+from hypothesis import strategies as st
+
+__all__ = ("FORMS", "leaks", "planted", "secrets")
+
+#: Secrets as services mint them: keys, passwords with punctuation, long enough to matter.
+secrets = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.!@#",
+    min_size=8,
+    max_size=40,
+).filter(lambda s: len(set(s.lower())) >= 4)  # ("aaaaaaaa" is not a key anyone mints)
+
+FORMS = (
+    "plain", "upper", "lower", "swapcase", "spaced", "newlines", "reversed", "base64",
+    "base64url", "url", "url_plus", "percent", "hex", "reversed_base64",
+)
+
+
+def _spaced(secret: str, gap: str) -> str:
+    return gap.join(secret)
+
+
+def written(secret: str, form: str, before: bytes = b"", after: bytes = b"") -> str:
+    """``secret`` as ``form`` writes it; the encodings take bytes around it, as a real
+    encoded blob would (``before``/``after`` change the alignment)."""
+    raw = secret.encode()
+    match form:
+        case "plain":
+            return secret
+        case "upper":
+            return secret.upper()
+        case "lower":
+            return secret.lower()
+        case "swapcase":
+            return secret.swapcase()
+        case "spaced":
+            return _spaced(secret, " ")
+        case "newlines":
+            return _spaced(secret, "\n ")
+        case "reversed":
+            return secret[::-1]
+        case "base64":
+            return base64.b64encode(before + raw + after).decode()
+        case "base64url":
+            return base64.urlsafe_b64encode(before + raw + after).decode()
+        case "reversed_base64":
+            return base64.b64encode(before + raw[::-1] + after).decode()
+        case "url":
+            return quote(secret, safe="")
+        case "url_plus":
+            return quote_plus(secret)
+        case "percent":
+            return "".join(f"%{b:02X}" for b in raw)
+        case "hex":
+            return raw.hex()
+    raise AssertionError(form)
+
+
+@st.composite
+def planted(draw: st.DrawFn, secret: str) -> str:
+    """A text with ``secret`` inside, in a form drawn at random, among ordinary words."""
+    form = draw(st.sampled_from(FORMS))
+    before = draw(st.binary(max_size=5))
+    after = draw(st.binary(max_size=5))
+    words = st.sampled_from(("order", "A-1", "shipped", "{", '"k":', "\n", " ", "ok."))
+    head = "".join(draw(st.lists(words, max_size=4)))
+    tail = "".join(draw(st.lists(words, max_size=4)))
+    return f"{head} {written(secret, form, before, after)} {tail}"
+
+
+_B64_RUN = re.compile(r"[A-Za-z0-9+/_\-]{6,}")
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{6,}")
+
+
+def _decoded_views(text: str) -> list[str]:
+    """``text`` as a reader with the usual tools would see it: URL-decoded, squeezed of
+    whitespace, and every base64 or hex run decoded at every alignment."""
+    views = [text, unquote_plus(text), "".join(text.split())]
+    for run in _B64_RUN.findall(text):
+        std = run.replace("-", "+").replace("_", "/")
+        for skip in range(4):
+            part = std[skip:]
+            if len(part) % 4 == 1:  # (a lone character encodes no whole byte)
+                part = part[:-1]
+            part += "=" * (-len(part) % 4)
+            with contextlib.suppress(binascii.Error, ValueError):
+                views.append(base64.b64decode(part).decode("latin-1"))
+    for run in _HEX_RUN.findall(text):
+        for skip in range(2):
+            part = run[skip:]
+            part = part[: len(part) - len(part) % 2]
+            views.append(bytes.fromhex(part).decode("latin-1"))
+    return views
+
+
+def leaks(text: str, secret: str) -> bool:
+    """Whether ``text`` gives ``secret`` away in any form :data:`FORMS` lists. (Decoded
+    base64 shows the secret only where its bytes survive whole: a matcher that replaced
+    part of the encoded run leaves none.)"""
+    lowered = secret.lower()
+    for view in _decoded_views(text):
+        view = "".join(view.lower().split())
+        if lowered in view or lowered[::-1] in view:
+            return True
+    return False
