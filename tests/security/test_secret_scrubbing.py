@@ -17,6 +17,7 @@ from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
     Compacted,
+    HandedOff,
     JournalEntry,
     ModelTurn,
     OutputRejected,
@@ -87,6 +88,7 @@ SAMPLES: list[JournalEntry] = [
     OutputRejected(0, 1.0, _MESSAGE, Message("user", "feedback"), "error"),
     ApprovalRequested(0, 1.0, 0, "call_1", "lookup", '{"q": "x"}', "interrupt", "question"),
     ApprovalDecided(0, 1.0, 0, "call_1", "lookup", "approve", "message", '{"q": "y"}', "by"),
+    HandedOff(1, 1.0, "billing", (Message("user", "question"), _MESSAGE)),
 ]
 
 
