@@ -51,7 +51,8 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 LISTEN_BACKLOG = 2048  # uvicorn's default
 
 #: Optional dependencies, by the module a missing extra leaves out.
-EXTRAS: dict[str, str] = {"redis": "redis", "hiredis": "redis", "tokenizers": "hf"}
+EXTRAS: dict[str, str] = {"redis": "redis", "hiredis": "redis", "tokenizers": "hf",
+                           "asyncpg": "postgres"}
 
 
 class UserError(ConfigError):
