@@ -176,11 +176,20 @@ def local_store(value: str) -> str:
     value = non_empty(value)
     if value == "memory":
         return value
+    from podium.store.postgres_errors import check_postgres_url, is_postgres_url
+
+    if is_postgres_url(value):
+        try:
+            check_postgres_url(value)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
     if value.startswith("sqlite:"):
         return non_empty(value.removeprefix("sqlite:"))
     if "://" in value or value.startswith("memory:"):
         raise argparse.ArgumentTypeError(
-            f"{value!r}: give memory, or a SQLite file as PATH or sqlite:PATH"
+            f"{value!r}: give memory, a SQLite file as PATH or sqlite:PATH, or a "
+            "postgresql:// URL"
         )
     return value
 

@@ -49,6 +49,8 @@ from podium.factory import (
 from podium.messages import Message, Usage
 from podium.observe.display import terminal_safe
 from podium.store.base import RunStore
+from podium.store.postgres_errors import is_postgres_url
+from podium.store.postgres_preflight import check_postgres_store
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
@@ -262,7 +264,9 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("give an input (or --resume RUN_ID)")
     if args.resume and args.store == "memory":
         raise UserError("--resume needs the --store FILE the run was checkpointed to")
-    if args.store != "memory":
+    if is_postgres_url(args.store):
+        check_postgres_store(args.store, create=not args.resume)
+    elif args.store != "memory":
         check_sqlite_path(args.store)
         if args.resume and not os.path.exists(args.store):
             raise UserError(f"--resume: store {args.store!r} does not exist")
@@ -383,6 +387,10 @@ async def _run(
         from podium.store.memory import MemoryRunStore
 
         store: Any = MemoryRunStore()
+    elif is_postgres_url(args.store):
+        from podium.store.postgres import PostgresRunStore
+
+        store = PostgresRunStore(args.store)
     else:
         from podium.store.sqlite import SQLiteRunStore
 
