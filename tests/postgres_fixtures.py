@@ -6,6 +6,7 @@ Registered as fixtures by the root ``conftest.py``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = (
     "POSTGRES_URL",
+    "fresh_postgres",
+    "new_database",
+    "run_sql",
     "postgres_reachable",
     "postgres_url",
     "private_postgres",
@@ -52,6 +56,11 @@ def _run(url: str, *statements: str) -> None:
         pool.submit(asyncio.run, _execute(url, *statements)).result()
 
 
+def run_sql(url: str, *statements: str) -> None:
+    """Run ``statements`` on ``url`` (from a test, inside a running loop or not)."""
+    _run(url, *statements)
+
+
 def postgres_reachable(url: str = POSTGRES_URL) -> str | None:
     """None if asyncpg is installed and the server at ``url`` answers, else why not."""
     try:
@@ -75,19 +84,34 @@ def postgres_skip_reason() -> str | None:
     return _reason[0]
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh database on the machine's server for this session (each xdist worker its
-    own), dropped at the end."""
+@contextlib.contextmanager
+def new_database(prefix: str = "podium_test") -> Iterator[str]:
+    """A database of its own on the machine's server (for tests that need an empty one, or
+    one whose tables they change), dropped afterwards."""
     why = postgres_skip_reason()
     if why is not None:
         pytest.skip(why)
-    name = f"podium_test_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     _run(POSTGRES_URL, f"CREATE DATABASE {name}")
     try:
         yield with_database(POSTGRES_URL, name)
     finally:
         _run(POSTGRES_URL, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh database on the machine's server for this session (each xdist worker its
+    own), dropped at the end."""
+    with new_database() as url:
+        yield url
+
+
+@pytest.fixture
+def fresh_postgres() -> Iterator[str]:
+    """An empty database of this test's own."""
+    with new_database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ class PostgresServer:
     WAL, as after a crash); ``start()`` again reuses the same port and data directory.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, password: str | None = None) -> None:
         bin_dir = postgres_binaries()
         if bin_dir is None:
             raise RuntimeError("no initdb/pg_ctl installed")
@@ -52,12 +52,21 @@ class PostgresServer:
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as = ["runuser", "-u", "postgres", "--"]
-        self._sh([str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
+        auth = ["-A", "trust"]
+        if password is not None:  # password auth over TCP (scram), for wrong-password tests
+            pwfile = self.root / "pw"
+            pwfile.write_text(password)
+            if self._as:
+                os.chown(pwfile, user.pw_uid, user.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+        self.password = password
+        self._sh([str(self.bin / "initdb"), "-D", str(self.data), *auth, "-U",
                   "postgres", "--no-sync"])
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        who = "postgres" if self.password is None else f"postgres:{self.password}"
+        return f"postgresql://{who}@127.0.0.1:{self.port}/postgres"
 
     def _sh(self, argv: list[str]) -> None:
         subprocess.run([*self._as, *argv], check=True, stdout=subprocess.DEVNULL,
