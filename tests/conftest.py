@@ -16,7 +16,8 @@ from postgres_fixtures import fresh_postgres, postgres_url, private_postgres
 from redis_fixtures import prefix, private_redis, redis_url, shared_redis_url
 
 __all__ = (  # fixtures
-    "fresh_postgres", "postgres_url", "prefix", "private_postgres", "private_redis", "redis_url", "shared_redis_url",
+    "fresh_postgres", "postgres_url", "prefix", "private_postgres", "private_redis",
+    "redis_url", "shared_redis_url",
 )
 
 # A suite started in the background by a shell without job control (as a CI runner may

@@ -23,10 +23,10 @@ __all__ = (
     "POSTGRES_URL",
     "fresh_postgres",
     "new_database",
-    "run_sql",
     "postgres_reachable",
     "postgres_url",
     "private_postgres",
+    "run_sql",
     "with_database",
 )
 

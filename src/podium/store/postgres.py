@@ -175,6 +175,9 @@ class PostgresRunStore(RunStore):
         self._purging: asyncio.Task[None] | None = None
         self._next_purge = 0.0
         self._problem: str | None = None
+        #: Calls that met an outage (a cut connection, a restarting server) and went on
+        #: after retrying: what the fault tests and an operator's metrics look at.
+        self.outages_survived = 0
         self._appends = 0
         self._entries = 0
         self._bytes = 0
@@ -253,22 +256,29 @@ class PostgresRunStore(RunStore):
                     if tried and landed is not None:
                         outcome = await landed(conn)
                         if outcome is not _NOT_LANDED:
+                            self.outages_survived += 1
                             return outcome  # type: ignore[no-any-return]
                     result = await op(conn)
             except PodiumError:
                 raise
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                    OSError, TimeoutError) as exc:
                 if not is_outage(exc) or time.monotonic() + delay > deadline or self._closed:
                     error = translate(exc, self.dsn)
                     if isinstance(error, StoreUnavailableError):
                         self._problem = str(error)
                     raise error from None
                 log.debug("%s: %s; trying again in %.2fs", self.where, exc, delay)
+                if not tried and self._pool is not None:
+                    # Its other idle connections most likely died the same way (a restart).
+                    await self._pool.expire_connections()
                 tried = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
             self._problem = None
+            if tried:
+                self.outages_survived += 1
             return result
 
     def _in_order(self, run_id: str, write: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:

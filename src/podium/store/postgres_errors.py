@@ -77,7 +77,10 @@ def is_outage(exc: BaseException) -> bool:
         | asyncpg.PostgresConnectionError  # class 08: the connection failed or is gone
         | asyncpg.OperatorInterventionError  # 57: shut down, terminated, statement_timeout
         | asyncpg.InsufficientResourcesError  # 53: disk full, out of memory, too many clients
-        | asyncpg.InterfaceError,  # the client's side of a connection that died under it
+        | asyncpg.InterfaceError  # the client's side of a connection that died under it
+        # (a connection cut mid-statement can leave asyncpg's protocol in a state it then
+        # refuses to use: that connection is dropped, the call goes on with another)
+        | asyncpg.InternalClientError,
     ) and not isinstance(exc, asyncpg.InvalidCatalogNameError)
 
 
