@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
 
 
 def _url(args: argparse.Namespace) -> str:
-    url = args.store
+    url: str | None = args.store
     if url is None:
         path = args.config or ("podium.toml" if os.path.exists("podium.toml") else None)
         url = load_config(path).server.store
