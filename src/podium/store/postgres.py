@@ -709,9 +709,13 @@ class PostgresRunStore(RunStore):
 
         async def op(conn: asyncpg.Connection) -> list[Any]:
             rows: list[Any] = await conn.fetch(
+                # Any of the query's words (each quoted: a word like "a:b" or "x&y" is a
+                # word, never tsquery syntax), ranked by how much of the item matches.
                 """SELECT item FROM podium_memories,
-                       to_tsquery('simple', array_to_string(
-                           tsvector_to_array(to_tsvector('simple', $2)), ' | ')) AS q
+                       to_tsquery('simple', array_to_string(array(
+                           SELECT quote_literal(w)
+                           FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) AS w
+                       ), ' | ')) AS q
                    WHERE namespace = $1 AND q <> ''::tsquery AND words @@ q
                    ORDER BY ts_rank(words, q) DESC, created_at DESC LIMIT $3""",
                 namespace.encode(), query.replace("\x00", " "), max(limit, 0),
