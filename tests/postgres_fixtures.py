@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "POSTGRES_URL",
+    "count_sql",
     "fresh_postgres",
     "new_database",
     "postgres_reachable",
@@ -54,6 +55,21 @@ def _run(url: str, *statements: str) -> None:
     running loop (a fixture asked for from an async one)."""
     with ThreadPoolExecutor(1) as pool:
         pool.submit(asyncio.run, _execute(url, *statements)).result()
+
+
+def count_sql(url: str, query: str) -> int:
+    """The one number ``query`` answers on ``url``."""
+    import asyncpg
+
+    async def ask() -> int:
+        conn = await asyncpg.connect(url, timeout=10)
+        try:
+            return int(await conn.fetchval(query))
+        finally:
+            await conn.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, ask()).result()
 
 
 def run_sql(url: str, *statements: str) -> None:

@@ -77,7 +77,9 @@ async def test_terminated_connections_lose_nothing(postgres_url: str) -> None:
     agent = _agent(calls, (committed, struck))
     schema = f"faults_{uuid.uuid4().hex[:10]}"
     store = PostgresRunStore(postgres_url, schema=schema, max_connections=4)
-    killer = PostgresRunStore(postgres_url, schema=schema)  # another client: the "operator"
+    # Another client, the "operator": its connections are named as the store's (one
+    # process), and it spares its own.
+    killer = PostgresRunStore(postgres_url, schema=schema)
     terminated = 0
     progress = asyncio.Event()
 
@@ -94,8 +96,9 @@ async def test_terminated_connections_lose_nothing(postgres_url: str) -> None:
             # Every backend of the store under test: its pool's, and its listener's.
             killed = await pool.fetchval(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND application_name = 'podium'"
-                " AND pid <> pg_backend_pid() AND query NOT LIKE '%pg_terminate_backend%'"
+                " WHERE datname = current_database() AND application_name = $1"
+                " AND pid <> pg_backend_pid()",
+                store.application_name,
             )
             terminated += killed
             if killed:

@@ -61,3 +61,4 @@ async def test_a_cut_listener_leaves_readers_polling_then_listens_again(
         while not reader._listener.listening:
             await reader.wait_journal("l2", 0, 0.2)
         assert reader._listener._conn.get_server_pid() != listener_pid  # type: ignore[union-attr]
+

@@ -33,6 +33,7 @@ import contextlib
 import logging
 import os
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -182,7 +183,6 @@ class PostgresRunStore(RunStore):
         self._thread_decoder = msgspec.msgpack.Decoder(ThreadRecord)
         self._memory_decoder = msgspec.msgpack.Decoder(MemoryItem)
         self._notifier: JournalNotifier | None = JournalNotifier()
-        self._listener = JournalListener(dsn, self._notifier, connect_timeout_s)
         self._held: dict[str, int] = {}  # run -> the version this store wrote last
         self._tails: dict[str, asyncio.Task[Any]] = {}  # run -> its last write, in order
         self._purging: asyncio.Task[None] | None = None
@@ -191,6 +191,14 @@ class PostgresRunStore(RunStore):
         #: Calls that met an outage (a cut connection, a restarting server) and went on
         #: after retrying: what the fault tests and an operator's metrics look at.
         self.outages_survived = 0
+        #: How this process's connections name themselves to the server: other processes
+        #: driving runs on the database are seen by it (see :meth:`sole_user`). A store
+        #: that only looks (``create_schema=False``: ``podium runs``) is not counted.
+        role = "podium" if create_schema else "podium-viewer"
+        self.application_name = f"{role}:{socket.gethostname()[:32]}:{os.getpid()}"
+        self._others: builtins.list[int] | None = None  # read when the pool opened
+        self._listener = JournalListener(dsn, self._notifier, connect_timeout_s,
+                                         self.application_name)
         self._appends = 0
         self._entries = 0
         self._bytes = 0
@@ -222,7 +230,7 @@ class PostgresRunStore(RunStore):
         import asyncpg
 
         settings = {
-            "application_name": "podium",
+            "application_name": self.application_name,
             "statement_timeout": str(int(self._statement_timeout_s * 1000)),
         }
         if self.schema is not None:
@@ -245,6 +253,7 @@ class PostgresRunStore(RunStore):
                     finally:
                         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
                 await check_schema(conn, self.where, create=self._create_schema)
+                self._others = await self._other_drivers(conn)
         except BaseException:
             await pool.close()
             raise
@@ -738,6 +747,34 @@ class PostgresRunStore(RunStore):
         return await self._call(op)
 
     # -- health and lifecycle ----------------------------------------------------------------
+
+    async def _other_drivers(self, conn: asyncpg.Connection) -> builtins.list[int]:
+        """The process ids of the other processes driving runs on this database now (by
+        their connections' names: ``podium:HOST:PID``)."""
+        names = await conn.fetch(
+            "SELECT DISTINCT application_name FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name LIKE 'podium:%'"
+            " AND application_name <> $1",
+            self.application_name,
+        )
+        pids = []
+        for (name,) in names:
+            with contextlib.suppress(ValueError):
+                pids.append(int(name.rpartition(":")[2]))
+        return pids
+
+    def sole_user(self) -> bool | None:
+        """Whether no other process drove runs on this database when the store opened (its
+        connections name themselves ``podium:HOST:PID`` to the server); None before the
+        store has opened (its first call), and for a store that only looks. An embedded
+        server resumes the runs an earlier one left only when it is alone."""
+        if not self._create_schema or self._others is None:
+            return None
+        return not self._others
+
+    def other_users(self) -> builtins.list[int]:
+        """The process ids (on their hosts) of the others, as of the store's opening."""
+        return list(self._others or ())
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(len(self._held), self._appends, self._entries, self._bytes)

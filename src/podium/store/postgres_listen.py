@@ -32,8 +32,11 @@ log = logging.getLogger("podium.store")
 class JournalListener:
     """The listening connection of one store (none until a reader waits)."""
 
-    def __init__(self, dsn: str, notifier: JournalNotifier, connect_timeout_s: float) -> None:
+    def __init__(
+        self, dsn: str, notifier: JournalNotifier, connect_timeout_s: float, name: str
+    ) -> None:
         self._dsn = dsn
+        self._name = name  # the store's application_name: its connections are one process
         self._notifier = notifier
         self._timeout = connect_timeout_s
         self._conn: asyncpg.Connection | None = None
@@ -56,7 +59,8 @@ class JournalListener:
         import asyncpg
 
         try:
-            conn = await asyncpg.connect(self._dsn, timeout=self._timeout)
+            conn = await asyncpg.connect(self._dsn, timeout=self._timeout,
+                                         server_settings={"application_name": self._name})
             await conn.add_listener(CHANNEL, self._on_notify)
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.debug("journal listener: cannot listen (%s); readers poll", exc)
