@@ -42,6 +42,7 @@ __all__ = (
     "non_empty",
     "port_number",
     "positive_int",
+    "run_store",
     "seconds",
     "write_output_file",
 )
@@ -176,6 +177,18 @@ def local_store(value: str) -> str:
     value = non_empty(value)
     if value == "memory":
         return value
+    if value.startswith("sqlite:"):
+        return non_empty(value.removeprefix("sqlite:"))
+    if "://" in value or value.startswith("memory:"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give memory, or a SQLite file as PATH or sqlite:PATH"
+        )
+    return value
+
+
+def run_store(value: str) -> str:
+    """An argparse type: what :func:`local_store` takes, or a ``postgresql://`` URL (checked
+    for its form here; ``podium run`` keeps the run there)."""
     from podium.store.postgres_errors import check_postgres_url, is_postgres_url
 
     if is_postgres_url(value):
@@ -184,14 +197,13 @@ def local_store(value: str) -> str:
         except ConfigError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
         return value
-    if value.startswith("sqlite:"):
-        return non_empty(value.removeprefix("sqlite:"))
-    if "://" in value or value.startswith("memory:"):
+    try:
+        return local_store(value)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"{value!r}: give memory, a SQLite file as PATH or sqlite:PATH, or a "
             "postgresql:// URL"
-        )
-    return value
+        ) from None
 
 
 def seconds(value: str) -> float:

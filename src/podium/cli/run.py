@@ -16,8 +16,8 @@ from podium.cli.common import (
     RawHelpFormatter,
     UserError,
     check_sqlite_path,
-    local_store,
     non_empty,
+    run_store,
 )
 from podium.cli.prompt import read_line
 from podium.cli.textline import line
@@ -82,7 +82,7 @@ def register(sub: Any) -> None:
         help=f"package.module:agent, or a built-in: {', '.join(BUILTIN_AGENTS)}",
     )
     p.add_argument("input", nargs="?", default="", help="the user's input; - reads it from stdin")
-    p.add_argument("--store", type=local_store, default="memory",
+    p.add_argument("--store", type=run_store, default="memory",
                    help="memory, or a SQLite file as PATH or sqlite:PATH (resumable)")
     p.add_argument("--resume", type=non_empty, metavar="RUN_ID",
                    help="continue this run from its last checkpoint")
