@@ -150,3 +150,30 @@ async def test_a_server_restart_mid_load_loses_nothing(private_postgres: Postgre
         await restart
         await _check(store, run_ids, calls)
     assert store.outages_survived > 0
+
+
+async def test_a_hanging_statement_is_bounded_by_statement_timeout(postgres_url: str) -> None:
+    """A statement stuck behind a lock is cancelled by the server (``statement_timeout``):
+    the call fails with StoreUnavailableError (a 503 at the gateway), not a hang, and the
+    store answers again once the lock is gone."""
+    import asyncpg
+
+    from podium.engine.records import RunRecord
+    from podium.errors import StoreUnavailableError
+
+    schema = f"hang_{uuid.uuid4().hex[:10]}"
+    async with PostgresRunStore(postgres_url, schema=schema, statement_timeout_s=0.3,
+                                unavailable_s=0.5) as store:
+        await store.create(RunRecord("h1", "agent", "hi"))
+        locker = await asyncpg.connect(postgres_url, server_settings={"search_path": schema})
+        try:
+            async with locker.transaction():
+                await locker.execute("LOCK TABLE podium_runs IN ACCESS EXCLUSIVE MODE")
+                with pytest.raises(StoreUnavailableError, match="ran past its timeout"):
+                    await store.get("h1")
+                assert store.problem() is not None  # what /readyz says meanwhile
+        finally:
+            await locker.close()
+        assert await store.get("h1") is not None
+        assert store.problem() is None
+
