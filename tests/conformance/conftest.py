@@ -49,6 +49,7 @@ class StoreBackend:
         self.postgres_server: PostgresServer | None = None
         self._memory: dict[tuple[Any, ...], MemoryRunStore] = {}
         self._open: list[RunStore] = []
+        self._closing: list[asyncio.Future[None]] = []
 
     def store(self, **options: Any) -> RunStore:
         """A handle; ``finished_ttl_s`` is understood by every store."""
@@ -64,7 +65,11 @@ class StoreBackend:
             from podium.store.postgres import PostgresRunStore
 
             schema = f"{self.prefix.replace('-', '_')}_{len(options)}"
-            store = PostgresRunStore(self.postgres_url, schema=schema, **options)
+            # Few connections each: a test opens many stores (one per hypothesis example)
+            # on a server that other test sessions share.
+            store = PostgresRunStore(self.postgres_url, schema=schema, max_connections=3,
+                                     **options)
+            self._retire_old_handles()
         else:
             from podium.store.redis import RedisRunStore
 
@@ -75,6 +80,30 @@ class StoreBackend:
     def use_private_redis(self, server: RedisServer) -> None:
         self.server = server
         self.redis_url = server.url
+
+    def _retire_old_handles(self, keep: int = 8) -> None:
+        """Close all but the newest ``keep`` PostgreSQL handles: a hypothesis test opens
+        new ones for every example, and each holds connections of a server that other test
+        sessions share (100 in all): the oldest belong to examples that have ended."""
+        from podium.store.postgres import PostgresRunStore
+
+        handles = [s for s in self._open if isinstance(s, PostgresRunStore)]
+        for old in handles[:-keep] if len(handles) >= keep else []:
+            self._open.remove(old)
+            self._closing.append(asyncio.ensure_future(old.aclose()))
+
+    async def prepare(self) -> None:
+        """PostgreSQL: the tables made now, in the schemas ``store`` uses, so that the
+        test's own first call does not pay for them (tests with short TTLs and timeouts
+        count from before it)."""
+        if self.name != "postgres":
+            return
+        from podium.store.postgres import PostgresRunStore
+
+        for variant in range(2):  # the schemas of store() and of store(finished_ttl_s=…)
+            schema = f"{self.prefix.replace('-', '_')}_{variant}"
+            async with PostgresRunStore(self.postgres_url, schema=schema) as store:
+                await store.list(limit=1)
 
     def use_private_postgres(self, server: PostgresServer) -> None:
         self.postgres_server = server
@@ -98,6 +127,8 @@ class StoreBackend:
     async def aclose(self) -> None:
         for store in [*self._open, *self._memory.values()]:
             await store.aclose()
+        for closing in self._closing:
+            await closing
         if self.name == "redis" and self.server is None:
             delete_prefix(self.redis_url, self.prefix)
 
@@ -116,6 +147,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     b = StoreBackend(request.param, tmp_path)
     if b.name == "postgres":
         b.postgres_url = request.getfixturevalue("postgres_url")
+        await b.prepare()
     try:
         yield b
     finally:

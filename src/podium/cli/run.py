@@ -49,7 +49,7 @@ from podium.factory import (
 from podium.messages import Message, Usage
 from podium.observe.display import terminal_safe
 from podium.store.base import RunStore
-from podium.store.postgres_errors import is_postgres_url
+from podium.store.postgres_errors import is_postgres_url, redact
 from podium.store.postgres_preflight import check_postgres_store
 from podium.tools.executor import ToolResult
 
@@ -336,7 +336,7 @@ def _how_to_decide(args: argparse.Namespace, record: RunRecord) -> str:
             f"{head}; it was kept in memory and is gone. Decide up front with --approve, "
             "--reject MESSAGE or --answer TEXT, or keep it with --store FILE"
         )
-    again = f"podium run {args.agent} --resume {record.run_id} --store {args.store}"
+    again = f"podium run {args.agent} --resume {record.run_id} --store {redact(args.store)}"
     return (
         f"{head}; decide with: {again} --approve (or --reject MESSAGE, --answer TEXT), "
         "or through the gateway's /v1/approvals"
@@ -358,7 +358,7 @@ def _interrupted(args: argparse.Namespace, started: list[str]) -> str:
         )
     return (
         f"podium run: interrupted; resume with: podium run {args.agent} --resume {run_id} "
-        f"--store {args.store}"
+        f"--store {redact(args.store)}"
     )
 
 
@@ -403,12 +403,12 @@ async def _run(
             started.append(args.resume)
             found = await engine.store.get(args.resume)
             if found is None:
-                raise UserError(f"--resume: no run {args.resume!r} in {args.store}")
+                raise UserError(f"--resume: no run {args.resume!r} in {redact(args.store)}")
             if found.agent != agent.name:  # (the engine refuses it too, in its words)
                 raise UserError(
                     f"--resume: run {args.resume} belongs to agent {found.agent!r}, not "
                     f"{agent.name!r}: podium run {found.agent} --resume {args.resume} "
-                    f"--store {args.store}"
+                    f"--store {redact(args.store)}"
                 )
             _refuse_a_driven_run(engine.store, found, args.store)
             record = await engine.resume(agent, args.resume)

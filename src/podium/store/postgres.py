@@ -485,26 +485,23 @@ class PostgresRunStore(RunStore):
         self._maybe_purge()
 
     async def journal(self, run_id: str, after: int = -1) -> list[JournalItem]:
-        async def op(conn: asyncpg.Connection) -> list[Any] | None:
-            async with conn.transaction(readonly=True, isolation="repeatable_read"):
-                live = await conn.fetchval(
-                    f"SELECT 1 FROM podium_runs WHERE run_id = $1 AND {_LIVE % 2}",
-                    run_id, time.time(),
-                )
-                if live is None:
-                    return None
-                rows: list[Any] = await conn.fetch(
-                    "SELECT seq, data FROM podium_journal WHERE run_id = $1 AND seq > $2"
-                    " ORDER BY seq",
-                    run_id, max(-1, min(after, _MAX_SEQ)),
-                )
-                return rows
+        # One statement (one snapshot): no row, the run is not there; a row without an
+        # entry, it has none after ``after``.
+        async def op(conn: asyncpg.Connection) -> list[Any]:
+            rows: list[Any] = await conn.fetch(
+                "SELECT j.seq, j.data FROM podium_runs AS r LEFT JOIN podium_journal AS j"
+                " ON j.run_id = r.run_id AND j.seq > $2"
+                f" WHERE r.run_id = $1 AND {_LIVE.replace('expires_at', 'r.expires_at') % 3}"
+                " ORDER BY j.seq",
+                run_id, max(-1, min(after, _MAX_SEQ)), time.time(),
+            )
+            return rows
 
         rows = await self._call(op)
-        if rows is None:
+        if not rows:
             raise RunNotFoundError(run_id)
         decode = self._entry_decoder.decode
-        return [(row[0], decode(row[1])) for row in rows]
+        return [(row[0], decode(row[1])) for row in rows if row[0] is not None]
 
     async def wait_journal(
         self, run_id: str, after: int, timeout: float
