@@ -52,6 +52,7 @@ def _missing_database(url: str) -> str:
     ["runs", "list", "--store"],
     ["db", "upgrade", "--store"],
     ["serve", "--port", "0", "--store"],
+    ["worker", "--burst", "--store"],  # (its queue: the machine's Redis, which answers)
 ])
 @pytest.mark.parametrize(("make_url", "needle"), [
     (_missing_database, "database 'podium_no_such_db' does not exist"),
