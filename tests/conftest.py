@@ -12,9 +12,13 @@ from typing import Any
 import pytest
 
 import podium
+from postgres_fixtures import fresh_postgres, postgres_url, private_postgres
 from redis_fixtures import prefix, private_redis, redis_url, shared_redis_url
 
-__all__ = ("prefix", "private_redis", "redis_url", "shared_redis_url")  # fixtures
+__all__ = (  # fixtures
+    "fresh_postgres", "postgres_url", "prefix", "private_postgres", "private_redis",
+    "redis_url", "shared_redis_url",
+)
 
 # A suite started in the background by a shell without job control (as a CI runner may
 # start it) inherits SIGINT ignored, and every child it starts would too: the Ctrl-C tests

@@ -41,10 +41,21 @@ def check_config(config: Config) -> None:
 
 
 def check_store(spec: str, what: str = "server.store") -> None:
-    """``"memory"`` or ``"sqlite:PATH"``: anything else is refused by its name."""
+    """``"memory"``, ``"sqlite:PATH"`` or a ``postgresql://`` URL: anything else is refused
+    by its name."""
+    from podium.store.postgres_errors import check_postgres_url, is_postgres_url, redact
+
+    if is_postgres_url(spec):
+        try:
+            check_postgres_url(spec)
+        except ConfigError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
+        return
     kind, sep, path = spec.partition(":")
     if spec != "memory" and not (kind == "sqlite" and sep and path):
-        raise ConfigError(f"{what}: use 'sqlite:PATH' or 'memory', got {spec!r}")
+        raise ConfigError(
+            f"{what}: use 'sqlite:PATH', 'memory' or a postgresql:// URL, got {redact(spec)!r}"
+        )
 
 
 def check_redis_url(url: str) -> None:

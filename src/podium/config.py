@@ -16,7 +16,7 @@ Example::
     [server]
     host = "127.0.0.1"
     port = 8000
-    store = "sqlite:podium.sqlite"      # or "memory"
+    store = "sqlite:podium.sqlite"      # or "memory", or "postgresql://…"
 
     [[agents]]
     name = "support"
@@ -83,7 +83,9 @@ Text = Annotated[str, msgspec.Meta(min_length=1)]
 class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Where and how the gateway listens, and which store and queue it uses.
 
-    ``store``: ``"sqlite:PATH"`` (the embedded default), ``"memory"``.
+    ``store``: ``"sqlite:PATH"`` (the embedded default), ``"memory"``, or a
+    ``"postgresql://…"`` URL (embedded, or beside ``redis``: runs kept in PostgreSQL,
+    queued in Redis).
     ``redis``: a ``redis://`` URL switches to the distributed mode (Redis store
     and queue, workers in separate ``podium worker`` processes). ``prefix``
     namespaces every Redis key and ``ttl_s`` expires finished runs (0: never);

@@ -190,7 +190,7 @@ CASES: list[tuple[str, tuple[str, ...], str]] = [
     ("config-typo", ("worker", "--config", "{typo}"), "did you mean 'workers'?"),
     ("config-string-port", ("serve", "--config", "{string_port}"), "server.port: Expected `int`"),
     ("config-redis-http", ("serve", "--config", "{redis_http}"), "server.redis"),
-    ("config-store-scheme", ("serve", "--config", "{store_pg}"), "'sqlite:PATH' or 'memory'"),
+    ("config-store-scheme", ("serve", "--config", "{store_pg}"), "'sqlite:PATH', 'memory' or a"),
     ("config-duplicate-agents", ("serve", "--port", "0", "--config", "{dup_agents}"),
      "two agents are named 'a'"),
     ("config-agent-factory-raises", ("serve", "--port", "0", "--config", "{broken}"),
@@ -236,7 +236,7 @@ FILES = {
     "typo": "[pools.default]\nwokers = 2\n",
     "string_port": '[server]\nport = "8000"\n',
     "redis_http": '[server]\nredis = "http://127.0.0.1:6379/0"\n',
-    "store_pg": '[server]\nstore = "postgres://db/podium"\n',
+    "store_pg": '[server]\nstore = "mysql://db/podium"\n',
     "dup_agents": '[[agents]]\nname = "a"\npath = "react"\n'
                   '[[agents]]\nname = "a"\npath = "research"\n',
     "broken": '[[agents]]\npath = "tests.cli.cli_agents:broken"\n',

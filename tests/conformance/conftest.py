@@ -8,6 +8,7 @@ has a backing service, a way to restart it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,15 +16,20 @@ from typing import Any
 
 import pytest
 
+from distributed.postgres_server import PostgresServer
 from distributed.redis_server import RedisServer
 from podium.queue.base import RunQueue
 from podium.queue.local import LocalQueue
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
 from podium.store.sqlite import SQLiteRunStore
+from postgres_fixtures import postgres_skip_reason
 from redis_fixtures import REDIS_URL, delete_prefix, redis_reachable
 
 needs_redis = pytest.mark.skipif(not redis_reachable(), reason=f"no Redis at {REDIS_URL}")
+needs_postgres = pytest.mark.skipif(
+    postgres_skip_reason() is not None, reason=postgres_skip_reason() or ""
+)
 
 
 class StoreBackend:
@@ -38,8 +44,12 @@ class StoreBackend:
         self.prefix = f"podium-conf-{uuid.uuid4().hex[:10]}"
         self.redis_url = REDIS_URL
         self.server: RedisServer | None = None
+        #: Postgres: the session's database, each backend in a schema of its own.
+        self.postgres_url = ""
+        self.postgres_server: PostgresServer | None = None
         self._memory: dict[tuple[Any, ...], MemoryRunStore] = {}
         self._open: list[RunStore] = []
+        self._closing: list[asyncio.Future[None]] = []
 
     def store(self, **options: Any) -> RunStore:
         """A handle; ``finished_ttl_s`` is understood by every store."""
@@ -51,6 +61,15 @@ class StoreBackend:
             return self._memory[key]
         if self.name == "sqlite":
             store = SQLiteRunStore(self.tmp / f"runs-{len(options)}.sqlite", **options)
+        elif self.name == "postgres":
+            from podium.store.postgres import PostgresRunStore
+
+            schema = f"{self.prefix.replace('-', '_')}_{len(options)}"
+            # Few connections each: a test opens many stores (one per hypothesis example)
+            # on a server that other test sessions share.
+            store = PostgresRunStore(self.postgres_url, schema=schema, max_connections=3,
+                                     **options)
+            self._retire_old_handles()
         else:
             from podium.store.redis import RedisRunStore
 
@@ -62,10 +81,42 @@ class StoreBackend:
         self.server = server
         self.redis_url = server.url
 
+    def _retire_old_handles(self, keep: int = 8) -> None:
+        """Close all but the newest ``keep`` PostgreSQL handles: a hypothesis test opens
+        new ones for every example, and each holds connections of a server that other test
+        sessions share (100 in all): the oldest belong to examples that have ended."""
+        from podium.store.postgres import PostgresRunStore
+
+        handles = [s for s in self._open if isinstance(s, PostgresRunStore)]
+        for old in handles[:-keep] if len(handles) >= keep else []:
+            self._open.remove(old)
+            self._closing.append(asyncio.ensure_future(old.aclose()))
+
+    async def prepare(self) -> None:
+        """PostgreSQL: the tables made now, in the schemas ``store`` uses, so that the
+        test's own first call does not pay for them (tests with short TTLs and timeouts
+        count from before it)."""
+        if self.name != "postgres":
+            return
+        from podium.store.postgres import PostgresRunStore
+
+        for variant in range(2):  # the schemas of store() and of store(finished_ttl_s=…)
+            schema = f"{self.prefix.replace('-', '_')}_{variant}"
+            async with PostgresRunStore(self.postgres_url, schema=schema) as store:
+                await store.list(limit=1)
+
+    def use_private_postgres(self, server: PostgresServer) -> None:
+        self.postgres_server = server
+        self.postgres_url = server.url
+
     async def restart(self) -> None:
         """Restart the backing service: SQLite's file is closed and opened again by new
-        handles; a private redis-server is SIGKILLed and started again on its AOF."""
-        if self.name == "sqlite":
+        handles; a private redis-server is SIGKILLed and started again on its AOF; a
+        private PostgreSQL stopped at once (no checkpoint) and started on its WAL."""
+        if self.postgres_server is not None:
+            await asyncio.to_thread(self.postgres_server.kill)
+            await asyncio.to_thread(self.postgres_server.start)
+        elif self.name == "sqlite":
             for store in self._open:
                 await store.aclose()
             self._open.clear()
@@ -76,6 +127,8 @@ class StoreBackend:
     async def aclose(self) -> None:
         for store in [*self._open, *self._memory.values()]:
             await store.aclose()
+        for closing in self._closing:
+            await closing
         if self.name == "redis" and self.server is None:
             delete_prefix(self.redis_url, self.prefix)
 
@@ -84,6 +137,7 @@ STORES = [
     pytest.param("memory"),
     pytest.param("sqlite"),
     pytest.param("redis", marks=needs_redis),
+    pytest.param("postgres", marks=needs_postgres),
 ]
 QUEUES = [pytest.param("local"), pytest.param("redis", marks=needs_redis)]
 
@@ -91,6 +145,9 @@ QUEUES = [pytest.param("local"), pytest.param("redis", marks=needs_redis)]
 @pytest.fixture(params=STORES)
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[StoreBackend]:
     b = StoreBackend(request.param, tmp_path)
+    if b.name == "postgres":
+        b.postgres_url = request.getfixturevalue("postgres_url")
+        await b.prepare()
     try:
         yield b
     finally:

@@ -1,4 +1,4 @@
-"""The RunStore contract, one suite for every store (memory, SQLite, Redis).
+"""The RunStore contract, one suite for every store (memory, SQLite, Redis, PostgreSQL).
 
 A store passes all of it or it is not shipped; a new store is a new parameter
 of the ``backend`` fixture (conftest.py).
@@ -387,12 +387,14 @@ async def test_runs_survive_a_restart_of_the_backing_service(
         pytest.skip(f"{backend.name}: no backing service (its runs live as long as it does)")
     if backend.name == "redis":
         backend.use_private_redis(request.getfixturevalue("private_redis"))
+    if backend.name == "postgres":
+        backend.use_private_postgres(request.getfixturevalue("private_postgres"))
     store = backend.store()
     record = await started(store, "s1")
     await store.append("s1", [turn(0)])
     await store.request_cancel("s1")
     await backend.restart()
-    after = backend.store() if backend.name == "sqlite" else store  # Redis: the same handle
+    after = backend.store() if backend.name == "sqlite" else store  # the same handle reconnects
     got = await after.get("s1")
     assert got is not None and got.status == "running" and got.version == 1
     assert [e for _, e in await after.journal("s1")] == [turn(0)]

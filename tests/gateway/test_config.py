@@ -102,7 +102,8 @@ def test_compact_agent_and_key_lists_from_the_environment() -> None:
         ("[[keys]]\ntenant = 't'\nkey = ''\n", {}, r"keys\[0\]\.key"),
         ("[pools.\"\"]\nworkers = 1\n", {}, r'\[pools\.""\]: a pool.s name must not be empty'),
         # Forms checked as the file is read, not when a server first opens them.
-        ("[server]\nstore = 'postgres://db'\n", {}, "server.store: use 'sqlite:PATH' or 'memory'"),
+        ("[server]\nstore = 'mysql://db'\n", {}, "server.store: use 'sqlite:PATH', 'memory' or a"),
+        ("[server]\nstore = 'postgres://db'\n", {}, "server.store: .*names no database"),
         ("[server]\nstore = 'sqlite:'\n", {}, "server.store"),
         ("[server]\nredis = 'http://h:6379/0'\n", {}, "server.redis: .*redis://"),
         ("[server]\nredis = 'rediss://h:6379/0'\n", {}, "server.redis: .*TLS"),

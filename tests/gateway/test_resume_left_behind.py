@@ -56,17 +56,38 @@ def _final(client: httpx.Client, run_id: str, within: float = 30.0) -> dict[str,
     return reply
 
 
-def test_a_run_cut_short_by_a_killed_server_is_resumed_by_the_next(tmp_path: Path) -> None:
+def _gone_from_postgres(url: str, pid: int) -> None:
+    """Until the server has ended the backends of the killed process ``pid`` (a moment
+    after the kernel closed its sockets): until then it counts as another user."""
+    from postgres_fixtures import count_sql
+
+    deadline = time.monotonic() + 30
+    while count_sql(url, "SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                    f"LIKE 'podium:%:{pid}'"):
+        assert time.monotonic() < deadline, f"backends of pid {pid} never ended"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_run_cut_short_by_a_killed_server_is_resumed_by_the_next(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    config = CONFIG
+    if store == "postgres":
+        url = request.getfixturevalue("fresh_postgres")
+        config = CONFIG.replace('store = "sqlite:runs.sqlite"', f'store = "{url}"')
     effects, hold = tmp_path / "effects.log", tmp_path / "hold"
     hold.touch()
     env = {"PODIUM_TEST_EFFECTS": str(effects), "PODIUM_TEST_HOLD": str(hold)}
-    with podium_server(tmp_path, CONFIG, env) as first, first.client(KEY_A) as client:
+    with podium_server(tmp_path, config, env) as first, first.client(KEY_A) as client:
         run = client.post("/v1/runs", json={"agent": "effects", "input": "go"}).json()
         _wait_for(effects, "start 1")  # the first call finished, the second is under way
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
+    if store == "postgres":
+        _gone_from_postgres(url, first.proc.pid)
     hold.unlink()
-    with podium_server(tmp_path, CONFIG, env) as second, second.client(KEY_A) as client:
+    with podium_server(tmp_path, config, env) as second, second.client(KEY_A) as client:
         ended = _final(client, str(run["id"]))
         log = "".join(second.lines)
     assert ended["status"] == "completed" and ended["output"] == "done", ended

@@ -42,6 +42,7 @@ __all__ = (
     "non_empty",
     "port_number",
     "positive_int",
+    "run_store",
     "seconds",
     "write_output_file",
 )
@@ -51,7 +52,8 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 LISTEN_BACKLOG = 2048  # uvicorn's default
 
 #: Optional dependencies, by the module a missing extra leaves out.
-EXTRAS: dict[str, str] = {"redis": "redis", "hiredis": "redis", "tokenizers": "hf"}
+EXTRAS: dict[str, str] = {"redis": "redis", "hiredis": "redis", "tokenizers": "hf",
+                           "asyncpg": "postgres"}
 
 
 class UserError(ConfigError):
@@ -182,6 +184,26 @@ def local_store(value: str) -> str:
             f"{value!r}: give memory, or a SQLite file as PATH or sqlite:PATH"
         )
     return value
+
+
+def run_store(value: str) -> str:
+    """An argparse type: what :func:`local_store` takes, or a ``postgresql://`` URL (checked
+    for its form here; ``podium run`` keeps the run there)."""
+    from podium.store.postgres_errors import check_postgres_url, is_postgres_url
+
+    if is_postgres_url(value):
+        try:
+            check_postgres_url(value)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+    try:
+        return local_store(value)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give memory, a SQLite file as PATH or sqlite:PATH, or a "
+            "postgresql:// URL"
+        ) from None
 
 
 def seconds(value: str) -> float:

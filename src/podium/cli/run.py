@@ -16,8 +16,8 @@ from podium.cli.common import (
     RawHelpFormatter,
     UserError,
     check_sqlite_path,
-    local_store,
     non_empty,
+    run_store,
 )
 from podium.cli.prompt import read_line
 from podium.cli.textline import line
@@ -50,6 +50,8 @@ from podium.factory import (
 from podium.messages import Message, Usage
 from podium.observe.display import terminal_safe
 from podium.store.base import RunStore
+from podium.store.postgres_errors import is_postgres_url, redact
+from podium.store.postgres_preflight import check_postgres_store
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
@@ -81,7 +83,7 @@ def register(sub: Any) -> None:
         help=f"package.module:agent, or a built-in: {', '.join(BUILTIN_AGENTS)}",
     )
     p.add_argument("input", nargs="?", default="", help="the user's input; - reads it from stdin")
-    p.add_argument("--store", type=local_store, default="memory",
+    p.add_argument("--store", type=run_store, default="memory",
                    help="memory, or a SQLite file as PATH or sqlite:PATH (resumable)")
     p.add_argument("--resume", type=non_empty, metavar="RUN_ID",
                    help="continue this run from its last checkpoint")
@@ -266,7 +268,9 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("give an input (or --resume RUN_ID)")
     if args.resume and args.store == "memory":
         raise UserError("--resume needs the --store FILE the run was checkpointed to")
-    if args.store != "memory":
+    if is_postgres_url(args.store):
+        check_postgres_store(args.store, create=not args.resume)
+    elif args.store != "memory":
         check_sqlite_path(args.store)
         if args.resume and not os.path.exists(args.store):
             raise UserError(f"--resume: store {args.store!r} does not exist")
@@ -336,7 +340,7 @@ def _how_to_decide(args: argparse.Namespace, record: RunRecord) -> str:
             f"{head}; it was kept in memory and is gone. Decide up front with --approve, "
             "--reject MESSAGE or --answer TEXT, or keep it with --store FILE"
         )
-    again = f"podium run {args.agent} --resume {record.run_id} --store {args.store}"
+    again = f"podium run {args.agent} --resume {record.run_id} --store {redact(args.store)}"
     return (
         f"{head}; decide with: {again} --approve (or --reject MESSAGE, --answer TEXT), "
         "or through the gateway's /v1/approvals"
@@ -358,7 +362,7 @@ def _interrupted(args: argparse.Namespace, started: list[str]) -> str:
         )
     return (
         f"podium run: interrupted; resume with: podium run {args.agent} --resume {run_id} "
-        f"--store {args.store}"
+        f"--store {redact(args.store)}"
     )
 
 
@@ -387,6 +391,10 @@ async def _run(
         from podium.store.memory import MemoryRunStore
 
         store: Any = MemoryRunStore()
+    elif is_postgres_url(args.store):
+        from podium.store.postgres import PostgresRunStore
+
+        store = PostgresRunStore(args.store)
     else:
         from podium.store.sqlite import SQLiteRunStore
 
@@ -399,12 +407,12 @@ async def _run(
             started.append(args.resume)
             found = await engine.store.get(args.resume)
             if found is None:
-                raise UserError(f"--resume: no run {args.resume!r} in {args.store}")
+                raise UserError(f"--resume: no run {args.resume!r} in {redact(args.store)}")
             if found.agent != agent.name:  # (the engine refuses it too, in its words)
                 raise UserError(
                     f"--resume: run {args.resume} belongs to agent {found.agent!r}, not "
                     f"{agent.name!r}: podium run {found.agent} --resume {args.resume} "
-                    f"--store {args.store}"
+                    f"--store {redact(args.store)}"
                 )
             _refuse_a_driven_run(engine.store, found, args.store)
             record = await engine.resume(agent, args.resume)

@@ -65,6 +65,7 @@ from podium.observe.inspect import (
     with_progress,
 )
 from podium.store.base import JournalItem, RunStore
+from podium.store.postgres_errors import is_postgres_url
 from podium.tools.executor import ToolResult
 
 if TYPE_CHECKING:
@@ -99,7 +100,8 @@ def register(sub: Any) -> None:
         # One store: with both, --redis was silently ignored.
         where = q.add_mutually_exclusive_group()
         where.add_argument("--store", type=non_empty, metavar="SPEC",
-                           help="sqlite:PATH, a SQLite file path, or a redis:// URL")
+                           help="sqlite:PATH, a SQLite file path, a postgresql:// URL "
+                           "or a redis:// URL")
         where.add_argument("--redis", type=non_empty, metavar="URL",
                            help="a Redis store (instead of --store)")
         q.add_argument("--prefix", type=non_empty, default="podium",
@@ -163,6 +165,8 @@ def _handler(verb: Verb, *, writes: bool = False) -> Callable[[argparse.Namespac
             if hasattr(args, "since"):  # list, profile: a filter that cannot match is refused
                 args.filter = _filter(args)
             redis = args.redis or (args.store if "://" in (args.store or "") else None)
+            if redis is not None and is_postgres_url(redis):
+                redis = None  # a PostgreSQL store: open_store checks its URL
             if redis is not None:  # a typo is one line, not redis-py's traceback
                 check_redis_url(redis)
             store = open_store(args.store, redis=args.redis, prefix=args.prefix,

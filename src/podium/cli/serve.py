@@ -30,6 +30,8 @@ from podium.cli.common import (
 from podium.config import load_config
 from podium.factory import model_from_option, parse_agent_option, with_model
 from podium.gctune import check_gc_env
+from podium.store.postgres_errors import is_postgres_url
+from podium.store.postgres_preflight import check_postgres_store
 
 if TYPE_CHECKING:
     from podium.config import Config
@@ -85,7 +87,8 @@ def register(subparsers: Any) -> None:
                         "vanish; server.allow_evicting_redis)")
     parser.add_argument(
         "--store", type=non_empty,
-        help="'sqlite:PATH' or 'memory' (default: server.store, sqlite:podium.sqlite)"
+        help="'sqlite:PATH', 'memory' or a postgresql:// URL (default: server.store, "
+        "sqlite:podium.sqlite)"
     )
     parser.add_argument(
         "--agent",
@@ -217,7 +220,10 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
         if warning := preflight(server.redis, server.prefix, pools,
                                 allow_evicting=server.allow_evicting_redis):
             print(f"podium serve: warning: {warning}", file=sys.stderr, flush=True)
-    elif server.store.startswith("sqlite:"):
+    if is_postgres_url(server.store):
+        importlib.import_module("asyncpg")  # missing: main() names the extra to install
+        check_postgres_store(server.store)  # a wrong password or database: one line now
+    elif not server.redis and server.store.startswith("sqlite:"):
         check_sqlite_path(server.store.removeprefix("sqlite:"))
     config.agents.extend(parse_agent_option(spec) for spec in args.agent)
     keys = KeyRing(config.keys)
@@ -254,8 +260,10 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
 
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
     mode = f"distributed ({url_for_log(server.redis)})" if server.redis else (
-        f"embedded ({server.store})"
+        f"embedded ({url_for_log(server.store)})"
     )
+    if server.redis and is_postgres_url(server.store):
+        mode += f", runs kept in {url_for_log(server.store)}"
     port = listeners[0].getsockname()[1]
     url = f"http://{host_port(server.host, port)}"
     for sock in listeners:  # from now on a connection waits for the app instead of failing

@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from podium._config_checks import check_store
 from podium.cli.common import (
     LISTEN_BACKLOG,
     RawHelpFormatter,
@@ -30,6 +31,8 @@ from podium.config import load_config
 from podium.factory import worker_agents
 from podium.gctune import check_gc_env
 from podium.observe.otel_env import check_tracing_env
+from podium.store.postgres_errors import is_postgres_url
+from podium.store.postgres_preflight import check_postgres_store
 
 __all__ = ("register",)
 
@@ -67,6 +70,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="podium.toml (default: ./podium.toml if present)")
     p.add_argument("--redis", type=non_empty,
                    help=f"Redis URL (default: server.redis, else {DEFAULT_REDIS})")
+    p.add_argument("--store", type=non_empty, metavar="URL",
+                   help="keep runs in PostgreSQL (a postgresql:// URL; the queue stays in "
+                   "Redis; default: server.store when it is one, else Redis)")
     p.add_argument("--agent", action="append", default=[], metavar="[NAME=]MODULE:ATTR",
                    help="an agent to serve, under NAME (repeatable; adds to the config's)")
     p.add_argument("--pool", type=non_empty, default="default",
@@ -130,6 +136,14 @@ def run(args: argparse.Namespace) -> int:
     if warning := preflight(redis_url, args.prefix or server.prefix, [args.pool],
                             allow_evicting=allow_evicting):
         print(f"podium worker: warning: {warning}", file=sys.stderr, flush=True)
+    store_url = args.store or (server.store if is_postgres_url(server.store) else None)
+    if store_url is not None:
+        check_store(store_url, "--store" if args.store else "server.store")
+        if not is_postgres_url(store_url):
+            raise UserError(f"--store: a worker keeps runs in Redis or in PostgreSQL "
+                            f"(a postgresql:// URL), got {store_url!r}")
+        importlib.import_module("asyncpg")  # missing: main() names the extra to install
+        check_postgres_store(store_url)  # a wrong password or database: one line now
     # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
     agents = worker_agents(config, args.agent, args.pool)
     check_tracing_env()  # a bad OTEL_* setting: one line here, not each child's traceback
@@ -137,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     if ttl < 0:
         raise UserError("--ttl must be 0 (never) or positive")
     worker = WorkerConfig(
-        redis_url=redis_url, agents=tuple(args.agent), pool=args.pool,
+        redis_url=redis_url, store_url=store_url, agents=tuple(args.agent), pool=args.pool,
         config_file=os.path.abspath(path) if path else None,
         concurrency=args.concurrency, burst=args.burst, burst_patience_s=args.burst_patience,
         grace_s=args.grace,

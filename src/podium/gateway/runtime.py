@@ -21,6 +21,7 @@ from podium.queue.base import RunQueue
 from podium.queue.local import LocalQueue
 from podium.store.base import RunStore
 from podium.store.memory import MemoryRunStore
+from podium.store.postgres_errors import is_postgres_url
 from podium.worker.worker import Worker
 
 log = logging.getLogger("podium.gateway")
@@ -40,17 +41,22 @@ def load_agents(config: Config) -> list[ServedAgent]:
 
 def open_store(config: Config) -> RunStore:
     server = config.server
+    spec = server.store
+    if is_postgres_url(spec):  # with server.redis too: runs kept in Postgres, queued in Redis
+        from podium.store.postgres import PostgresRunStore
+
+        return PostgresRunStore(spec)
     if server.redis:
         from podium.store.redis import RedisRunStore  # only the distributed mode needs redis
 
         return RedisRunStore(server.redis, prefix=server.prefix, finished_ttl_s=server.ttl_s,
                              allow_evicting=server.allow_evicting_redis)
-    spec = config.server.store
     if spec == "memory":
         return MemoryRunStore()
     kind, _, path = spec.partition(":")
     if kind != "sqlite" or not path:
-        raise ConfigError(f"server.store: use 'sqlite:PATH' or 'memory', got {spec!r}")
+        raise ConfigError(
+            f"server.store: use 'sqlite:PATH', 'memory' or a postgresql:// URL, got {spec!r}")
     from podium.store.sqlite import SQLiteRunStore
 
     return SQLiteRunStore(path)

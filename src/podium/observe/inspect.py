@@ -26,6 +26,7 @@ from podium.engine.records import (
 from podium.errors import ConfigError, RunNotFoundError
 from podium.messages import Usage
 from podium.store.base import JournalItem, RunStore
+from podium.store.postgres_errors import is_postgres_url
 
 __all__ = (
     "RunFilter",
@@ -47,7 +48,8 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def open_store(
     spec: str | None, *, redis: str | None = None, prefix: str = "podium", read_only: bool = False
 ) -> RunStore:
-    """A store from an address: ``sqlite:PATH``, a SQLite file path, or a ``redis://`` URL
+    """A store from an address: ``sqlite:PATH``, a SQLite file path, a ``postgresql://``
+    URL, or a ``redis://`` URL
     (or ``redis``, given on its own). An SQLite file that does not exist is an error: looking
     at runs must never create an empty store by a typo. ``read_only``: a SQLite file is
     opened to look at it, not counted among the processes that drive its runs."""
@@ -56,7 +58,14 @@ def open_store(
 
         return RedisRunStore(redis or spec or "", prefix=prefix)
     if not spec:
-        raise ConfigError("give a store: --store sqlite:PATH (or a file path) or --redis URL")
+        raise ConfigError(
+            "give a store: --store sqlite:PATH (or a file path), --store postgresql://… "
+            "or --redis URL"
+        )
+    if is_postgres_url(spec):  # looking never creates tables: a typo'd database stays empty
+        from podium.store.postgres import PostgresRunStore
+
+        return PostgresRunStore(spec, create_schema=False)
     path = Path(spec.removeprefix("sqlite:"))
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory, not a SQLite store")

@@ -71,6 +71,9 @@ async def requeue_left_behind(store: RunStore, queue: RunQueue) -> int:
     """An embedded server's start-up: submit the runs an earlier process left unfinished
     in ``store``; how many. Nothing when another process uses the store."""
     where = _where(store)
+    # A store of a shared service (PostgreSQL) knows who else uses it once it has opened,
+    # which its first call does; a file or memory store answers this read at once.
+    await store.list(limit=1)
     alone = store.sole_user()
     if alone is None:  # nothing left behind for this process to take up
         return 0

@@ -1,7 +1,8 @@
-"""Run stores: in memory, SQLite, Redis.
+"""Run stores: in memory, SQLite, Redis, PostgreSQL.
 
-``RedisRunStore`` is imported on first use, so importing Podium never needs
-the ``redis`` package (install the ``podium[redis]`` extra to use it).
+``RedisRunStore`` and ``PostgresRunStore`` are imported on first use, so importing
+Podium never needs the ``redis`` or ``asyncpg`` package (install the ``podium[redis]``
+or ``podium[postgres]`` extra to use them).
 """
 
 from __future__ import annotations
@@ -12,9 +13,17 @@ from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.memory import MemoryRunStore
 
 if TYPE_CHECKING:
+    from podium.store.postgres import PostgresRunStore
     from podium.store.redis import RedisRunStore
 
-__all__ = ("JournalItem", "MemoryRunStore", "RedisRunStore", "RunStore", "StoreStatistics")
+__all__ = (
+    "JournalItem",
+    "MemoryRunStore",
+    "PostgresRunStore",
+    "RedisRunStore",
+    "RunStore",
+    "StoreStatistics",
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -22,4 +31,8 @@ def __getattr__(name: str) -> Any:
         from podium.store.redis import RedisRunStore
 
         return RedisRunStore
+    if name == "PostgresRunStore":
+        from podium.store.postgres import PostgresRunStore
+
+        return PostgresRunStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -42,6 +42,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     redis_url: str
     agents: tuple[str, ...]
+    #: Runs kept in PostgreSQL (``postgresql://``) instead of Redis; the queue stays there.
+    store_url: str | None = None
     pool: str = "default"
     config_file: str | None = None
     concurrency: int = 256
@@ -116,6 +118,7 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     from podium.observe.serve_metrics import start_metrics
     from podium.observe.tracing import tracer_from_env
     from podium.queue.redis import RedisQueue
+    from podium.store.base import RunStore
     from podium.store.redis import RedisRunStore, connect
     from podium.streaming.redis import RedisTokenChannel
     from podium.tools.executor import ToolExecutor
@@ -135,9 +138,19 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     # they were (idempotent), and holds a run's checkpoint writes through a longer outage
     # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
     # Redis is back rather than the call run again; the gateway's clients fail fast (503).
-    store = RedisRunStore(client, prefix=config.prefix, finished_ttl_s=config.finished_ttl_s,
-                          unavailable_s=WORKER_PATIENCE_S, outage_hold_s=config.outage_hold_s,
-                          allow_evicting=config.allow_evicting_redis)
+    store: RunStore
+    if config.store_url is not None:
+        from podium.store.postgres import PostgresRunStore
+
+        # Waits out a Postgres restart like the Redis client does (the writes ask whether
+        # they landed before they are sent again); finished runs are kept (history).
+        store = PostgresRunStore(config.store_url, unavailable_s=WORKER_PATIENCE_S)
+    else:
+        store = RedisRunStore(client, prefix=config.prefix,
+                              finished_ttl_s=config.finished_ttl_s,
+                              unavailable_s=WORKER_PATIENCE_S,
+                              outage_hold_s=config.outage_hold_s,
+                              allow_evicting=config.allow_evicting_redis)
     queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
                        unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
