@@ -20,7 +20,9 @@ from podium.errors import PodiumError
 __all__ = ("main",)
 
 #: Modules under ``podium.cli`` that each register one subcommand.
-COMMAND_MODULES: tuple[str, ...] = ("run", "bench", "serve", "worker", "sim_server", "runs")
+COMMAND_MODULES: tuple[str, ...] = (
+    "run", "bench", "serve", "worker", "sim_server", "runs", "plan",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,151 @@
+"""One worker process under load, measured: what ``podium plan --check`` and
+``bench/bench_plan.py`` start once per planned worker.
+
+Two ways to load it, both with the bench's engine (memory store, the serving GC
+settings), so that what is measured is what ``podium bench`` profiled:
+
+- **open** (``--rate R``): runs arrive at random (Poisson) at ``R`` per second, whether or
+  not the earlier ones finished, at most ``--concurrency`` driven at once (the rest wait
+  for a slot, as queued runs wait for a worker); latency is from arrival to end.
+- **closed** (``--closed C``): ``C`` runs in flight all the time, a new one as each ends:
+  at a high ``C`` the loop is never idle, and runs per second is the saturation
+  throughput.
+
+Prints one JSON object: the latencies (seconds) of the runs after the warm-up, the wall
+and CPU seconds of the measured part, and how many runs failed.
+
+    python -m podium.plan.loadgen --scenario react.toml --rate 400 --runs 6000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sys
+import time
+
+import msgspec
+
+from podium.agent import Agent
+from podium.cli.scenario import build_agent, load_scenario
+from podium.engine.driver import Engine
+from podium.gctune import tune_for_serving
+from podium.store.memory import MemoryRunStore
+
+__all__ = ("LoadResult", "closed_loop", "main", "open_loop")
+
+#: The share of the runs that fill the empty worker and are not measured.
+WARMUP = 0.1
+
+
+class LoadResult(msgspec.Struct, frozen=True):
+    latencies_s: list[float]
+    wall_s: float
+    cpu_s: float
+    failed: int
+    runs: int
+
+
+async def _one(engine: Engine, store: MemoryRunStore, agent: Agent) -> bool:
+    record = await engine.run(agent, "Find out what Podium is.")
+    store.forget(record.run_id)  # keep memory flat, as the bench does
+    return record.status == "completed"
+
+
+async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
+                    seed: int = 1) -> LoadResult:
+    """Poisson arrivals at ``rate``; the runs after the first :data:`WARMUP` share are
+    measured (latency from arrival, the rate over their span)."""
+    store = MemoryRunStore()
+    rng = random.Random(seed)
+    slots = asyncio.Semaphore(concurrency)
+    first = int(runs * WARMUP)
+    latencies: list[float] = []
+    failed = 0
+    marks: dict[str, float] = {}
+    tune_for_serving()
+    async with store, Engine(store) as engine:
+
+        async def arrive(i: int) -> None:
+            nonlocal failed
+            t0 = time.perf_counter()
+            async with slots:
+                ok = await _one(engine, store, agent)
+            if i >= first:
+                latencies.append(time.perf_counter() - t0)
+                failed += not ok
+
+        tasks: set[asyncio.Task[None]] = set()
+        start = time.perf_counter()
+        due = start
+        for i in range(runs):
+            due += rng.expovariate(rate)
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if i == first:
+                marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
+            task = asyncio.create_task(arrive(i))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        while tasks:
+            await asyncio.gather(*list(tasks))
+        wall = time.perf_counter() - marks.get("t0", start)
+        cpu = time.process_time() - marks.get("cpu0", 0.0)
+    return LoadResult(latencies, wall, cpu, failed, runs)
+
+
+async def closed_loop(agent: Agent, concurrency: int, runs: int) -> LoadResult:
+    """``concurrency`` lanes of back-to-back runs; measured after the first share."""
+    store = MemoryRunStore()
+    first = int(runs * WARMUP)
+    started = 0
+    latencies: list[float] = []
+    failed = 0
+    marks: dict[str, float] = {}
+    tune_for_serving()
+    async with store, Engine(store) as engine:
+
+        async def lane() -> None:
+            nonlocal started, failed
+            while started < runs:
+                i = started
+                started += 1
+                if i == first:
+                    marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
+                t0 = time.perf_counter()
+                ok = await _one(engine, store, agent)
+                if i >= first:
+                    latencies.append(time.perf_counter() - t0)
+                    failed += not ok
+
+        await asyncio.gather(*(lane() for _ in range(concurrency)))
+        wall = time.perf_counter() - marks["t0"]
+        cpu = time.process_time() - marks["cpu0"]
+    return LoadResult(latencies, wall, cpu, failed, runs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m podium.plan.loadgen", description=__doc__)
+    p.add_argument("--scenario", help="scenario file (default: built-in ReAct)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--rate", type=float, help="open load: runs per second (Poisson)")
+    how.add_argument("--closed", type=int, metavar="C", help="closed load: C runs at once")
+    p.add_argument("--runs", type=int, required=True)
+    p.add_argument("--concurrency", type=int, default=256, help="open load: slots")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    agent = build_agent(load_scenario(args.scenario))
+    import uvloop
+
+    if args.rate is not None:
+        result = uvloop.run(open_loop(agent, args.rate, args.runs, args.concurrency, args.seed))
+    else:
+        result = uvloop.run(closed_loop(agent, args.closed, args.runs))
+    sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
