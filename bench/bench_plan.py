@@ -74,6 +74,7 @@ def run(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
                      "predicted": predicted_sat, "measured": closed.rate,
                      "off": off(closed.rate, predicted_sat), "target": 0.20,
                      "cpu_utilization": closed.cpu_utilization,
+                     "cpu_starved": closed.cpu_starved,
                      "load_average": os.getloadavg()[0]})
         for share in (0.5, 0.85):
             rate = share * closed.rate
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
                          "target": 0.30, "predicted_p50": sim.classes[0].p50_s,
                          "measured_p50": got.p50_s, "measured_rate": got.rate,
                          "cpu_utilization": got.cpu_utilization,
+                         "cpu_starved": got.cpu_starved,
                          "failed": got.failed, "load_average": os.getloadavg()[0]})
     return {"profile": {"concurrency": facts.concurrency, "runs_per_s": facts.runs_per_s,
                         "cpu_utilization": facts.utilization,
@@ -114,11 +116,12 @@ def main() -> int:
           f"CPU {prof['cpu_utilization']:.0%} busy, {prof['cpu_us_per_step']:.1f} µs CPU per "
           f"step; {result['cores']} cores (shared with other work)")
     print(f"{'workers':>7}  {'what':<18}{'predicted':>11}{'measured':>11}{'off':>8}"
-          f"{'target':>8}{'in':>4}  load avg")
+          f"{'target':>8}{'in':>4}  {'CPU':>5} {'starved':>7}  load avg")
     for r in result["rows"]:
         inside = "yes" if abs(r["off"]) <= r["target"] else "no"
         print(f"{r['workers']:>7}  {r['what']:<18}{r['predicted']:>11.3f}"
               f"{r['measured']:>11.3f}{r['off']:>+8.0%}{r['target']:>7.0%}{inside:>5}"
+              f"  {r['cpu_utilization']:>5.0%} {r['cpu_starved']:>7.0%}"
               f"  {r['load_average']:.1f}")
     return 0
 

@@ -33,6 +33,9 @@ class Measured(msgspec.Struct, frozen=True):
     failed: int
     #: CPU seconds per second of each worker, on average.
     cpu_utilization: float
+    #: The share of the time each worker's loop waited for a CPU that other processes
+    #: held, on average: on a shared machine, what the measurement lost to them.
+    cpu_starved: float = 0.0
 
 
 def cores_here() -> int:
@@ -74,6 +77,8 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
         runs=len(latencies),
         failed=sum(r.failed for r in results),
         cpu_utilization=sum(r.cpu_s / r.wall_s for r in results if r.wall_s) / len(results),
+        cpu_starved=sum(r.runqueue_wait_s / r.wall_s for r in results if r.wall_s)
+        / len(results),
     )
 
 

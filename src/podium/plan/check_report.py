@@ -54,10 +54,11 @@ def check(plan: Plan, kind: Kind, facts: ProfileFacts, options: PlanOptions,
         f"  {'':<22}{'predicted':>14}{'measured':>14}{'off':>8}",
         row("runs/s", f"{rate:,.1f}", f"{m.rate:,.1f}", m.rate / rate - 1),
         row("CPU per worker", f"{predicted.utilization:.0%}", f"{m.cpu_utilization:.0%}", None),
+        row("waited for a CPU", "0%", f"{m.cpu_starved:.0%}", None),
         row("run p50", _ms(p.p50_s), _ms(m.p50_s), m.p50_s / p.p50_s - 1),
         row("run p99", _ms(p.p99_s), _ms(m.p99_s), m.p99_s / p.p99_s - 1),
     ]
-    if load > cores_here():
+    if m.cpu_starved > 0.05 or load > cores_here():
         lines.append("  (this machine is busier than its cores: other work shares them, and "
                      "the measured latencies carry it)")
     return lines

@@ -78,6 +78,9 @@ class Distribution(msgspec.Struct, frozen=True):
             return Distribution(self.probs, tuple(target for _ in self.values))
         if target <= median or u <= 0.5:
             return self.scaled(target / now)
+        # Knots at the median and at u, so that both land exactly where they are asked to.
+        knots = sorted({*self.probs, 0.5, u})
+        probs, values = tuple(knots), tuple(self.quantile(p) for p in knots)
         # factor(p) = 1 + (k - 1)·(p - 0.5)/(u - 0.5) for p in [0.5, u], with value at u:
         # now·factor(u) = target  →  k = target / now
         k = target / now
@@ -87,8 +90,8 @@ class Distribution(msgspec.Struct, frozen=True):
                 return 1.0
             return 1.0 + (k - 1.0) * min(1.0, (p - 0.5) / (u - 0.5))
 
-        return Distribution(self.probs, tuple(
-            max(v * factor(p), 0.0) for p, v in zip(self.probs, self.values, strict=True)))
+        return Distribution(probs, tuple(
+            max(v * factor(p), 0.0) for p, v in zip(probs, values, strict=True)))
 
 
 def constant(value: float) -> Distribution:

@@ -33,7 +33,7 @@ from podium.engine.driver import Engine
 from podium.gctune import tune_for_serving
 from podium.store.memory import MemoryRunStore
 
-__all__ = ("LoadResult", "closed_loop", "main", "open_loop")
+__all__ = ("LoadResult", "closed_loop", "main", "open_loop", "runqueue_wait_s")
 
 #: The share of the runs that fill the empty worker and are not measured.
 WARMUP = 0.1
@@ -45,6 +45,18 @@ class LoadResult(msgspec.Struct, frozen=True):
     cpu_s: float
     failed: int
     runs: int
+    #: Seconds the loop's thread was ready to run but waited for a CPU (other processes
+    #: had it): what a shared machine takes from a worker, from /proc (0 where absent).
+    runqueue_wait_s: float = 0.0
+
+
+def runqueue_wait_s() -> float:
+    """This thread's time waiting on a run queue so far (Linux's schedstat)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 async def _one(engine: Engine, store: MemoryRunStore, agent: Agent) -> bool:
@@ -86,6 +98,7 @@ async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
                 await asyncio.sleep(delay)
             if i == first:
                 marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
+                marks["rq0"] = runqueue_wait_s()
             task = asyncio.create_task(arrive(i))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -93,7 +106,8 @@ async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
             await asyncio.gather(*list(tasks))
         wall = time.perf_counter() - marks.get("t0", start)
         cpu = time.process_time() - marks.get("cpu0", 0.0)
-    return LoadResult(latencies, wall, cpu, failed, runs)
+        rq = runqueue_wait_s() - marks.get("rq0", 0.0)
+    return LoadResult(latencies, wall, cpu, failed, runs, rq)
 
 
 async def closed_loop(agent: Agent, concurrency: int, runs: int) -> LoadResult:
@@ -114,6 +128,8 @@ async def closed_loop(agent: Agent, concurrency: int, runs: int) -> LoadResult:
                 started += 1
                 if i == first:
                     marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
+                    marks["rq0"] = runqueue_wait_s()
+                marks["rq0"] = runqueue_wait_s()
                 t0 = time.perf_counter()
                 ok = await _one(engine, store, agent)
                 if i >= first:
@@ -123,7 +139,8 @@ async def closed_loop(agent: Agent, concurrency: int, runs: int) -> LoadResult:
         await asyncio.gather(*(lane() for _ in range(concurrency)))
         wall = time.perf_counter() - marks["t0"]
         cpu = time.process_time() - marks["cpu0"]
-    return LoadResult(latencies, wall, cpu, failed, runs)
+        rq = runqueue_wait_s() - marks["rq0"]
+    return LoadResult(latencies, wall, cpu, failed, runs, rq)
 
 
 def main(argv: list[str] | None = None) -> int:

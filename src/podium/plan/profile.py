@@ -83,6 +83,7 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     if not isinstance(phases, dict):
         raise PlanError(f"{path}: no 'phases': a partial profile (take it again)")
     model = _phase(path, phases, "model", required=True)
+    assert model is not None  # required: missing is a PlanError
     tools = _phase(path, phases, "tools", required=False)
     tool_samples = int(tools.get("samples") or 0) if tools else 0
 

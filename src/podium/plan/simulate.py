@@ -61,8 +61,12 @@ class SimResult(msgspec.Struct, frozen=True):
     runs_in_flight_p999: int
     model_calls_mean: float
     model_calls_p99: int
-    #: Arrivals per second simulated (all kinds).
+    #: Runs per second completed over the measured part (all kinds).
     rate: float
+    #: What the random draws came to: arrivals per second and the mean CPU burst. A closed
+    #: form evaluated at these (not at the nominal rate) compares like with like.
+    arrival_rate: float = 0.0
+    mean_burst_s: float = 0.0
 
 
 _ARRIVE, _WAIT_DONE, _CPU_DONE = 0, 1, 2
@@ -135,6 +139,8 @@ def simulate(
     admit: deque[int] = deque()
     busy = 0
     busy_time = 0.0
+    all_bursts = 0
+    last_arrival = 0.0
     burst_wait = 0.0
     bursts = 0
     admit_wait = 0.0
@@ -149,8 +155,9 @@ def simulate(
         heapq.heappush(heap, (t, seq, kind, run))
 
     def start_burst(now: float, run: int) -> None:
-        nonlocal busy, busy_time
+        nonlocal busy, busy_time, all_bursts
         busy += 1
+        all_bursts += 1
         burst = segs[run][pos[run]]
         busy_time += burst
         push(now + burst, _CPU_DONE, run)
@@ -179,6 +186,7 @@ def simulate(
         if event == _ARRIVE:
             if run == first_counted:
                 counted_start = now
+            last_arrival = now
             u = rng.random()
             k = next(i for i, c in enumerate(cum) if u <= c or i == len(cum) - 1)
             kind_of.append(k)
@@ -242,4 +250,6 @@ def simulate(
         model_calls_mean=model_calls.mean(),
         model_calls_p99=model_calls.quantile(0.99),
         rate=(sum(c.runs for c in classes) / span) if span > 0 else total_rate,
+        arrival_rate=runs / last_arrival if last_arrival > 0 else total_rate,
+        mean_burst_s=busy_time / all_bursts if all_bursts else 0.0,
     )
