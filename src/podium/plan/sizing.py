@@ -89,6 +89,8 @@ class Plan(msgspec.Struct, frozen=True):
     gateway_replicas: int
     redis_ops_per_s: float
     redis_cpu_cores: float
+    #: Redis instances (Redis Cluster shards) to keep each at ``redis_utilization``.
+    redis_shards: int
     model_calls_in_flight: float
     model_calls_in_flight_p99: int
     kinds: tuple[KindResult, ...]
@@ -203,7 +205,9 @@ def make_plan(kinds: Sequence[Kind], target_p99_s: float,
         runs_in_flight=result.runs_in_flight_mean * n,
         worker_utilization=demand / n, erlang_c_cores=erlang,
         gateway_replicas=gateway, redis_ops_per_s=steps_rate * options.redis_ops_per_step,
-        redis_cpu_cores=redis_cpu, model_calls_in_flight=model_calls,
+        redis_cpu_cores=redis_cpu,
+        redis_shards=max(1, math.ceil(redis_cpu / options.redis_utilization)),
+        model_calls_in_flight=model_calls,
         model_calls_in_flight_p99=model_p99, kinds=kind_results, resources=resources,
         bottleneck=bottleneck.name,
         headroom=bottleneck.saturates_at / total - 1.0,
