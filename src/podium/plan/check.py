@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
@@ -43,17 +45,25 @@ def cores_here() -> int:
 
 
 def _run_workers(commands: Sequence[Sequence[str]], timeout_s: float) -> list[LoadResult]:
-    procs = [subprocess.Popen([sys.executable, "-m", "podium.plan.loadgen", *cmd],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for cmd in commands]
+    with tempfile.TemporaryDirectory(prefix="podium-plan-") as tmp:
+        outs = [Path(tmp) / f"worker-{i}.json" for i in range(len(commands))]
+        procs = [subprocess.Popen([sys.executable, "-m", "podium.plan.loadgen", *cmd,
+                                   "--out", str(out)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for cmd, out in zip(commands, outs, strict=True)]
+        return _collect(procs, outs, timeout_s)
+
+
+def _collect(procs: Sequence[subprocess.Popen[bytes]], outs: Sequence[Path],
+             timeout_s: float) -> list[LoadResult]:
     results: list[LoadResult] = []
     try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout_s)
+        for proc, out in zip(procs, outs, strict=True):
+            _, err = proc.communicate(timeout=timeout_s)
             if proc.returncode != 0:
                 tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
                 raise PlanError(f"a measuring worker failed (exit {proc.returncode}): {tail[0]}")
-            results.append(msgspec.json.decode(out, type=LoadResult))
+            results.append(msgspec.json.decode(out.read_bytes(), type=LoadResult))
     except subprocess.TimeoutExpired:
         raise PlanError(f"the measurement took over {timeout_s:.0f} s: this machine is too "
                         "busy, or the rate too high for it") from None

@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, required=True)
     p.add_argument("--concurrency", type=int, default=256, help="open load: slots")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", help="write the JSON to this file (default: stdout)")
     args = p.parse_args(argv)
     agent = build_agent(load_scenario(args.scenario))
     import uvloop
@@ -160,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         result = uvloop.run(open_loop(agent, args.rate, args.runs, args.concurrency, args.seed))
     else:
         result = uvloop.run(closed_loop(agent, args.closed, args.runs))
-    sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+    data = msgspec.json.encode(result) + b"\n"
+    if args.out:  # a file: a pipe its parent is not reading yet could cut a long result
+        with open(args.out, "wb") as f:
+            f.write(data)
+    else:
+        sys.stdout.buffer.write(data)
     return 0
 
 
