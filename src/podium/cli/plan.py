@@ -20,9 +20,13 @@ import re
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from podium.cli.common import RawHelpFormatter, non_empty, positive_int
+
+if TYPE_CHECKING:
+    from podium.plan.profile import ProfileFacts
+    from podium.plan.workload import RunShape
 
 __all__ = ("duration", "register")
 
@@ -177,7 +181,7 @@ def main(args: argparse.Namespace) -> int:
     if not 0 <= args.cpu_cv <= 4:
         raise PlanError(f"--cpu-cv {args.cpu_cv:g}: give 0 (constant) to 4")
     kinds: list[Kind] = []
-    facts = []
+    facts: list[ProfileFacts] = []
     whatifs: list[str] = []
     for path, r, name in _sources(args):
         shape, fact = load_profile(path, cpu_cv=args.cpu_cv, name=name)
@@ -208,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _what_ifs(shape: Any, args: argparse.Namespace) -> tuple[Any, list[str]]:
+def _what_ifs(shape: RunShape, args: argparse.Namespace) -> tuple[RunShape, list[str]]:
     said: list[str] = []
     if args.model_latency is not None:
         how, x = args.model_latency
