@@ -116,6 +116,7 @@ def run(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
                          "measured_p50": got.p50_s, "measured_rate": got.rate,
                          "cpu_utilization": got.cpu_utilization,
                          "cpu_starved": got.cpu_starved, "cpu_pressure": pressure.share,
+                         "gc_pause_max_s": got.gc_pause_max_s,
                          "failed": got.failed, "load_average": os.getloadavg()[0]})
     return {"profile": {"concurrency": facts.concurrency, "runs_per_s": facts.runs_per_s,
                         "cpu_utilization": facts.utilization,

@@ -38,6 +38,8 @@ class Measured(msgspec.Struct, frozen=True):
     #: The share of the time each worker's loop waited for a CPU that other processes
     #: held, on average: on a shared machine, what the measurement lost to them.
     cpu_starved: float = 0.0
+    #: The longest garbage-collector pause of any worker (seconds).
+    gc_pause_max_s: float = 0.0
 
 
 def cores_here() -> int:
@@ -89,6 +91,7 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
         cpu_utilization=sum(r.cpu_s / r.wall_s for r in results if r.wall_s) / len(results),
         cpu_starved=sum(r.runqueue_wait_s / r.wall_s for r in results if r.wall_s)
         / len(results),
+        gc_pause_max_s=max(r.gc_pause_max_s for r in results),
     )
 
 

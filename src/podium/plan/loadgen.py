@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import random
 import sys
 import time
@@ -48,6 +49,34 @@ class LoadResult(msgspec.Struct, frozen=True):
     #: Seconds the loop's thread was ready to run but waited for a CPU (other processes
     #: had it): what a shared machine takes from a worker, from /proc (0 where absent).
     runqueue_wait_s: float = 0.0
+    #: The garbage collector's pauses over the measured part: the longest and their sum
+    #: (a pause stops the loop, every run in flight waits).
+    gc_pause_max_s: float = 0.0
+    gc_pause_total_s: float = 0.0
+
+
+class _GcPauses:
+    """Times the collector's pauses (``gc.callbacks``) while it is installed."""
+
+    def __init__(self) -> None:
+        self.started = 0.0
+        self.longest = self.total = 0.0
+        self.on = False
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        elif self.started and self.on:
+            pause = time.perf_counter() - self.started
+            self.longest = max(self.longest, pause)
+            self.total += pause
+
+    def __enter__(self) -> _GcPauses:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
 
 
 def runqueue_wait_s() -> float:
@@ -57,6 +86,34 @@ def runqueue_wait_s() -> float:
             return int(f.read().split()[1]) / 1e9
     except (OSError, ValueError, IndexError):
         return 0.0
+
+
+class _Window:
+    """The measured part of a load: from the first run after the warm-up to the end."""
+
+    def __init__(self, runs: int, pauses: _GcPauses) -> None:
+        self.runs = runs
+        self.first = int(runs * WARMUP)
+        self.pauses = pauses
+        self.latencies: list[float] = []
+        self.failed = 0
+        self.t0 = self.cpu0 = self.rq0 = 0.0
+
+    def open(self) -> None:
+        self.t0, self.cpu0, self.rq0 = time.perf_counter(), time.process_time(), \
+            runqueue_wait_s()
+        self.pauses.on = True
+
+    def add(self, i: int, latency: float, ok: bool) -> None:
+        if i >= self.first:
+            self.latencies.append(latency)
+            self.failed += not ok
+
+    def close(self) -> LoadResult:
+        return LoadResult(
+            self.latencies, time.perf_counter() - self.t0, time.process_time() - self.cpu0,
+            self.failed, self.runs, runqueue_wait_s() - self.rq0, self.pauses.longest,
+            self.pauses.total)
 
 
 async def _one(engine: Engine, store: MemoryRunStore, agent: Agent) -> bool:
@@ -72,75 +129,56 @@ async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
     store = MemoryRunStore()
     rng = random.Random(seed)
     slots = asyncio.Semaphore(concurrency)
-    first = int(runs * WARMUP)
-    latencies: list[float] = []
-    failed = 0
-    marks: dict[str, float] = {}
     tune_for_serving()
-    async with store, Engine(store) as engine:
+    with _GcPauses() as pauses:
+        window = _Window(runs, pauses)
+        async with store, Engine(store) as engine:
 
-        async def arrive(i: int) -> None:
-            nonlocal failed
-            t0 = time.perf_counter()
-            async with slots:
-                ok = await _one(engine, store, agent)
-            if i >= first:
-                latencies.append(time.perf_counter() - t0)
-                failed += not ok
+            async def arrive(i: int) -> None:
+                t0 = time.perf_counter()
+                async with slots:
+                    ok = await _one(engine, store, agent)
+                window.add(i, time.perf_counter() - t0, ok)
 
-        tasks: set[asyncio.Task[None]] = set()
-        start = time.perf_counter()
-        due = start
-        for i in range(runs):
-            due += rng.expovariate(rate)
-            delay = due - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            if i == first:
-                marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
-                marks["rq0"] = runqueue_wait_s()
-            task = asyncio.create_task(arrive(i))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        while tasks:
-            await asyncio.gather(*list(tasks))
-        wall = time.perf_counter() - marks.get("t0", start)
-        cpu = time.process_time() - marks.get("cpu0", 0.0)
-        rq = runqueue_wait_s() - marks.get("rq0", 0.0)
-    return LoadResult(latencies, wall, cpu, failed, runs, rq)
+            tasks: set[asyncio.Task[None]] = set()
+            due = time.perf_counter()
+            for i in range(runs):
+                due += rng.expovariate(rate)
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if i == window.first:
+                    window.open()
+                task = asyncio.create_task(arrive(i))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks))
+            return window.close()
 
 
 async def closed_loop(agent: Agent, concurrency: int, runs: int) -> LoadResult:
     """``concurrency`` lanes of back-to-back runs; measured after the first share."""
     store = MemoryRunStore()
-    first = int(runs * WARMUP)
     started = 0
-    latencies: list[float] = []
-    failed = 0
-    marks: dict[str, float] = {}
     tune_for_serving()
-    async with store, Engine(store) as engine:
+    with _GcPauses() as pauses:
+        window = _Window(runs, pauses)
+        async with store, Engine(store) as engine:
 
-        async def lane() -> None:
-            nonlocal started, failed
-            while started < runs:
-                i = started
-                started += 1
-                if i == first:
-                    marks["t0"], marks["cpu0"] = time.perf_counter(), time.process_time()
-                    marks["rq0"] = runqueue_wait_s()
-                marks["rq0"] = runqueue_wait_s()
-                t0 = time.perf_counter()
-                ok = await _one(engine, store, agent)
-                if i >= first:
-                    latencies.append(time.perf_counter() - t0)
-                    failed += not ok
+            async def lane() -> None:
+                nonlocal started
+                while started < runs:
+                    i = started
+                    started += 1
+                    if i == window.first:
+                        window.open()
+                    t0 = time.perf_counter()
+                    ok = await _one(engine, store, agent)
+                    window.add(i, time.perf_counter() - t0, ok)
 
-        await asyncio.gather(*(lane() for _ in range(concurrency)))
-        wall = time.perf_counter() - marks["t0"]
-        cpu = time.process_time() - marks["cpu0"]
-        rq = runqueue_wait_s() - marks["rq0"]
-    return LoadResult(latencies, wall, cpu, failed, runs, rq)
+            await asyncio.gather(*(lane() for _ in range(concurrency)))
+            return window.close()
 
 
 def main(argv: list[str] | None = None) -> int:
