@@ -77,27 +77,31 @@ class _Occupancy:
     percentiles over time, not over events."""
 
     def __init__(self) -> None:
-        self.time_at: dict[int, float] = {}
+        self.time_at: list[float] = [0.0]
         self.count = 0
         self.since = 0.0
 
     def move(self, now: float, delta: int) -> None:
-        self.time_at[self.count] = self.time_at.get(self.count, 0.0) + now - self.since
+        count = self.count
+        self.time_at[count] += now - self.since
         self.since = now
-        self.count += delta
+        count += delta
+        self.count = count
+        if count == len(self.time_at):
+            self.time_at.append(0.0)
 
     def mean(self) -> float:
-        total = sum(self.time_at.values())
-        return sum(k * t for k, t in self.time_at.items()) / total if total else 0.0
+        total = sum(self.time_at)
+        return sum(k * t for k, t in enumerate(self.time_at)) / total if total else 0.0
 
     def quantile(self, q: float) -> int:
-        total = sum(self.time_at.values())
+        total = sum(self.time_at)
         acc = 0.0
-        for k in sorted(self.time_at):
-            acc += self.time_at[k]
+        for k, t in enumerate(self.time_at):
+            acc += t
             if acc >= q * total:
                 return k
-        return max(self.time_at, default=0)
+        return len(self.time_at) - 1
 
 
 def simulate(
@@ -125,17 +129,19 @@ def simulate(
     limit = concurrency if concurrency is not None else runs + 1
     first_counted = int(runs * warmup)
 
-    heap: list[tuple[float, int, int, int]] = []
-    seq = 0
-    # Per run: its kind, arrival time, segments and the index of the next one.
-    kind_of: list[int] = []
-    arrived: list[float] = []
+    # An event is (time, run × 4 + what): a run has at most one event of its own pending
+    # (a burst or a wait ending) and its arrival comes before either, so the pair is unique
+    # and ties resolve the same way every time.
+    heap: list[tuple[float, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    kind_of = [0] * runs
+    arrived = [0.0] * runs
     segs: list[list[float]] = []
-    model_idx: list[frozenset[int]] = []
-    pos: list[int] = []
+    models: list[frozenset[int]] = []
+    pos = [0] * runs
+    ready_since = [0.0] * runs
     latencies: list[list[float]] = [[] for _ in kinds]
     ready: deque[int] = deque()  # runs whose next burst waits for a core
-    ready_since: dict[int, float] = {}
     admit: deque[int] = deque()
     busy = 0
     busy_time = 0.0
@@ -148,26 +154,21 @@ def simulate(
     in_flight = _Occupancy()
     model_calls = _Occupancy()
     counted_start = counted_end = 0.0
-
-    def push(t: float, kind: int, run: int) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (t, seq, kind, run))
-
-    def start_burst(now: float, run: int) -> None:
-        nonlocal busy, busy_time, all_bursts
-        busy += 1
-        all_bursts += 1
-        burst = segs[run][pos[run]]
-        busy_time += burst
-        push(now + burst, _CPU_DONE, run)
+    draw_gap = rng.expovariate
+    draw = rng.random
+    workloads = [w for w, _ in kinds]
+    last_kind = len(cum) - 1
 
     def want_cpu(now: float, run: int) -> None:
-        nonlocal bursts, burst_wait
+        nonlocal busy, busy_time, all_bursts, bursts
         if busy < servers:
             if run >= first_counted:
                 bursts += 1
-            start_burst(now, run)
+            busy += 1
+            all_bursts += 1
+            burst = segs[run][pos[run]]
+            busy_time += burst
+            push(heap, (now + burst, run * 4 + _CPU_DONE))
         else:
             ready_since[run] = now
             ready.append(run)
@@ -180,23 +181,25 @@ def simulate(
         in_flight.move(now, 1)
         want_cpu(now, run)
 
-    push(rng.expovariate(total_rate), _ARRIVE, 0)
+    push(heap, (draw_gap(total_rate), _ARRIVE))
     while heap:
-        now, _, event, run = heapq.heappop(heap)
+        now, code = pop(heap)
+        run, event = divmod(code, 4)
         if event == _ARRIVE:
             if run == first_counted:
                 counted_start = now
             last_arrival = now
-            u = rng.random()
-            k = next(i for i, c in enumerate(cum) if u <= c or i == len(cum) - 1)
-            kind_of.append(k)
-            arrived.append(now)
-            run_segs, run_models = kinds[k][0].segments(rng)
+            u = draw()
+            k = 0
+            while k < last_kind and u > cum[k]:
+                k += 1
+            kind_of[run] = k
+            arrived[run] = now
+            run_segs, run_models = workloads[k].segments(rng)
             segs.append(run_segs)
-            model_idx.append(run_models)
-            pos.append(0)
+            models.append(run_models)
             if run + 1 < runs:
-                push(now + rng.expovariate(total_rate), _ARRIVE, run + 1)
+                push(heap, (now + draw_gap(total_rate), (run + 1) * 4 + _ARRIVE))
             if in_flight.count < limit:
                 begin(now, run)
             else:
@@ -207,16 +210,19 @@ def simulate(
                 nxt = ready.popleft()
                 if nxt >= first_counted:
                     bursts += 1
-                    burst_wait += now - ready_since.pop(nxt)
-                else:
-                    del ready_since[nxt]
-                start_burst(now, nxt)
+                    burst_wait += now - ready_since[nxt]
+                busy += 1
+                all_bursts += 1
+                burst = segs[nxt][pos[nxt]]
+                busy_time += burst
+                push(heap, (now + burst, nxt * 4 + _CPU_DONE))
+            run_segs = segs[run]
             i = pos[run] + 1
-            if i < len(segs[run]):
+            if i < len(run_segs):
                 pos[run] = i
-                if i in model_idx[run]:
+                if i in models[run]:
                     model_calls.move(now, 1)
-                push(now + segs[run][i], _WAIT_DONE, run)
+                push(heap, (now + run_segs[i], run * 4 + _WAIT_DONE))
             else:  # the run ends: its slot goes to the next in line
                 if run >= first_counted:
                     latencies[kind_of[run]].append(now - arrived[run])
@@ -227,7 +233,7 @@ def simulate(
                     begin(now, admit.popleft())
         else:  # _WAIT_DONE
             i = pos[run]
-            if i in model_idx[run]:
+            if i in models[run]:
                 model_calls.move(now, -1)
             pos[run] = i + 1
             want_cpu(now, run)
