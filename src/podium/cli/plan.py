@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from podium.cli.common import RawHelpFormatter, non_empty, positive_int
+from podium.cli.common import non_empty, positive_int
 
 if TYPE_CHECKING:
     from podium.plan.profile import ProfileFacts
@@ -80,7 +80,10 @@ def register(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "plan", help="size a fleet from a measured profile: workers, concurrency, Redis, "
         "gateways, model calls in flight",
-        description=__doc__.split("::")[0].strip(), formatter_class=RawHelpFormatter,
+        description="From a measured workload profile (podium bench --json, podium runs "
+        "profile --json) to a fleet: worker processes, concurrency, gateways, Redis and the "
+        "model calls in flight for a rate and a p99; what-ifs; --check measures it here. "
+        "The method: docs/plan.md.",
     )
     p.add_argument("--from", dest="sources", action="append", type=non_empty, metavar="PROFILE",
                    help="the JSON of `podium bench --json` (a sweep's too) or `podium runs "

@@ -83,7 +83,9 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
         raise PlanError("the measurement finished no run")
     return Measured(
         workers=len(results),
-        rate=sum(len(r.latencies_s) / r.wall_s for r in results if r.wall_s > 0),
+        # An open load's rate over its arrivals; a closed one's over its whole window.
+        rate=sum(len(r.latencies_s) / (r.arrivals_s or r.wall_s) for r in results
+                 if (r.arrivals_s or r.wall_s) > 0),
         p50_s=percentile(latencies, 50),
         p99_s=percentile(latencies, 99),
         runs=len(latencies),

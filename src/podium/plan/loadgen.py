@@ -53,6 +53,9 @@ class LoadResult(msgspec.Struct, frozen=True):
     #: (a pause stops the loop, every run in flight waits).
     gc_pause_max_s: float = 0.0
     gc_pause_total_s: float = 0.0
+    #: Open load: seconds from the first measured arrival to the last (the rate's span:
+    #: the drain after the last arrival is no part of it). 0 for a closed load.
+    arrivals_s: float = 0.0
 
 
 class _GcPauses:
@@ -97,7 +100,7 @@ class _Window:
         self.pauses = pauses
         self.latencies: list[float] = []
         self.failed = 0
-        self.t0 = self.cpu0 = self.rq0 = 0.0
+        self.t0 = self.cpu0 = self.rq0 = self.last_arrival = 0.0
 
     def open(self) -> None:
         self.t0, self.cpu0, self.rq0 = time.perf_counter(), time.process_time(), \
@@ -113,7 +116,7 @@ class _Window:
         return LoadResult(
             self.latencies, time.perf_counter() - self.t0, time.process_time() - self.cpu0,
             self.failed, self.runs, runqueue_wait_s() - self.rq0, self.pauses.longest,
-            self.pauses.total)
+            self.pauses.total, max(0.0, self.last_arrival - self.t0))
 
 
 async def _one(engine: Engine, store: MemoryRunStore, agent: Agent) -> bool:
@@ -150,6 +153,7 @@ async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
                 if i == window.first:
                     window.open()
                 task = asyncio.create_task(arrive(i))
+                window.last_arrival = time.perf_counter()
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             while tasks:
