@@ -183,3 +183,18 @@ def test_a_stores_profile_and_a_sweep_plan_too(tmp_path: Path) -> None:
     line = refused(podium("plan", "--from", str(tmp_path / "runs.json"), "--rate", "5",
                           "--p99", "2s", "--check", *FAST))
     assert "names no scenario" in line
+
+
+def test_a_busy_profile_is_read_with_a_note(profile: Path, tmp_path: Path) -> None:
+    from podium.plan import load_profile
+
+    data = json.loads(profile.read_text())
+    light, _ = load_profile(str(profile))
+    busy_path = tmp_path / "busy.json"
+    busy_path.write_text(json.dumps({**data, "cpu_utilization": 0.93}))
+    busy, facts = load_profile(str(busy_path))
+    assert facts.warning is not None and "93% CPU" in facts.warning
+    # The loop's queueing at 93 % is taken off the measured waits: they come out shorter.
+    assert busy.model_wait.mean < light.model_wait.mean
+    out = podium("plan", "--from", str(busy_path), "--rate", "10", "--p99", "2s", *FAST)
+    assert out.returncode == 0 and "note: it was taken at 93% CPU" in out.stdout

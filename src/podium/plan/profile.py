@@ -52,6 +52,8 @@ class ProfileFacts(msgspec.Struct, frozen=True):
     run_p99_s: float | None = None
     #: A sweep's best measured throughput of completed runs (runs/s).
     sweep_best_runs_per_s: float | None = None
+    #: What makes this profile a weak basis for a plan, if anything.
+    warning: str | None = None
 
 
 def read_profile(path: str) -> dict[str, Any]:
@@ -141,8 +143,22 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
         runs_per_s=_opt_float(data.get("completed_runs_per_s")),
         run_p99_s=_opt_ms(data.get("completed_run_wall_p99_ms")),
         sweep_best_runs_per_s=best,
+        warning=_warning(kind, utilization),
     )
     return shape, facts
+
+
+#: Above this CPU utilization a profile's waits are mostly the loop's queueing, which the
+#: M/G/1 correction removes only roughly.
+_BUSY = 0.8
+
+
+def _warning(kind: str, utilization: Any) -> str | None:
+    if isinstance(utilization, int | float) and utilization >= _BUSY:
+        level = "its last level was" if kind == "sweep" else "it was"
+        return (f"{level} taken at {utilization:.0%} CPU: its waits are mostly queueing; "
+                "a profile at lighter load (under 50 %) plans better")
+    return None
 
 
 def _check_format(path: str, data: dict[str, Any]) -> None:

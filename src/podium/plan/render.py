@@ -54,6 +54,8 @@ def plan_lines(plan: Plan, facts: Sequence[ProfileFacts], whatifs: Sequence[str]
         util = f", CPU {f.utilization:.0%} busy" if f.utilization is not None else ""
         out.append(f"from {f.path}: {f.kind} profile, {f.runs:,} runs, {f.steps:,} steps"
                    f"{at}{util}; {cpu}")
+        if f.warning:
+            out.append(f"  note: {f.warning}")
     if whatifs:
         out.append(f"what-if: {', '.join(whatifs)}")
     return out
