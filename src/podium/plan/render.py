@@ -69,13 +69,16 @@ def plan_json(plan: Plan, facts: Sequence[ProfileFacts], whatifs: Sequence[str])
 
 
 def helm_values(plan: Plan) -> str:
-    """Values for deploy/helm/podium: one single-core worker pod per process."""
+    """Values for deploy/helm/podium: one single-core worker pod per process. Helm replaces
+    a list rather than merging it, so the pool is written whole (the chart's defaults for
+    what the plan does not decide)."""
     return "\n".join((
         "# podium plan: helm upgrade --install podium deploy/helm/podium -f plan-values.yaml",
         "gateway:",
         f"  replicas: {plan.gateway_replicas}",
         "  autoscaling:",
         f"    minReplicas: {plan.gateway_replicas}",
+        f"    maxReplicas: {max(10, 2 * plan.gateway_replicas)}",
         "worker:",
         f"  concurrency: {plan.concurrency_per_worker}",
         "pools:",
@@ -83,9 +86,16 @@ def helm_values(plan: Plan) -> str:
         f"    replicas: {plan.workers}",
         "    procs: 0",
         '    cpu: "1"',
+        "    memory: 1Gi",
+        '    namespace: ""',
+        "    createNamespace: false",
+        "    resourceQuota: {}",
         "    keda:",
         f"      minReplicas: {plan.workers}",
-        f"      maxReplicas: {max(plan.workers, 2 * plan.workers)}",
+        f"      maxReplicas: {2 * plan.workers}",
+        "      targetUtilizationPercent: 80",
+        "      pollingInterval: 15",
+        "      cooldownPeriod: 300",
     ))
 
 
