@@ -55,10 +55,12 @@ def test_each_kind_of_a_mix_meets_the_target_and_the_bottleneck_is_named() -> No
     busiest = max(plan.resources, key=lambda r: r.utilization)
     assert plan.bottleneck == busiest.name
     assert plan.headroom == pytest.approx(busiest.saturates_at / plan.rate - 1)
-    # Redis's thread is the limit once its CPU per step is high enough.
-    redis_bound = make_plan([Kind(light, 300.0)], 20.0,
+    # Redis is the limit once its CPU per step is high enough: 0.9 of a core, over the
+    # 60 % one Redis thread is planned at, is two shards (Redis Cluster) at 45 % each.
+    lighter = shape(cpu_per_step=0.5e-3, name="light", steps=2)
+    redis_bound = make_plan([Kind(lighter, 300.0)], 20.0,
                             PlanOptions(sim_runs=4000, redis_cpu_s_per_step=1.5e-3))
-    assert redis_bound.bottleneck == "Redis (one thread)"
     assert redis_bound.redis_cpu_cores == pytest.approx(300 * 2 * 1.5e-3)
-    # 0.9 of a core, over the 60 % a Redis is planned at: two shards.
     assert redis_bound.redis_shards == 2
+    assert redis_bound.bottleneck == "Redis (2 shards)"
+    assert redis_bound.headroom == pytest.approx(2 / (2 * 1.5e-3) / 300 - 1)

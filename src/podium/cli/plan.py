@@ -98,7 +98,7 @@ def register(sub: Any) -> None:
     w.add_argument("--model-latency", type=factor_or_duration, metavar="xK|TIME",
                    help="model calls K times as long (x2), or with this median (400ms)")
     w.add_argument("--tool-p99", type=duration, metavar="S",
-                   help="tool calls with this p99, the median kept (3s)")
+                   help="tool calls with this p99 (3s), up to their p98 as measured")
     w.add_argument("--steps", type=steps, metavar="N", help="model calls per run")
     w.add_argument("--cpu-per-step", type=duration, metavar="TIME",
                    help="CPU per step (300us): a heavier or lighter agent")

@@ -69,29 +69,35 @@ class Distribution(msgspec.Struct, frozen=True):
         return Distribution(self.probs, tuple(v * factor for v in self.values))
 
     def with_quantile(self, u: float, target: float) -> Distribution:
-        """The tail above the median stretched (or shrunk) so that the value at ``u`` is
-        ``target``: a slower p99 with the same typical call (``--tool-p99 3s``). Below the
-        median nothing moves; from the median to ``u`` the factor grows linearly from 1; above
-        ``u`` the whole factor applies. A ``target`` below the median scales everything."""
+        """The tail stretched (or shrunk) so that the value at ``u`` is ``target``: a tool
+        whose p99 is 3 s while its typical call is as fast as measured (``--tool-p99 3s``).
+
+        Below ``2u − 1`` (the p98 for a p99; never below the median) nothing moves: the
+        body of the distribution is the one measured. From there to ``u`` the factor grows
+        geometrically from 1 to ``target / value at u``; above ``u`` the values move by
+        what the value at ``u`` moved (not by the factor, which would turn a measured
+        p99.9 three times the p99 into calls three times the target). A ``target`` at or
+        below the median scales everything instead."""
         median, now = self.quantile(0.5), self.quantile(u)
         if now <= 0:
             return Distribution(self.probs, tuple(target for _ in self.values))
         if target <= median or u <= 0.5:
             return self.scaled(target / now)
-        # Knots at the median and at u, so that both land exactly where they are asked to.
-        knots = sorted({*self.probs, 0.5, u})
-        probs, values = tuple(knots), tuple(self.quantile(p) for p in knots)
-        # factor(p) = 1 + (k - 1)·(p - 0.5)/(u - 0.5) for p in [0.5, u], with value at u:
-        # now·factor(u) = target  →  k = target / now
+        start = max(0.5, 2 * u - 1)
+        # Knots where the stretch starts and at u, so that both land exactly.
+        knots = tuple(sorted({*self.probs, start, u}))
+        values = tuple(self.quantile(p) for p in knots)
         k = target / now
 
-        def factor(p: float) -> float:
-            if p <= 0.5:
-                return 1.0
-            return 1.0 + (k - 1.0) * min(1.0, (p - 0.5) / (u - 0.5))
+        def moved(p: float, v: float) -> float:
+            if p <= start:
+                return v
+            if p <= u:
+                return v * float(k ** ((p - start) / (u - start)))
+            return v + target - now
 
-        return Distribution(probs, tuple(
-            max(v * factor(p), 0.0) for p, v in zip(probs, values, strict=True)))
+        return Distribution(knots, tuple(
+            max(moved(p, v), 0.0) for p, v in zip(knots, values, strict=True)))
 
 
 def constant(value: float) -> Distribution:

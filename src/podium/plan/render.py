@@ -29,9 +29,10 @@ def plan_lines(plan: Plan, facts: Sequence[ProfileFacts], whatifs: Sequence[str]
          f"{plan.concurrency_per_worker:,}  (--concurrency; runs in flight in all: "
          f"{plan.runs_in_flight:,.0f} on average)"),
         ("gateway replicas", f"{plan.gateway_replicas:,}"),
-        ("Redis", f"{plan.redis_ops_per_s:,.0f} ops/s, {plan.redis_cpu_cores:.2f} cores of "
-                  "its one thread" + (f": {plan.redis_shards} shards (Redis Cluster)"
-                                      if plan.redis_shards > 1 else "")),
+        ("Redis", f"{plan.redis_ops_per_s:,.0f} ops/s, " + (
+            f"{plan.redis_cpu_cores:.2f} of its one thread's core" if plan.redis_shards == 1
+            else f"{plan.redis_cpu_cores:.2f} cores: {plan.redis_shards} shards "
+                 "(Redis Cluster), one thread each")),
         ("model calls in flight",
          f"{plan.model_calls_in_flight:,.0f} on average, {plan.model_calls_in_flight_p99:,} "
          "at p99: what the backends must hold at once"),

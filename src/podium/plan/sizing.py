@@ -186,12 +186,13 @@ def make_plan(kinds: Sequence[Kind], target_p99_s: float,
     spread = max(0.0, result.model_calls_p99 - result.model_calls_mean)
     model_p99 = math.ceil(model_calls + spread * math.sqrt(n))
     steps_per_run = steps_rate / total
+    shards = max(1, math.ceil(redis_cpu / options.redis_utilization))
     resources = (
         Resource("worker CPU", demand / n, workers_sat),
         Resource("gateway CPU", total * options.gateway_cpu_s_per_run / gateway,
                  gateway / options.gateway_cpu_s_per_run),
-        Resource("Redis (one thread)", redis_cpu,
-                 1.0 / (steps_per_run * options.redis_cpu_s_per_step)),
+        Resource("Redis (one thread)" if shards == 1 else f"Redis ({shards} shards)",
+                 redis_cpu / shards, shards / (steps_per_run * options.redis_cpu_s_per_step)),
     )
     bottleneck = max(resources, key=lambda r: r.utilization)
     kind_results = tuple(
@@ -206,7 +207,7 @@ def make_plan(kinds: Sequence[Kind], target_p99_s: float,
         worker_utilization=demand / n, erlang_c_cores=erlang,
         gateway_replicas=gateway, redis_ops_per_s=steps_rate * options.redis_ops_per_step,
         redis_cpu_cores=redis_cpu,
-        redis_shards=max(1, math.ceil(redis_cpu / options.redis_utilization)),
+        redis_shards=shards,
         model_calls_in_flight=model_calls,
         model_calls_in_flight_p99=model_p99, kinds=kind_results, resources=resources,
         bottleneck=bottleneck.name,

@@ -98,7 +98,8 @@ class RunShape(msgspec.Struct, frozen=True):
         return msgspec.structs.replace(self, model_wait=self.model_wait.scaled(factor))
 
     def with_tool_p99(self, seconds: float) -> RunShape:
-        """Tool calls whose p99 is ``seconds``: the tail stretched, the median kept."""
+        """Tool calls whose p99 is ``seconds``: the top of the tail stretched, the body
+        (up to the p98) as measured."""
         return msgspec.structs.replace(self, tool_wait=self.tool_wait.with_quantile(0.99,
                                                                                     seconds))
 
