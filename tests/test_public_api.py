@@ -12,6 +12,7 @@ PACKAGES = (
     "podium.engine",
     "podium.memory",
     "podium.models",
+    "podium.plan",
     "podium.queue",
     "podium.security",
     "podium.streaming",

@@ -21,7 +21,7 @@ __all__ = ("main",)
 
 #: Modules under ``podium.cli`` that each register one subcommand.
 COMMAND_MODULES: tuple[str, ...] = (
-    "run", "bench", "serve", "worker", "sim_server", "runs", "db"
+    "run", "bench", "serve", "worker", "sim_server", "runs", "db", "plan",
 )
 
 

@@ -16,6 +16,8 @@ import msgspec
 
 __all__ = (
     "PHASES",
+    "PROFILE_FORMAT",
+    "QUANTILE_POINTS",
     "STEP_PHASES",
     "PhaseSummary",
     "ProfileAggregator",
@@ -28,6 +30,15 @@ __all__ = (
 #: Phases of a step, in order; ``admit`` (queue wait) is recorded once per run.
 STEP_PHASES: tuple[str, ...] = ("assemble", "model", "parse", "tools", "merge", "checkpoint")
 PHASES: tuple[str, ...] = ("admit", *STEP_PHASES)
+#: The version of the profile's JSON (``podium bench --json``, ``podium runs profile
+#: --json``): ``podium plan`` refuses another, whose figures it would misread. Raise it when
+#: a field's meaning changes.
+PROFILE_FORMAT = 1
+#: The percentiles of each phase's wall time that a summary carries (``wall_quantiles_ms``):
+#: enough of the distribution's shape, tail included, for ``podium plan`` to simulate with.
+QUANTILE_POINTS: tuple[float, ...] = (
+    0, 1, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 97.5, 99, 99.5, 99.9, 100,
+)
 
 
 class StepProfile(msgspec.Struct, array_like=True, gc=False):
@@ -108,6 +119,8 @@ class PhaseSummary(msgspec.Struct, frozen=True):
     wait_ms_total: float
     cpu_share: float | None
     samples: int
+    #: Wall ms at each of :data:`QUANTILE_POINTS` (None: no sample).
+    wall_quantiles_ms: tuple[float, ...] | None = None
 
     def cells(self) -> tuple[str, str, str, str, str, str]:
         """p50, p95, p99 ms, CPU ms, wait ms and CPU share as a table shows them ("-": none)."""
@@ -128,6 +141,7 @@ class ProfileSummary(msgspec.Struct, frozen=True):
     phases: dict[str, PhaseSummary]
     ttft_p50_ms: float | None = None
     ttft_p99_ms: float | None = None
+    profile_format: int = PROFILE_FORMAT
 
 
 def percentile(sorted_values: array[int] | list[int] | list[float], q: float) -> float:
@@ -243,4 +257,6 @@ def _phase(samples: list[int], wall_total: int, cpu_total: int, wait_total: int)
         wait_ms_total=wait_total / 1e6,
         cpu_share=(cpu_total / wall_total) if wall_total else None,
         samples=len(samples),
+        wall_quantiles_ms=tuple(percentile(samples, q) / 1e6 for q in QUANTILE_POINTS)
+        if samples else None,
     )

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from podium.engine.profile import PHASES, PhaseSummary
+from podium.engine.profile import PHASES, PROFILE_FORMAT, PhaseSummary
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -65,6 +65,8 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: ``runs_planned``.
     partial: bool = False
     runs_planned: int = 0
+    #: :data:`~podium.engine.profile.PROFILE_FORMAT`: what ``podium plan`` checks.
+    profile_format: int = PROFILE_FORMAT
 
 
 def rate(per_s: float) -> str:

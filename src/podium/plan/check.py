@@ -1,0 +1,122 @@
+"""Measuring a plan on this machine: worker processes of the profile's agent on the
+simulated model, loaded as planned, against what the planner predicts for them.
+
+A plan for more workers than this machine has cores is scaled to fit: as many workers
+as cores, each at the planned rate per worker, so each loop sees the load the plan gives
+it. Each worker is its own process (:mod:`podium.plan.loadgen`) with its own share of
+the arrivals, as workers sharing one queue each take a share.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from podium.engine.profile import percentile
+from podium.plan.loadgen import LoadResult
+from podium.plan.profile import PlanError
+
+__all__ = ("Measured", "cores_here", "measure_closed", "measure_open")
+
+
+class Measured(msgspec.Struct, frozen=True):
+    workers: int
+    #: Runs per second completed by all the workers together, over the measured span.
+    rate: float
+    p50_s: float
+    p99_s: float
+    runs: int
+    failed: int
+    #: CPU seconds per second of each worker, on average.
+    cpu_utilization: float
+    #: The share of the time each worker's loop waited for a CPU that other processes
+    #: held, on average: on a shared machine, what the measurement lost to them.
+    cpu_starved: float = 0.0
+    #: The longest garbage-collector pause of any worker (seconds).
+    gc_pause_max_s: float = 0.0
+
+
+def cores_here() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _run_workers(commands: Sequence[Sequence[str]], timeout_s: float) -> list[LoadResult]:
+    with tempfile.TemporaryDirectory(prefix="podium-plan-") as tmp:
+        outs = [Path(tmp) / f"worker-{i}.json" for i in range(len(commands))]
+        procs = [subprocess.Popen([sys.executable, "-m", "podium.plan.loadgen", *cmd,
+                                   "--out", str(out)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                 for cmd, out in zip(commands, outs, strict=True)]
+        return _collect(procs, outs, timeout_s)
+
+
+def _collect(procs: Sequence[subprocess.Popen[bytes]], outs: Sequence[Path],
+             timeout_s: float) -> list[LoadResult]:
+    results: list[LoadResult] = []
+    try:
+        for proc, out in zip(procs, outs, strict=True):
+            _, err = proc.communicate(timeout=timeout_s)
+            if proc.returncode != 0:
+                tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+                raise PlanError(f"a measuring worker failed (exit {proc.returncode}): {tail[0]}")
+            results.append(msgspec.json.decode(out.read_bytes(), type=LoadResult))
+    except subprocess.TimeoutExpired:
+        raise PlanError(f"the measurement took over {timeout_s:.0f} s: this machine is too "
+                        "busy, or the rate too high for it") from None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+def _combine(results: Sequence[LoadResult]) -> Measured:
+    latencies = sorted(x for r in results for x in r.latencies_s)
+    if not latencies:
+        raise PlanError("the measurement finished no run")
+    return Measured(
+        workers=len(results),
+        # An open load's rate over its arrivals; a closed one's over its whole window.
+        rate=sum(len(r.latencies_s) / (r.arrivals_s or r.wall_s) for r in results
+                 if (r.arrivals_s or r.wall_s) > 0),
+        p50_s=percentile(latencies, 50),
+        p99_s=percentile(latencies, 99),
+        runs=len(latencies),
+        failed=sum(r.failed for r in results),
+        cpu_utilization=sum(r.cpu_s / r.wall_s for r in results if r.wall_s) / len(results),
+        cpu_starved=sum(r.runqueue_wait_s / r.wall_s for r in results if r.wall_s)
+        / len(results),
+        gc_pause_max_s=max(r.gc_pause_max_s for r in results),
+    )
+
+
+def _scenario(scenario: str | None) -> list[str]:
+    return ["--scenario", scenario] if scenario else []
+
+
+def measure_open(scenario: str | None, workers: int, rate: float, seconds: float,
+                 concurrency: int, *, seed: int = 1, timeout_s: float = 600) -> Measured:
+    """``workers`` processes sharing Poisson arrivals at ``rate`` runs/s for about
+    ``seconds`` (each at ``rate / workers``)."""
+    per_worker = rate / workers
+    runs = max(200, round(per_worker * seconds))
+    commands = [[*_scenario(scenario), "--rate", f"{per_worker:.6g}", "--runs", str(runs),
+                 "--concurrency", str(concurrency), "--seed", str(seed + i)]
+                for i in range(workers)]
+    return _combine(_run_workers(commands, timeout_s))
+
+
+def measure_closed(scenario: str | None, workers: int, concurrency: int, runs: int,
+                   *, timeout_s: float = 600) -> Measured:
+    """``workers`` processes, each with ``concurrency`` runs in flight all the time: the
+    saturation throughput is the measured rate."""
+    commands = [[*_scenario(scenario), "--closed", str(concurrency), "--runs", str(runs)]
+                for _ in range(workers)]
+    return _combine(_run_workers(commands, timeout_s))

@@ -1,0 +1,220 @@
+"""Reading a workload profile: the JSON of ``podium bench --json`` (one load, or a sweep's)
+or of ``podium runs profile --json``, as a :class:`~podium.plan.workload.RunShape`.
+
+What is taken from it, per step: the CPU of each phase (the process's CPU where a bench
+measured it: the loop's own work outside the phases is CPU a worker spends too), and the
+model's and the tools' wall-time percentiles less their CPU, which are the waits.
+
+A profile taken under load measured those waits with the loop's queueing in them: a call
+that returned while the loop was busy was timed until the loop got to it. That delay is
+the simulation's to add, so the mean wait of a burst at the profile's own CPU utilization
+(M/G/1) is taken off every percentile first; a profile taken at light load loses next to
+nothing.
+
+Anything it cannot use is a :class:`PlanError`: one line, saying what is wrong.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from podium.cli.common import UserError
+from podium.engine.profile import PROFILE_FORMAT, QUANTILE_POINTS
+from podium.plan.distribution import Distribution, constant
+from podium.plan.queueing import mg1_wait
+from podium.plan.workload import RunShape
+
+__all__ = ("PlanError", "ProfileFacts", "load_profile", "read_profile")
+
+
+class PlanError(UserError):
+    """A profile, a target or an option the planner cannot work from: one line, exit 2."""
+
+
+class ProfileFacts(msgspec.Struct, frozen=True):
+    """What the profile says about the load it was taken at (for the report)."""
+
+    path: str
+    kind: str  # "bench", "sweep" or "runs"
+    runs: int
+    steps: int
+    #: "process" (a bench: the whole process's CPU) or "phases" (a store's runs: the
+    #: phases' CPU only, the loop's own work not counted).
+    cpu_counted: str
+    scenario: str | None = None
+    concurrency: int | None = None
+    utilization: float | None = None
+    runs_per_s: float | None = None
+    run_p99_s: float | None = None
+    #: A sweep's best measured throughput of completed runs (runs/s).
+    sweep_best_runs_per_s: float | None = None
+    #: What makes this profile a weak basis for a plan, if anything.
+    warning: str | None = None
+
+
+def read_profile(path: str) -> dict[str, Any]:
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise PlanError(f"{path}: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise PlanError(f"{path}: the file is empty: give the JSON of `podium bench --json` "
+                        "or `podium runs profile --json`")
+    try:
+        data = msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        raise PlanError(f"{path}: not JSON: give the output of `podium bench --json` or "
+                        "`podium runs profile --json`") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a profile is one JSON object, not {type(data).__name__}")
+    return data
+
+
+def load_profile(path: str, *, cpu_cv: float = 0.5,
+                 name: str | None = None) -> tuple[RunShape, ProfileFacts]:
+    """The run shape and the facts of the profile in ``path``."""
+    data = read_profile(path)
+    _check_format(path, data)
+    kind = "sweep" if "sweep" in data else "bench" if "scenario" in data else "runs"
+    runs, steps = _count(path, data, "runs"), _count(path, data, "steps")
+    phases = data.get("phases")
+    if not isinstance(phases, dict):
+        raise PlanError(f"{path}: no 'phases': a partial profile (take it again)")
+    model = _phase(path, phases, "model", required=True)
+    assert model is not None  # required: missing is a PlanError
+    tools = _phase(path, phases, "tools", required=False)
+    tool_samples = int(tools.get("samples") or 0) if tools else 0
+
+    def cpu_s(name: str) -> float:  # mean CPU seconds per step of a phase
+        p = phases.get(name)
+        value = p.get("cpu_ms_total", 0.0) if isinstance(p, dict) else 0.0
+        return _number(path, f"phases.{name}.cpu_ms_total", value) / 1e3 / steps
+
+    before = cpu_s("assemble") + cpu_s("model")
+    after_model = cpu_s("parse") + cpu_s("tools")
+    after_tools = cpu_s("merge") + cpu_s("checkpoint")
+    profiled = before + after_model + after_tools
+    process_us = data.get("cpu_us_per_step") if kind != "runs" else None
+    cpu_counted = "phases"
+    if isinstance(process_us, int | float) and process_us > 0 and profiled > 0:
+        scale = max(1.0, process_us / 1e6 / profiled)  # the loop's own CPU, spread
+        before, after_model, after_tools = before * scale, after_model * scale, \
+            after_tools * scale
+        cpu_counted = "process"
+    if before + after_model + after_tools <= 0:
+        raise PlanError(f"{path}: no CPU recorded in any phase: a partial profile")
+    model_cpu = cpu_s("model")
+    tool_cpu = cpu_s("tools") * steps / tool_samples if tool_samples else 0.0
+    tool_wait = (_waits(path, "tools", tools, tool_cpu) if tools is not None and tool_samples
+                 else constant(0.0))
+    shape = RunShape(
+        name=name or Path(path).stem,
+        steps=steps / runs,
+        tool_share=tool_samples / steps,
+        cpu_before_model=before,
+        cpu_after_model=after_model,
+        cpu_after_tools=after_tools,
+        model_wait=_waits(path, "model", model, model_cpu),
+        tool_wait=tool_wait,
+        cpu_cv=cpu_cv,
+    )
+    utilization = data.get("cpu_utilization") if kind != "runs" else None
+    if isinstance(utilization, int | float) and 0 < utilization < 1:
+        # The loop's queueing that the measured waits include (see the module docstring).
+        rate = utilization / shape.mean_burst  # bursts per second
+        delay = mg1_wait(rate, shape.mean_burst, cpu_cv)
+        shape = msgspec.structs.replace(
+            shape, model_wait=shape.model_wait.shifted(-delay),
+            tool_wait=shape.tool_wait.shifted(-delay) if tool_samples else shape.tool_wait)
+    best = None
+    if kind == "sweep" and isinstance(data.get("sweep"), list):
+        rates = [p.get("completed_runs_per_s") for p in data["sweep"] if isinstance(p, dict)]
+        best = max((r for r in rates if isinstance(r, int | float)), default=None)
+    facts = ProfileFacts(
+        path=path, kind=kind, runs=runs, steps=steps, cpu_counted=cpu_counted,
+        scenario=data.get("scenario") if isinstance(data.get("scenario"), str) else None,
+        concurrency=data.get("concurrency") if isinstance(data.get("concurrency"), int)
+        else None,
+        utilization=float(utilization) if isinstance(utilization, int | float) else None,
+        runs_per_s=_opt_float(data.get("completed_runs_per_s")),
+        run_p99_s=_opt_ms(data.get("completed_run_wall_p99_ms")),
+        sweep_best_runs_per_s=best,
+        warning=_warning(kind, utilization),
+    )
+    return shape, facts
+
+
+#: Above this CPU utilization a profile's waits are mostly the loop's queueing, which the
+#: M/G/1 correction removes only roughly.
+_BUSY = 0.8
+
+
+def _warning(kind: str, utilization: Any) -> str | None:
+    if isinstance(utilization, int | float) and utilization >= _BUSY:
+        level = "its last level was" if kind == "sweep" else "it was"
+        return (f"{level} taken at {utilization:.0%} CPU: its waits are mostly queueing; "
+                "a profile at lighter load (under 50 %) plans better")
+    return None
+
+
+def _check_format(path: str, data: dict[str, Any]) -> None:
+    found = data.get("profile_format")
+    if found is None:
+        raise PlanError(
+            f"{path}: no profile_format: a profile from a podium before this planner (or "
+            f"not a profile); take it again with `podium bench --json` or "
+            f"`podium runs profile --json` (format {PROFILE_FORMAT})")
+    if found != PROFILE_FORMAT:
+        raise PlanError(f"{path}: profile format {found!r}, this podium reads format "
+                        f"{PROFILE_FORMAT}: take the profile again with this version")
+
+
+def _count(path: str, data: dict[str, Any], key: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise PlanError(f"{path}: {key!r} missing or not a count: a partial profile")
+    if value == 0:
+        raise PlanError(f"{path}: an empty profile ({key} = 0): nothing was measured")
+    return value
+
+
+def _phase(path: str, phases: dict[str, Any], name: str, *,
+           required: bool) -> dict[str, Any] | None:
+    p = phases.get(name)
+    if p is None and not required:
+        return None
+    if not isinstance(p, dict) or not p.get("samples"):
+        if not required:
+            return None
+        raise PlanError(f"{path}: phase {name!r} has no samples: a partial profile")
+    if not isinstance(p.get("wall_quantiles_ms"), list):
+        raise PlanError(f"{path}: phase {name!r} has no wall_quantiles_ms: a partial profile")
+    return p
+
+
+def _waits(path: str, name: str, phase: dict[str, Any], cpu_s: float) -> Distribution:
+    values = phase["wall_quantiles_ms"]
+    if len(values) != len(QUANTILE_POINTS) or not all(
+            isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
+        raise PlanError(f"{path}: phase {name!r}: wall_quantiles_ms must be "
+                        f"{len(QUANTILE_POINTS)} non-negative numbers")
+    dist = Distribution.from_percentiles(QUANTILE_POINTS, [v / 1e3 for v in values])
+    return dist.shifted(-cpu_s)  # the wait is the wall time less the CPU done in it
+
+
+def _number(path: str, where: str, value: Any) -> float:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise PlanError(f"{path}: {where}: expected a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _opt_ms(value: Any) -> float | None:
+    return float(value) / 1e3 if isinstance(value, int | float) else None
