@@ -16,6 +16,7 @@ import pytest
 from podium.engine import stopwatch
 from podium.engine.profile import StepProfile
 from podium.engine.stopwatch import ENDS, SAMPLE_EVERY, SampledStopwatch, Stopwatch
+from podium.observe.threadclock import ThreadClock
 
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
@@ -125,6 +126,11 @@ class FakeClocks:
 def clocks(monkeypatch: pytest.MonkeyPatch) -> FakeClocks:
     fake = FakeClocks()
     monkeypatch.setattr(stopwatch, "_perf", fake.perf)
+    # The loop thread's anchor, read with the fake clocks; the ratio from the sampled
+    # slices, not from the scheduler's statistics of the real thread.
+    own = ThreadClock()
+    own.schedstat = False
+    monkeypatch.setattr(stopwatch, "thread_clock", own)
     return fake
 
 

@@ -1,0 +1,190 @@
+"""The loop thread's CPU clock, read at most once a millisecond: what keeps long slices true.
+
+The sampled stopwatch estimates a phase's CPU as its running time (wall time
+on the loop, not waiting) times the thread's CPU/running ratio. That is true
+for the microsecond slices of ordinary steps, and false for a slice that
+holds the loop without using the CPU: an async tool that calls
+``time.sleep(0.2)`` runs 200 ms and uses none; a thread the OS preempts for
+10 ms in the middle of a parse runs those 10 ms on nobody's CPU. Reading the
+CPU clock around every slice would catch both and costs a system call each
+(0.5–7 µs on a virtual machine, more under load), several a step.
+
+So the clock is read where it is cheap to read rarely:
+
+* an *anchor*, ``(perf time, thread CPU)``, is taken at the start of a slice or
+  a step when the last one is older than :data:`ANCHOR_NS`: at most about a
+  thousand reads a second whatever the step rate;
+* a span of running time (a slice, or a step inside one) that lasted
+  :data:`LONG_NS` or more is checked when it ends: one read, and the thread
+  cannot have spent more CPU in it than since the anchor taken at or before its
+  start (:meth:`ThreadClock.spent_since`). What it ran less than that is time
+  the thread did not run: blocked (a sleep, a synchronous read) or preempted.
+
+Shorter spans keep the estimate; their ratio comes from the kernel's
+per-thread scheduler statistics (``/proc/thread-self/schedstat``: CPU time and
+time spent runnable but not running), read at most every :data:`CALIBRATE_NS`
+where Linux offers them, so a busy host's preemption is not booked as CPU even
+for a run whose steps never wait. Where it does not, the stopwatch measures the
+ratio on sampled slices instead.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+__all__ = (
+    "ANCHOR_NS",
+    "CALIBRATE_NS",
+    "LONG_NS",
+    "Ratio",
+    "ThreadClock",
+    "blocked_of",
+    "look",
+    "split_span",
+    "thread_clock",
+)
+
+#: How old the anchor may be when a span starts: the error bound of a long span's CPU.
+ANCHOR_NS = 1_000_000
+#: A span of running time at least this long has its CPU checked against the clock.
+LONG_NS = 2_000_000
+#: How often the CPU/running ratio is taken from the scheduler's statistics.
+CALIBRATE_NS = 10_000_000
+#: The least runnable time (CPU plus preempted) a calibration interval must cover to count:
+#: a few microseconds of it say nothing about the ratio.
+_MIN_RUNNABLE_NS = 200_000
+_NEVER = -(1 << 62)
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+class Ratio(Protocol):
+    """Where the ratio goes (the stopwatch's calibration)."""
+
+    def set(self, ratio: float, tolerance: float) -> None: ...
+
+
+class ThreadClock:
+    """The anchor and the scheduler statistics of the thread that reads them (one per
+    process; it follows the thread: a read from another thread starts afresh)."""
+
+    __slots__ = ("at", "cpu", "delay", "exec", "fd", "ratio", "sched_at", "schedstat", "thread")
+
+    def __init__(self) -> None:
+        #: The anchor: the perf time it was taken and the thread's CPU clock then.
+        self.at = _NEVER
+        self.cpu = 0
+        self.thread = 0
+        #: Whether the scheduler's statistics can be read (None: not tried yet).
+        self.schedstat: bool | None = None
+        self.fd = -1
+        #: The last calibration: when, the thread's CPU and its runnable-not-running time.
+        self.sched_at = _NEVER
+        self.exec = 0
+        self.delay = 0
+        #: The share of its runnable time the thread got the CPU (a moving average).
+        self.ratio = 1.0
+
+    def reset(self) -> None:
+        """Forget the anchor and the last calibration (a test's fake clocks start here)."""
+        self.at = self.sched_at = _NEVER
+        self.thread = 0
+        self.ratio = 1.0
+
+    def anchor(self, now: int, clock: Callable[[], int], ratio: Ratio | None,
+               tolerance: float) -> None:
+        """Take the anchor at ``now`` (the caller saw the last one was older than
+        :data:`ANCHOR_NS`); every :data:`CALIBRATE_NS` also set ``ratio`` from the
+        scheduler's statistics."""
+        self.cpu = clock()
+        self.at = now
+        ident = threading.get_ident()
+        if ident != self.thread:
+            self._follow(ident)
+        if ratio is not None and now - self.sched_at >= CALIBRATE_NS and self.schedstat:
+            self._calibrate(now, ratio, tolerance)
+
+    def spent_since(self, start: int, now: int, clock: Callable[[], int]) -> int | None:
+        """At most how much CPU this thread spent from ``start`` to ``now`` (perf times):
+        its CPU since the anchor, if the anchor is this thread's, taken no later than
+        ``start`` and no earlier than :data:`ANCHOR_NS` before it; else None (no bound
+        worth the name). The anchor moves to ``now``."""
+        if self.thread != threading.get_ident():
+            return None
+        at = self.at
+        c = clock()
+        spent = c - self.cpu
+        self.at, self.cpu = now, c
+        if not 0 <= start - at <= ANCHOR_NS or spent < 0:
+            return None
+        return spent
+
+    def _follow(self, ident: int) -> None:
+        """Readings from another thread: its own statistics file, no calibration base."""
+        self.thread = ident
+        self.sched_at = _NEVER
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.schedstat is False:
+            return
+        try:
+            self.fd = os.open(_SCHEDSTAT, os.O_RDONLY)
+        except OSError:
+            self.schedstat = False
+            return
+        self.schedstat = self._read() is not None
+
+    def _read(self) -> tuple[int, int] | None:
+        try:
+            fields = os.pread(self.fd, 96, 0).split()
+            return int(fields[0]), int(fields[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _calibrate(self, now: int, ratio: Ratio, tolerance: float) -> None:
+        read = self._read()
+        if read is None:
+            self.schedstat = False
+            return
+        ran, delayed = read
+        if self.sched_at != _NEVER:
+            d_exec, d_delay = ran - self.exec, delayed - self.delay
+            if d_exec + d_delay < _MIN_RUNNABLE_NS:
+                return  # mostly idle since: keep the base, wait for more runnable time
+            self.ratio = 0.7 * self.ratio + 0.3 * d_exec / (d_exec + d_delay)
+            ratio.set(self.ratio, tolerance)
+        self.sched_at, self.exec, self.delay = now, ran, delayed
+
+
+#: The process's one: the loop thread's anchor (the stopwatches and the tool executor's).
+thread_clock = ThreadClock()
+
+
+def blocked_of(spent: int, off: int, ratio: float) -> int:
+    """Of ``off``, the time a span that used ``spent`` CPU did not run, what was blocked:
+    the rest is the preemption a thread given ``ratio`` of its runnable time suffers."""
+    preempted = int(spent * (1.0 - ratio) / ratio) if 0.0 < ratio < 1.0 else 0
+    return max(0, off - preempted)
+
+
+def split_span(start: int, now: int) -> tuple[int, int]:
+    """``(CPU, blocked)`` of a span of running time from ``start`` to ``now`` on this
+    thread (perf times; :func:`look` was called when it started): its wall time and 0,
+    unless it is long and the clock says the thread ran less."""
+    ran = now - start
+    if ran < LONG_NS:
+        return ran, 0
+    spent = thread_clock.spent_since(start, now, time.thread_time_ns)
+    if spent is None or spent >= ran:
+        return ran, 0
+    return spent, blocked_of(spent, ran - spent, thread_clock.ratio)
+
+
+def look(now: int) -> None:
+    """A span starts at ``now``: take a fresh anchor if the last one is too old."""
+    if now - thread_clock.at > ANCHOR_NS:
+        thread_clock.anchor(now, time.thread_time_ns, None, 0.0)
