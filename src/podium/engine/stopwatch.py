@@ -61,6 +61,29 @@ _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
 
 
+def _split(spans: list[int], spent: int, blocked: int) -> tuple[list[int], list[int]]:
+    """A span of running time used ``spent`` CPU and blocked ``blocked`` of its time:
+    each phase's share, given each phase's running time in it (``spans``). The phases that
+    ran a short while are taken to have run on the CPU (the blocking call is in a long
+    one: a 200 ms sleep is the tool's, not the parse's before it); the long ones share
+    the rest by their running time."""
+    long = [r if r >= _SHORT_NS else 0 for r in spans]
+    long_total = sum(long)
+    short = sum(spans) - long_total
+    if long_total <= 0 or short > spent:  # no phase stands out: all share alike
+        long, long_total, short = spans, sum(spans), 0
+    cpu = [r if r < _SHORT_NS and short else 0 for r in spans]
+    rest = spent - short
+    for p, r in enumerate(long):
+        if r:
+            cpu[p] = rest * r // long_total
+    return cpu, [blocked * r // long_total for r in long]
+
+
+#: A phase's running time within a long span below which it is taken to have run on the CPU.
+_SHORT_NS = LONG_NS // 4
+
+
 def _blocked(t: list[int]) -> tuple[int, ...]:
     """The current step's blocked figures: none (one shared empty tuple) if it blocked
     nothing, the usual case."""
@@ -358,13 +381,20 @@ class Stopwatch(msgspec.Struct, gc=False):
         # thread given its measured share of its runnable time suffers.
         off = total - spent
         blocked = blocked_of(spent, off, thread_clock.ratio) if off > self.tolerance * total else 0
-        for p in _PHASES:
-            r = ran[p]
-            if r:
-                t[6 + p] += spent * r // total
-                t[12 + p] += r
-                if blocked:
-                    t[_BLOCKED + p] += blocked * r // total
+        if blocked and total == sum(ran):  # (held steps' running time: shared alike)
+            cpus, blocks = _split(ran, spent, blocked)
+            for p in _PHASES:
+                t[6 + p] += cpus[p]
+                t[12 + p] += ran[p]
+                t[_BLOCKED + p] += blocks[p]
+        else:
+            for p in _PHASES:
+                r = ran[p]
+                if r:
+                    t[6 + p] += spent * r // total
+                    t[12 + p] += r
+                    if blocked:
+                        t[_BLOCKED + p] += blocked * r // total
         t[_SPLIT] = 1
 
 
@@ -629,12 +659,12 @@ class SampledStopwatch(Stopwatch, gc=False):
             return
         spent = min(spent, ran)
         blocked = blocked_of(spent, ran - spent, _calibration.ratio) if spent < ran else 0
+        cpus, blocks = _split(spans, spent, blocked)
         for p in _PHASES:
-            share = spans[p]
-            if share:
-                t[12 + p] += share  # not estimated: measured
-                t[6 + p] += spent * share // total
-                t[_BLOCKED + p] += blocked * share // total
+            if spans[p]:
+                t[12 + p] += spans[p]  # not estimated: measured
+                t[6 + p] += cpus[p]
+                t[_BLOCKED + p] += blocks[p]
 
     def _open_slice(self) -> None:
         """A synchronous slice starts (at ``t[_MARK]``, just stamped): measure it if it is

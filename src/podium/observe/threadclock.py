@@ -104,7 +104,7 @@ class ThreadClock:
         ident = threading.get_ident()
         if ident != self.thread:
             self._follow(ident)
-        if ratio is not None and now - self.sched_at >= CALIBRATE_NS and self.schedstat:
+        if now - self.sched_at >= CALIBRATE_NS and self.schedstat:
             self._calibrate(now, ratio, tolerance)
 
     def spent_since(self, start: int, now: int, clock: Callable[[], int]) -> int | None:
@@ -145,7 +145,7 @@ class ThreadClock:
         except (OSError, ValueError, IndexError):
             return None
 
-    def _calibrate(self, now: int, ratio: Ratio, tolerance: float) -> None:
+    def _calibrate(self, now: int, ratio: Ratio | None, tolerance: float) -> None:
         read = self._read()
         if read is None:
             self.schedstat = False
@@ -156,7 +156,8 @@ class ThreadClock:
             if d_exec + d_delay < _MIN_RUNNABLE_NS:
                 return  # mostly idle since: keep the base, wait for more runnable time
             self.ratio = 0.7 * self.ratio + 0.3 * d_exec / (d_exec + d_delay)
-            ratio.set(self.ratio, tolerance)
+            if ratio is not None:
+                ratio.set(self.ratio, tolerance)
         self.sched_at, self.exec, self.delay = now, ran, delayed
 
 
@@ -174,10 +175,11 @@ def blocked_of(spent: int, off: int, ratio: float) -> int:
 def split_span(start: int, now: int) -> tuple[int, int]:
     """``(CPU, blocked)`` of a span of running time from ``start`` to ``now`` on this
     thread (perf times; :func:`look` was called when it started): its wall time and 0,
-    unless it is long and the clock says the thread ran less."""
+    unless it is long and the clock says the thread ran less. A short one is its wall time
+    times the thread's ratio: on a busy host its wall time is partly preemption."""
     ran = now - start
     if ran < LONG_NS:
-        return ran, 0
+        return int(ran * thread_clock.ratio), 0
     spent = thread_clock.spent_since(start, now, time.thread_time_ns)
     if spent is None or spent >= ran:
         return ran, 0
