@@ -658,7 +658,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         if spent is None:  # no bound (another thread's anchor): the estimate stands
             return
         spent = min(spent, ran)
-        blocked = blocked_of(spent, ran - spent, _calibration.ratio) if spent < ran else 0
+        blocked = thread_clock.blocked(start, spent, ran - spent) if spent < ran else 0
         cpus, blocks = _split(spans, spent, blocked)
         for p in _PHASES:
             if spans[p]:

@@ -49,11 +49,11 @@ __all__ = (
 )
 
 #: How old the anchor may be when a span starts: the error bound of a long span's CPU.
-ANCHOR_NS = 1_000_000
+ANCHOR_NS = 500_000
 #: A span of running time at least this long has its CPU checked against the clock.
-LONG_NS = 2_000_000
+LONG_NS = 1_000_000
 #: How often the CPU/running ratio is taken from the scheduler's statistics.
-CALIBRATE_NS = 10_000_000
+CALIBRATE_NS = 5_000_000
 #: The least runnable time (CPU plus preempted) a calibration interval must cover to count:
 #: a few microseconds of it say nothing about the ratio.
 _MIN_RUNNABLE_NS = 200_000
@@ -122,6 +122,18 @@ class ThreadClock:
             return None
         return spent
 
+    def blocked(self, start: int, spent: int, off: int) -> int:
+        """Of ``off``, the time a span from ``start`` that used ``spent`` CPU did not run,
+        what was blocked rather than preempted: with the scheduler's statistics, ``off``
+        less the time the thread has been runnable but not running since the last reading
+        before the span (an upper bound of its preemption in the span: the rest is sure to
+        be blocked); without them, less the preemption the ratio predicts."""
+        if self.schedstat and self.sched_at <= start and self.thread == threading.get_ident():
+            read = self._read()
+            if read is not None:
+                return max(0, off - (read[1] - self.delay))
+        return blocked_of(spent, off, self.ratio)
+
     def _follow(self, ident: int) -> None:
         """Readings from another thread: its own statistics file, no calibration base."""
         self.thread = ident
@@ -156,8 +168,12 @@ class ThreadClock:
             if d_exec + d_delay < _MIN_RUNNABLE_NS:
                 return  # mostly idle since: keep the base, wait for more runnable time
             self.ratio = 0.7 * self.ratio + 0.3 * d_exec / (d_exec + d_delay)
-            if ratio is not None:
-                ratio.set(self.ratio, tolerance)
+        elif ran + delayed >= 50 * _MIN_RUNNABLE_NS:
+            # The first reading: the thread's whole life so far is the first estimate (a
+            # process started on a busy host is not taken as alone on it).
+            self.ratio = ran / (ran + delayed)
+        if ratio is not None:
+            ratio.set(self.ratio, tolerance)
         self.sched_at, self.exec, self.delay = now, ran, delayed
 
 
@@ -183,7 +199,7 @@ def split_span(start: int, now: int) -> tuple[int, int]:
     spent = thread_clock.spent_since(start, now, time.thread_time_ns)
     if spent is None or spent >= ran:
         return ran, 0
-    return spent, blocked_of(spent, ran - spent, thread_clock.ratio)
+    return spent, thread_clock.blocked(start, spent, ran - spent)
 
 
 def look(now: int) -> None:
