@@ -76,18 +76,18 @@ async def test_a_tool_that_sleeps_on_the_loop_is_blocked_not_cpu(
     slept = int(SLEEP_S * 1e9)
     assert step.wall_ns[TOOLS] >= slept
     assert step.blocked_ns, f"{case}: nothing blocked in {step}"
-    # The preemption a busy host adds is not blocked time, but the sleep is nearly all of it.
-    assert step.blocked_ns[TOOLS] >= 0.8 * slept, f"{case}: {step}"
-    assert step.cpu_ns[TOOLS] <= 0.2 * slept, f"{case}: {step}"
-    # The run's phase CPU is what its thread's clock allows (a millisecond's grace for
-    # the estimate of short slices, whose ratio a busy host moves).
-    assert record.profile.cpu_ns <= used + MS, (record.profile.cpu_ns, used)
+    # The preemption a busy host adds is not blocked time (what the scheduler says the
+    # thread waited for a CPU around the sleep is taken off it), but most of the sleep is.
+    assert step.blocked_ns[TOOLS] >= 0.5 * slept, f"{case}: {step}"
+    # Measured, the phase's CPU is no more than the thread's (the short slices of the other
+    # phases are estimates, which a busy host's preemption can move either way).
+    assert step.cpu_ns[TOOLS] <= used, f"{case}: {step}, {used / MS:.2f} ms of thread CPU"
     # The summaries name it too: blocked, not waiting and not CPU.
     aggregate = ProfileAggregator()
     aggregate.add_run(record.profile)
     tools = aggregate.summary().phases["tools"]
-    assert tools.blocked_ms_total >= 0.8 * SLEEP_S * 1e3
-    assert tools.wait_ms_total < 0.2 * SLEEP_S * 1e3
+    assert tools.blocked_ms_total >= 0.5 * SLEEP_S * 1e3
+    assert tools.cpu_ms_total <= used / MS
     assert "blocked)" in str(step)
 
 
@@ -144,8 +144,27 @@ async def test_the_metrics_count_blocked_time_apart_from_cpu() -> None:
         value = registry.get_sample_value(name, {"agent": "sleeper", "phase": "tools"})
         return value or 0.0
 
-    assert total("podium_step_phase_blocked_seconds_total") >= 0.8 * SLEEP_S
-    cpu = sum(registry.get_sample_value("podium_step_phase_cpu_seconds_total",
-                                        {"agent": "sleeper", "phase": phase}) or 0.0
-              for phase in STEP_PHASES)
-    assert cpu <= used / 1e9 + 0.001, (cpu, used)
+    assert total("podium_step_phase_blocked_seconds_total") >= 0.5 * SLEEP_S
+    assert total("podium_step_phase_cpu_seconds_total") <= used / 1e9
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 0.001])
+async def test_many_runs_phase_cpu_adds_up_to_no_more_than_the_threads(wait_s: float) -> None:
+    """Hundreds of runs, their steps instant (one slice each: never a sampled slice) or
+    waiting for their model and tool: the phases' CPU, summed over every step, is the
+    thread's CPU, give or take the estimate's error, on a busy host too, where each
+    step's running time is partly preemption: the ratio that scales it is bounded by the
+    thread's CPU over the running time booked. (The loop's own work is CPU no phase
+    counts: the sum is usually well below the thread's; the grace is for the bound's lag
+    behind a host whose load changes while the runs go.)"""
+    from podium.cli.overhead import podium_agent
+
+    agent = podium_agent(wait_s, wait_s)
+    async with Engine() as engine:
+        before = time.thread_time_ns()
+        records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(300)))
+        used = time.thread_time_ns() - before
+    assert all(r.status == "completed" and r.profile is not None for r in records)
+    booked = sum(r.profile.cpu_ns for r in records if r.profile is not None)
+    assert booked <= 1.25 * used, f"phases {booked / MS:.1f} ms, thread {used / MS:.1f} ms"
+    assert booked >= 0.2 * used  # (and the phases are most of what the thread does)

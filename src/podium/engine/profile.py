@@ -20,6 +20,7 @@ import msgspec
 
 __all__ = (
     "PHASES",
+    "PHASE_COLUMNS",
     "STEP_PHASES",
     "PhaseSummary",
     "ProfileAggregator",
@@ -135,12 +136,16 @@ class PhaseSummary(msgspec.Struct, frozen=True):
     samples: int
     blocked_ms_total: float = 0.0
 
-    def cells(self) -> tuple[str, str, str, str, str, str]:
-        """p50, p95, p99 ms, CPU ms, wait ms and CPU share as a table shows them ("-": none)."""
+    def cells(self) -> tuple[str, str, str, str, str, str, str]:
+        """The :data:`PHASE_COLUMNS` as a table shows them ("-": none)."""
         p50, p95, p99 = (_or_dash(v, "{:.3f}") for v in
                          (self.wall_p50_ms, self.wall_p95_ms, self.wall_p99_ms))
-        return (p50, p95, p99, f"{self.cpu_ms_total:.1f}", f"{self.wait_ms_total:.1f}",
-                _or_dash(self.cpu_share, "{:.0%}"))
+        return (p50, p95, p99, f"{self.cpu_ms_total:.1f}", f"{self.blocked_ms_total:.1f}",
+                f"{self.wait_ms_total:.1f}", _or_dash(self.cpu_share, "{:.0%}"))
+
+
+#: The columns of a phase table (:meth:`PhaseSummary.cells`).
+PHASE_COLUMNS = ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "blocked ms", "wait ms", "CPU share")
 
 
 def _or_dash(value: float | None, spec: str) -> str:

@@ -369,7 +369,7 @@ class Stopwatch(msgspec.Struct, gc=False):
                             spent * f // total,
                         )
                         if spent < total:
-                            off = blocked_of(spent, total - spent, thread_clock.ratio)
+                            off = blocked_of(spent, total - spent, thread_clock.bound)
                             if off:
                                 profile.blocked_ns = (
                                     off * a // total, off * b // total, off * c // total,
@@ -380,7 +380,7 @@ class Stopwatch(msgspec.Struct, gc=False):
         # What the slice ran less than its running time: blocked, less the preemption a
         # thread given its measured share of its runnable time suffers.
         off = total - spent
-        blocked = blocked_of(spent, off, thread_clock.ratio) if off > self.tolerance * total else 0
+        blocked = blocked_of(spent, off, thread_clock.bound) if off > self.tolerance * total else 0
         if blocked and total == sum(ran):  # (held steps' running time: shared alike)
             cpus, blocks = _split(ran, spent, blocked)
             for p in _PHASES:
@@ -407,13 +407,21 @@ SAMPLED_TOLERANCE = 0.02
 
 
 class _Calibration:
-    """The loop thread's CPU per running nanosecond, from the slices measured (shared by
-    every run of the process: preemption is the thread's, not a run's)."""
+    """The loop thread's CPU per running nanosecond (shared by every run of the process:
+    preemption is the thread's, not a run's): the ratio measured on the sampled slices,
+    but never above the bound the thread's CPU clock sets on all the running time booked
+    (:meth:`~podium.observe.threadclock.ThreadClock.anchor`), so the phases' CPU never adds
+    up to more than the thread's, whether or not the runs' steps wait (a step that never
+    waits is never a sampled slice)."""
 
-    __slots__ = ("ratio", "scale", "scaled", "slices")
+    __slots__ = ("bound", "ratio", "sampled", "scale", "scaled", "slices")
 
     def __init__(self) -> None:
         self.ratio = 1.0
+        #: The ratio the sampled slices measured, and the thread's CPU over the running time
+        #: booked (its moving averages); ``ratio`` is the lesser.
+        self.sampled = 1.0
+        self.bound = 1.0
         #: ``ratio`` in fixed point (times 2**16): CPU figures are scaled in integers.
         self.scale = 1 << 16
         #: Whether CPU figures are scaled: the ratio is below 1 by more than the tolerance
@@ -422,6 +430,16 @@ class _Calibration:
         self.slices = 0
 
     def set(self, ratio: float, tolerance: float) -> None:
+        """Take ``ratio`` as the thread's (a measured slice's average, or a test's)."""
+        self.sampled = ratio
+        self._apply(min(ratio, self.bound), tolerance)
+
+    def bound_by(self, bound: float, tolerance: float) -> None:
+        """The thread's CPU clock allows no more than ``bound``."""
+        self.bound = bound
+        self._apply(min(self.sampled, bound), tolerance)
+
+    def _apply(self, ratio: float, tolerance: float) -> None:
         self.ratio = ratio
         self.scale = int(ratio * 65536)
         self.scaled = ratio < 1.0 - tolerance
@@ -479,7 +497,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             thread_clock.anchor(now, self.clock, _calibration, self.tolerance)
         cal = _calibration
         cal.slices += 1
-        if cal.slices % SAMPLE_EVERY == 0 and not thread_clock.schedstat:
+        if cal.slices % SAMPLE_EVERY == 0:
             t[_SLICE_START] = now
             t[_SLICE_CPU] = self.clock()
         else:
@@ -525,8 +543,10 @@ class SampledStopwatch(Stopwatch, gc=False):
             b, c, d = t[25], t[26], t[27]
             wall = (a - mark, b - a, c - b, d - c, e - d, now - e)
             t[_MARK] = t[_SPAN] = now
-            if now - thread_clock.at > ANCHOR_NS:
-                thread_clock.anchor(now, self.clock, _calibration, self.tolerance)
+            clock = thread_clock
+            clock.booked += now - mark
+            if now - clock.at > ANCHOR_NS:
+                clock.anchor(now, self.clock, _calibration, self.tolerance)
             t[MODEL_NS] += wall[1]
             cpu = wall
             if _calibration.scaled:
@@ -549,8 +569,9 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_MARK] = now
         span = t[_SPAN]
         t[_SPAN] = now  # the next step's span starts
-        if now - thread_clock.at > ANCHOR_NS:
-            thread_clock.anchor(now, self.clock, _calibration, self.tolerance)
+        clock = thread_clock
+        if now - clock.at > ANCHOR_NS:
+            clock.anchor(now, self.clock, _calibration, self.tolerance)
         if profile is None:  # (snapshot() always gives one): the step's figures are dropped
             t[0:18] = _ZEROS
             t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
@@ -570,6 +591,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.wall_ns = wall
             profile.cpu_ns = self._cpu(wall)
             profile.blocked_ns = _blocked(t)
+            clock.booked += sum(wall) - sum(t[12:18])  # (the estimated running time)
             t[0:18] = _ZEROS
             t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
@@ -583,11 +605,13 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.wall_ns = wall
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], cpu5)
             profile.blocked_ns = _blocked(t)
+            clock.booked += sum(wall) - sum(t[12:18])
             t[0:18] = _ZEROS
             t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
         elif not _calibration.scaled:
             profile.wall_ns = profile.cpu_ns = wall
+            clock.booked += sum(wall)
             t[0:6] = _ZERO6
         else:
             # Not a wait since snapshot() (else the step would be split), so neither the
@@ -595,6 +619,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             c = profile.cpu_ns
             profile.wall_ns = wall
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], w5 * _calibration.scale >> 16)
+            clock.booked += sum(wall)
             t[0:6] = _ZERO6
         steps = self.steps
         if not steps or steps[-1] is not profile:
@@ -675,7 +700,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_SPAN] = t[_MARK]
         if t[_MARK] - thread_clock.at > ANCHOR_NS:
             thread_clock.anchor(t[_MARK], self.clock, cal, self.tolerance)
-        if cal.slices % SAMPLE_EVERY == 0 and not thread_clock.schedstat:
+        if cal.slices % SAMPLE_EVERY == 0:
             t[_SLICE_START] = t[_MARK]
             t[_SLICE_CPU] = self.clock()
         else:
@@ -689,7 +714,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_SLICE_CPU] = -1
         if running > 0:  # a moving average over the measured slices, at most 1
             cal = _calibration
-            cal.set(0.8 * cal.ratio + 0.2 * min(1.0, spent / running), self.tolerance)
+            cal.set(0.8 * cal.sampled + 0.2 * min(1.0, spent / running), self.tolerance)
 
 
 # What every NoStopwatch holds: figures that stay zero (the driver reads them) and no steps.

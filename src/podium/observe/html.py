@@ -16,7 +16,7 @@ from html import escape
 
 import msgspec
 
-from podium.engine.profile import PHASES, STEP_PHASES, ProfileAggregator
+from podium.engine.profile import PHASE_COLUMNS, PHASES, STEP_PHASES, ProfileAggregator
 from podium.engine.records import RunRecord
 from podium.observe.report import ms, rate
 from podium.observe.svg import Series, line_chart, stacked_bars, timelines
@@ -104,8 +104,8 @@ def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
 def _phase_table(agg: ProfileAggregator) -> str:
     s = agg.summary()
     rows = [f"<tr><td>{name}</td>{_cells(s.phases[name].cells())}</tr>" for name in PHASES]
-    return ("<table><tr><th>phase</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th>"
-            "<th>CPU ms</th><th>wait ms</th><th>CPU share</th></tr>" + "".join(rows) + "</table>")
+    head = "".join(f"<th>{col}</th>" for col in PHASE_COLUMNS)
+    return f"<table><tr><th>phase</th>{head}</tr>" + "".join(rows) + "</table>"
 
 
 def _cells(cells: Sequence[str]) -> str:
@@ -243,8 +243,11 @@ def profile_report(
         if r.profile is not None:
             agg.add_run(r.profile)
     s = agg.summary()
-    facts = [("runs", f"{s.runs:,}"), ("steps", f"{s.steps:,}"),
-             ("CPU µs per step (in phases)", f"{s.cpu_us_per_step:.1f}"), *summary]
+    in_phases = "CPU µs per step (in phases)"
+    facts = [("runs", f"{s.runs:,}"), ("steps", f"{s.steps:,}")]
+    if all(key != in_phases for key, _ in summary):  # (a bench's summary has it already)
+        facts.append((in_phases, f"{s.cpu_us_per_step:.1f}"))
+    facts += summary
     if s.ttft_p50_ms is not None:
         facts.append(("time to first token p50 / p99",
                       f"{s.ttft_p50_ms:.1f} / {s.ttft_p99_ms or 0:.1f} ms"))

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from podium.engine.profile import PHASES, PhaseSummary
+from podium.engine.profile import PHASE_COLUMNS, PHASES, PhaseSummary
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -136,7 +136,7 @@ def render_report(report: BenchReport, console: Console) -> None:
         title_justify="left",
     )
     table.add_column("phase")
-    for col in ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "wait ms", "CPU share"):
+    for col in PHASE_COLUMNS:
         table.add_column(col, justify="right")
     for name in PHASES:
         table.add_row(name, *report.phases[name].cells())

@@ -20,12 +20,15 @@ So the clock is read where it is cheap to read rarely:
   start (:meth:`ThreadClock.spent_since`). What it ran less than that is time
   the thread did not run: blocked (a sleep, a synchronous read) or preempted.
 
-Shorter spans keep the estimate; their ratio comes from the kernel's
-per-thread scheduler statistics (``/proc/thread-self/schedstat``: CPU time and
-time spent runnable but not running), read at most every :data:`CALIBRATE_NS`
-where Linux offers them, so a busy host's preemption is not booked as CPU even
-for a run whose steps never wait. Where it does not, the stopwatch measures the
-ratio on sampled slices instead.
+Shorter spans keep the estimate (running time times the ratio the stopwatch
+measures on sampled slices), but never above the bound the clock sets: every
+:data:`CALIBRATE_NS`, the thread's CPU since the last time over the running
+time booked as CPU meanwhile (all runs' spans, and the tool executor's), so the
+phases' CPU cannot add up to more than the thread's — on a busy host too, where
+a run whose steps never wait is never a sampled slice. Where Linux offers
+per-thread scheduler statistics (``/proc/thread-self/schedstat``), the time the
+thread was runnable but not running tells a long span's preemption from its
+blocking.
 """
 
 from __future__ import annotations
@@ -52,11 +55,13 @@ __all__ = (
 ANCHOR_NS = 500_000
 #: A span of running time at least this long has its CPU checked against the clock.
 LONG_NS = 1_000_000
-#: How often the CPU/running ratio is taken from the scheduler's statistics.
+#: How often the bound on the CPU/running ratio is worked out again.
 CALIBRATE_NS = 5_000_000
-#: The least runnable time (CPU plus preempted) a calibration interval must cover to count:
-#: a few microseconds of it say nothing about the ratio.
+#: The least running time booked a calibration interval must cover to count: a few
+#: microseconds of it say nothing about the ratio.
 _MIN_RUNNABLE_NS = 200_000
+#: The running time booked in a calibration interval whose measure replaces the bound.
+_FULL_WEIGHT_NS = 2_000_000
 _NEVER = -(1 << 62)
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
@@ -64,14 +69,17 @@ _SCHEDSTAT = "/proc/thread-self/schedstat"
 class Ratio(Protocol):
     """Where the ratio goes (the stopwatch's calibration)."""
 
-    def set(self, ratio: float, tolerance: float) -> None: ...
+    def bound_by(self, bound: float, tolerance: float) -> None: ...
 
 
 class ThreadClock:
     """The anchor and the scheduler statistics of the thread that reads them (one per
     process; it follows the thread: a read from another thread starts afresh)."""
 
-    __slots__ = ("at", "cpu", "delay", "exec", "fd", "ratio", "sched_at", "schedstat", "thread")
+    __slots__ = (
+        "at", "booked", "bound", "cal_at", "cal_booked", "cal_cpu", "cpu", "delay", "delay_at",
+        "fd", "sched_at", "schedstat", "thread",
+    )
 
     def __init__(self) -> None:
         #: The anchor: the perf time it was taken and the thread's CPU clock then.
@@ -81,30 +89,37 @@ class ThreadClock:
         #: Whether the scheduler's statistics can be read (None: not tried yet).
         self.schedstat: bool | None = None
         self.fd = -1
-        #: The last calibration: when, the thread's CPU and its runnable-not-running time.
-        self.sched_at = _NEVER
-        self.exec = 0
+        #: The running time the stopwatches and the tool executor booked as CPU on this
+        #: thread, all told (each adds its spans as they end).
+        self.booked = 0
+        #: When the calibration was last looked at; the base of the bound (when, the
+        #: thread's CPU and the running time booked then); the thread's runnable-but-not-
+        #: running time, from the scheduler where it tells, and when it was read.
+        self.sched_at = self.cal_at = self.delay_at = _NEVER
+        self.cal_cpu = 0
+        self.cal_booked = 0
         self.delay = 0
-        #: The share of its runnable time the thread got the CPU (a moving average).
-        self.ratio = 1.0
+        #: The thread's CPU over the running time booked (a moving average, at most 1):
+        #: what the CPU of a span too short to measure is, at most, per running ns.
+        self.bound = 1.0
 
     def reset(self) -> None:
         """Forget the anchor and the last calibration (a test's fake clocks start here)."""
-        self.at = self.sched_at = _NEVER
+        self.at = self.sched_at = self.cal_at = self.delay_at = _NEVER
         self.thread = 0
-        self.ratio = 1.0
+        self.bound = 1.0
 
     def anchor(self, now: int, clock: Callable[[], int], ratio: Ratio | None,
                tolerance: float) -> None:
         """Take the anchor at ``now`` (the caller saw the last one was older than
-        :data:`ANCHOR_NS`); every :data:`CALIBRATE_NS` also set ``ratio`` from the
-        scheduler's statistics."""
+        :data:`ANCHOR_NS`); every :data:`CALIBRATE_NS` also bound ``ratio`` by the
+        thread's CPU over the running time booked since the last time."""
         self.cpu = clock()
         self.at = now
         ident = threading.get_ident()
         if ident != self.thread:
             self._follow(ident)
-        if now - self.sched_at >= CALIBRATE_NS and self.schedstat:
+        if now - self.sched_at >= CALIBRATE_NS:
             self._calibrate(now, ratio, tolerance)
 
     def spent_since(self, start: int, now: int, clock: Callable[[], int]) -> int | None:
@@ -128,16 +143,17 @@ class ThreadClock:
         less the time the thread has been runnable but not running since the last reading
         before the span (an upper bound of its preemption in the span: the rest is sure to
         be blocked); without them, less the preemption the ratio predicts."""
-        if self.schedstat and self.sched_at <= start and self.thread == threading.get_ident():
+        if (self.schedstat and 0 <= start - self.delay_at <= 2 * CALIBRATE_NS
+                and self.thread == threading.get_ident()):
             read = self._read()
             if read is not None:
                 return max(0, off - (read[1] - self.delay))
-        return blocked_of(spent, off, self.ratio)
+        return blocked_of(spent, off, self.bound)
 
     def _follow(self, ident: int) -> None:
         """Readings from another thread: its own statistics file, no calibration base."""
         self.thread = ident
-        self.sched_at = _NEVER
+        self.sched_at = self.cal_at = self.delay_at = _NEVER
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -158,23 +174,28 @@ class ThreadClock:
             return None
 
     def _calibrate(self, now: int, ratio: Ratio | None, tolerance: float) -> None:
-        read = self._read()
-        if read is None:
-            self.schedstat = False
-            return
-        ran, delayed = read
-        if self.sched_at != _NEVER:
-            d_exec, d_delay = ran - self.exec, delayed - self.delay
-            if d_exec + d_delay < _MIN_RUNNABLE_NS:
-                return  # mostly idle since: keep the base, wait for more runnable time
-            self.ratio = 0.7 * self.ratio + 0.3 * d_exec / (d_exec + d_delay)
-        elif ran + delayed >= 50 * _MIN_RUNNABLE_NS:
-            # The first reading: the thread's whole life so far is the first estimate (a
-            # process started on a busy host is not taken as alone on it).
-            self.ratio = ran / (ran + delayed)
-        if ratio is not None:
-            ratio.set(self.ratio, tolerance)
-        self.sched_at, self.exec, self.delay = now, ran, delayed
+        # The thread's CPU since the last calibration is all it can have spent in the
+        # running time booked meanwhile: the loop's own work (its polling, callbacks no
+        # stopwatch times) only makes the bound looser, never too low.
+        self.sched_at = now
+        if self.schedstat:  # (what bounds a long span's preemption: see blocked())
+            read = self._read()
+            if read is None:
+                self.schedstat = False
+            else:
+                self.delay, self.delay_at = read[1], now
+        booked = self.booked - self.cal_booked
+        if self.cal_at != _NEVER:
+            if booked < _MIN_RUNNABLE_NS:
+                return  # little booked since: keep the base, wait for more
+            measured = min(1.0, (self.cpu - self.cal_cpu) / booked)
+            # Weighed by how much running time it covers: a few ms of it is the thread's
+            # state now (a host that just got busy), a little is noise.
+            weight = min(1.0, booked / _FULL_WEIGHT_NS)
+            self.bound += weight * (measured - self.bound)
+            if ratio is not None:
+                ratio.bound_by(self.bound, tolerance)
+        self.cal_at, self.cal_cpu, self.cal_booked = now, self.cpu, self.booked
 
 
 #: The process's one: the loop thread's anchor (the stopwatches and the tool executor's).
@@ -195,7 +216,8 @@ def split_span(start: int, now: int) -> tuple[int, int]:
     times the thread's ratio: on a busy host its wall time is partly preemption."""
     ran = now - start
     if ran < LONG_NS:
-        return int(ran * thread_clock.ratio), 0
+        thread_clock.booked += ran
+        return int(ran * thread_clock.bound), 0
     spent = thread_clock.spent_since(start, now, time.thread_time_ns)
     if spent is None or spent >= ran:
         return ran, 0
