@@ -189,8 +189,9 @@ async def test_sampling_is_decided_once_per_run_and_follows_the_callers_decision
     assert not unsampled_root or not int(unsampled_root[-2:], 16) & 1  # nothing, or "don't"
     assert not int(unsampled_child[-2:], 16) & 1
     assert unsampled_child.startswith(f"00-{trace_id}-")
-    run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent sampled")
-    assert sampled == f"00-{trace_id}-{run.context.span_id:016x}-{run.context.trace_flags:02x}"
+    # A tool's requests name its step's span (the parent of its execute_tool span).
+    step = next(s for s in exporter.get_finished_spans() if s.name == "step 0")
+    assert sampled == f"00-{trace_id}-{step.context.span_id:016x}-{step.context.trace_flags:02x}"
     assert int(sampled[-2:], 16) & 1
 
 
@@ -347,11 +348,18 @@ async def test_model_calls_carry_the_runs_traceparent() -> None:
     finally:
         await runner.cleanup()
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
-    c = run.context
+    # The header names the call's own span (the server's span nests under it), the chat
+    # span under its step under the run, all ending inside their parents.
+    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat "))
+    step = next(s for s in exporter.get_finished_spans() if s.name == "step 0")
+    c = chat.context
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
+    assert chat.parent is not None and chat.parent.span_id == step.context.span_id
+    assert step.parent is not None and step.parent.span_id == run.context.span_id
+    for child, parent in ((chat, step), (step, run)):
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
     # An OpenAI-compatible endpoint is the "openai" provider (the wire format it speaks),
     # and the model asked for is the id sent in the request, not Podium's name for it.
-    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat "))
     assert chat.name == "chat qwen" and model.name != "qwen"
     for span in (run, chat):
         assert span.attributes is not None
@@ -466,7 +474,9 @@ async def test_http_tools_carry_the_runs_traceparent() -> None:
     finally:
         await runner.cleanup()
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent http-user")
-    c = run.context
+    step = next(s for s in exporter.get_finished_spans() if s.name == "step 0")
+    assert step.parent is not None and step.parent.span_id == run.context.span_id
+    c = step.context  # the tool's request nests under the step that made it
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
 
 
