@@ -21,8 +21,8 @@ from podium.engine.records import RunRecord
 from podium.observe.report import ms, rate
 from podium.observe.svg import Series, line_chart, stacked_bars, timelines
 
-__all__ = ("SWEEP_COLUMNS", "SweepPoint", "profile_report", "sweep_cells", "sweep_section",
-           "sweet_spot")
+__all__ = ("SWEEP_COLUMNS", "SweepPoint", "edge_warning", "profile_report", "sweep_cells",
+           "sweep_section", "sweet_spot")
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
@@ -88,6 +88,18 @@ def sweet_spot(points: Sequence[SweepPoint], share: float = 0.95) -> SweepPoint 
         return None
     return min((p for p in measured if p.completed_runs_per_s >= share * best),
                key=lambda p: p.concurrency)
+
+
+def edge_warning(points: Sequence[SweepPoint], spot: SweepPoint | None) -> str | None:
+    """A warning when the sweet spot is the highest concurrency tried: the throughput may
+    still grow past it, so it is where the sweep stopped, not a sweet spot (None else)."""
+    if spot is None or len(points) < 2:
+        return None
+    highest = max(p.concurrency for p in points)
+    if spot.concurrency < highest:
+        return None
+    return (f"the sweet spot is the highest concurrency tried ({highest:,}): throughput may "
+            f"still grow past it; sweep higher (e.g. --sweep …,{highest:,},{2 * highest:,})")
 
 
 def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
@@ -220,6 +232,8 @@ def sweep_section(points: Sequence[SweepPoint]) -> str:
                f"{ms(spot.completed_run_p99_ms)} ms). Past it more sessions in flight only "
                f"lengthen the tail.</p>") if spot else (
                "<p>No sweet spot: no run completed at any concurrency.</p>")
+    if (warning := edge_warning(points, spot)) is not None:
+        verdict += f'<p class="warn"><b>Warning:</b> {escape(warning)}.</p>'
     return (
         "<h2>Concurrency sweep</h2>" + verdict + '<div class="grid-2">'
         + line_chart("Throughput per concurrency", tp, x_label="concurrency (log scale)",
