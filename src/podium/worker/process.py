@@ -183,12 +183,12 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     tracer = tracer_from_env()
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
     blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
-    if blocking is not None:
-        blocking.start()
     health = WorkerHealth(worker, store, queue, config.pool)  # /livez, /readyz
     health.start()
     metrics = start_metrics(config, engine, worker, queue, blocking, metrics_socket, health)
     engine.hook = combine(engine.hook, tracer)
+    if blocking is not None:  # watching from here: start-up is no stall of serving
+        blocking.start()
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
