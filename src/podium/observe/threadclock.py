@@ -123,19 +123,24 @@ class ThreadClock:
             self._calibrate(now, ratio, tolerance)
 
     def spent_since(self, start: int, now: int, clock: Callable[[], int]) -> int | None:
-        """At most how much CPU this thread spent from ``start`` to ``now`` (perf times):
-        its CPU since the anchor, if the anchor is this thread's, taken no later than
-        ``start`` and no earlier than :data:`ANCHOR_NS` before it; else None (no bound
-        worth the name). The anchor moves to ``now``."""
+        """How much CPU this thread spent from ``start`` to ``now`` (perf times), if the
+        anchor is this thread's, taken no later than ``start`` and no earlier than
+        :data:`ANCHOR_NS` before it; else None. The anchor moves to ``now``.
+
+        Its CPU since the anchor bounds it from above; that less the wall time between
+        the anchor and ``start``, from below. Between the two, the CPU before ``start`` is
+        taken at the bound's ratio (another run's slice may have run there: a busy host
+        would book it twice)."""
         if self.thread != threading.get_ident():
             return None
         at = self.at
         c = clock()
         spent = c - self.cpu
         self.at, self.cpu = now, c
-        if not 0 <= start - at <= ANCHOR_NS or spent < 0:
+        before = start - at
+        if not 0 <= before <= ANCHOR_NS or spent < 0:
             return None
-        return spent
+        return max(0, spent - before, spent - int(before * self.bound))
 
     def blocked(self, start: int, spent: int, off: int) -> int:
         """Of ``off``, the time a span from ``start`` that used ``spent`` CPU did not run,
