@@ -52,9 +52,9 @@ __all__ = (
 )
 
 #: How old the anchor may be when a span starts: the error bound of a long span's CPU.
-ANCHOR_NS = 500_000
+ANCHOR_NS = 1_000_000
 #: A span of running time at least this long has its CPU checked against the clock.
-LONG_NS = 1_000_000
+LONG_NS = 2_000_000
 #: How often the bound on the CPU/running ratio is worked out again.
 CALIBRATE_NS = 5_000_000
 #: The least running time booked a calibration interval must cover to count: a few
