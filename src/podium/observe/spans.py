@@ -251,6 +251,7 @@ class ApiSpans:
             span = self._tracer.start_span(name, context=ctx, kind=kind, start_time=start_ns,
                                            attributes=attributes)
         else:
+            span.update_name(name)  # (reserved before its name was known for sure)
             span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))

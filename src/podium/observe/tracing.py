@@ -32,7 +32,9 @@ stores the request's; an MCP ``tools/call`` to Podium's servers, its ``params._m
 continues that trace, in whichever worker drives it. A traced run's calls carry their
 own spans' context: a model call's ``traceparent`` (and ``tracestate``) header names its
 ``chat`` span, a tool's HTTP requests (:func:`trace_headers`) and MCP calls
-(``params._meta``, :func:`trace_meta`) its step's span. Those spans are reserved (their
+(``params._meta``, :func:`trace_meta`) its ``execute_tool`` span (in a step with several
+calls at once, which one made a request is not known: their requests name a ``tools``
+span of the step, the parent of their own). Those spans are reserved (their
 ids drawn) when the call starts and finished with the step from its profile, so an
 instrumented model server's span nests under the call that made it. An untraced run
 passes on its caller's context, if any.
@@ -198,14 +200,16 @@ class _RunCalls:
     """A sampled run's outgoing calls: the span each one's trace context names, reserved
     when the call starts (the step's span with it), finished with the step."""
 
-    __slots__ = ("agent", "record", "step", "tracer")
+    __slots__ = ("agent", "record", "step", "step_start", "tracer")
 
     def __init__(self, tracer: RunTracer, agent: Agent, record: RunRecord) -> None:
         self.tracer = tracer
         self.agent = agent
         self.record = record
-        #: The step being driven: the next after the last one the tracer heard of.
+        #: The step being driven: the next after the last one the tracer heard of; and
+        #: when it started at the latest (the run's start, then the last step's end).
         self.step = record.steps
+        self.step_start = time.time_ns()
 
     def model(self) -> Any:
         """The context of this step's ``chat`` span (a retried call sends the same)."""
@@ -213,12 +217,14 @@ class _RunCalls:
                                         f"chat {self.agent.model.traced_model}")
 
     def tool(self) -> Any:
-        """The context of this step's span, the parent of its ``execute_tool`` spans."""
-        return self.tracer.reserve_step(self.record, self.step)[0]
+        """The context of this step's tool call's span (its ``tools`` span when it has
+        several)."""
+        return self.tracer.reserve_call(self.record, self.step, _TOOL, "execute_tool")
 
 
-#: The key of a step's reserved ``chat`` span among its reserved calls' (call indexes).
-_CHAT = -1
+#: The keys of a step's reserved ``chat`` span and its tool call's (whichever calls made
+#: requests) among its reserved calls' (call indexes of the calls that started child runs).
+_CHAT, _TOOL = -1, -2
 
 
 def meta_carrier(meta: Mapping[str, Any] | None, headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -276,10 +282,11 @@ class RunTracer:
         key = (record.run_id, step)
         opened = self._open.get(key)
         if opened is None:
-            now = time.time_ns()
-            step_span = self._spans.reserve(f"step {step}", self._runs[record.run_id].context,
-                                            now)
-            opened = self._open[key] = (step_span, now, {})
+            # Started when the step started (no later): its calls' spans end up inside it.
+            run = self._runs[record.run_id]
+            start = run.calls.step_start
+            opened = self._open[key] = (self._spans.reserve(f"step {step}", run.context, start),
+                                        start, {})
         return opened
 
     def reserve_call(self, record: RunRecord, step: int, index: int, name: str) -> Any:
@@ -288,8 +295,10 @@ class RunTracer:
         opened = self.reserve_step(record, step)
         call = opened[2].get(index)
         if call is None:
-            now = time.time_ns()
-            call = opened[2][index] = (self._spans.reserve(name, opened[0], now), now)
+            # A tool's span may turn out to be its step's tools span, the parent of calls
+            # that began before this request: it starts no later than its step.
+            start = opened[1] if index == _TOOL else time.time_ns()
+            call = opened[2][index] = (self._spans.reserve(name, opened[0], start), start)
         return call[0]
 
     def open_tool_span(self, record: RunRecord, ctx: ToolContext, tool: str) -> dict[str, str]:
@@ -334,8 +343,9 @@ class RunTracer:
         run = self._runs.get(record.run_id)
         if run is None:  # not sampled
             return
-        run.calls.step = profile.step + 1  # the calls made from now on are the next step's
         end = time.time_ns()
+        calls = run.calls
+        calls.step, calls.step_start = profile.step + 1, end  # (later calls: the next step's)
         run.last_end = end
         wall = profile.wall_ns
         start = end - sum(wall)
@@ -369,20 +379,30 @@ class RunTracer:
                     model_start + wall[_MODEL], chat,
                     context=None if reserved_chat is None else reserved_chat[0])
         tools_start = start + sum(wall[:_TOOLS])
+        requested = early.pop(_TOOL, None)  # a call that sent requests with its context
+        if requested is not None and (len(results) != 1 or results[0][0] in early):
+            # Several calls (or none, or one with a child run's span): which one sent them
+            # is not known, so they name the tools phase's span, the parent of every call's.
+            tools_ctx = spans.child("tools", step_ctx, kind.INTERNAL, tools_start,
+                                    tools_start + wall[_TOOLS], {"podium.tool_calls":
+                                                                len(results)},
+                                    context=requested[0])
+            step_ctx, requested = tools_ctx, None
         for index, result in results:
             outcome = "ok" if result.ok else (result.error or "error")
-            reserved = early.pop(index, None)  # a call that started a child run
+            reserved = early.pop(index, None) or requested  # a child run's, or a request's
             attrs: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": result.name,
                 "gen_ai.tool.call.id": result.call_id,
-                "gen_ai.tool.type": "function" if reserved is None else "agent",
+                "gen_ai.tool.type": ("agent" if reserved is not None and reserved is not requested
+                                     else "function"),
                 "podium.tool.outcome": outcome,
                 "podium.tool.attempts": result.attempts,
             }
             if not result.ok:
                 attrs["error.type"] = outcome
-            if reserved is None:
+            if reserved is None or reserved is requested:
                 span_start, span_end = tools_start, tools_start + (result.wall_ns or wall[_TOOLS])
             else:  # it spans its child run, measured on the same clock
                 span_start, span_end = reserved[1], end
