@@ -288,6 +288,7 @@ def test_a_profile_off_stopwatch_reads_no_clock() -> None:
     sw.suspend(1)
     sw.resume(1)
     sw.add_cpu(3, 500)
+    sw.add_blocked(3, 500)  # (a tool that slept on the loop: nothing to write either)
     assert sw.snapshot(0, 0, 0) is None
     sw.close_step(None)
     sw.settle()

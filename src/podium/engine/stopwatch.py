@@ -679,7 +679,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         total = sum(spans)
         if total <= 0:
             return
-        spent = thread_clock.spent_since(start, now, self.clock)
+        spent = thread_clock.spent_since(start, now, self.clock, _calibration, self.tolerance)
         if spent is None:  # no bound (another thread's anchor): the estimate stands
             return
         spent = min(spent, ran)
@@ -752,6 +752,9 @@ class NoStopwatch(Stopwatch, gc=False):
         pass
 
     def add_cpu(self, phase: int, ns: int) -> None:
+        pass
+
+    def add_blocked(self, phase: int, ns: int) -> None:
         pass
 
     def carry(self, profile: StepProfile) -> None:

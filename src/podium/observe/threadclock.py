@@ -122,7 +122,8 @@ class ThreadClock:
         if now - self.sched_at >= CALIBRATE_NS:
             self._calibrate(now, ratio, tolerance)
 
-    def spent_since(self, start: int, now: int, clock: Callable[[], int]) -> int | None:
+    def spent_since(self, start: int, now: int, clock: Callable[[], int],
+                    ratio: Ratio | None = None, tolerance: float = 0.0) -> int | None:
         """How much CPU this thread spent from ``start`` to ``now`` (perf times), if the
         anchor is this thread's, taken no later than ``start`` and no earlier than
         :data:`ANCHOR_NS` before it; else None. The anchor moves to ``now``.
@@ -130,13 +131,17 @@ class ThreadClock:
         Its CPU since the anchor bounds it from above; that less the wall time between
         the anchor and ``start``, from below. Between the two, the CPU before ``start`` is
         taken at the bound's ratio (another run's slice may have run there: a busy host
-        would book it twice)."""
+        would book it twice). The reading is an anchor too, and calibrates as one
+        (``ratio``: see :meth:`anchor`): on a busy host most spans are long, and their
+        checks leave no anchor stale."""
         if self.thread != threading.get_ident():
             return None
         at = self.at
         c = clock()
         spent = c - self.cpu
         self.at, self.cpu = now, c
+        if now - self.sched_at >= CALIBRATE_NS:
+            self._calibrate(now, ratio, tolerance)
         before = start - at
         if not 0 <= before <= ANCHOR_NS or spent < 0:
             return None
