@@ -679,11 +679,13 @@ class SampledStopwatch(Stopwatch, gc=False):
         total = sum(spans)
         if total <= 0:
             return
-        spent = thread_clock.spent_since(start, now, self.clock, _calibration, self.tolerance)
+        clock = thread_clock
+        spent = clock.spent_since(start, now, self.clock)
         if spent is None:  # no bound (another thread's anchor): the estimate stands
             return
         spent = min(spent, ran)
-        blocked = thread_clock.blocked(start, spent, ran - spent) if spent < ran else 0
+        blocked = clock.blocked(start, spent, ran - spent) if spent < ran else 0
+        clock.checked(now, _calibration, self.tolerance)  # (after: blocked reads its base)
         cpus, blocks = _split(spans, spent, blocked)
         for p in _PHASES:
             if spans[p]:

@@ -1,4 +1,4 @@
-"""The loop thread's CPU clock, read at most once a millisecond: what keeps long slices true.
+"""The loop thread's CPU clock, read rarely: what keeps long slices true and short ones bounded.
 
 The sampled stopwatch estimates a phase's CPU as its running time (wall time
 on the loop, not waiting) times the thread's CPU/running ratio. That is true
@@ -12,13 +12,14 @@ CPU clock around every slice would catch both and costs a system call each
 So the clock is read where it is cheap to read rarely:
 
 * an *anchor*, ``(perf time, thread CPU)``, is taken at the start of a slice or
-  a step when the last one is older than :data:`ANCHOR_NS`: at most about a
-  thousand reads a second whatever the step rate;
+  a step when the last one is older than :data:`ANCHOR_NS`: at most about five
+  hundred reads a second whatever the step rate;
 * a span of running time (a slice, or a step inside one) that lasted
   :data:`LONG_NS` or more is checked when it ends: one read, and the thread
   cannot have spent more CPU in it than since the anchor taken at or before its
-  start (:meth:`ThreadClock.spent_since`). What it ran less than that is time
-  the thread did not run: blocked (a sleep, a synchronous read) or preempted.
+  start, less the CPU before its start (:meth:`ThreadClock.spent_since`). What it
+  ran less than that is time the thread did not run: blocked (a sleep, a
+  synchronous read) or preempted.
 
 Shorter spans keep the estimate (running time times the ratio the stopwatch
 measures on sampled slices), but never above the bound the clock sets: every
@@ -52,11 +53,11 @@ __all__ = (
 )
 
 #: How old the anchor may be when a span starts: the error bound of a long span's CPU.
-ANCHOR_NS = 1_000_000
+ANCHOR_NS = 2_000_000
 #: A span of running time at least this long has its CPU checked against the clock.
-LONG_NS = 2_000_000
+LONG_NS = 4_000_000
 #: How often the bound on the CPU/running ratio is worked out again.
-CALIBRATE_NS = 5_000_000
+CALIBRATE_NS = 10_000_000
 #: The least running time booked a calibration interval must cover to count: a few
 #: microseconds of it say nothing about the ratio.
 _MIN_RUNNABLE_NS = 200_000
@@ -122,8 +123,7 @@ class ThreadClock:
         if now - self.sched_at >= CALIBRATE_NS:
             self._calibrate(now, ratio, tolerance)
 
-    def spent_since(self, start: int, now: int, clock: Callable[[], int],
-                    ratio: Ratio | None = None, tolerance: float = 0.0) -> int | None:
+    def spent_since(self, start: int, now: int, clock: Callable[[], int]) -> int | None:
         """How much CPU this thread spent from ``start`` to ``now`` (perf times), if the
         anchor is this thread's, taken no later than ``start`` and no earlier than
         :data:`ANCHOR_NS` before it; else None. The anchor moves to ``now``.
@@ -131,21 +131,25 @@ class ThreadClock:
         Its CPU since the anchor bounds it from above; that less the wall time between
         the anchor and ``start``, from below. Between the two, the CPU before ``start`` is
         taken at the bound's ratio (another run's slice may have run there: a busy host
-        would book it twice). The reading is an anchor too, and calibrates as one
-        (``ratio``: see :meth:`anchor`): on a busy host most spans are long, and their
-        checks leave no anchor stale."""
+        would book it twice). The reading is an anchor too: call :meth:`checked` once the
+        span is booked, to calibrate as an anchor does (on a busy host most spans are
+        long, and their checks leave no anchor stale)."""
         if self.thread != threading.get_ident():
             return None
         at = self.at
         c = clock()
         spent = c - self.cpu
         self.at, self.cpu = now, c
-        if now - self.sched_at >= CALIBRATE_NS:
-            self._calibrate(now, ratio, tolerance)
         before = start - at
         if not 0 <= before <= ANCHOR_NS or spent < 0:
             return None
         return max(0, spent - before, spent - int(before * self.bound))
+
+    def checked(self, now: int, ratio: Ratio | None, tolerance: float) -> None:
+        """A long span was checked at ``now`` (:meth:`spent_since`, then :meth:`blocked`):
+        calibrate if it is time, as :meth:`anchor` would."""
+        if now - self.sched_at >= CALIBRATE_NS:
+            self._calibrate(now, ratio, tolerance)
 
     def blocked(self, start: int, spent: int, off: int) -> int:
         """Of ``off``, the time a span from ``start`` that used ``spent`` CPU did not run,
@@ -228,10 +232,14 @@ def split_span(start: int, now: int) -> tuple[int, int]:
     if ran < LONG_NS:
         thread_clock.booked += ran
         return int(ran * thread_clock.bound), 0
-    spent = thread_clock.spent_since(start, now, time.thread_time_ns)
+    clock = thread_clock
+    spent = clock.spent_since(start, now, time.thread_time_ns)
     if spent is None or spent >= ran:
+        clock.checked(now, None, 0.0)
         return ran, 0
-    return spent, thread_clock.blocked(start, spent, ran - spent)
+    blocked = clock.blocked(start, spent, ran - spent)
+    clock.checked(now, None, 0.0)
+    return spent, blocked
 
 
 def look(now: int) -> None:
