@@ -8,6 +8,14 @@ report gives the median CPU µs per step of each and their ratio.
     python bench/bench_engine_overhead.py [--runs 1000] [--rounds 9] [--uvloop] [--json]
         [--screening]   # with the injection screen on every input and tool result
         [--observe [both|metrics|tracing]] [--sample RATIO]
+        [--model simulated|function|both] [--sessions 1,100,1000]
+
+``--model function`` drives the agent with a :class:`~podium.FunctionModel` (a plain
+Python function returning the same replies, as a user's own model object would),
+not the simulated model, whose replies the engine takes on an inlined fast path.
+``--sessions N1,N2,…`` measures each level apart: N runs in flight at once, in as
+many batches as make about ``--runs`` × 7 steps, the hand loop alike; the report
+gives the ratio per model and level.
 
 ``--observe`` also measures the engine with Prometheus metrics and OpenTelemetry
 tracing on (spans batched and exported over OTLP/HTTP to a sink in another process,
@@ -33,12 +41,15 @@ from typing import Any
 from podium import (
     Agent,
     Engine,
+    FunctionModel,
     ProfileAggregator,
     Scenario,
     ScreeningPolicy,
     SimulatedModel,
     tool,
+    tool_call_reply,
 )
+from podium.models.base import ModelRequest, ModelResponse
 from podium.store.memory import MemoryRunStore
 
 TOOL_STEPS = 6
@@ -54,9 +65,17 @@ async def lookup(query: str) -> str:
     return f"Result for {query}: 42 items found."
 
 
-def podium_agent(screening: bool = False) -> Agent:
+def react_reply(messages: object, request: ModelRequest) -> ModelResponse | str:
+    """The simulated model's replies, from a user's function: six lookups, then done."""
+    if request.step < TOOL_STEPS:
+        return tool_call_reply(("lookup", '{"query":"podium"}'))
+    return "Done."
+
+
+def podium_agent(screening: bool = False, model: str = "simulated") -> Agent:
     return Agent(
         "react",
+        FunctionModel(react_reply, name="react") if model == "function" else
         SimulatedModel(Scenario.react("lookup", {"query": "podium"}, tool_steps=TOOL_STEPS)),
         "You are a helpful research agent. Use the lookup tool.",
         [lookup],
@@ -107,11 +126,54 @@ async def hand_run(user_input: str) -> str:
 # -- measurement -----------------------------------------------------------------------------
 
 
-async def measure_hand(runs: int) -> float:
+async def measure_hand(runs: int, batches: int = 1) -> float:
     t0 = time.process_time()
-    await asyncio.gather(*(hand_run("Find podium") for _ in range(runs)))
+    for _ in range(batches):
+        await asyncio.gather(*(hand_run("Find podium") for _ in range(runs)))
     await asyncio.sleep(0)  # its tasks are freed on the next turn: counted, as ours are
-    return (time.process_time() - t0) / (runs * (TOOL_STEPS + 1)) * 1e6
+    return (time.process_time() - t0) / (runs * batches * (TOOL_STEPS + 1)) * 1e6
+
+
+async def measure_levels(
+    agents: dict[str, Agent], levels: list[int], runs: int, rounds: int
+) -> dict[str, Any]:
+    """Per model and level: the median per-round ratio of the engine's CPU per step to the
+    hand loop's (each round measures the hand loop, then each model, back to back)."""
+    engine = Engine(MemoryRunStore())  # one shared engine, as a service runs
+    out: dict[str, Any] = {}
+    for level in levels:
+        batches = max(1, runs // level)
+        hand: list[float] = []
+        ours: dict[str, list[float]] = {name: [] for name in agents}
+        for agent in agents.values():  # warm up
+            await _batches(engine, agent, min(level, 50), 1)
+        for _ in range(rounds):
+            gc.collect()
+            hand.append(await measure_hand(level, batches))
+            for name, agent in agents.items():
+                gc.collect()
+                ours[name].append(await _batches(engine, agent, level, batches))
+        for name, cpu in ours.items():
+            ratios = [p / h for p, h in zip(cpu, hand, strict=True)]
+            out[f"{name}@{level}"] = {
+                "sessions": level, "model": name, "batches": batches,
+                "hand_cpu_us_per_step": round(statistics.median(hand), 2),
+                "podium_cpu_us_per_step": round(statistics.median(cpu), 2),
+                "ratio": round(statistics.median(ratios), 2),
+            }
+    await engine.aclose()
+    return out
+
+
+async def _batches(engine: Engine, agent: Agent, runs: int, batches: int) -> float:
+    t0 = time.process_time()
+    steps = 0
+    for _ in range(batches):
+        records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(runs)))
+        assert all(r.status == "completed" for r in records), "every run must complete"
+        steps += sum(r.steps for r in records)
+    await asyncio.sleep(0)
+    return (time.process_time() - t0) / steps * 1e6
 
 
 async def measure_podium(
@@ -296,7 +358,13 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=None,
                         help="with --observe: trace this share of the runs (default: as "
                              "podium serve/worker sample, up to one run a second)")
+    parser.add_argument("--model", choices=("simulated", "function", "both"),
+                        default="simulated", help="the model the engine drives")
+    parser.add_argument("--sessions", default=None, metavar="N1,N2,…",
+                        help="measure each level of sessions in flight apart")
     args = parser.parse_args()
+    if args.sessions or args.model != "simulated":
+        return _levels_main(args)
     run_args = (args.runs, args.rounds, args.observe, args.sample, args.screening)
     if args.uvloop:
         import uvloop
@@ -324,6 +392,27 @@ def main() -> int:
                 f"{result['observe_overhead']:+.1%} over both off (median of rounds; "
                 f"target ≤ +{result['target_observe_overhead']:.0%})"
             )
+    return 0
+
+
+def _levels_main(args: argparse.Namespace) -> int:
+    names = ("simulated", "function") if args.model == "both" else (args.model,)
+    agents = {name: podium_agent(args.screening, name) for name in names}
+    levels = [int(n) for n in (args.sessions or str(args.runs)).split(",")]
+    coro = measure_levels(agents, levels, args.runs, args.rounds)
+    if args.uvloop:
+        import uvloop
+
+        result = uvloop.run(coro)
+    else:
+        result = asyncio.run(coro)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for row in result.values():
+        print(f"{row['model']:>9} model, {row['sessions']:>6,} sessions: hand "
+              f"{row['hand_cpu_us_per_step']:6.2f} µs/step, podium "
+              f"{row['podium_cpu_us_per_step']:6.2f}, ratio {row['ratio']:.2f}×")
     return 0
 
 

@@ -229,7 +229,9 @@ class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``base_url`` defaults to ``$OPENAI_BASE_URL`` (else OpenAI's); the API key
     is read from the environment variable ``api_key_env`` (default
     ``OPENAI_API_KEY``), never written in the file. ``capacity`` is the
-    sequences the server decodes at once; ``group`` and ``routing`` place the
+    sequences the server decodes at once, across all of a host's worker processes
+    (``podium worker --procs N`` gives each its share: :mod:`podium.worker.capacity`);
+    ``group`` and ``routing`` place the
     endpoint in hybrid routing (``tags``: agents with any of these tags are
     routed to this group); ``health_path`` is probed for readiness (default: the
     ``kind``'s, see :mod:`podium.models.server_kinds`). ``structured_output`` is how agents

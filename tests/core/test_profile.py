@@ -121,8 +121,15 @@ def test_profiles_print_as_readable_text() -> None:
     assert "parse" not in text and "1 tool call(s)" in text
     run = RunProfile(admit_ns=1_000_000, steps=[step])
     lines = str(run).splitlines()
-    assert lines[0].split() == ["phase", "wall", "ms", "CPU", "ms", "wait", "ms"]
-    assert lines[1].split() == ["admit", "1.00", "0.00", "1.00"]
-    assert lines[2 + STEP_PHASES.index("model")].split() == ["model", "2.00", "0.10", "1.90"]
+    assert lines[0].split() == ["phase", "wall", "ms", "CPU", "ms", "blocked", "ms", "wait", "ms"]
+    assert lines[1].split() == ["admit", "1.00", "0.00", "0.00", "1.00"]
+    assert lines[2 + STEP_PHASES.index("model")].split() == ["model", "2.00", "0.10", "0.00",
+                                                              "1.90"]
     assert lines[-2].split()[0] == "total" and lines[-1] == "(1 step)"
     assert "_ns" not in str(run)
+    # A tool that slept on the loop: blocked, neither CPU nor waiting.
+    tools = STEP_PHASES.index("tools")
+    step.blocked_ns = (0, 0, 0, 400_000, 0, 0)
+    assert "tools 0.50 ms (CPU 0.00, 0.40 blocked)" in str(step)
+    row = str(run).splitlines()[2 + tools].split()
+    assert row == ["tools", "0.50", "0.00", "0.40", "0.10"]

@@ -38,7 +38,7 @@ def test_a_phase_with_no_sample_has_no_percentile() -> None:
     for name, phase in empty.phases.items():
         assert (phase.wall_p50_ms, phase.wall_p95_ms, phase.wall_p99_ms) == (None, None, None)
         assert phase.cpu_share is None and phase.samples == 0, name
-        assert phase.cells() == ("-", "-", "-", "0.0", "0.0", "-")
+        assert phase.cells() == ("-", "-", "-", "0.0", "0.0", "0.0", "-")
     agg = ProfileAggregator()  # answers only: no step called a tool
     agg.add_step(step(0, 0.0, calls=0))
     agg.finish_run(0)
@@ -56,7 +56,7 @@ def test_parallel_cpu_above_wall_is_kept_and_granularity_is_cut() -> None:
     assert tools.cpu_ms_total == pytest.approx(100.0)
     assert tools.cpu_share == pytest.approx(100 / 86)
     assert tools.wait_ms_total == 0.0
-    assert tools.cells()[5] == "116%"
+    assert tools.cells()[6] == "116%"
 
     grain = ProfileAggregator()  # 0.2 ms over a 5 ms phase: the clocks, not parallel work
     grain.add_step(step(0, 5.0, calls=1, tools_cpu_ms=5.2))

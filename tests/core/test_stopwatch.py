@@ -16,6 +16,7 @@ import pytest
 from podium.engine import stopwatch
 from podium.engine.profile import StepProfile
 from podium.engine.stopwatch import ENDS, SAMPLE_EVERY, SampledStopwatch, Stopwatch
+from podium.observe.threadclock import ThreadClock
 
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
@@ -125,6 +126,11 @@ class FakeClocks:
 def clocks(monkeypatch: pytest.MonkeyPatch) -> FakeClocks:
     fake = FakeClocks()
     monkeypatch.setattr(stopwatch, "_perf", fake.perf)
+    # The loop thread's anchor, read with the fake clocks; the ratio from the sampled
+    # slices, not from the scheduler's statistics of the real thread.
+    own = ThreadClock()
+    own.schedstat = False
+    monkeypatch.setattr(stopwatch, "thread_clock", own)
     return fake
 
 
@@ -282,6 +288,7 @@ def test_a_profile_off_stopwatch_reads_no_clock() -> None:
     sw.suspend(1)
     sw.resume(1)
     sw.add_cpu(3, 500)
+    sw.add_blocked(3, 500)  # (a tool that slept on the loop: nothing to write either)
     assert sw.snapshot(0, 0, 0) is None
     sw.close_step(None)
     sw.settle()

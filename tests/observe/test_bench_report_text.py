@@ -9,7 +9,13 @@ import re
 from rich.console import Console
 
 from podium.engine.profile import PHASES, ProfileAggregator
-from podium.observe.html import SweepPoint, profile_report, sweep_section, sweet_spot
+from podium.observe.html import (
+    SweepPoint,
+    edge_warning,
+    profile_report,
+    sweep_section,
+    sweet_spot,
+)
 from podium.observe.report import BenchReport, rate, render_report
 
 
@@ -43,7 +49,7 @@ def test_rates_keep_their_precision() -> None:
 def test_phases_without_samples_print_dashes_not_zeros() -> None:
     text = printed(report())
     for name in PHASES:
-        assert f"│ {name} │ - │ - │ - │ 0.0 │ 0.0 │ - │" in text, text
+        assert f"│ {name} │ - │ - │ - │ 0.0 │ 0.0 │ 0.0 │ - │" in text, text
     page = profile_report([])
     assert re.search(r"<tr><td>tools</td><td>-</td><td>-</td><td>-</td>", page), page
 
@@ -68,3 +74,25 @@ def test_the_sweet_spot_goes_by_completed_runs() -> None:
     assert sweet_spot([SweepPoint(1, 1, 1.0, 1.0, 1.0, 1.0, 0.1, completed_runs_per_s=nan)]) \
         is None
     assert "No sweet spot: no run completed" in sweep_section(failing)
+
+
+def test_a_sweet_spot_at_the_highest_level_tried_is_a_warning() -> None:
+    """Throughput still rising at the last level: that level is where the sweep stopped,
+    not a sweet spot, and every form of the report says so."""
+    rising = [SweepPoint(c, 10, float(c), float(c), 10.0, 20.0, 0.1, completed_runs_per_s=float(c))
+              for c in (1, 2, 4)]
+    spot = sweet_spot(rising)
+    assert spot is not None and spot.concurrency == 4
+    warning = edge_warning(rising, spot)
+    assert warning is not None and "highest concurrency tried (4)" in warning
+    assert "--sweep" in warning and "Warning:" in sweep_section(rising)
+    from podium.cli.bench_report import render_sweep, sweep_json
+
+    out = io.StringIO()
+    render_sweep(rising, Console(file=out, width=200))
+    assert "warning:" in out.getvalue()
+    assert sweep_json(report(), rising)["sweet_spot_warning"] == warning
+    # A peak below the last level: no warning.
+    peaked = [*rising, SweepPoint(8, 10, 4.0, 4.0, 10.0, 90.0, 0.1, completed_runs_per_s=4.0)]
+    assert edge_warning(peaked, sweet_spot(peaked)) is None
+    assert "Warning:" not in sweep_section(peaked)

@@ -189,8 +189,9 @@ async def test_sampling_is_decided_once_per_run_and_follows_the_callers_decision
     assert not unsampled_root or not int(unsampled_root[-2:], 16) & 1  # nothing, or "don't"
     assert not int(unsampled_child[-2:], 16) & 1
     assert unsampled_child.startswith(f"00-{trace_id}-")
-    run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent sampled")
-    assert sampled == f"00-{trace_id}-{run.context.span_id:016x}-{run.context.trace_flags:02x}"
+    # A tool's requests name its own execute_tool span.
+    call = next(s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool"))
+    assert sampled == f"00-{trace_id}-{call.context.span_id:016x}-{call.context.trace_flags:02x}"
     assert int(sampled[-2:], 16) & 1
 
 
@@ -347,11 +348,18 @@ async def test_model_calls_carry_the_runs_traceparent() -> None:
     finally:
         await runner.cleanup()
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent remote")
-    c = run.context
+    # The header names the call's own span (the server's span nests under it), the chat
+    # span under its step under the run, all ending inside their parents.
+    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat "))
+    step = next(s for s in exporter.get_finished_spans() if s.name == "step 0")
+    c = chat.context
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
+    assert chat.parent is not None and chat.parent.span_id == step.context.span_id
+    assert step.parent is not None and step.parent.span_id == run.context.span_id
+    for child, parent in ((chat, step), (step, run)):
+        assert parent.start_time <= child.start_time <= child.end_time <= parent.end_time
     # An OpenAI-compatible endpoint is the "openai" provider (the wire format it speaks),
     # and the model asked for is the id sent in the request, not Podium's name for it.
-    chat = next(s for s in exporter.get_finished_spans() if s.name.startswith("chat "))
     assert chat.name == "chat qwen" and model.name != "qwen"
     for span in (run, chat):
         assert span.attributes is not None
@@ -466,7 +474,12 @@ async def test_http_tools_carry_the_runs_traceparent() -> None:
     finally:
         await runner.cleanup()
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent http-user")
-    c = run.context
+    step = next(s for s in exporter.get_finished_spans() if s.name == "step 0")
+    call = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup_order")
+    assert step.parent is not None and step.parent.span_id == run.context.span_id
+    assert call.parent is not None and call.parent.span_id == step.context.span_id
+    assert call.attributes is not None and call.attributes["gen_ai.tool.type"] == "function"
+    c = call.context  # the tool's request nests under the call that made it
     assert seen == [None, f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"]
 
 
@@ -496,3 +509,54 @@ async def test_an_untraced_run_asks_for_nothing_at_its_steps() -> None:
     assert sampled.run_started(support(), record) is not None
     unsampled.run_finished(record)
     sampled.run_finished(record)
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+@pytest.mark.parametrize("api", ["sdk", "other"])
+async def test_several_calls_requests_name_their_steps_tools_span(api: str) -> None:
+    """Two HTTP calls at once: which one sent a request is not known, so both name the
+    step's ``tools`` span, the parent of their ``execute_tool`` spans; every span ends
+    inside its parent."""
+    from aiohttp import web
+
+    from podium.security.egress import EgressPolicy
+    from podium.tools.http import http_tool
+
+    seen: list[str | None] = []
+
+    async def order(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("traceparent"))
+        return web.json_response({"status": "shipped"})
+
+    app = web.Application()
+    app.router.add_get("/orders/{id}", order)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    lookup_order = http_tool("lookup_order", f"http://127.0.0.1:{port}/orders/{{id}}",
+                             params={"id": "The order id."},
+                             policy=EgressPolicy(allow_private=True, allow_ports=None))
+    model = FunctionModel(lambda messages, request: "done" if request.step else tool_call_reply(
+        ("lookup_order", '{"id": "A-1"}'), ("lookup_order", '{"id": "A-2"}')), name="m")
+    tracer, exporter = _tracer(api)
+    try:
+        async with Engine() as engine:
+            engine.hook = tracer
+            await engine.run(Agent("http-user", model, tools=[lookup_order]), "where?")
+    finally:
+        await runner.cleanup()
+    spans = exporter.get_finished_spans()
+    (tools,) = [s for s in spans if s.name == "tools"]
+    calls = [s for s in spans if s.name == "execute_tool lookup_order"]
+    assert len(calls) == 2
+    assert all(c.parent is not None and c.parent.span_id == tools.context.span_id for c in calls)
+    t = tools.context
+    assert seen == [f"00-{t.trace_id:032x}-{t.span_id:016x}-{t.trace_flags:02x}"] * 2
+    by_id = {s.context.span_id: s for s in spans}
+    for span in spans:
+        parent = by_id.get(span.parent.span_id) if span.parent is not None else None
+        if parent is not None:
+            assert parent.start_time <= span.start_time, (span.name, parent.name)
+            assert span.end_time <= parent.end_time, (span.name, parent.name)

@@ -359,11 +359,12 @@ async def run_bench(
         with bar:
             memory.start()
             wall0 = time.perf_counter()
-            cpu0 = time.process_time()
+            cpu0, loop_cpu0 = time.process_time(), time.thread_time()
             partial = await _until_interrupted(
                 [lane() for _ in range(concurrency)], partial_on_interrupt
             )
             cpu = time.process_time() - cpu0
+            loop_cpu = time.thread_time() - loop_cpu0  # (this is the loop's thread)
             wall = time.perf_counter() - wall0
         await lag.stop()
     gc.unfreeze()
@@ -385,6 +386,7 @@ async def run_bench(
         runs_per_s=_per_s(finished, wall),
         cpu_us_per_step=round(cpu / steps * 1e6, 2) if steps else 0.0,
         profiled_cpu_us_per_step=round(summary.cpu_us_per_step, 2),
+        loop_cpu_us_per_step=round(loop_cpu / steps * 1e6, 2) if steps else 0.0,
         cpu_utilization=round(cpu / wall, 3) if wall else 0.0,
         loop_lag_p99_ms=round(lag.p99_ms(), 3),
         rss_per_run_kb=memory.per_session_kb(),

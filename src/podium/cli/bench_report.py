@@ -19,7 +19,14 @@ from rich.table import Table
 from podium.cli.common import write_output_file
 from podium.engine.records import RunRecord
 from podium.errors import ConfigError
-from podium.observe.html import SWEEP_COLUMNS, SweepPoint, profile_report, sweep_cells, sweet_spot
+from podium.observe.html import (
+    SWEEP_COLUMNS,
+    SweepPoint,
+    edge_warning,
+    profile_report,
+    sweep_cells,
+    sweet_spot,
+)
 from podium.observe.report import BenchReport, ms, rate
 from podium.observe.report import summary_rows as report_rows
 
@@ -81,7 +88,8 @@ def sweep_json(report: BenchReport, points: list[SweepPoint]) -> dict[str, Any]:
     """What ``--sweep --json`` prints: the last level's report, ``sweep`` and ``sweet_spot``."""
     spot = sweet_spot(points)
     return {**msgspec.structs.asdict(report), "sweep": points,
-            "sweet_spot": spot.concurrency if spot is not None else None}
+            "sweet_spot": spot.concurrency if spot is not None else None,
+            "sweet_spot_warning": edge_warning(points, spot)}
 
 
 def render_sweep(points: list[SweepPoint], console: Console) -> None:
@@ -99,6 +107,8 @@ def render_sweep(points: list[SweepPoint], console: Console) -> None:
                       f"p99 {ms(spot.completed_run_p99_ms)} ms)")
     elif points:
         console.print("no sweet spot: no run completed at any concurrency")
+    if (warning := edge_warning(points, spot)) is not None:
+        console.print(f"[bold yellow]warning:[/] {warning}")
 
 
 def summary_rows(report: BenchReport) -> list[tuple[str, str]]:

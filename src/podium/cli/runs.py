@@ -33,7 +33,7 @@ from podium.cli.common import (
 )
 from podium.cli.textline import line as _t
 from podium.engine.children import child_runs
-from podium.engine.profile import STEP_PHASES
+from podium.engine.profile import PHASE_COLUMNS, STEP_PHASES
 from podium.engine.records import (
     RUN_STATUSES,
     ApprovalDecided,
@@ -563,7 +563,7 @@ async def _profile(store: RunStore, args: argparse.Namespace, console: Console) 
     table = Table(title=f"workload profile — {summary.runs:,} runs, {summary.steps:,} steps",
                   title_justify="left")
     table.add_column("phase")
-    for col in ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "wait ms", "CPU share"):
+    for col in PHASE_COLUMNS:
         table.add_column(col, justify="right")
     for name, p in summary.phases.items():  # "-": no step had the phase
         table.add_row(name, *p.cells())

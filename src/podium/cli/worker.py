@@ -113,6 +113,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                    help="serve Prometheus metrics on PORT (with --procs: one endpoint for all)")
+    p.add_argument("--metrics-host", type=non_empty, default="127.0.0.1", metavar="HOST",
+                   help="the address the metrics port listens on (default 127.0.0.1: this "
+                   "host only; 0.0.0.0 for a scraper or a kubelet probe from elsewhere)")
+    p.add_argument("--metrics-token-env", type=non_empty, default=None, metavar="VAR",
+                   help="require 'Authorization: Bearer <$VAR>' on /metrics (the probes "
+                   "/livez and /readyz stay open)")
     p.add_argument("--log-level", type=log_level, default="INFO", metavar="LEVEL",
                    help="debug, info, warning, error, critical")
     p.set_defaults(handler=run)
@@ -160,13 +166,18 @@ def run(args: argparse.Namespace) -> int:
         allow_evicting_redis=allow_evicting,
         threads=args.threads,
         use_uvloop=not args.no_uvloop, log_level=args.log_level, metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host, metrics_token_env=args.metrics_token_env,
     )
+    if args.metrics_token_env is not None and not os.environ.get(args.metrics_token_env):
+        raise UserError(f"--metrics-token-env {args.metrics_token_env}: the variable is "
+                        "unset or empty")
     # Bound and listening now, before any child starts: the port is ours from here on (a
     # scrape waits in the backlog until the endpoint serves), or one line says why not.
     # Checked now and bound later, another process could take it in between.
     metrics = None
     if args.metrics_port is not None:
-        [metrics] = bind_listeners("0.0.0.0", args.metrics_port, "--metrics-port")
+        # (One socket: a name that resolves to IPv4 and IPv6 serves on the first.)
+        metrics = bind_listeners(args.metrics_host, args.metrics_port, "--metrics-port")[0]
         metrics.listen(LISTEN_BACKLOG)
     try:
         print(f"podium worker: pool {args.pool!r} serves {', '.join(agents)}",

@@ -740,6 +740,8 @@ class Engine(AsyncCloseable):
                         finally:
                             sw.resume(_TOOLS)
                         sw.add_cpu(_TOOLS, result.cpu_ns)
+                        if result.blocked_ns:  # it slept on the loop while timed as a wait
+                            sw.add_blocked(_TOOLS, result.blocked_ns)
                     del started  # the finished call's generator: one object fewer to scan
                     answer = result_message(agent, call.tool, result, ctx.tokenizer)  # (cut)
                     t[_CALLED] = stamp()
@@ -1405,6 +1407,8 @@ class Engine(AsyncCloseable):
             finally:
                 sw.resume(_TOOLS)
             sw.add_cpu(_TOOLS, result.cpu_ns)
+            if result.blocked_ns:
+                sw.add_blocked(_TOOLS, result.blocked_ns)
         result = truncate_result(agent, call.tool, result)
         if agent.screening is not None:  # a screener that waits (a remote classifier) waits
             result, _ = await self._eager(agent.screening.screen_result(result), sw, _TOOLS)
@@ -1437,6 +1441,7 @@ class Engine(AsyncCloseable):
             raise
         sw.resume(_TOOLS)
         sw.add_cpu(_TOOLS, sum([r.cpu_ns for _, r in gathered]))
+        sw.add_blocked(_TOOLS, sum([r.blocked_ns for _, r in gathered]))
         results.extend(gathered)
         return results
 

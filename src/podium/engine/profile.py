@@ -3,7 +3,11 @@
 Every step records wall and CPU nanoseconds for each of its phases. CPU is
 the loop thread's CPU time over the synchronous slices of a phase, plus the
 CPU a component reports for work off the loop (a thread-pool tool, a
-backend client's decoding); the rest of a phase's wall time is waiting.
+backend client's decoding). *Blocked* is time the phase held the loop without
+running on the CPU: a coroutine that called ``time.sleep`` or read a file
+synchronously (every other session on the loop waited meanwhile). The rest of
+a phase's wall time is waiting: for the model, a tool, the store, or the CPU
+itself when the OS preempted the thread (a busy host).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import msgspec
 
 __all__ = (
     "PHASES",
+    "PHASE_COLUMNS",
     "PROFILE_FORMAT",
     "QUANTILE_POINTS",
     "STEP_PHASES",
@@ -42,19 +47,24 @@ QUANTILE_POINTS: tuple[float, ...] = (
 
 
 class StepProfile(msgspec.Struct, array_like=True, gc=False):
-    """Wall and CPU nanoseconds per phase of one step (indexed like :data:`STEP_PHASES`)."""
+    """Wall, CPU and blocked nanoseconds per phase of one step (indexed like
+    :data:`STEP_PHASES`); ``blocked_ns`` is empty when the step blocked nothing."""
 
     step: int
     wall_ns: tuple[int, ...]
     cpu_ns: tuple[int, ...]
     tool_calls: int = 0
     ttft_ns: int = 0
+    blocked_ns: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         """``step 2: model 395.08 ms (CPU 1.21), tools 4.46 ms (CPU 0.80), …``"""
+        blocked = self.blocked_ns or (0,) * len(STEP_PHASES)
         parts = [
-            f"{name} {w / 1e6:.2f} ms (CPU {c / 1e6:.2f})"
-            for name, w, c in zip(STEP_PHASES, self.wall_ns, self.cpu_ns, strict=False)
+            f"{name} {w / 1e6:.2f} ms (CPU {c / 1e6:.2f}"
+            + (f", {b / 1e6:.2f} blocked)" if b else ")")
+            for name, w, c, b in zip(STEP_PHASES, self.wall_ns, self.cpu_ns, blocked,
+                                     strict=False)
             if w or c
         ]
         extra = f"; {self.tool_calls} tool call(s)" if self.tool_calls else ""
@@ -76,18 +86,34 @@ class RunProfile(msgspec.Struct, array_like=True, gc=False):
     def cpu_ns(self) -> int:
         return sum(sum(s.cpu_ns) for s in self.steps)
 
+    @property
+    def blocked_ns(self) -> int:
+        return sum(sum(s.blocked_ns) for s in self.steps)
+
     def __str__(self) -> str:
-        """A table: per phase, wall, CPU and waiting milliseconds summed over the steps."""
+        """A table: per phase, wall, CPU, blocked and waiting milliseconds summed over the
+        steps."""
 
-        def row(name: str, wall: int, cpu: int) -> str:
-            wait = max(0, wall - cpu)
-            return f"{name:<11}{wall / 1e6:>12.2f}{cpu / 1e6:>12.2f}{wait / 1e6:>12.2f}"
+        def row(name: str, wall: int, cpu: int, blocked: int) -> str:
+            wait = max(0, wall - cpu - blocked)
+            return (f"{name:<11}{wall / 1e6:>12.2f}{cpu / 1e6:>12.2f}{blocked / 1e6:>12.2f}"
+                    f"{wait / 1e6:>12.2f}")
 
-        rows = [f"{'phase':<11}{'wall ms':>12}{'CPU ms':>12}{'wait ms':>12}"]
-        rows.extend(row(name, wall, cpu) for name, (wall, cpu) in self.phase_totals().items())
-        rows.append(row("total", self.wall_ns, self.cpu_ns))
+        rows = [f"{'phase':<11}{'wall ms':>12}{'CPU ms':>12}{'blocked ms':>12}{'wait ms':>12}"]
+        blocked = self.phase_blocked()
+        rows.extend(row(name, wall, cpu, blocked[name])
+                    for name, (wall, cpu) in self.phase_totals().items())
+        rows.append(row("total", self.wall_ns, self.cpu_ns, self.blocked_ns))
         rows.append(f"({len(self.steps)} step{'s' if len(self.steps) != 1 else ''})")
         return "\n".join(rows)
+
+    def phase_blocked(self) -> dict[str, int]:
+        """``{phase: blocked_ns}`` summed over the run (see :class:`StepProfile`)."""
+        totals = dict.fromkeys(PHASES, 0)
+        for s in self.steps:
+            for name, b in zip(STEP_PHASES, s.blocked_ns, strict=False):
+                totals[name] += b
+        return totals
 
     def phase_totals(self) -> dict[str, tuple[int, int]]:
         """``{phase: (wall_ns, cpu_ns)}`` summed over the run."""
@@ -121,13 +147,18 @@ class PhaseSummary(msgspec.Struct, frozen=True):
     samples: int
     #: Wall ms at each of :data:`QUANTILE_POINTS` (None: no sample).
     wall_quantiles_ms: tuple[float, ...] | None = None
+    blocked_ms_total: float = 0.0
 
-    def cells(self) -> tuple[str, str, str, str, str, str]:
-        """p50, p95, p99 ms, CPU ms, wait ms and CPU share as a table shows them ("-": none)."""
+    def cells(self) -> tuple[str, str, str, str, str, str, str]:
+        """The :data:`PHASE_COLUMNS` as a table shows them ("-": none)."""
         p50, p95, p99 = (_or_dash(v, "{:.3f}") for v in
                          (self.wall_p50_ms, self.wall_p95_ms, self.wall_p99_ms))
-        return (p50, p95, p99, f"{self.cpu_ms_total:.1f}", f"{self.wait_ms_total:.1f}",
-                _or_dash(self.cpu_share, "{:.0%}"))
+        return (p50, p95, p99, f"{self.cpu_ms_total:.1f}", f"{self.blocked_ms_total:.1f}",
+                f"{self.wait_ms_total:.1f}", _or_dash(self.cpu_share, "{:.0%}"))
+
+
+#: The columns of a phase table (:meth:`PhaseSummary.cells`).
+PHASE_COLUMNS = ("p50 ms", "p95 ms", "p99 ms", "CPU ms", "blocked ms", "wait ms", "CPU share")
 
 
 def _or_dash(value: float | None, spec: str) -> str:
@@ -179,6 +210,8 @@ class ProfileAggregator:
         self._ttft: array[int] = array("q")
         #: The indexes of the steps that called tools: the tools and merge phases' samples.
         self._tool_steps: array[int] = array("q")
+        #: Blocked nanoseconds per phase, summed (few steps block: no buffer per step).
+        self._blocked = [0] * len(STEP_PHASES)
         self.runs = 0
         self.steps = 0
 
@@ -201,6 +234,8 @@ class ProfileAggregator:
         self._step_cpu.extend(step.cpu_ns)
         if step.ttft_ns:
             self._ttft.append(step.ttft_ns)
+        if step.blocked_ns:
+            self._blocked = [a + b for a, b in zip(self._blocked, step.blocked_ns, strict=False)]
 
     def extend(self, profiles: Iterable[RunProfile]) -> None:
         for p in profiles:
@@ -218,7 +253,9 @@ class ProfileAggregator:
             # Totals over every step (a step without the phase adds zeros), percentiles over
             # the steps that had it.
             samples = [walls[j] for j in self._tool_steps] if i in _TOOL_PHASES else walls
-            phases[name] = _phase(sorted(samples), sum(walls), cpu, wait)
+            blocked = self._blocked[i]
+            phases[name] = _phase(sorted(samples), sum(walls), cpu, max(0, wait - blocked),
+                                  blocked)
         ttft = sorted(self._ttft)
         return ProfileSummary(
             runs=self.runs,
@@ -245,7 +282,9 @@ def _cpu_and_wait(cpus: array[int], walls: array[int]) -> tuple[int, int]:
     return cpu, wait
 
 
-def _phase(samples: list[int], wall_total: int, cpu_total: int, wait_total: int) -> PhaseSummary:
+def _phase(
+    samples: list[int], wall_total: int, cpu_total: int, wait_total: int, blocked_total: int = 0
+) -> PhaseSummary:
     def ms(q: float) -> float | None:
         return percentile(samples, q) / 1e6 if samples else None
 
@@ -259,4 +298,5 @@ def _phase(samples: list[int], wall_total: int, cpu_total: int, wait_total: int)
         samples=len(samples),
         wall_quantiles_ms=tuple(percentile(samples, q) / 1e6 for q in QUANTILE_POINTS)
         if samples else None,
+        blocked_ms_total=blocked_total / 1e6,
     )

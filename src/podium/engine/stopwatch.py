@@ -35,6 +35,7 @@ import msgspec
 
 from podium.engine.profile import StepProfile
 from podium.errors import ConfigError
+from podium.observe.threadclock import ANCHOR_NS, LONG_NS, blocked_of, thread_clock
 
 __all__ = ("SAMPLE_EVERY", "CpuClock", "NoStopwatch", "SampledStopwatch", "Stopwatch", "cpu_clock")
 
@@ -51,9 +52,44 @@ _MARK, _SLICE_CPU, _SPLIT, _HELD_RAN, _HELD_FROM, _HELD_TO = 18, 19, 20, 21, 22,
 ENDS = 24
 #: ``t[29]``: the model's wall time in the steps closed so far (the run's attained service).
 MODEL_NS = 29
-_FIGURES = 30
+#: ``t[30:36]``: per phase of the current step, the time it held the loop without running
+#: (blocked). The sampled stopwatch's span of running time being watched starts at perf time
+#: ``t[36]``; ``t[37:43]`` are the phases' wall times then (all 0 at a step's start).
+_BLOCKED, _SPAN, _BASES = 30, 36, 37
+_FIGURES = 43
 _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
+
+
+def _split(spans: list[int], spent: int, blocked: int) -> tuple[list[int], list[int]]:
+    """A span of running time used ``spent`` CPU and blocked ``blocked`` of its time:
+    each phase's share, given each phase's running time in it (``spans``). The phases that
+    ran a short while are taken to have run on the CPU (the blocking call is in a long
+    one: a 200 ms sleep is the tool's, not the parse's before it); the long ones share
+    the rest by their running time."""
+    long = [r if r >= _SHORT_NS else 0 for r in spans]
+    long_total = sum(long)
+    short = sum(spans) - long_total
+    if long_total <= 0 or short > spent:  # no phase stands out: all share alike
+        long, long_total, short = spans, sum(spans), 0
+    cpu = [r if r < _SHORT_NS and short else 0 for r in spans]
+    rest = spent - short
+    for p, r in enumerate(long):
+        if r:
+            cpu[p] = rest * r // long_total
+    return cpu, [blocked * r // long_total for r in long]
+
+
+#: A phase's running time within a long span below which it is taken to have run on the CPU.
+_SHORT_NS = LONG_NS // 4
+
+
+def _blocked(t: list[int]) -> tuple[int, ...]:
+    """The current step's blocked figures: none (one shared empty tuple) if it blocked
+    nothing, the usual case."""
+    if t[30] or t[31] or t[32] or t[33] or t[34] or t[35]:
+        return tuple(t[30:36])
+    return ()
 
 
 def cpu_clock(kind: CpuClock) -> Callable[[], int]:
@@ -197,6 +233,14 @@ class Stopwatch(msgspec.Struct, gc=False):
             t[6 + phase] += ns
             t[_SPLIT] = 1
 
+    def add_blocked(self, phase: int, ns: int) -> None:
+        """Book time ``phase`` held the loop while the stopwatch was suspended (an async
+        tool's later slice that slept): it was timed as waiting, it is blocked."""
+        if ns:
+            t = self.t
+            t[_BLOCKED + phase] += ns
+            t[_SPLIT] = 1
+
     def carry(self, profile: StepProfile) -> None:
         """Add to this step what it did before it stopped (a park on a human, a worker's
         death): ``profile``'s wall and CPU figures, as time outside the open slice."""
@@ -205,6 +249,8 @@ class Stopwatch(msgspec.Struct, gc=False):
             t[p] += wall
             t[12 + p] += wall  # not running time of the slice open now
             t[6 + p] += cpu
+        for p, blocked in enumerate(profile.blocked_ns):
+            t[_BLOCKED + p] += blocked
         t[_SPLIT] = 1
 
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
@@ -215,7 +261,7 @@ class Stopwatch(msgspec.Struct, gc=False):
         if not t[_SPLIT]:  # one slice so far: its running time is all of the wall time
             return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         cpu = tuple([t[6 + p] + t[p] - t[12 + p] for p in _PHASES])
-        return StepProfile(step, wall, cpu, tool_calls, ttft_ns)
+        return StepProfile(step, wall, cpu, tool_calls, ttft_ns, _blocked(t))
 
     def close_new(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         """End the checkpoint phase and make the step's profile, filed in ``steps``: for a
@@ -241,12 +287,14 @@ class Stopwatch(msgspec.Struct, gc=False):
         steps = self.steps
         if t[_SPLIT]:
             self._close_slice()
-            wall, cpu = tuple(t[0:6]), tuple(t[6:12])
+            wall, cpu, blocked = tuple(t[0:6]), tuple(t[6:12]), _blocked(t)
             t[0:18] = _ZEROS
+            t[30:36] = _ZERO6
             t[_SPLIT] = 0
             if profile is not None:
                 profile.wall_ns = wall
                 profile.cpu_ns = cpu
+                profile.blocked_ns = blocked
                 if not steps or steps[-1] is not profile:
                     steps.append(profile)
                 t[_HELD_FROM] = t[_HELD_TO] = len(steps)
@@ -320,13 +368,33 @@ class Stopwatch(msgspec.Struct, gc=False):
                             spent * e // total,
                             spent * f // total,
                         )
+                        if spent < total:
+                            off = blocked_of(spent, total - spent, thread_clock.bound)
+                            if off:
+                                profile.blocked_ns = (
+                                    off * a // total, off * b // total, off * c // total,
+                                    off * d // total, off * e // total, off * f // total,
+                                )
                     if sink is not None:
                         sink(profile)
-        for p in _PHASES:
-            r = ran[p]
-            if r:
-                t[6 + p] += spent * r // total
-                t[12 + p] += r
+        # What the slice ran less than its running time: blocked, less the preemption a
+        # thread given its measured share of its runnable time suffers.
+        off = total - spent
+        blocked = blocked_of(spent, off, thread_clock.bound) if off > self.tolerance * total else 0
+        if blocked and total == sum(ran):  # (held steps' running time: shared alike)
+            cpus, blocks = _split(ran, spent, blocked)
+            for p in _PHASES:
+                t[6 + p] += cpus[p]
+                t[12 + p] += ran[p]
+                t[_BLOCKED + p] += blocks[p]
+        else:
+            for p in _PHASES:
+                r = ran[p]
+                if r:
+                    t[6 + p] += spent * r // total
+                    t[12 + p] += r
+                    if blocked:
+                        t[_BLOCKED + p] += blocked * r // total
         t[_SPLIT] = 1
 
 
@@ -339,13 +407,21 @@ SAMPLED_TOLERANCE = 0.02
 
 
 class _Calibration:
-    """The loop thread's CPU per running nanosecond, from the slices measured (shared by
-    every run of the process: preemption is the thread's, not a run's)."""
+    """The loop thread's CPU per running nanosecond (shared by every run of the process:
+    preemption is the thread's, not a run's): the ratio measured on the sampled slices,
+    but never above the bound the thread's CPU clock sets on all the running time booked
+    (:meth:`~podium.observe.threadclock.ThreadClock.anchor`), so the phases' CPU never adds
+    up to more than the thread's, whether or not the runs' steps wait (a step that never
+    waits is never a sampled slice)."""
 
-    __slots__ = ("ratio", "scale", "scaled", "slices")
+    __slots__ = ("bound", "ratio", "sampled", "scale", "scaled", "slices")
 
     def __init__(self) -> None:
         self.ratio = 1.0
+        #: The ratio the sampled slices measured, and the thread's CPU over the running time
+        #: booked (its moving averages); ``ratio`` is the lesser.
+        self.sampled = 1.0
+        self.bound = 1.0
         #: ``ratio`` in fixed point (times 2**16): CPU figures are scaled in integers.
         self.scale = 1 << 16
         #: Whether CPU figures are scaled: the ratio is below 1 by more than the tolerance
@@ -354,6 +430,16 @@ class _Calibration:
         self.slices = 0
 
     def set(self, ratio: float, tolerance: float) -> None:
+        """Take ``ratio`` as the thread's (a measured slice's average, or a test's)."""
+        self.sampled = ratio
+        self._apply(min(ratio, self.bound), tolerance)
+
+    def bound_by(self, bound: float, tolerance: float) -> None:
+        """The thread's CPU clock allows no more than ``bound``."""
+        self.bound = bound
+        self._apply(min(self.sampled, bound), tolerance)
+
+    def _apply(self, ratio: float, tolerance: float) -> None:
         self.ratio = ratio
         self.scale = int(ratio * 65536)
         self.scaled = ratio < 1.0 - tolerance
@@ -391,7 +477,9 @@ class SampledStopwatch(Stopwatch, gc=False):
         now = _perf()
         t[phase] += now - t[_MARK]
         t[_MARK] = now
-        if t[_SLICE_CPU] >= 0:
+        if now - t[_SPAN] >= LONG_NS:
+            self._check(now, t)  # (a long slice is no sample of the ratio: it is measured)
+        elif t[_SLICE_CPU] >= 0:
             self._calibrate(now)
 
     def resume(self, phase: int) -> None:
@@ -403,6 +491,10 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[12 + phase] += waited
         t[_MARK] = now
         t[_SPLIT] = 1
+        t[_SPAN] = now  # a span of running time starts: the phases' walls are its bases
+        t[37:43] = t[0:6]
+        if now - thread_clock.at > ANCHOR_NS:
+            thread_clock.anchor(now, self.clock, _calibration, self.tolerance)
         cal = _calibration
         cal.slices += 1
         if cal.slices % SAMPLE_EVERY == 0:
@@ -414,10 +506,11 @@ class SampledStopwatch(Stopwatch, gc=False):
     def snapshot(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
         mark, a, e = t[_MARK], t[24], t[28]
-        if mark < a < e and not t[_SPLIT]:
+        if mark < a < e and e - mark < LONG_NS and not t[_SPLIT]:
             # The fast lane's step, stamped from its start to its merge in one slice: its
             # walls so far are the stamps' differences (t[0:6] is still all 0: a lap or a
             # wait would have folded its first stamp, a carried profile split the step).
+            # (A long one is checked against the CPU clock, below.)
             b, c, d = t[25], t[26], t[27]
             wall: tuple[int, ...] = (a - mark, b - a, c - b, d - c, e - d, 0)
             t[_MARK] = e
@@ -425,9 +518,11 @@ class SampledStopwatch(Stopwatch, gc=False):
                 return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         else:
             self.fold()
+            if t[_MARK] - t[_SPAN] >= LONG_NS:
+                self._check(t[_MARK], t)
             wall = tuple(t[0:6])
             if t[_SPLIT]:
-                return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns)
+                return StepProfile(step, wall, self._cpu(wall), tool_calls, ttft_ns, _blocked(t))
             if not _calibration.scaled:
                 return StepProfile(step, wall, wall, tool_calls, ttft_ns)
         # One slice, nothing waited or booked from off the loop: each phase's CPU is its
@@ -440,13 +535,18 @@ class SampledStopwatch(Stopwatch, gc=False):
     def close_new(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
         mark, a, e = t[_MARK], t[24], t[28]
-        if mark < a < e and not t[_SPLIT]:
+        now = _perf()
+        if mark < a < e and now - mark < LONG_NS and not t[_SPLIT]:
             # The fast lane's step in one slice (see snapshot), its checkpoint included:
-            # final at once, and nothing of the step left in t[0:6] to reset.
-            now = _perf()
+            # final at once, and nothing of the step left in t[0:6] to reset. (A long one
+            # is checked against the CPU clock: the general path.)
             b, c, d = t[25], t[26], t[27]
             wall = (a - mark, b - a, c - b, d - c, e - d, now - e)
-            t[_MARK] = now
+            t[_MARK] = t[_SPAN] = now
+            clock = thread_clock
+            clock.booked += now - mark
+            if now - clock.at > ANCHOR_NS:
+                clock.anchor(now, self.clock, _calibration, self.tolerance)
             t[MODEL_NS] += wall[1]
             cpu = wall
             if _calibration.scaled:
@@ -467,8 +567,14 @@ class SampledStopwatch(Stopwatch, gc=False):
         now = _perf()
         w5 = t[_CHECKPOINT] + now - t[_MARK]  # the checkpoint's wall time (t[5] is reset)
         t[_MARK] = now
+        span = t[_SPAN]
+        t[_SPAN] = now  # the next step's span starts
+        clock = thread_clock
+        if now - clock.at > ANCHOR_NS:
+            clock.anchor(now, self.clock, _calibration, self.tolerance)
         if profile is None:  # (snapshot() always gives one): the step's figures are dropped
             t[0:18] = _ZEROS
+            t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
             return
         # Only the checkpoint changed since snapshot(): its first five phases were over
@@ -476,7 +582,20 @@ class SampledStopwatch(Stopwatch, gc=False):
         w = profile.wall_ns
         wall = (w[0], w[1], w[2], w[3], w[4], w5)
         t[MODEL_NS] += w[1]
-        if t[_SPLIT]:
+        if now - span >= LONG_NS:  # a long span of running time ends: check its CPU
+            t[_SPAN] = span
+            # A step that waited booked its walls in t (a fast snapshot's first five are 0
+            # there: they ran before the wait); one that did not ran all of them in the span.
+            self._check(now, (t[0], t[1], t[2], t[3], t[4], w5) if t[_SPLIT] else wall)
+            t[_SPAN] = now
+            profile.wall_ns = wall
+            profile.cpu_ns = self._cpu(wall)
+            profile.blocked_ns = _blocked(t)
+            clock.booked += sum(wall) - sum(t[12:18])  # (the estimated running time)
+            t[0:18] = _ZEROS
+            t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
+            t[_SPLIT] = 0
+        elif t[_SPLIT]:
             # So only the checkpoint's CPU is worked out again; the others stand.
             c = profile.cpu_ns
             if not _calibration.scaled:
@@ -485,10 +604,14 @@ class SampledStopwatch(Stopwatch, gc=False):
                 cpu5 = ((w5 - t[17]) * _calibration.scale >> 16) + t[11]
             profile.wall_ns = wall
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], cpu5)
+            profile.blocked_ns = _blocked(t)
+            clock.booked += sum(wall) - sum(t[12:18])
             t[0:18] = _ZEROS
+            t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
         elif not _calibration.scaled:
             profile.wall_ns = profile.cpu_ns = wall
+            clock.booked += sum(wall)
             t[0:6] = _ZERO6
         else:
             # Not a wait since snapshot() (else the step would be split), so neither the
@@ -496,6 +619,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             c = profile.cpu_ns
             profile.wall_ns = wall
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], w5 * _calibration.scale >> 16)
+            clock.booked += sum(wall)
             t[0:6] = _ZERO6
         steps = self.steps
         if not steps or steps[-1] is not profile:
@@ -539,12 +663,45 @@ class SampledStopwatch(Stopwatch, gc=False):
             ((wall[5] - t[17]) * q >> 16) + t[11],
         )
 
+    def _check(self, now: int, walls: tuple[int, ...] | list[int]) -> None:
+        """A span of running time at least :data:`LONG_NS` long ends at ``now``: book what
+        the CPU clock says it ran as its phases' CPU, and what it did not run as blocked
+        (less the preemption the thread's ratio predicts: that is waiting for the CPU).
+        ``walls``: the phases' wall times now (bases: ``t[37:43]``, at the span's start)."""
+        t = self.t
+        start = t[_SPAN]
+        ran = now - start
+        t[_SPAN] = now
+        t[_SLICE_CPU] = -1  # a sampled slice this long is measured here, not a sample
+        t[_SPLIT] = 1
+        spans = [max(0, walls[p] - t[37 + p]) for p in _PHASES]
+        t[37:43] = walls[0:6]
+        total = sum(spans)
+        if total <= 0:
+            return
+        clock = thread_clock
+        spent = clock.spent_since(start, now, self.clock)
+        if spent is None:  # no bound (another thread's anchor): the estimate stands
+            return
+        spent = min(spent, ran)
+        blocked = clock.blocked(start, spent, ran - spent) if spent < ran else 0
+        clock.checked(now, _calibration, self.tolerance)  # (after: blocked reads its base)
+        cpus, blocks = _split(spans, spent, blocked)
+        for p in _PHASES:
+            if spans[p]:
+                t[12 + p] += spans[p]  # not estimated: measured
+                t[6 + p] += cpus[p]
+                t[_BLOCKED + p] += blocks[p]
+
     def _open_slice(self) -> None:
         """A synchronous slice starts (at ``t[_MARK]``, just stamped): measure it if it is
         the one in :data:`SAMPLE_EVERY`."""
         cal = _calibration
         cal.slices += 1
         t = self.t
+        t[_SPAN] = t[_MARK]
+        if t[_MARK] - thread_clock.at > ANCHOR_NS:
+            thread_clock.anchor(t[_MARK], self.clock, cal, self.tolerance)
         if cal.slices % SAMPLE_EVERY == 0:
             t[_SLICE_START] = t[_MARK]
             t[_SLICE_CPU] = self.clock()
@@ -559,7 +716,7 @@ class SampledStopwatch(Stopwatch, gc=False):
         t[_SLICE_CPU] = -1
         if running > 0:  # a moving average over the measured slices, at most 1
             cal = _calibration
-            cal.set(0.8 * cal.ratio + 0.2 * min(1.0, spent / running), self.tolerance)
+            cal.set(0.8 * cal.sampled + 0.2 * min(1.0, spent / running), self.tolerance)
 
 
 # What every NoStopwatch holds: figures that stay zero (the driver reads them) and no steps.
@@ -597,6 +754,9 @@ class NoStopwatch(Stopwatch, gc=False):
         pass
 
     def add_cpu(self, phase: int, ns: int) -> None:
+        pass
+
+    def add_blocked(self, phase: int, ns: int) -> None:
         pass
 
     def carry(self, profile: StepProfile) -> None:

@@ -222,6 +222,13 @@ def _thread_id(request: Request) -> str:
         raise ApiError(422, "invalid_request", str(exc), field="thread_id") from None
 
 
+def _created_headers(run_id: str, replayed: bool) -> dict[str, str]:
+    headers = {"Location": f"/v1/runs/{run_id}"}
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return headers
+
+
 def _routes(gw: Gateway) -> list[Route]:
     max_body = gw.config.server.max_body_bytes
     body_timeout = gw.config.server.body_timeout_s
@@ -245,21 +252,20 @@ def _routes(gw: Gateway) -> list[Route]:
                     run_id=run_id,
                     thread_id=body.thread_id,
                 )
+                if body.wait and not body.stream:  # the server span covers the wait it serves
+                    record = await gw.wait(
+                        record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
+                    )
+                    return json_response(run_out(record), 200 if record.done else 202,
+                                         _created_headers(record.run_id, replayed))
         except BaseException:
             if tokens is not None:
                 tokens.close()
             raise
-        headers = {"Location": f"/v1/runs/{record.run_id}"}
-        if replayed:
-            headers["Idempotent-Replayed"] = "true"
+        headers = _created_headers(record.run_id, replayed)
         if body.stream:
             frames = follow_live(gw.store, record.run_id, -1, tokens)
             return sse_response(gw.stream(frames, tokens), headers)
-        if body.wait:
-            record = await gw.wait(
-                record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
-            )
-            return json_response(run_out(record), 200 if record.done else 202, headers)
         return json_response(run_out(record), 202, headers)
 
     async def get_run(request: Request) -> Response:

@@ -257,7 +257,7 @@ class OpenAIChatModel(Model):
             try:
                 async with asyncio.timeout_at(min(deadline, first_byte)):
                     resp = await session.post(
-                        self._url, data=body, headers=trace_headers(self._headers),
+                        self._url, data=body, headers=trace_headers(self._headers, model=True),
                         timeout=self._post_timeout
                     )
                     if resp.status != 200:

@@ -188,11 +188,13 @@ class BlockingDetector:
         self._loop_thread = threading.get_ident()
         self._stopping.clear()
         self._last = time.monotonic()
-        self._handle = self._loop.call_later(self.interval_s, self._beat)
         self._watchdog = threading.Thread(
             target=self._watch, name="podium-blocking-watchdog", daemon=True
         )
         self._watchdog.start()
+        # The first beat is due from now: starting a thread on a busy host is no stall.
+        self._last = time.monotonic()
+        self._handle = self._loop.call_later(self.interval_s, self._beat)
 
     def stop(self) -> None:
         """Stop watching (call on the loop's thread)."""

@@ -16,13 +16,13 @@ from html import escape
 
 import msgspec
 
-from podium.engine.profile import PHASES, STEP_PHASES, ProfileAggregator
+from podium.engine.profile import PHASE_COLUMNS, PHASES, STEP_PHASES, ProfileAggregator
 from podium.engine.records import RunRecord
 from podium.observe.report import ms, rate
 from podium.observe.svg import Series, line_chart, stacked_bars, timelines
 
-__all__ = ("SWEEP_COLUMNS", "SweepPoint", "profile_report", "sweep_cells", "sweep_section",
-           "sweet_spot")
+__all__ = ("SWEEP_COLUMNS", "SweepPoint", "edge_warning", "profile_report", "sweep_cells",
+           "sweep_section", "sweet_spot")
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222}
@@ -90,6 +90,18 @@ def sweet_spot(points: Sequence[SweepPoint], share: float = 0.95) -> SweepPoint 
                key=lambda p: p.concurrency)
 
 
+def edge_warning(points: Sequence[SweepPoint], spot: SweepPoint | None) -> str | None:
+    """A warning when the sweet spot is the highest concurrency tried: the throughput may
+    still grow past it, so it is where the sweep stopped, not a sweet spot (None else)."""
+    if spot is None or len(points) < 2:
+        return None
+    highest = max(p.concurrency for p in points)
+    if spot.concurrency < highest:
+        return None
+    return (f"the sweet spot is the highest concurrency tried ({highest:,}): throughput may "
+            f"still grow past it; sweep higher (e.g. --sweep …,{highest:,},{2 * highest:,})")
+
+
 def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
     ordered = sorted(v for v in values if v > 0)
     n = len(ordered)
@@ -104,8 +116,8 @@ def _cdf(values: Sequence[float]) -> list[tuple[float, float]]:
 def _phase_table(agg: ProfileAggregator) -> str:
     s = agg.summary()
     rows = [f"<tr><td>{name}</td>{_cells(s.phases[name].cells())}</tr>" for name in PHASES]
-    return ("<table><tr><th>phase</th><th>p50 ms</th><th>p95 ms</th><th>p99 ms</th>"
-            "<th>CPU ms</th><th>wait ms</th><th>CPU share</th></tr>" + "".join(rows) + "</table>")
+    head = "".join(f"<th>{col}</th>" for col in PHASE_COLUMNS)
+    return f"<table><tr><th>phase</th>{head}</tr>" + "".join(rows) + "</table>"
 
 
 def _cells(cells: Sequence[str]) -> str:
@@ -220,6 +232,8 @@ def sweep_section(points: Sequence[SweepPoint]) -> str:
                f"{ms(spot.completed_run_p99_ms)} ms). Past it more sessions in flight only "
                f"lengthen the tail.</p>") if spot else (
                "<p>No sweet spot: no run completed at any concurrency.</p>")
+    if (warning := edge_warning(points, spot)) is not None:
+        verdict += f'<p class="warn"><b>Warning:</b> {escape(warning)}.</p>'
     return (
         "<h2>Concurrency sweep</h2>" + verdict + '<div class="grid-2">'
         + line_chart("Throughput per concurrency", tp, x_label="concurrency (log scale)",
@@ -243,8 +257,11 @@ def profile_report(
         if r.profile is not None:
             agg.add_run(r.profile)
     s = agg.summary()
-    facts = [("runs", f"{s.runs:,}"), ("steps", f"{s.steps:,}"),
-             ("CPU µs per step (in phases)", f"{s.cpu_us_per_step:.1f}"), *summary]
+    in_phases = "CPU µs per step (in phases)"
+    facts = [("runs", f"{s.runs:,}"), ("steps", f"{s.steps:,}")]
+    if all(key != in_phases for key, _ in summary):  # (a bench's summary has it already)
+        facts.append((in_phases, f"{s.cpu_us_per_step:.1f}"))
+    facts += summary
     if s.ttft_p50_ms is not None:
         facts.append(("time to first token p50 / p99",
                       f"{s.ttft_p50_ms:.1f} / {s.ttft_p99_ms or 0:.1f} ms"))

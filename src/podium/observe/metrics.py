@@ -105,6 +105,11 @@ class RunMetrics:
         self.phase_cpu = Counter("podium_step_phase_cpu_seconds",
                                  "CPU time of each step phase (the rest of its wall is waiting).",
                                  ["agent", "phase"], registry=r)
+        self.phase_blocked = Counter(
+            "podium_step_phase_blocked_seconds",
+            "Time each step phase held the event loop without running on the CPU (a "
+            "synchronous sleep or read in a coroutine): neither CPU nor waiting.",
+            ["agent", "phase"], registry=r)
         self.model = Histogram("podium_model_call_seconds", "Model call latency (the model phase).",
                                ["model"], buckets=PHASE_BUCKETS, registry=r)
         self.ttft = Histogram("podium_model_ttft_seconds", "Time to first token (streamed calls).",
@@ -264,11 +269,14 @@ class RunMetrics:
                 continue
             agent = tally.agent
             self.steps.labels(agent).inc(figures.steps)
-            for phase, walls, cpu_ns in zip(STEP_PHASES, figures.walls, figures.cpu_ns,
-                                            strict=True):
+            for phase, walls, cpu_ns, blocked_ns in zip(
+                STEP_PHASES, figures.walls, figures.cpu_ns, figures.blocked_ns, strict=True
+            ):
                 if any(walls.counts):  # none when the engine keeps no profiles
                     walls.observe_into(self.phase_wall.labels(agent, phase))
                     self.phase_cpu.labels(agent, phase).inc(cpu_ns / 1e9)
+                    if blocked_ns:
+                        self.phase_blocked.labels(agent, phase).inc(blocked_ns / 1e9)
             model_walls, ttfts = by_model.setdefault(tally.model, (Buckets(), Buckets()))
             model_walls.merge(figures.walls[_MODEL])  # the model calls' latencies
             ttfts.merge(figures.ttft)

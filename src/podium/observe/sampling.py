@@ -83,8 +83,12 @@ class RateLimitedSampler(Sampler):
             state = parent.trace_state
         else:
             sampled, state = self.take(), None
-        return SamplingResult(Decision.RECORD_AND_SAMPLE if sampled else Decision.DROP,
-                              None, state)
+        # The SDK gives a span the attributes its sampler returns, not those it was started
+        # with: a sampler that returns none empties every span (the standard ones pass
+        # them through, and so does this one).
+        if not sampled:
+            return SamplingResult(Decision.DROP, None, state)
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, state)
 
     def get_description(self) -> str:
         return f"ParentBased{{root:RateLimited{{{self.per_second}/s,burst {self.burst}}}}}"

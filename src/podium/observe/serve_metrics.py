@@ -13,6 +13,10 @@ per scrape; a child that dies is marked dead so its live gauges drop out.
 
 The endpoint serves on a socket ``podium worker`` bound (and set listening) before
 anything else started, so the port it announces is the one it holds from its start.
+It listens on ``--metrics-host`` (default 127.0.0.1: this host only, as a scrape of
+another host's worker is a choice to make, not a default), and with
+``--metrics-token-env VAR`` asks ``/metrics`` for ``Authorization: Bearer $VAR`` (the
+probes answer anyone: a kubelet sends no token).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ if TYPE_CHECKING:
     from podium.worker.process import WorkerConfig
     from podium.worker.worker import Worker
 
-__all__ = ("HealthProbes", "SupervisorMetrics", "WorkerMetrics", "start_metrics")
+__all__ = ("HealthProbes", "SupervisorMetrics", "WorkerMetrics", "metrics_token", "start_metrics")
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -56,15 +60,33 @@ class HealthProbes:
         self.ready = ready
 
 
-def _with_probes(metrics_app: Any, probes: HealthProbes | None) -> Any:
-    """A WSGI app: ``/livez`` and ``/readyz`` from ``probes``, the rest ``metrics_app``."""
+def metrics_token(config: WorkerConfig) -> str | None:
+    """The bearer token ``/metrics`` asks for: the value of ``--metrics-token-env``'s
+    variable (None: no token asked)."""
+    if config.metrics_token_env is None:
+        return None
+    return os.environ.get(config.metrics_token_env) or None
+
+
+def _with_probes(metrics_app: Any, probes: HealthProbes | None, token: str | None = None) -> Any:
+    """A WSGI app: ``/livez`` and ``/readyz`` from ``probes``, the rest ``metrics_app``
+    (behind ``token``, when given)."""
+    import hmac
     import json
+
+    expected = None if token is None else f"Bearer {token}".encode()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         probe = None if probes is None else {"/livez": probes.live,
                                              "/readyz": probes.ready}.get(path)
         if probe is None:
+            given = environ.get("HTTP_AUTHORIZATION", "").encode()
+            if expected is not None and not hmac.compare_digest(given, expected):
+                start_response("401 Unauthorized", [
+                    ("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer"),
+                ])
+                return [b"a bearer token is required\n"]
             result: Iterable[bytes] = metrics_app(environ, start_response)
             return result
         ok, checks = probe()
@@ -103,7 +125,8 @@ def start_metrics(
     server = None
     if config.metrics_port is not None:
         probes = None if health is None else HealthProbes(health.live, health.ready)
-        server = _listen(config.metrics_port, None, sock, probes)
+        server = _listen(config.metrics_port, None, sock, probes, config.metrics_host,
+                         metrics_token(config))
         print(f"podium worker metrics on :{server.server_port}/metrics", file=sys.stderr,
               flush=True)
     return WorkerMetrics(metrics, server)
@@ -149,20 +172,20 @@ class _MetricsServer(ThreadingMixIn, WSGIServer):
 
 def _listen(
     port: int, registry: Any, sock: socket.socket | None = None,
-    probes: HealthProbes | None = None,
+    probes: HealthProbes | None = None, host: str = "127.0.0.1", token: str | None = None,
 ) -> _MetricsServer:
     """Serve ``registry`` (the default one if None) at ``/metrics`` on ``sock``, or on
-    ``port`` bound here, and ``probes`` at ``/livez`` and ``/readyz``; a port taken is
-    one line, not a traceback from socketserver."""
+    ``host:port`` bound here, and ``probes`` at ``/livez`` and ``/readyz``; a port taken
+    is one line, not a traceback from socketserver."""
     from prometheus_client import REGISTRY, make_wsgi_app
 
     if sock is None:
         from podium.cli.common import LISTEN_BACKLOG, bind_listeners
 
-        [sock] = bind_listeners("0.0.0.0", port, "--metrics-port")  # or a ConfigError
+        sock = bind_listeners(host, port, "--metrics-port")[0]  # or a ConfigError
         sock.listen(LISTEN_BACKLOG)
     server = _MetricsServer(sock)
-    server.set_app(_with_probes(make_wsgi_app(registry or REGISTRY), probes))
+    server.set_app(_with_probes(make_wsgi_app(registry or REGISTRY), probes, token))
     threading.Thread(target=server.serve_forever, name="podium-metrics", daemon=True).start()
     return server
 
@@ -177,7 +200,8 @@ class SupervisorMetrics:
     @classmethod
     def start(
         cls, port: int | None, sock: socket.socket | None = None,
-        probes: HealthProbes | None = None,
+        probes: HealthProbes | None = None, *, host: str = "127.0.0.1",
+        token: str | None = None,
     ) -> SupervisorMetrics | None:
         """Serve ``port`` (on ``sock`` when it is bound already), ``probes`` at ``/livez``
         and ``/readyz``; None without a port."""
@@ -190,7 +214,7 @@ class SupervisorMetrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         try:
-            server = _listen(port, registry, sock, probes)
+            server = _listen(port, registry, sock, probes, host, token)
         except ConfigError:
             shutil.rmtree(directory, ignore_errors=True)
             raise

@@ -96,8 +96,8 @@ class RunSpan:
     """A sampled run's span while the run is driven: its context (the parent of its step
     spans), its start and, for :class:`ApiSpans`, the live span."""
 
-    __slots__ = ("attributes", "context", "live", "parent", "start_ns", "tokens_in",
-                 "tokens_out")
+    __slots__ = ("attributes", "calls", "context", "last_end", "live", "parent", "start_ns",
+                 "tokens_in", "tokens_out")
 
     def __init__(
         self, context: SpanContext, parent: SpanContext | None, start_ns: int,
@@ -111,6 +111,10 @@ class RunSpan:
         #: The run's token usage at the last step (each chat span carries its step's share).
         self.tokens_in = 0
         self.tokens_out = 0
+        #: What its calls ask for their spans' context (podium.observe.tracing._RunCalls).
+        self.calls: Any = None
+        #: When its last step's span ended (the run's span ends no earlier).
+        self.last_end = 0
 
 
 class SdkSpans:
@@ -247,6 +251,7 @@ class ApiSpans:
             span = self._tracer.start_span(name, context=ctx, kind=kind, start_time=start_ns,
                                            attributes=attributes)
         else:
+            span.update_name(name)  # (reserved before its name was known for sure)
             span.set_attributes(attributes)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))

@@ -172,12 +172,14 @@ class StepFigures:
     """What the metrics report of some steps of one (agent, model): how many, wall-time
     buckets and CPU nanoseconds per phase, the times to first token, each tool's figures."""
 
-    __slots__ = ("cpu_ns", "steps", "tools", "ttft", "walls")
+    __slots__ = ("blocked_ns", "cpu_ns", "steps", "tools", "ttft", "walls")
 
     def __init__(self) -> None:
         self.steps = 0
         self.walls = [Buckets() for _ in STEP_PHASES]
         self.cpu_ns = [0] * len(STEP_PHASES)
+        #: Per phase, the time it held the loop without running (see StepProfile).
+        self.blocked_ns = [0] * len(STEP_PHASES)
         self.ttft = Buckets()
         self.tools: dict[str, ToolFigures] = {}
 
@@ -186,6 +188,7 @@ class StepFigures:
         for mine, theirs in zip(self.walls, other.walls, strict=True):
             mine.merge(theirs)
         self.cpu_ns = [a + b for a, b in zip(self.cpu_ns, other.cpu_ns, strict=True)]
+        self.blocked_ns = [a + b for a, b in zip(self.blocked_ns, other.blocked_ns, strict=True)]
         self.ttft.merge(other.ttft)
         for name, tool in other.tools.items():
             if name in self.tools:
@@ -199,7 +202,9 @@ class StepTally:
     ends, compacted into :attr:`figures` about every :data:`COMPACT_AT` steps and when the
     metrics fold."""
 
-    __slots__ = ("agent", "figures", "model", "odd", "phases", "tools", "ttfts", "untimed")
+    __slots__ = (
+        "agent", "blocked", "figures", "model", "odd", "phases", "tools", "ttfts", "untimed"
+    )
 
     def __init__(self, agent: str, model: str) -> None:
         self.agent = agent
@@ -212,6 +217,8 @@ class StepTally:
         #: The steps the engine kept no profile of (``Engine(profile=False)``): counted,
         #: not timed (one item each).
         self.untimed: list[None] = []
+        #: The blocked figures of the steps that blocked (few do: one tuple each).
+        self.blocked: list[tuple[int, ...]] = []
         #: Times to first token of the streamed model calls.
         self.ttfts: list[int] = []
         #: Per tool, its calls' latencies; and the calls that failed or took other than one
@@ -230,6 +237,7 @@ class StepTally:
         (:meth:`~podium.observe.metrics.RunMetrics.run_started`, by :data:`TIMED_FULL`)."""
         phases, untimed, tools, compact = self.phases, self.untimed, self.tools, self.compact
         file_ttft, file_untimed, file_odd = self.ttfts.append, untimed.append, self.odd.append
+        file_blocked = self.blocked.append
 
         def step(agent: Agent, record: RunRecord, profile: StepProfile, usage: TokenCounts,
                  results: Sequence[tuple[int, ToolResult]]) -> None:
@@ -246,6 +254,8 @@ class StepTally:
             phases += profile.cpu_ns  # the stopwatch makes it exact
             if profile.ttft_ns:
                 file_ttft(profile.ttft_ns)
+            if profile.blocked_ns:  # (an empty tuple: the usual step blocked nothing)
+                file_blocked(profile.blocked_ns)
             for _, result in results:  # usually one; a list per tool, not one per call
                 try:
                     tools[result.name].append(result.wall_ns)
@@ -270,6 +280,9 @@ class StepTally:
             figures.cpu_ns = [total + sum(phases[i::n])
                               for i, total in enumerate(figures.cpu_ns, len(STEP_PHASES))]
             phases.clear()
+        for blocked in self.blocked:
+            figures.blocked_ns = [a + b for a, b in zip(figures.blocked_ns, blocked, strict=False)]
+        self.blocked.clear()
         if self.ttfts:
             figures.ttft.add(self.ttfts)
             self.ttfts.clear()

@@ -29,9 +29,15 @@ finished with the step, so the child's trace context exists while it runs.
 
 A run whose record carries a W3C ``traceparent`` in its metadata (the gateway
 stores the request's; an MCP ``tools/call`` to Podium's servers, its ``params._meta``'s)
-continues that trace, in whichever worker drives it. The run's own context goes out with
-its calls: a ``traceparent`` (and ``tracestate``) header on model calls and HTTP tools
-(:func:`trace_headers`), and ``params._meta`` on MCP tool calls (:func:`trace_meta`).
+continues that trace, in whichever worker drives it. A traced run's calls carry their
+own spans' context: a model call's ``traceparent`` (and ``tracestate``) header names its
+``chat`` span, a tool's HTTP requests (:func:`trace_headers`) and MCP calls
+(``params._meta``, :func:`trace_meta`) its ``execute_tool`` span (in a step with several
+calls at once, which one made a request is not known: their requests name a ``tools``
+span of the step, the parent of their own). Those spans are reserved (their
+ids drawn) when the call starts and finished with the step from its profile, so an
+instrumented model server's span nests under the call that made it. An untraced run
+passes on its caller's context, if any.
 
 The spans carry ``gen_ai.provider.name``: the model's ``provider`` (``"openai"`` for an
 OpenAI-compatible endpoint unless it names another, ``"podium"`` for the simulated and
@@ -141,8 +147,10 @@ def inject_traceparent(metadata: dict[str, str]) -> None:
     inject(metadata)
 
 
-#: The W3C ``traceparent`` of the run this task drives (set by :meth:`RunTracer.run_started`).
-#: Its span context (trace id, span id, flags), formatted only when a call sends it.
+#: The trace context of the run this task drives (set by :meth:`RunTracer.run_started`):
+#: a sampled run's :class:`_RunCalls` (each call asks it for its span's context), or an
+#: unsampled run's caller's span context (trace id, span id, flags), formatted only when a
+#: call sends it.
 _TRACEPARENT: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "podium_traceparent", default=None
 )
@@ -162,23 +170,61 @@ def _w3c(parent: Any) -> dict[str, str]:
     return fields
 
 
-def trace_headers(headers: dict[str, str]) -> dict[str, str]:
-    """``headers`` plus the current run's ``traceparent`` (and ``tracestate``) when it is
-    traced; the same dict, untouched, when not (one context-variable read: nothing to pay
-    with tracing off)."""
+def trace_headers(headers: dict[str, str], *, model: bool = False) -> dict[str, str]:
+    """``headers`` plus the trace context of the call being made (``model``: a model
+    call's, named by its ``chat`` span; else a tool's, by its step's span) when the run is
+    traced, or its caller's when it passes one on; the same dict, untouched, when neither
+    (one context-variable read: nothing to pay with tracing off)."""
     parent = _TRACEPARENT.get()
     if parent is None:
         return headers
+    if type(parent) is _RunCalls:
+        parent = parent.model() if model else parent.tool()
     return {**headers, **_w3c(parent)}
 
 
 def trace_meta() -> dict[str, str] | None:
-    """The current run's trace context for an MCP request's ``params._meta``
-    (``traceparent``, and ``tracestate`` when it has one: the OpenTelemetry semantic
-    conventions for MCP, SEP-414), or None when the run is not traced (one
+    """A tool's MCP request's trace context for its ``params._meta`` (``traceparent``,
+    and ``tracestate`` when it has one: the OpenTelemetry semantic conventions for MCP,
+    SEP-414), as :func:`trace_headers` makes it; None when the run is not traced (one
     context-variable read)."""
     parent = _TRACEPARENT.get()
-    return None if parent is None else _w3c(parent)
+    if parent is None:
+        return None
+    if type(parent) is _RunCalls:
+        parent = parent.tool()
+    return _w3c(parent)
+
+
+class _RunCalls:
+    """A sampled run's outgoing calls: the span each one's trace context names, reserved
+    when the call starts (the step's span with it), finished with the step."""
+
+    __slots__ = ("agent", "record", "step", "step_start", "tracer")
+
+    def __init__(self, tracer: RunTracer, agent: Agent, record: RunRecord) -> None:
+        self.tracer = tracer
+        self.agent = agent
+        self.record = record
+        #: The step being driven: the next after the last one the tracer heard of; and
+        #: when it started at the latest (the run's start, then the last step's end).
+        self.step = record.steps
+        self.step_start = time.time_ns()
+
+    def model(self) -> Any:
+        """The context of this step's ``chat`` span (a retried call sends the same)."""
+        return self.tracer.reserve_call(self.record, self.step, _CHAT,
+                                        f"chat {self.agent.model.traced_model}")
+
+    def tool(self) -> Any:
+        """The context of this step's tool call's span (its ``tools`` span when it has
+        several)."""
+        return self.tracer.reserve_call(self.record, self.step, _TOOL, "execute_tool")
+
+
+#: The keys of a step's reserved ``chat`` span and its tool call's (whichever calls made
+#: requests) among its reserved calls' (call indexes of the calls that started child runs).
+_CHAT, _TOOL = -1, -2
 
 
 def meta_carrier(meta: Mapping[str, Any] | None, headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -224,25 +270,44 @@ class RunTracer:
         self._spans = spans_for(self.tracer)
         #: The sampled runs being driven by this process (unsampled ones are not kept).
         self._runs: dict[str, RunSpan] = {}
-        #: Spans opened early for child runs: (run, step) -> (step span, its start, {call
-        #: index: (execute_tool span, its start)}), finished with the step.
+        #: Spans opened early, as calls start: (run, step) -> (step span, its start, {call
+        #: index, or _CHAT: (its span, its start)}), finished with the step.
         self._open: dict[tuple[str, int], tuple[Any, int, dict[int, tuple[Any, int]]]] = {}
+
+    def reserve_step(
+        self, record: RunRecord, step: int
+    ) -> tuple[Any, int, dict[int, tuple[Any, int]]]:
+        """Step ``step`` of ``record``'s (sampled) run: its span, reserved now if it was
+        not, when it started and its calls' reserved spans."""
+        key = (record.run_id, step)
+        opened = self._open.get(key)
+        if opened is None:
+            # Started when the step started (no later): its calls' spans end up inside it.
+            run = self._runs[record.run_id]
+            start = run.calls.step_start
+            opened = self._open[key] = (self._spans.reserve(f"step {step}", run.context, start),
+                                        start, {})
+        return opened
+
+    def reserve_call(self, record: RunRecord, step: int, index: int, name: str) -> Any:
+        """The span of call ``index`` (or ``_CHAT``) of step ``step``, reserved now if it
+        was not (under the step's)."""
+        opened = self.reserve_step(record, step)
+        call = opened[2].get(index)
+        if call is None:
+            # A tool's span may turn out to be its step's tools span, the parent of calls
+            # that began before this request: it starts no later than its step.
+            start = opened[1] if index == _TOOL else time.time_ns()
+            call = opened[2][index] = (self._spans.reserve(name, opened[0], start), start)
+        return call[0]
 
     def open_tool_span(self, record: RunRecord, ctx: ToolContext, tool: str) -> dict[str, str]:
         """Give call ``ctx`` of ``record``'s run its span now (a child run starts under it);
         returns the trace context to store in the child's metadata (none when the run is
         not sampled: the child then decides for itself)."""
-        run = self._runs.get(record.run_id)
-        if run is None:
+        if record.run_id not in self._runs:
             return {}
-        now = time.time_ns()
-        key = (record.run_id, ctx.step)
-        opened = self._open.get(key)
-        if opened is None:
-            step = self._spans.reserve(f"step {ctx.step}", run.context, now)
-            opened = self._open[key] = (step, now, {})
-        span = self._spans.reserve(f"execute_tool {tool}", opened[0], now)
-        opened[2][ctx.call_index] = (span, now)
+        span = self.reserve_call(record, ctx.step, ctx.call_index, f"execute_tool {tool}")
         return {"traceparent": f"00-{span.trace_id:032x}-{span.span_id:016x}-"
                                f"{span.trace_flags:02x}"}
 
@@ -257,10 +322,12 @@ class RunTracer:
         # Unsampled runs pass their caller's decision on; None too: a task that drives runs
         # one after another must not send an earlier run's context. (A set costs a context
         # copy: skipped when there is nothing to change, the usual untraced run.)
-        if context is not None or _TRACEPARENT.get() is not None:
-            _TRACEPARENT.set(context)
         if run is None:
+            if context is not None or _TRACEPARENT.get() is not None:
+                _TRACEPARENT.set(context)
             return None  # not sampled: nothing to hear of its steps
+        run.calls = _RunCalls(self, agent, record)
+        _TRACEPARENT.set(run.calls)
         run.tokens_in, run.tokens_out = record.usage.input_tokens, record.usage.output_tokens
         self._runs[record.run_id] = run
         return self.step
@@ -277,6 +344,9 @@ class RunTracer:
         if run is None:  # not sampled
             return
         end = time.time_ns()
+        calls = run.calls
+        calls.step, calls.step_start = profile.step + 1, end  # (later calls: the next step's)
+        run.last_end = end
         wall = profile.wall_ns
         start = end - sum(wall)
         spans, kind = self._spans, self._kind
@@ -304,23 +374,35 @@ class RunTracer:
         run.tokens_in, run.tokens_out = usage.input_tokens, usage.output_tokens
         if profile.ttft_ns:
             chat["gen_ai.server.time_to_first_token"] = profile.ttft_ns / 1e9
+        reserved_chat = early.pop(_CHAT, None)  # the call sent its context
         spans.child(f"chat {model}", step_ctx, kind.CLIENT, model_start,
-                    model_start + wall[_MODEL], chat)
+                    model_start + wall[_MODEL], chat,
+                    context=None if reserved_chat is None else reserved_chat[0])
         tools_start = start + sum(wall[:_TOOLS])
+        requested = early.pop(_TOOL, None)  # a call that sent requests with its context
+        if requested is not None and (len(results) != 1 or results[0][0] in early):
+            # Several calls (or none, or one with a child run's span): which one sent them
+            # is not known, so they name the tools phase's span, the parent of every call's.
+            tools_ctx = spans.child("tools", step_ctx, kind.INTERNAL, tools_start,
+                                    tools_start + wall[_TOOLS], {"podium.tool_calls":
+                                                                len(results)},
+                                    context=requested[0])
+            step_ctx, requested = tools_ctx, None
         for index, result in results:
             outcome = "ok" if result.ok else (result.error or "error")
-            reserved = early.pop(index, None)  # a call that started a child run
+            reserved = early.pop(index, None) or requested  # a child run's, or a request's
             attrs: dict[str, Any] = {
                 "gen_ai.operation.name": "execute_tool",
                 "gen_ai.tool.name": result.name,
                 "gen_ai.tool.call.id": result.call_id,
-                "gen_ai.tool.type": "function" if reserved is None else "agent",
+                "gen_ai.tool.type": ("agent" if reserved is not None and reserved is not requested
+                                     else "function"),
                 "podium.tool.outcome": outcome,
                 "podium.tool.attempts": result.attempts,
             }
             if not result.ok:
                 attrs["error.type"] = outcome
-            if reserved is None:
+            if reserved is None or reserved is requested:
                 span_start, span_end = tools_start, tools_start + (result.wall_ns or wall[_TOOLS])
             else:  # it spans its child run, measured on the same clock
                 span_start, span_end = reserved[1], end
@@ -338,12 +420,14 @@ class RunTracer:
         run = runs.pop(record.run_id, None)
         if run is None:  # not sampled
             return
-        if self._open:  # a step cut short (cancelled while its children ran): end its spans
+        if self._open:  # a step cut short (cancelled, failed in its call): end its spans
             now = time.time_ns()
             for key in [k for k in self._open if k[0] == record.run_id]:
                 step, step_start, early = self._open.pop(key)
-                for span, span_start in early.values():
-                    self._spans.child("execute_tool", step, self._kind.INTERNAL, span_start,
+                for index, (span, span_start) in early.items():
+                    name = (f"chat {run.calls.agent.model.traced_model}" if index == _CHAT
+                            else "execute_tool")
+                    self._spans.child(name, step, self._kind.INTERNAL, span_start,
                                       now, {}, "cancelled", context=span)
                 self._spans.child(f"step {key[1]}", run.context, self._kind.INTERNAL,
                                   step_start, now, {}, context=step)
@@ -357,8 +441,10 @@ class RunTracer:
         if record.status != "completed":
             error = record.reason or record.status
             attrs["error.type"] = error
-        self._spans.close_run(run, f"invoke_agent {record.agent}", _ns(record.finished_at),
-                              attrs, error)
+        # Its last step's span ends as the step is heard of, after the record's end time
+        # was taken: the run's span covers it (a child never ends after its parent).
+        end = max(_ns(record.finished_at), run.last_end)
+        self._spans.close_run(run, f"invoke_agent {record.agent}", end, attrs, error)
 
 
 def child_trace_context(

@@ -23,6 +23,7 @@ from typing import Any
 import msgspec
 
 from podium.errors import Interrupt
+from podium.observe.threadclock import look, split_span
 from podium.security.screen import ScreenVerdict
 from podium.tools.deadlines import ToolTimeout, arm_deadline, with_deadline
 from podium.tools.eager import own_exit
@@ -53,17 +54,22 @@ class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
     attempts: int = 1
     wall_ns: int = 0
     cpu_ns: int = 0
+    #: Time the call's slices held the loop without running (``time.sleep`` in an async
+    #: tool): neither CPU nor waiting.
+    blocked_ns: int = 0
     #: The injection screen's verdict on ``content`` (only when the agent screens results).
     screen: ScreenVerdict | None = None
 
 
 class _First(msgspec.Struct, gc=False):
     """How the first attempt, started inline, went: a value or an error, and the time its
-    slices ran on the loop after it first waited (the caller's stopwatch was suspended)."""
+    slices ran on the loop after it first waited (the caller's stopwatch was suspended):
+    their CPU and the time they held the loop without running."""
 
     value: Any
     error: BaseException | None
     ran_ns: int = 0
+    blocked_ns: int = 0
 
 
 def render_result(value: Any) -> str:
@@ -141,10 +147,12 @@ class ToolExecutor:
         For a caller that times the call as a wait: the result's ``cpu_ns`` counts its
         slices on the loop thread as well as CPU off it (in the pools)."""
         begun = _perf()
+        look(begun)
         started = self.start(tool, args, ctx)
-        inline = _perf() - begun  # the slice start() ran inline, if any
+        inline, blocked = split_span(begun, _perf())  # the slice start() ran inline, if any
         result = started if isinstance(started, ToolResult) else await started
         result.cpu_ns += inline
+        result.blocked_ns += blocked
         return result
 
     def start(
@@ -211,22 +219,24 @@ class ToolExecutor:
         kwargs = tool.kwargs(args, ctx)
         limit = None if policy.max_concurrency is None else self._limit(tool)
         attempt = 0
-        cpu_ns = 0
+        cpu_ns = blocked_ns = 0
         failure: tuple[str, str]
         while True:
             try:
                 if first is not None:  # the attempt start() ran inline
                     started, first = first, None
                     cpu_ns += started.ran_ns
+                    blocked_ns += started.blocked_ns
                     if started.error is not None:
                         raise started.error
-                    value, cpu = started.value, 0
+                    value, cpu, blocked = started.value, 0, 0
                 elif limit is None:
-                    value, cpu = await self._attempt(tool, kwargs)
+                    value, cpu, blocked = await self._attempt(tool, kwargs)
                 else:
                     async with limit:
-                        value, cpu = await self._attempt(tool, kwargs)
+                        value, cpu, blocked = await self._attempt(tool, kwargs)
                 cpu_ns += cpu
+                blocked_ns += blocked
             except Interrupt as asked:  # a question for a human: the run waits for the answer
                 self.interrupts += 1
                 return ToolResult(
@@ -238,6 +248,7 @@ class ToolExecutor:
                     attempts=attempt + 1,
                     wall_ns=time.perf_counter_ns() - t0,
                     cpu_ns=cpu_ns,
+                    blocked_ns=blocked_ns,
                 )
             except ToolTimeout:
                 failure = (
@@ -273,6 +284,7 @@ class ToolExecutor:
                         attempts=attempt + 1,
                         wall_ns=time.perf_counter_ns() - t0,
                         cpu_ns=cpu_ns,
+                        blocked_ns=blocked_ns,
                     )
             if retryable and attempt < policy.retries:
                 await asyncio.sleep(
@@ -295,27 +307,33 @@ class ToolExecutor:
                 attempts=attempt + 1,
                 wall_ns=time.perf_counter_ns() - t0,
                 cpu_ns=cpu_ns,
+                blocked_ns=blocked_ns,
             )
 
-    async def _attempt(self, tool: Tool[Any, Any], kwargs: dict[str, Any]) -> tuple[Any, int]:
+    async def _attempt(
+        self, tool: Tool[Any, Any], kwargs: dict[str, Any]
+    ) -> tuple[Any, int, int]:
+        """One attempt: its value, the CPU it reported and the time it blocked the loop."""
         timeout = tool.policy.timeout_s
         if tool.policy.sandbox is not None:  # a confined process of its own, by reference
             confined = tool.policy.sandbox.call(tool.module or "__main__", tool.qualname, kwargs)
-            return await with_deadline(confined, timeout), 0
+            return await with_deadline(confined, timeout), 0, 0
         if tool.is_async:
             # Its slices run on the loop while the caller's stopwatch is suspended (the call
-            # is awaited as a wait): their running time is reported as the call's CPU.
+            # is awaited as a wait): their running time is reported as the call's CPU, the
+            # part of a long one the thread did not run as blocked.
             coro = tool.fn(**kwargs)
             start = _perf()
+            look(start)
             try:
                 pending = coro.send(None)
             except StopIteration as finished:
-                return finished.value, _perf() - start
+                return finished.value, *split_span(start, _perf())
             except GeneratorExit as own:  # the tool's own: nothing is closing it here
                 raise own_exit(own) from own
-            timed = _timed(coro, pending, _perf() - start)
+            timed = _timed(coro, pending, *split_span(start, _perf()))
             del pending  # (the call's later futures are _timed's: hold not its first one)
-            ran: tuple[Any, int] = await with_deadline(timed, timeout)
+            ran: tuple[Any, int, int] = await with_deadline(timed, timeout)
             return ran
         loop = asyncio.get_running_loop()
         if tool.policy.cpu_bound:
@@ -330,15 +348,15 @@ class ToolExecutor:
             threads = self._threads
             call = threads.submit(_call_in_thread, tool.fn, kwargs)
             try:
-                done: tuple[Any, int] = await with_deadline(asyncio.wrap_future(call), timeout)
+                value, cpu = await with_deadline(asyncio.wrap_future(call), timeout)
             except BaseException:
                 threads.abandon(call)  # timed out or cancelled: its thread is replaced
                 raise
-            return done
+            return value, cpu, 0
         else:
             future = loop.run_in_executor(self._threads, _call_in_thread, tool.fn, kwargs)
-        result: tuple[Any, int] = await with_deadline(future, timeout)
-        return result
+        value, cpu = await with_deadline(future, timeout)
+        return value, cpu, 0
 
     @property
     def abandoned_threads(self) -> int:
@@ -386,7 +404,9 @@ def _continue_gen(
         task = task or asyncio.current_task()
         assert task is not None, "tool calls run inside an asyncio task"
         deadline = arm_deadline(task, timeout)
-    ran = 0  # the running time of its slices on the loop: the caller's stopwatch is suspended
+    # The CPU of its slices on the loop (the caller's stopwatch is suspended), and the time
+    # they held it without running.
+    ran = blocked = 0
     try:
         try:
             while True:
@@ -397,43 +417,50 @@ def _continue_gen(
                     raise
                 except BaseException as exc:  # cancellation and errors go into the coroutine
                     start = _perf()
+                    look(start)
                     try:
                         pending = coro.throw(exc)
                     except GeneratorExit as own:  # raised by the tool, not a closing
                         raise own_exit(own) from own
                     finally:
-                        ran += _perf() - start
+                        cpu, off = split_span(start, _perf())
+                        ran += cpu
+                        blocked += off
                 else:
                     start = _perf()
+                    look(start)
                     try:
                         pending = coro.send(sent)
                     except GeneratorExit as own:
                         raise own_exit(own) from own
                     finally:
-                        ran += _perf() - start
+                        cpu, off = split_span(start, _perf())
+                        ran += cpu
+                        blocked += off
         except StopIteration as stop:
             if deadline is not None and deadline.fired and task is not None:
                 task.uncancel()  # the tool caught its deadline's cancellation and went on
             value = stop.value
             if type(value) is str:
-                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0, cpu_ns=ran)
-            first = _First(value, None, ran)
+                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0, cpu_ns=ran,
+                                  blocked_ns=blocked)
+            first = _First(value, None, ran, blocked)
         except asyncio.CancelledError as exc:
             # Ours if the deadline fired and nothing else cancelled the task meanwhile.
             if deadline is not None and deadline.fired and task is not None:
                 if task.uncancel():
                     raise
-                first = _First(None, ToolTimeout(), ran)
+                first = _First(None, ToolTimeout(), ran, blocked)
             elif _escapes(exc):
                 raise
             else:
-                first = _First(None, exc, ran)
+                first = _First(None, exc, ran, blocked)
         except BaseException as exc:
             if deadline is not None and deadline.fired and task is not None:
                 task.uncancel()  # the tool caught its deadline's cancellation, then failed
             if _escapes(exc):
                 raise
-            first = _First(None, exc, ran)
+            first = _First(None, exc, ran, blocked)
     finally:
         if deadline is not None:
             deadline.disarm()
@@ -446,10 +473,11 @@ _continue = types.coroutine(_continue_gen)
 
 @types.coroutine
 def _timed(
-    coro: Coroutine[Any, Any, Any], pending: Any, ran: int
-) -> Generator[Any, Any, tuple[Any, int]]:
-    """Drive ``coro``, which yielded ``pending`` once, to its end: its value, and ``ran``
-    plus the running time of its slices on the loop. (What it raises goes up as it is.)"""
+    coro: Coroutine[Any, Any, Any], pending: Any, ran: int, blocked: int
+) -> Generator[Any, Any, tuple[Any, int, int]]:
+    """Drive ``coro``, which yielded ``pending`` once, to its end: its value, ``ran`` plus
+    the CPU of its slices on the loop, ``blocked`` plus the time they held it without
+    running. (What it raises goes up as it is.)"""
     sent: Any = None
     while True:
         failure = None  # (none held while it waits: a traceback holds frames)
@@ -461,13 +489,17 @@ def _timed(
         except BaseException as exc:  # cancellation and errors go into the coroutine
             failure = exc
         start = _perf()
+        look(start)
         try:
             pending = coro.send(sent) if failure is None else coro.throw(failure)
         except StopIteration as stop:
-            return stop.value, ran + _perf() - start
+            cpu, off = split_span(start, _perf())
+            return stop.value, ran + cpu, blocked + off
         except GeneratorExit as own:
             raise own_exit(own) from own
-        ran += _perf() - start
+        cpu, off = split_span(start, _perf())
+        ran += cpu
+        blocked += off
 
 
 def _describe(tool: Tool[Any, Any], exc: BaseException) -> str:

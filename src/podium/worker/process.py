@@ -63,8 +63,14 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     use_uvloop: bool = True
     log_level: str = "INFO"
     metrics_port: int | None = None  # serve Prometheus metrics here (0: any free port)
+    metrics_host: str = "127.0.0.1"  # where the port listens (0.0.0.0: other hosts too)
+    metrics_token_env: str | None = None  # /metrics asks for this variable's bearer token
     metrics: bool = False  # collect metrics (a supervisor serves them: multiprocess mode)
     allow_evicting_redis: bool = False  # an evicting maxmemory-policy: not "not ready"
+    # This process's place among the host's worker processes, which share each backend's
+    # declared capacity (podium.worker.capacity).
+    procs: int = 1
+    proc_index: int = 0
 
 
 # -- one worker process ---------------------------------------------------------------------
@@ -123,11 +129,15 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     from podium.streaming.redis import RedisTokenChannel
     from podium.tools.executor import ToolExecutor
     from podium.tools.threads import ToolThreads
+    from podium.worker.capacity import share_capacity
     from podium.worker.health import WorkerHealth
     from podium.worker.worker import Worker
 
-    # The same podium.toml as the gateway: agent names, pools and models agree.
-    agents = worker_agents(load_config(config.config_file), config.agents, config.pool)
+    # The same podium.toml as the gateway: agent names, pools and models agree (each
+    # backend's capacity shared among this host's worker processes).
+    shared_config = share_capacity(load_config(config.config_file), config.procs,
+                                   config.proc_index)
+    agents = worker_agents(shared_config, config.agents, config.pool)
     node_cpus = set(config.node_cpus)
     threads = ToolThreads(  # a stuck sync call gets replaced, not waited for
         config.threads or os.cpu_count() or 1,
@@ -186,12 +196,12 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     tracer = tracer_from_env()
     tune_for_serving()  # freeze start-up objects, raise the thresholds (see podium.gctune)
     blocking = detector_from_env()  # logs and counts callbacks holding the loop (20 ms)
-    if blocking is not None:
-        blocking.start()
     health = WorkerHealth(worker, store, queue, config.pool)  # /livez, /readyz
     health.start()
     metrics = start_metrics(config, engine, worker, queue, blocking, metrics_socket, health)
     engine.hook = combine(engine.hook, tracer)
+    if blocking is not None:  # watching from here: start-up is no stall of serving
+        blocking.start()
     print(
         f"podium worker {worker.consumer} ready pool={config.pool} cpu={config.cpu} "
         f"agents={','.join(agents)}", file=sys.stderr, flush=True,
@@ -230,7 +240,7 @@ def _spawn(
 ) -> subprocess.Popen[bytes]:
     child = msgspec.structs.replace(
         config, cpu=placement.cpu, node_cpus=placement.node_cpus,
-        threads=config.threads or placement.threads,
+        threads=config.threads or placement.threads, proc_index=placement.index,
     )
     return subprocess.Popen(
         [sys.executable, "-m", "podium.worker.process", msgspec.json.encode(child).decode()],
@@ -251,7 +261,7 @@ def supervise(
     Returns 0 if every child exited cleanly. ``metrics_socket``: as in :func:`serve`,
     the children's endpoint, served by this process.
     """
-    from podium.observe.serve_metrics import HealthProbes, SupervisorMetrics
+    from podium.observe.serve_metrics import HealthProbes, SupervisorMetrics, metrics_token
     from podium.store.redis_health import SyncRedisHealth
 
     placements = place_workers(read_topology(), procs)
@@ -271,10 +281,12 @@ def supervise(
     # One endpoint for all children, up before the first of them starts. Live while this
     # process serves it (never Redis: an outage must not restart every pod).
     probes = HealthProbes(lambda: (True, {"supervisor": "ok"}), ready)
-    shared = SupervisorMetrics.start(config.metrics_port, metrics_socket, probes)
+    shared = SupervisorMetrics.start(config.metrics_port, metrics_socket, probes,
+                                     host=config.metrics_host, token=metrics_token(config))
     if shared is not None:
         config = msgspec.structs.replace(config, metrics_port=None, metrics=True)
     env = shared.child_env() if shared is not None else None
+    config = msgspec.structs.replace(config, procs=len(placements))  # they share capacity
     children.update({p.index: _spawn(config, p, env) for p in placements})
 
     interrupted = False
