@@ -103,8 +103,10 @@ async def test_a_traced_runs_mcp_calls_carry_its_context_in_meta(
         assert trace_id == f"{run.context.trace_id:032x}"
         same_trace = {f"{s.context.span_id:016x}" for s in spans
                       if s.context.trace_id == run.context.trace_id}
-        assert parent_id in same_trace  # a span of the run's trace: the run's own
-        assert parent_id == f"{run.context.span_id:016x}"
+        assert parent_id in same_trace  # a span of the run's trace: the call's own
+        calls = [s for s in spans if s.name == "execute_tool trace_seen"
+                 and s.context.trace_id == run.context.trace_id]
+        assert parent_id == f"{calls[0].context.span_id:016x}"  # (one call per run)
         assert got["header"] is None  # in the MCP message, not on the shared transport
     assert root["tracestate"] is None
     assert continued["traceparent"] is not None
