@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -288,7 +289,7 @@ class Soak(Chaos):
         rep.tool_calls_executed = sum(len(v) for v in by_key.values())
         for key, runs in by_key.items():
             ordered = sorted(runs, key=lambda e: e.start)
-            for earlier, again in zip(ordered, ordered[1:], strict=False):
+            for earlier, again in itertools.pairwise(ordered):
                 rep.calls_repeated += 1
                 if self.in_flight_at_a_kill(earlier, again):
                     rep.calls_repeated_in_flight_at_a_kill += 1
