@@ -25,7 +25,10 @@ import pytest
 
 from deploy.chart import REPO
 
-__all__ = ("LABEL", "Docker", "base_image", "build_image", "rootfs_tarball", "start_docker")
+__all__ = (
+    "LABEL", "Docker", "base_image", "base_image_made", "build_image", "rootfs_tarball",
+    "start_docker",
+)
 
 CACHE = Path(os.environ.get("PODIUM_TEST_CACHE", Path.home() / ".cache" / "podium-tests"))
 DOCKERD = "/usr/sbin/dockerd"
@@ -172,6 +175,18 @@ def rootfs_tarball() -> Path:
         finally:
             shutil.rmtree(root, ignore_errors=True)
     return tarball
+
+
+def base_image_made() -> bool:
+    """Whether the base image is in the cached data root already, or its tarball is in the
+    cache (read from dockerd's tag store, with no dockerd running): nothing to prefetch."""
+    if (CACHE / f"rootfs-{SUITE}-{_base_key()}.tar").exists():
+        return True
+    tags = CACHE / "docker-root" / "image" / "overlay2" / "repositories.json"
+    try:
+        return f"podium-test-base:{SUITE}-{_base_key()}" in tags.read_text()
+    except OSError:
+        return False
 
 
 def base_image(docker: Docker) -> str:

@@ -28,6 +28,10 @@ def wanted(args: list[str], rootdir: Path) -> bool:
         return False
     if not os.path.exists("/usr/sbin/dockerd"):
         return False
+    from deploy.docker_env import base_image_made
+
+    if base_image_made():
+        return False
     deploy = TESTS / "deploy"
     for arg in args:
         path = (rootdir / arg.split("::")[0]).resolve()
