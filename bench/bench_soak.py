@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -287,9 +288,10 @@ class Soak(Chaos):
             by_key[e.key].append(e)
         rep.tool_calls_executed = sum(len(v) for v in by_key.values())
         for key, runs in by_key.items():
-            for earlier in sorted(runs, key=lambda e: e.start)[:-1]:
+            ordered = sorted(runs, key=lambda e: e.start)
+            for earlier, again in itertools.pairwise(ordered):
                 rep.calls_repeated += 1
-                if self.in_flight_at_a_kill(earlier):
+                if self.in_flight_at_a_kill(earlier, again):
                     rep.calls_repeated_in_flight_at_a_kill += 1
                 else:
                     rep.calls_repeated_after_checkpoint.append(key)

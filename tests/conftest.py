@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import compileall
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 import podium
+from deploy import docker_env, prefetch
 from postgres_fixtures import fresh_postgres, postgres_url, private_postgres
 from redis_fixtures import prefix, private_redis, redis_url, shared_redis_url
 
@@ -19,6 +21,8 @@ __all__ = (  # fixtures
     "fresh_postgres", "postgres_url", "prefix", "private_postgres", "private_redis",
     "redis_url", "shared_redis_url",
 )
+
+_PREFETCH = pytest.StashKey[subprocess.Popen[bytes]]()
 
 # A suite started in the background by a shell without job control (as a CI runner may
 # start it) inherits SIGINT ignored, and every child it starts would too: the Ctrl-C tests
@@ -36,6 +40,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # (the caches are git-ignored; Python still checks each against its source).
     if sys.dont_write_bytecode and not hasattr(config, "workerinput"):
         compileall.compile_dir(Path(podium.__file__).parent, quiet=2)  # a speed-up, or nothing
+    # The container tests' base root filesystem (minutes of debootstrap, mostly network
+    # waits) is made in the background from the start, not on a worker that would run
+    # nothing else meanwhile; the tests wait for it through the cache's lock.
+    if not hasattr(config, "workerinput") and prefetch.wanted(config.args, config.rootpath):
+        config.stash[_PREFETCH] = prefetch.start(docker_env.CACHE)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (proc := config.stash.get(_PREFETCH, None)) is not None:
+        prefetch.stop(proc)
 
 
 @pytest.fixture(

@@ -9,6 +9,7 @@ Whatever cannot run here is a skip naming the command that failed and its error.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import platform
@@ -24,7 +25,10 @@ import pytest
 
 from deploy.chart import REPO
 
-__all__ = ("LABEL", "Docker", "base_image", "build_image", "start_docker")
+__all__ = (
+    "LABEL", "Docker", "base_image", "base_image_made", "build_image", "rootfs_tarball",
+    "start_docker",
+)
 
 CACHE = Path(os.environ.get("PODIUM_TEST_CACHE", Path.home() / ".cache" / "podium-tests"))
 DOCKERD = "/usr/sbin/dockerd"
@@ -137,15 +141,26 @@ def start_docker() -> Iterator[Docker]:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def base_image(docker: Docker) -> str:
-    """Debian with python3 and redis-server, from a debootstrap root filesystem (cached as
-    a tarball), imported once per data root."""
-    key = hashlib.sha256(f"{SUITE} {' '.join(BASE_PACKAGES)}".encode()).hexdigest()[:12]
-    tag = f"podium-test-base:{SUITE}-{key}"
-    if docker.image_exists(tag):
-        return tag
-    tarball = CACHE / f"rootfs-{SUITE}-{key}.tar"
-    if not tarball.exists():
+def _base_key() -> str:
+    return hashlib.sha256(f"{SUITE} {' '.join(BASE_PACKAGES)}".encode()).hexdigest()[:12]
+
+
+@contextlib.contextmanager
+def cache_lock() -> Iterator[None]:
+    """The cache to oneself: a root filesystem being made by the prefetch (or another
+    run) is waited for, not made twice."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / ".lock").open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's closing
+
+
+def rootfs_tarball() -> Path:
+    """The debootstrap root filesystem of the base image, as a tarball (made once)."""
+    tarball = CACHE / f"rootfs-{SUITE}-{_base_key()}.tar"
+    with cache_lock():
+        if tarball.exists():
+            return tarball
         if shutil.which("debootstrap") is None:
             pytest.skip("debootstrap missing: no base image can be made without a registry")
         root = Path(tempfile.mkdtemp(prefix="rootfs-", dir=CACHE))
@@ -159,7 +174,28 @@ def base_image(docker: Docker) -> str:
             partial.rename(tarball)
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    with tarball.open("rb") as f:
+    return tarball
+
+
+def base_image_made() -> bool:
+    """Whether the base image is in the cached data root already, or its tarball is in the
+    cache (read from dockerd's tag store, with no dockerd running): nothing to prefetch."""
+    if (CACHE / f"rootfs-{SUITE}-{_base_key()}.tar").exists():
+        return True
+    tags = CACHE / "docker-root" / "image" / "overlay2" / "repositories.json"
+    try:
+        return f"podium-test-base:{SUITE}-{_base_key()}" in tags.read_text()
+    except OSError:
+        return False
+
+
+def base_image(docker: Docker) -> str:
+    """Debian with python3 and redis-server, from a debootstrap root filesystem (cached as
+    a tarball), imported once per data root."""
+    tag = f"podium-test-base:{SUITE}-{_base_key()}"
+    if docker.image_exists(tag):
+        return tag
+    with rootfs_tarball().open("rb") as f:
         result = subprocess.run([DOCKER, "import", "-", tag], stdin=f, capture_output=True,
                                 text=True, timeout=600, env=docker.env, check=False)
     _skip_unless(result, "docker import")

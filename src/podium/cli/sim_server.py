@@ -186,7 +186,10 @@ async def serve(config: SimServerConfig, host: str, port: int) -> None:
 
     # Our signal handling, not aiohttp's (its SIGINT exits 1, in silence): SIGTERM stops it
     # cleanly, Ctrl-C is a KeyboardInterrupt for run() to report.
-    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=False)
+    # A stop gives in-flight generations a second, not aiohttp's default minute: they are
+    # simulations, and a hung one (--hang-after) would otherwise hold the stop that long.
+    runner = web.AppRunner(build_app(config), access_log=None, handle_signals=False,
+                           shutdown_timeout=1.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096)
     await site.start()
