@@ -39,7 +39,8 @@ def test_hash_key_prints_what_goes_in_the_config(tmp_path: Path) -> None:
             "use a redis:// TCP URL",
         ),
         (("--agent", "no_such_module:agent"), "cannot import"),
-        (("--store", "postgres://x", "--agent", "gateway_agents:react"), "--store: use 'sqlite:"),
+        (("--store", "mysql://x", "--agent", "gateway_agents:react"), "--store: use 'sqlite:"),
+        (("--store", "postgres://x", "--agent", "gateway_agents:react"), "names no database"),
     ],
 )
 def test_bad_setups_exit_2_saying_why(tmp_path: Path, args: tuple[str, ...], needle: str) -> None:
