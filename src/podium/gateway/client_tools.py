@@ -29,6 +29,7 @@ from podium.errors import ConfigError
 from podium.gateway.auth import Tenant
 from podium.gateway.errors import ApiError, run_waiting
 from podium.gateway.service import Gateway
+from podium.streaming.base import TokenSubscription
 from podium.tools.client import (
     CLIENT_TOOLS_KEY,
     ClientToolSpec,
@@ -167,6 +168,26 @@ async def client_calls(gw: Gateway, record: RunRecord) -> tuple[list[ClientCall]
         for a in asks
     ]
     return calls, human
+
+
+async def resume_listening(
+    gw: Gateway, tenant: Tenant, run_id: str, agent: str,
+    outputs: Sequence[tuple[str, str]], listen: bool,
+) -> tuple[RunRecord, int, TokenSubscription | None]:
+    """:func:`resume_with_outputs` for a request to ``agent`` (its tokens subscribed first
+    when ``listen``, so the resumed run streams from its first token): the run, the journal
+    position a stream starts after, and the subscription (closed if the request fails)."""
+    tokens = await gw.listen(run_id) if listen else None
+    try:
+        record, after = await resume_with_outputs(gw, tenant, outputs)
+        if record.agent != agent:
+            raise ApiError(400, "invalid_request", f"the calls answered are agent "
+                           f"{record.agent!r}'s, not {agent!r}'s", field="model")
+    except BaseException:
+        if tokens is not None:
+            tokens.close()
+        raise
+    return record, after, tokens
 
 
 async def resume_with_outputs(

@@ -50,7 +50,7 @@ from podium.gateway.client_tools import (
     client_calls,
     client_tools_metadata,
     parse_call_id,
-    resume_with_outputs,
+    resume_listening,
 )
 from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.gateway.live import live_events
@@ -260,20 +260,8 @@ async def _resume(
     stream starts after, and the token subscription (taken before it resumes)."""
     place = parse_call_id(outputs[0][0])
     assert place is not None
-    tokens = await gw.listen(place[0]) if body.stream and not structured else None
-    try:
-        record, after = await resume_with_outputs(gw, tenant, outputs)
-    except BaseException:
-        if tokens is not None:
-            tokens.close()
-        raise
-    if record.agent != body.model:
-        if tokens is not None:
-            tokens.close()
-        raise ApiError(400, "invalid_request",
-                       f"the tool calls answered are agent {record.agent!r}'s, not "
-                       f"{body.model!r}'s", field="model")
-    return record, after, tokens
+    return await resume_listening(gw, tenant, place[0], body.model, outputs,
+                                  body.stream and not structured)
 
 
 def tool_outputs(messages: list[ChatMessage]) -> list[tuple[str, str]]:

@@ -39,7 +39,7 @@ from podium.gateway.client_tools import (
     client_calls,
     client_tools_metadata,
     parse_call_id,
-    resume_with_outputs,
+    resume_listening,
 )
 from podium.gateway.errors import ApiError, run_still_going, run_waiting
 from podium.gateway.openai_facade import input_from_messages
@@ -191,18 +191,9 @@ async def create_response(
             raise ApiError(400, "invalid_request", "the function_call_output items answer "
                            "calls of another response than previous_response_id",
                            field="input")
-        tokens = await gw.listen(run_id) if body.stream and not structured else None
-        try:
-            record, after = await resume_with_outputs(gw, tenant, outputs)
-        except BaseException:
-            if tokens is not None:
-                tokens.close()
-            raise
-        if record.agent != body.model:
-            if tokens is not None:
-                tokens.close()
-            raise ApiError(400, "invalid_request", f"the calls answered are agent "
-                           f"{record.agent!r}'s, not {body.model!r}'s", field="model")
+        record, after, tokens = await resume_listening(
+            gw, tenant, run_id, body.model, outputs, body.stream and not structured
+        )
         from_step = max(parse_call_id(c)[1] for c, _ in outputs) + 1  # type: ignore[index]
     else:
         record, tokens = await _start(gw, tenant, body, items, prev, idempotency_key,
