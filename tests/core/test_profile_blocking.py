@@ -112,7 +112,7 @@ async def test_a_tool_that_waits_is_not_blocked() -> None:
         record = await engine.run(agent, "go")
     assert record.status == "completed" and record.profile is not None
     step = record.profile.steps[0]
-    assert step.wall_ns[TOOLS] >= 50 * MS
+    assert step.wall_ns[TOOLS] >= 40 * MS  # (a loop may fire a 50 ms timer a little early)
     # The wait is none of it. (Another thread holding the GIL can hold any slice a while,
     # and that is blocked time, truly: but not half of a wait whose slices run for µs.)
     blocked = step.blocked_ns[TOOLS] if step.blocked_ns else 0

@@ -516,3 +516,26 @@ def test_a_step_journaled_first_and_profiled_as_it_closes_gets_the_same_figures(
     assert steps(snapshot_first=False) == first
     assert first[0][0][0] == (10, 20, 30, 40, 50, 7)
     assert first[2] == [0, 1, 2]  # each filed once
+
+
+@pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
+def test_a_carried_step_and_a_long_span_after_it_book_no_negative_cpu(
+    kind: type[Stopwatch], clocks: FakeClocks
+) -> None:
+    """A step resumed after a park (a human's or a client's answer) carries what it did
+    before; a long span checked against the CPU clock afterwards must not count the
+    carried wall as its own running time (it did, and booked negative CPU: a metrics
+    counter refused it)."""
+    stopwatch._calibration.set(1.0, stopwatch.SAMPLED_TOLERANCE)
+    sw = kind.start(clocks.thread)
+    sw.carry(StepProfile(0, (9_000_000,) * 6, (3_000_000,) * 6, 1, 0))
+    for phase in range(5):
+        clocks.advance(stopwatch.LONG_NS + 1_000_000)  # long: checked against the clock
+        sw.lap(phase)
+    profile = sw.snapshot(0, 1, 0)
+    sw.close_step(profile)
+    sw.finish()
+    assert profile is not None
+    assert all(cpu >= 0 for cpu in profile.cpu_ns), profile
+    pairs = zip(profile.cpu_ns, profile.wall_ns, strict=True)
+    assert all(cpu <= wall for cpu, wall in pairs), profile

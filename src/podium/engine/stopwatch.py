@@ -248,6 +248,7 @@ class Stopwatch(msgspec.Struct, gc=False):
         for p, (wall, cpu) in enumerate(zip(profile.wall_ns, profile.cpu_ns, strict=False)):
             t[p] += wall
             t[12 + p] += wall  # not running time of the slice open now
+            t[_BASES + p] += wall  # nor of the span being watched (it would count twice)
             t[6 + p] += cpu
         for p, blocked in enumerate(profile.blocked_ns):
             t[_BLOCKED + p] += blocked
