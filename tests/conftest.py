@@ -7,6 +7,7 @@ import compileall
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,3 +62,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def anyio_backend(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
     backend: tuple[str, dict[str, Any]] = request.param
     return backend
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit_restored() -> Iterator[None]:
+    """Put back the interpreter's recursion limit after each test: mypy's API (the typing
+    test) and mkdocstrings (the docs site build) raise it for the rest of the process, and
+    the gateway's refusal of deeply nested JSON is msgspec's RecursionError at the usual
+    limit, so a test after them in the same worker would see a 2,000-deep body decode."""
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
