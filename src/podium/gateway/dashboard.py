@@ -6,8 +6,10 @@ never sent to the server in a URL) or asks for it, then polls ``/dashboard/data`
 with it every second and draws what it gets with inline SVG: runs per status (of
 every tenant, or ``#tenant=NAME``'s), throughput, where a step's time goes, the
 longest-running runs (however many runs started since), model backend occupancy, queue
-depths. ``#run=ID`` shows one
-run's step timeline and messages. No script or style is fetched from anywhere.
+depths. ``#view=runs`` finds any run of the store (filters by status, agent, tenant and
+creation time, paged: ``/dashboard/runs``) and ``#run=ID`` shows one run in full (see
+:mod:`podium.gateway.dashboard_runs`). No script or style is fetched from anywhere: the
+markup, style and script are files in ``podium/gateway/static/``, served inline.
 
 The runs and queues are read from the store and the queue, so the page is the same
 whether the gateway drives runs itself or ``podium worker`` processes do (Redis);
@@ -21,6 +23,7 @@ import base64
 import hashlib
 import math
 import time
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -29,10 +32,9 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from podium.engine.profile import STEP_PHASES
-from podium.engine.records import ModelTurn, StepRecord, ToolOutcome
+from podium.gateway.dashboard_runs import run_detail, runs_route
 from podium.gateway.errors import ApiError
-from podium.observe.display import clip, keep_ends
-from podium.observe.inspect import aggregate, read_progress, step_timeline
+from podium.observe.inspect import aggregate, read_progress
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
@@ -46,10 +48,6 @@ _LONGEST = 10
 #: stuck for an hour is older than the newest _RECENT, so it is looked for among these.
 _RUNNING = 2000
 _WINDOW_S, _BUCKET_S = 120, 5  # the throughput plot: two minutes in 5-second steps
-# A run's page is polled every second: its size is bounded whatever the run holds (a 5 MB
-# tool result, 10,000 steps). Each cut says what it left out.
-_TEXT, _CALL = 2000, 200  # characters of a message, of a tool call's arguments
-_MESSAGES, _TIMELINE = 400, 1000  # messages and steps sent: the first and last halves
 
 
 def _json(value: Any, status: int = 200) -> Response:
@@ -137,38 +135,6 @@ async def _overview(gw: Gateway, tenant: str | None) -> dict[str, Any]:
     }
 
 
-async def _run(gw: Gateway, run_id: str) -> dict[str, Any] | None:
-    record = await gw.store.get(run_id)
-    if record is None:
-        return None
-    journal = await gw.store.journal(run_id)
-    messages: list[dict[str, str]] = [{"role": "user", "text": clip(record.input, _TEXT)}]
-    for _, entry in journal:
-        if isinstance(entry, StepRecord | ModelTurn):
-            m = entry.message
-            calls = ", ".join(f"{clip(c.name, _CALL)}({clip(c.arguments, _CALL)})"
-                              for c in m.tool_calls)
-            messages.append({"role": "assistant", "text": clip(m.content or f"→ {calls}", _TEXT)})
-        if isinstance(entry, StepRecord):
-            messages.extend({"role": f"tool {clip(r.name, _CALL)}", "text": clip(r.content, _TEXT)}
-                            for r in entry.results)
-        elif isinstance(entry, ToolOutcome):
-            messages.append({"role": f"tool {clip(entry.result.name, _CALL)}",
-                             "text": clip(entry.result.content, _TEXT)})
-    first, last, messages_left_out = keep_ends(messages, _MESSAGES)
-    if messages_left_out:
-        first.append({"role": "…", "text": f"{messages_left_out:,} messages not shown"})
-    early, late, steps_left_out = keep_ends(step_timeline(record, journal), _TIMELINE)
-    return {
-        "run_id": record.run_id, "agent": record.agent, "tenant": record.tenant,
-        "status": record.status, "done": record.done,
-        "reason": record.reason, "error": clip(record.error or "", _TEXT) or None,
-        "steps": record.steps,
-        "timeline": early + late, "steps_left_out": steps_left_out, "phases": STEP_PHASES,
-        "messages": first + last,
-    }
-
-
 def dashboard_routes(gw: Gateway) -> list[Route]:
     async def page(request: Request) -> Response:
         return HTMLResponse(_PAGE, headers=_PAGE_HEADERS)
@@ -178,7 +144,7 @@ def dashboard_routes(gw: Gateway) -> list[Route]:
         gw.keys.authenticate_admin(request.headers)
         run_id = request.query_params.get("run")
         if run_id:
-            found = await _run(gw, run_id)
+            found = await run_detail(gw, run_id)
             if found is None:  # the gateway's error body, as every other 404 of the API
                 raise ApiError(404, "not_found", f"no run {run_id!r}", field="run")
             return _json(found)
@@ -187,224 +153,21 @@ def dashboard_routes(gw: Gateway) -> list[Route]:
     return [
         Route("/dashboard", page, methods=["GET"]),
         Route("/dashboard/data", data, methods=["GET"]),
+        runs_route(gw),
     ]
-
-
-_STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:20px;color:#222}
-h1{font-size:20px;margin:0} h2{font-size:15px;margin:18px 0 6px}
-.cards{display:flex;gap:10px;flex-wrap:wrap} .card{border:1px solid #ddd;border-radius:6px;
-padding:8px 14px;min-width:110px} .card b{display:block;font-size:22px}
-table{border-collapse:collapse} td,th{padding:2px 10px;text-align:left}
-th{border-bottom:1px solid #ccc} .muted{color:#777} svg{border:1px solid #eee;background:#fff}
-a{color:#2a62c9} #err{color:#b00}
-"""
-
-_BODY = """
-<h1>Podium dashboard</h1>
-<div class="muted" id="meta">connecting…</div><div id="err"></div>
-<div id="overview">
-<h2>Runs (newest <span id="n">0</span>)</h2>
-<div class="cards" id="statuses"></div>
-<h2>Throughput: runs finished per second, last two minutes</h2>
-<svg id="throughput" width="600" height="132" viewBox="0 0 600 132"></svg>
-<h2>Where a step's time goes (ms per step of completed runs: blue CPU, orange waiting)</h2>
-<svg id="phases" width="600" height="170" viewBox="0 0 600 170"></svg>
-<h2>Longest-running runs</h2><table id="running"></table>
-<h2>Model backends: calls in flight / capacity</h2><table id="backends"></table>
-<h2>Queues</h2><table id="queues"></table>
-</div>
-<div id="run" hidden><p><a href="#" id="back">← all runs</a></p><h2 id="run-title"></h2>
-<svg id="timeline" width="600" height="200" viewBox="0 0 600 200"></svg>
-<p class="muted" id="run-note"></p><table id="messages"></table></div>
-"""
-
-_SCRIPT = """
-"use strict";
-const NS = "http://www.w3.org/2000/svg";
-const COLORS = ["#4e79a7","#f28e2b","#59a14f","#e15759","#b07aa1","#76b7b2"];
-function params() {
-  const out = {};
-  for (const part of location.hash.slice(1).split("&")) {
-    const at = part.indexOf("=");
-    const k = at < 0 ? part : part.slice(0, at), v = at < 0 ? "" : part.slice(at + 1);
-    try { if (k) out[k] = decodeURIComponent(v); } catch (e) { out[k] = v; }
-  }
-  return out;
-}
-function key() {
-  let k = params().key || sessionStorage.getItem("podium-key");
-  if (!k) { k = prompt("API key") || ""; }
-  sessionStorage.setItem("podium-key", k);
-  return k;
-}
-function el(tag, attrs, text) {
-  const e = document.createElementNS(NS, tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-function row(table, cells, head) {
-  const tr = document.createElement("tr");
-  for (const c of cells) {
-    const td = document.createElement(head ? "th" : "td");
-    if (c instanceof Node) td.appendChild(c); else td.textContent = c;
-    tr.appendChild(td);
-  }
-  table.appendChild(tr);
-}
-function bars(svg, items) {
-  svg.replaceChildren();
-  const max = Math.max(1e-9, ...items.map(i => i.cpu_ms + i.wait_ms));
-  items.forEach((it, n) => {
-    const y = 6 + n * 26;
-    svg.appendChild(el("text", {x: 4, y: y + 14, "font-size": 11}, it.phase));
-    const cw = it.cpu_ms / max * 420, ww = it.wait_ms / max * 420;
-    svg.appendChild(el("rect", {x: 90, y, width: Math.max(cw, 0.5), height: 18, fill: COLORS[0],
-      class: "mark"})).appendChild(el("title", {}, it.phase + " CPU " + it.cpu_ms.toFixed(3)));
-    svg.appendChild(el("rect", {x: 90 + cw, y, width: Math.max(ww, 0.5), height: 18,
-      fill: COLORS[1], class: "mark"})).appendChild(
-      el("title", {}, it.phase + " wait " + it.wait_ms.toFixed(3)));
-    // the value at the bar's end: readable without hovering
-    svg.appendChild(el("text", {x: 94 + cw + ww, y: y + 14, "font-size": 11},
-      (it.cpu_ms + it.wait_ms).toFixed(2) + " ms"));
-  });
-}
-function line(svg, values, seconds) {
-  svg.replaceChildren();
-  const max = Math.max(1, ...values), left = 48, right = 590;
-  for (const f of [0, 0.5, 1]) {  // the y axis: runs/s at 0, half and the top
-    const y = 110 - f * 100;
-    svg.appendChild(el("line", {x1: left, x2: right, y1: y, y2: y, stroke: "#ddd"}));
-    svg.appendChild(el("text", {x: 2, y: y + 4, "font-size": 10},
-      (max * f).toFixed(max * f >= 10 ? 0 : 2) + "/s"));
-  }
-  for (const f of [0, 0.5, 1]) {  // the x axis: how long ago
-    const ago = Math.round(seconds * (1 - f));
-    svg.appendChild(el("text", {x: left + f * (right - left) - (f ? 24 : 0), y: 126,
-      "font-size": 10}, ago ? "-" + ago + " s" : "now"));
-  }
-  const pts = values.map((v, i) =>
-    (left + i * (right - left) / Math.max(1, values.length - 1)).toFixed(1)
-    + "," + (110 - v / max * 100).toFixed(1));
-  if (pts.length === 1) pts.push(right + "," + pts[0].split(",")[1]);
-  svg.appendChild(el("polyline", {points: pts.join(" "), fill: "none", stroke: COLORS[0],
-    "stroke-width": 2, class: "mark"}));
-}
-async function get(query) {
-  const resp = await fetch("/dashboard/data" + query,
-    {headers: {Authorization: "Bearer " + key()}, cache: "no-store"});
-  if (!resp.ok) {
-    const body = await resp.json().catch(() => ({}));
-    const why = (body.error && (body.error.message || body.error)) || "";
-    throw new Error("HTTP " + resp.status + (why ? ": " + why : ""));
-  }
-  return resp.json();
-}
-function overview(d) {
-  document.getElementById("meta").textContent =
-    (d.tenant ? "tenant " + d.tenant : "all tenants") + " · " +
-    new Date(d.now * 1000).toLocaleTimeString() + " · " +
-    d.cpu_us_per_step.toFixed(1) + " CPU µs per step";
-  document.getElementById("n").textContent = d.runs;
-  const st = document.getElementById("statuses");
-  st.replaceChildren();
-  for (const s of ["queued", "running", "waiting", "completed", "failed", "cancelled"]) {
-    const c = document.createElement("div");
-    c.className = "card"; c.id = "status-" + s;
-    const b = document.createElement("b");
-    b.textContent = d.statuses[s] || 0;
-    c.append(b, s);
-    st.appendChild(c);
-  }
-  line(document.getElementById("throughput"), d.throughput,
-       d.throughput.length * d.throughput_bucket_s);
-  bars(document.getElementById("phases"), d.phases);
-  const rt = document.getElementById("running");
-  rt.replaceChildren();
-  row(rt, ["run", "agent", "steps", "running for"], true);
-  for (const r of d.running) {
-    const a = document.createElement("a");
-    // Encoded: an id holding "&key=" must not rewrite the fragment the page reads.
-    a.href = "#run=" + encodeURIComponent(r.run_id); a.textContent = r.run_id;
-    row(rt, [a, r.agent, String(r.steps), r.elapsed_s.toFixed(1) + " s"]);
-  }
-  const bt = document.getElementById("backends");
-  bt.replaceChildren();
-  if (d.backends === null) {
-    row(bt, ["driven by podium worker processes: see their /metrics (podium_backend_outstanding)"]);
-  } else if (!d.backends.length) {
-    row(bt, ["the agents' models report no backend pool"]);
-  } else {
-    row(bt, ["backend", "state", "in flight", "capacity", ""], true);
-    for (const b of d.backends) {
-      const svg = el("svg", {width: 200, height: 14, class: "occupancy"});
-      svg.appendChild(el("rect", {x: 0, y: 1, width: 200 * Math.min(1, b.outstanding /
-        Math.max(1, b.capacity)) + 0.5, height: 12, fill: COLORS[2], class: "mark"}));
-      row(bt, [b.backend, b.state, String(b.outstanding), String(b.capacity), svg]);
-    }
-  }
-  const qt = document.getElementById("queues");
-  qt.replaceChildren();
-  row(qt, ["pool", "waiting"], true);
-  for (const [pool, n] of Object.entries(d.queues)) row(qt, [pool, String(n)]);
-}
-function showRun(d) {
-  document.getElementById("run-title").textContent =
-    d.run_id + " · " + d.agent + " · " + d.status + (d.reason ? " (" + d.reason + ")" : "");
-  const svg = document.getElementById("timeline");
-  svg.replaceChildren();
-  const ends = d.timeline.map(t => t.start_ms + t.wall_ms.reduce((a, b) => a + b, 0));
-  const end = Math.max(1e-6, ...ends);
-  d.timeline.forEach((t, n) => {
-    let x = t.start_ms;
-    const y = 6 + (n % 9) * 20;
-    t.wall_ms.forEach((w, i) => {
-      const r = el("rect", {x: 10 + x / end * 580, y, width: Math.max(w / end * 580, 0.5),
-        height: 16, fill: COLORS[i % COLORS.length], class: "mark"});
-      const label = "step " + t.step + " " + d.phases[i] + " " + w.toFixed(3) + " ms";
-      r.appendChild(el("title", {}, label));
-      svg.appendChild(r);
-      x += w;
-    });
-  });
-  document.getElementById("run-note").textContent =
-    (d.error ? "error: " + d.error + " " : "") +
-    (d.steps_left_out ? d.steps_left_out + " steps in the middle not drawn" : "");
-  const mt = document.getElementById("messages");
-  mt.replaceChildren();
-  for (const m of d.messages) row(mt, [m.role, m.text]);
-}
-let shown = null;  // the run last drawn, once it has ended: nothing more to fetch
-async function tick() {
-  const p = params();
-  document.getElementById("overview").hidden = !!p.run;
-  document.getElementById("run").hidden = !p.run;
-  try {
-    if (p.run) {
-      if (shown === p.run) return;
-      const d = await get("?run=" + encodeURIComponent(p.run));
-      showRun(d);
-      shown = d.done ? p.run : null;
-    } else overview(await get(p.tenant ? "?tenant=" + encodeURIComponent(p.tenant) : ""));
-    document.getElementById("err").textContent = "";
-  } catch (e) {
-    document.getElementById("err").textContent = "cannot load: " + e.message;
-  }
-}
-document.getElementById("back").addEventListener("click", (e) => {
-  e.preventDefault(); location.hash = "";
-});
-window.addEventListener("hashchange", () => { shown = null; tick(); });
-tick();
-setInterval(tick, 1000);
-"""
 
 
 def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
 
 
+def _asset(name: str) -> str:
+    return (resources.files("podium.gateway") / "static" / name).read_text(encoding="utf-8")
+
+
+# The page's markup, style and script are files beside this module (served inline: the page
+# is one response, and the CSP names the script and style by their hashes).
+_STYLE, _BODY, _SCRIPT = (_asset(f"dashboard.{ext}") for ext in ("css", "html", "js"))
 _PAGE = ('<!doctype html>\n<html lang="en"><head><meta charset="utf-8">\n'
          '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
          '<title>Podium dashboard</title><link rel="icon" href="data:,">\n'
