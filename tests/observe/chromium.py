@@ -12,6 +12,7 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -30,7 +31,9 @@ FLAGS = (
     "--no-first-run", "--no-default-browser-check", "--mute-audio", "--hide-scrollbars",
     "--remote-debugging-port=0", "--window-size=1300,2400",
 )
-ARTIFACTS = Path(tempfile.gettempdir()) / "podium-screenshots"
+#: Where screenshots go: $PODIUM_ARTIFACTS when set, else a folder in the temp dir.
+ARTIFACTS = Path(os.environ.get("PODIUM_ARTIFACTS")
+                 or Path(tempfile.gettempdir()) / "podium-screenshots")
 
 
 def chromium_binary() -> str:
@@ -39,6 +42,13 @@ def chromium_binary() -> str:
         if found:
             return found
     pytest.skip("no Chromium installed (apt-get install chromium)")
+
+
+def _save(name: str, data: bytes) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    path.write_bytes(data)
+    return path
 
 
 @dataclass
@@ -92,12 +102,9 @@ class Page:
         return result["result"].get("value")
 
     async def screenshot(self, name: str) -> Path:
-        """A full-page PNG under the temp dir (a test artifact, never committed)."""
+        """A full-page PNG under :data:`ARTIFACTS` (a test artifact, never committed)."""
         shot = await self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        path = ARTIFACTS / f"{name}.png"
-        path.write_bytes(base64.b64decode(shot["data"]))
-        return path
+        return await asyncio.to_thread(_save, f"{name}.png", base64.b64decode(shot["data"]))
 
 
 @contextlib.asynccontextmanager

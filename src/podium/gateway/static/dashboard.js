@@ -263,6 +263,9 @@ function timeline(svg, d) {
     svg.appendChild(el("rect", {x: left, y: top, width: Math.max(x(steps[0].start_ms) - left, 0.5),
       height: rowH - 2, fill: "#ccc", class: "mark queued"})).appendChild(
       el("title", {}, "queued " + dur(steps[0].start_ms)));
+    const label = "queued " + dur(steps[0].start_ms);
+    if (rowH >= 12 && x(steps[0].start_ms) - left > label.length * 6 + 6) svg.appendChild(
+      el("text", {x: left + 3, y: top + rowH - 7, "font-size": 10, class: "phase-label"}, label));
   }
   steps.forEach((t, i) => {
     const y = top + i * rowH;
@@ -276,8 +279,9 @@ function timeline(svg, d) {
       r.appendChild(el("title", {}, "step " + t.step + " " + d.phases[k] + " " + dur(w) +
         " (CPU " + dur(t.cpu_ms[k]) + ")"));
       svg.appendChild(r);
-      if (rowH >= 12 && width > 80) svg.appendChild(el("text", {x: x(at) + 3, y: y + rowH - 7,
-        "font-size": 10, fill: "#fff", class: "phase-label"}, d.phases[k] + " " + dur(w)));
+      const label = d.phases[k] + " " + dur(w);  // inside the segment, where it fits
+      if (rowH >= 12 && width > label.length * 6 + 6) svg.appendChild(el("text", {x: x(at) + 3,
+        y: y + rowH - 7, "font-size": 10, fill: "#fff", class: "phase-label"}, label));
       at += w;
     });
   });
@@ -329,19 +333,23 @@ function showRun(d) {
 let shown = null;  // the run last drawn, once it has ended: nothing more to fetch
 let listed = null, age = 0;  // the runs page last drawn, and ticks since
 async function tick() {
-  const p = params();
+  const p = params(), at = location.hash;
+  // A reply to an earlier fragment (the operator moved on while it was on its way) is dropped.
+  const current = () => location.hash === at;
   const view = p.run ? "run" : p.view === "runs" ? "runs" : "overview";
   for (const v of ["overview", "runs", "run"]) document.getElementById(v).hidden = v !== view;
   try {
     if (view === "run") {
       if (shown === p.run) return;
       const d = await get("?run=" + encodeURIComponent(p.run));
+      if (!current()) return;
       showRun(d);
       shown = d.done ? p.run : null;
     } else if (view === "runs") {
       const q = runsQuery(p);
       if (listed === q && ++age % 5) return;  // a page is read again every 5 s, not every tick
       const d = await get(q, "/dashboard/runs");
+      if (!current()) return;
       if (listed !== q) fillFilters(p);  // not while the operator types in them
       listed = q; age = 0;
       showRuns(d, p);
@@ -360,7 +368,7 @@ document.getElementById("filters").addEventListener("submit", (e) => {
     limit: params().limit});
 });
 document.getElementById("f-clear").addEventListener("click", () => {
-  pages = []; location.hash = "view=runs";
+  pages = []; fillFilters({}); location.hash = "view=runs";
 });
 document.getElementById("older").addEventListener("click", () => {
   const p = params();
