@@ -88,6 +88,12 @@ async def test_hostile_run_content_shows_as_text_and_runs_nothing(server: str) -
             "document.getElementById('messages').rows.length > 5"
             " && document.getElementById('messages').innerText"))
         title = await page.evaluate("document.getElementById('run-title').textContent")
+        fields = await page.evaluate("document.getElementById('run-fields').innerText")
+        # The runs view draws the tenant's name and the run's id as text too.
+        await page.evaluate("location.hash = 'view=runs'")
+        listed = await page.evaluate(WAIT_FOR % (
+            f"document.querySelector('#runs-table tr[data-run=\"{run_id}\"]')"
+            "?.innerText"))
         injected = await page.evaluate(INJECTED)
         # The page's own policy stops what slips past the text nodes: an inline handler
         # put in by hand is refused (and reported) rather than run.
@@ -108,6 +114,7 @@ async def test_hostile_run_content_shows_as_text_and_runs_nothing(server: str) -
     assert "[bold red]not bold[/]" in text and "🦄" in text and "𝔸" in text
     assert "more characters)" in text  # the 5 MB tool result, cut with a marker
     assert "hostile" in title and run_id in title
+    assert TENANT in fields and TENANT in listed and run_id in listed
 
 
 def _admin_app_client(gw: Gateway) -> httpx.AsyncClient:

@@ -222,7 +222,7 @@ function runFields(d) {
   field(t, "created", clock(d.created_at));
   field(t, "started", clock(d.started_at));
   field(t, "finished", clock(d.finished_at));
-  if (d.started_at) field(t, "duration",
+  if (d.started_at) field(t, d.finished_at ? "duration" : "elapsed so far",
     dur(((d.finished_at || Date.now() / 1000) - d.started_at) * 1000));
   if (d.queue_ms !== null) field(t, "queued for", dur(d.queue_ms));
   field(t, "steps", String(d.steps));
@@ -250,7 +250,7 @@ function timeline(svg, d) {
   const end = Math.max(1e-6, ...steps.map(t => t.start_ms + t.wall_ms.reduce((a, b) => a + b, 0)));
   const x = ms => left + ms / end * (right - left);
   const tick = niceStep(end / 6);  // the time axis: ms from the run's creation
-  for (let at = 0; at <= end * 1.0001; at += tick) {
+  for (let at = 0; n && at <= end * 1.0001; at += tick) {
     svg.appendChild(el("line", {x1: x(at), x2: x(at), y1: top - 6, y2: height, stroke: "#e4e4e4"}));
     svg.appendChild(el("text", {x: x(at) - (at ? 14 : 0), y: 14, "font-size": 10, class: "tick"},
       dur(at)));
