@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import msgspec
 
 from podium.security.findings import Finding
+from podium.security.first_pass import FirstPass
 from podium.security.guard_model import GuardModel
 from podium.security.heuristics import HeuristicScreener
 from podium.security.output_guard import OutputGuard, tainted_values
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Finding",
+    "FirstPass",
     "HeuristicScreener",
     "OutputGuard",
     "ScreenVerdict",
@@ -143,7 +145,8 @@ class ScreeningPolicy:
     action: Action = "flag"
     on_block: Literal["continue", "fail"] = "continue"
     threshold: float = 0.5
-    screeners: tuple[Screener, ...] = field(default_factory=lambda: (HeuristicScreener(),))
+    #: The first pass (default: the rules and the learned model, see first_pass.py).
+    screeners: tuple[Screener, ...] = field(default_factory=lambda: (FirstPass(),))
     inputs: bool = True
     tool_results: bool = True
     #: Checks on what the model says: its answer and its tool calls (None: not screened).
