@@ -88,7 +88,7 @@ from podium.output import OutT
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.output_guard import remember_flagged
-from podium.security.redact import RunRedactor, redactor_for
+from podium.security.redact import RunRedactor, redactor_for, scrub_input
 from podium.security.screen import Screened, ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
@@ -306,7 +306,7 @@ class Engine(AsyncCloseable):
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
-            user_input,
+            scrub_input(agent, user_input),  # (stored, streamed and read without secrets)
             tenant=tenant,
             metadata=with_egress(metadata or {}, egress),
             deadline_s=deadline_s,
