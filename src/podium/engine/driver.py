@@ -125,6 +125,19 @@ def _by_index(item: tuple[int, ToolResult]) -> int:
     return item[0]
 
 
+def _with_answer(agent: Agent, message: Message, output: str) -> Message:
+    """``message`` with its structured answer (the ``final_result`` call's arguments, or
+    its text) replaced by ``output``, as the output screen left it."""
+    spec = agent.output
+    if spec is not None and spec.mode == "tool":
+        calls = tuple(
+            msgspec.structs.replace(c, arguments=output) if c.name == spec.tool_name else c
+            for c in message.tool_calls
+        )
+        return msgspec.structs.replace(message, tool_calls=calls)
+    return msgspec.structs.replace(message, content=output)
+
+
 def _blocked(verdict: ScreenVerdict) -> str:
     what = f"rule {verdict.rule!r} (score {verdict.score})"
     return f"injection screen blocked the {verdict.source}: {what}"
@@ -1012,17 +1025,28 @@ class Engine(AsyncCloseable):
             state.profile.steps.append(profile)
         screened: tuple[Screened, ...] = ()
         screening = agent.screening
-        if output is None and screening is not None and screening.outputs is not None:
-            found = screening.screen_output(
-                response.content, None if state.redact is None else state.redact.matcher
+        if screening is not None and screening.outputs is not None:
+            matcher = None if state.redact is None else state.redact.matcher
+            found = (
+                screening.screen_output(response.content, matcher)
+                if output is None
+                else screening.screen_structured(output, matcher)
             )
             if found is not None:
                 verdict, text = found
                 screened = (Screened(time.time(), verdict),)
-                if verdict.action == "block" and screening.on_block == "fail":
+                # A structured answer cannot be half withheld and still be its type:
+                # blocked, the run fails whatever on_block says.
+                if verdict.action == "block" and (
+                    screening.on_block == "fail" or output is not None
+                ):
                     await self._append(state, screened, sw)
                     raise _Finish("failed", "output_blocked", _blocked(verdict))
-                if text != response.content:  # what leaves the run is what the screen left
+                if output is not None:
+                    if text != output:  # the journaled reply carries what leaves, too
+                        message = _with_answer(agent, message, text)
+                    output = text
+                elif text != response.content:  # what leaves the run is what the screen left
                     response.content = text
                     message = msgspec.structs.replace(message, content=text)
         if output is None:
