@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 
 import pytest
 
@@ -49,6 +50,8 @@ status = dict(
 out["status"] = {k: status[k].strip() for k in
                  ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")}
 out["uid"] = os.getuid()
+out["uid_map"] = [line.split() for line in open("/proc/self/uid_map").read().splitlines()]
+out["own_userns"] = os.readlink("/proc/self/ns/user")
 print(json.dumps(out))
 """
 
@@ -70,6 +73,16 @@ def test_no_capability_in_any_set(attacked: dict[str, object]) -> None:
     assert status["NoNewPrivs"] == "1"
     if filter_program() is not None:
         assert status["Seccomp"] == "2", status  # a filter is installed
+
+
+def test_it_runs_as_nobody_in_a_user_namespace_of_its_own(attacked: dict[str, object]) -> None:
+    assert attacked["uid"] == 65534
+    assert attacked["own_userns"] != os.readlink("/proc/self/ns/user")
+    # nobody inside is an unprivileged uid outside: as root, one of the sandbox's own
+    outside = {inside: out for inside, out, _ in attacked["uid_map"]}  # type: ignore[union-attr]
+    assert outside["65534"] != "0"
+    if os.getuid() != 0:
+        assert outside["65534"] == str(os.getuid())
 
 
 def test_capabilities_cannot_be_regained(attacked: dict[str, object]) -> None:

@@ -8,10 +8,9 @@ writable place; no network (only a loopback of its own); and resource limits: CP
 address space, processes, file size, open files, and a wall-clock deadline after which the
 whole PID namespace is killed. A seccomp filter refuses ptrace, mount, unshare/setns,
 keyctl, bpf, module loading, kexec and the like (:mod:`podium.security.seccomp`). The
-code runs with no capability in any set: as nobody in a user namespace of its own, or,
-when the worker is root, as a uid of its own (so a fork bomb counts against that uid
-only) without a user namespace: bubblewrap, as root, would map nobody to root outside,
-and run as that uid it could not bind an interpreter under ``/root``.
+code runs as nobody in a user namespace of its own, with no capability in any set; when
+the worker is root, nobody is a uid of the sandbox's own outside (so a fork bomb counts
+against that uid only; see :mod:`podium.security.userns`).
 
 Where bubblewrap is missing or namespaces are not allowed, :meth:`Sandbox.run` raises
 :class:`SandboxUnavailable`: code is never run unconfined.
@@ -37,6 +36,7 @@ import msgspec
 
 from podium.errors import PodiumError
 from podium.security.seccomp import filter_program
+from podium.security.userns import NOBODY, UserNamespace
 
 __all__ = ("Sandbox", "SandboxError", "SandboxLimits", "SandboxResult", "SandboxUnavailable")
 
@@ -197,13 +197,16 @@ class Sandbox:
             return False
         for attempt in range(_PROBES):
             fds: list[int] = []
+            uid = _take_uid()
+            ns = None
             try:
+                ns = UserNamespace(uid) if os.getuid() == 0 else None
                 probe = subprocess.run(
-                    [*self._command(fds), "/usr/bin/true"],
+                    [*self._command(fds, userns=ns), "/usr/bin/true"],
                     capture_output=True,
                     timeout=_PROBE_TIMEOUT_S,
                     check=False,
-                    pass_fds=tuple(fds),
+                    pass_fds=(*fds, *_fd_of(ns)),
                 )
             except subprocess.TimeoutExpired:
                 self._why = (
@@ -215,6 +218,9 @@ class Sandbox:
                 self._checked, self._why = False, f"cannot run {self.bwrap}: {exc}"
                 return False
             finally:
+                _give_uid(uid)
+                if ns is not None:
+                    ns.close()
                 for fd in fds:
                     os.close(fd)
             if probe.returncode == 0:
@@ -228,9 +234,12 @@ class Sandbox:
                 time.sleep(_PROBE_PAUSE_S * (attempt + 1))  # in a thread (see run_python)
         return False
 
-    def _command(self, fds: list[int], extra: tuple[str, ...] = ()) -> list[str]:
+    def _command(
+        self, fds: list[int], extra: tuple[str, ...] = (), *, userns: UserNamespace | None
+    ) -> list[str]:
         """bubblewrap's command line; the descriptor it reads the seccomp program from is
-        opened into ``fds``, for the caller to pass and close."""
+        opened into ``fds``, for the caller to pass and close (and the caller passes
+        ``userns.fd`` too)."""
         assert self.bwrap is not None
         lim = self.limits
         cmd = [self.bwrap, "--ro-bind", "/usr", "/usr"]
@@ -260,11 +269,12 @@ class Sandbox:
         cmd += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
         cmd += ["--setenv", "HOME", "/scratch", "--setenv", "PATH", "/usr/bin:/bin"]
         cmd += ["--chdir", "/scratch"]
-        if os.getuid() == 0:
-            # The launcher drops to a uid of the sandbox's own (and chowns /scratch), which
-            # empties the permitted and effective sets, then clears the inheritable one:
-            # these four are all it starts with (it empties the bounding set with the last).
-            cmd += ["--cap-drop", "ALL"]
+        if userns is not None:
+            # A root worker's namespace (see userns.py): the launcher, root in it, drops to
+            # nobody (and chowns /scratch), which empties the permitted and effective sets,
+            # then clears the inheritable one: these four are all it starts with (it
+            # empties the bounding set with the last).
+            cmd += ["--userns", str(userns.fd), "--cap-drop", "ALL"]  # (the filter: no nesting)
             for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_SETPCAP"):
                 cmd += ["--cap-add", cap]
         else:  # nobody in a user namespace of its own, no capability, none nested
@@ -314,9 +324,12 @@ class Sandbox:
         lim = self.limits
         uid = _take_uid()
         fds: list[int] = []
+        ns = None
         try:
+            if os.getuid() == 0:
+                ns = await asyncio.to_thread(UserNamespace, uid)
             argv = [
-                *self._command(fds, read_only),
+                *self._command(fds, read_only, userns=ns),
                 self.python,
                 "-I",
                 "-c",
@@ -325,11 +338,13 @@ class Sandbox:
                     str,
                     (lim.cpu_s, lim.memory_bytes, lim.processes, lim.file_bytes, lim.open_files),
                 ),
-                str(uid),
+                str(NOBODY),  # (as root in the namespace, the launcher drops to nobody)
             ]
-            return await self._run(argv, code.encode(), tuple(fds))
+            return await self._run(argv, code.encode(), (*fds, *_fd_of(ns)))
         finally:
             _give_uid(uid)
+            if ns is not None:
+                await asyncio.to_thread(ns.close)
             for fd in fds:
                 os.close(fd)
 
@@ -372,6 +387,10 @@ class Sandbox:
             killed,
             out.size > out.limit or err.size > err.limit,
         )
+
+
+def _fd_of(ns: UserNamespace | None) -> tuple[int, ...]:
+    return () if ns is None else (ns.fd,)
 
 
 def _import_paths() -> list[str]:
