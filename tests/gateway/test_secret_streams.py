@@ -146,3 +146,48 @@ async def test_no_secret_reaches_the_stream_the_record_or_the_journal(
     # What was not secret still reads as it was said.
     assert "welcome ann; you logged in with [secret] (key [secret])" in journal
     assert record["output"].startswith("Done. Password [secret], backwards [secret]")
+
+
+class EchoModel(Model):
+    """Answers with what it read of the user's input (and so shows what was stored)."""
+
+    name = "echo"
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        said = [m.content for m in request.messages if m.role == "user"]
+        return ModelResponse(content=f"you said: {said[-1]}")
+
+
+async def test_a_secret_in_the_users_input_is_not_stored_or_streamed(store: RunStore) -> None:
+    agent = Agent("echo", EchoModel(), "You echo.", secrets=[KEY])
+    typed = f"my key is {KEY.upper()} and spelled {' '.join(KEY)}; check it"
+    async with gateway_client(agents=[ServedAgent(agent)], store=store) as (_, client):
+        body = {"agent": "echo", "input": typed, "stream": True}
+        async with client.stream("POST", "/v1/runs", json=body) as r:
+            assert r.status_code == 200
+            run_id = r.headers["location"].rsplit("/", 1)[1]
+            sse = "\n".join([line async for line in r.aiter_lines()])
+        record = (await client.get(f"/v1/runs/{run_id}")).json()
+        events = (await client.get(f"/v1/runs/{run_id}/events")).text
+        journal = msgspec.json.encode(await store.journal(run_id)).decode()
+        stored = await store.get(run_id)
+    assert record["status"] == "completed", record
+    assert stored is not None
+    assert stored.input == "my key is [secret] and spelled [secret]; check it"
+    assert record["output"] == f"you said: {stored.input}"
+    where = {"sse": sse, "record": json.dumps(record), "events": events, "journal": journal}
+    assert {name: _in_clear(text) for name, text in where.items() if _in_clear(text)} == {}
+
+
+async def test_a_secret_in_the_input_of_an_engine_run_is_not_stored(tmp_path: Path) -> None:
+    from podium.engine.driver import Engine
+
+    store = SQLiteRunStore(tmp_path / "runs.sqlite")
+    agent = Agent("echo", EchoModel(), "You echo.", secrets=[KEY])
+    async with store, Engine(store) as engine:
+        encoded = base64.b64encode(KEY.encode()).decode()
+        record = await engine.run(agent, f"key: {encoded}")
+        stored = await store.get(record.run_id)
+    # (the base64 padding after the match may stay: it carries no bit of the key)
+    assert stored is not None and stored.input.startswith("key: [secret]")
+    assert encoded[:16] not in stored.input and record.output == f"you said: {stored.input}"

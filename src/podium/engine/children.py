@@ -34,6 +34,7 @@ from podium.engine.handoff import restore
 from podium.engine.records import JournalEntry, ModelTurn, RunRecord, StepRecord
 from podium.errors import StoreError
 from podium.observe.tracing import TRACE_KEYS, child_trace_context
+from podium.security.redact import scrub_input
 from podium.store.base import JournalItem, RunStore
 from podium.tools.tool import ToolContext
 
@@ -116,7 +117,7 @@ class RunLinks:
         return RunRecord(
             child_id,
             agent.name,
-            text,
+            scrub_input(agent, text),
             tenant=parent.tenant,
             pool=parent.pool,
             metadata=metadata,

@@ -88,7 +88,7 @@ from podium.output import OutT
 from podium.security.allowlist import allowed_tools, restrict_calls
 from podium.security.egress import EgressPolicy
 from podium.security.output_guard import remember_flagged
-from podium.security.redact import RunRedactor, redactor_for
+from podium.security.redact import RunRedactor, redactor_for, scrub_input
 from podium.security.screen import Screened, ScreenVerdict
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.store.base import JournalItem, RunStore
@@ -123,6 +123,19 @@ _SUMMARIZE_PROMPT = (
 
 def _by_index(item: tuple[int, ToolResult]) -> int:
     return item[0]
+
+
+def _with_answer(agent: Agent, message: Message, output: str) -> Message:
+    """``message`` with its structured answer (the ``final_result`` call's arguments, or
+    its text) replaced by ``output``, as the output screen left it."""
+    spec = agent.output
+    if spec is not None and spec.mode == "tool":
+        calls = tuple(
+            msgspec.structs.replace(c, arguments=output) if c.name == spec.tool_name else c
+            for c in message.tool_calls
+        )
+        return msgspec.structs.replace(message, tool_calls=calls)
+    return msgspec.structs.replace(message, content=output)
 
 
 def _blocked(verdict: ScreenVerdict) -> str:
@@ -306,7 +319,7 @@ class Engine(AsyncCloseable):
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
-            user_input,
+            scrub_input(agent, user_input),  # (stored, streamed and read without secrets)
             tenant=tenant,
             metadata=with_egress(metadata or {}, egress),
             deadline_s=deadline_s,
@@ -1012,17 +1025,28 @@ class Engine(AsyncCloseable):
             state.profile.steps.append(profile)
         screened: tuple[Screened, ...] = ()
         screening = agent.screening
-        if output is None and screening is not None and screening.outputs is not None:
-            found = screening.screen_output(
-                response.content, None if state.redact is None else state.redact.matcher
+        if screening is not None and screening.outputs is not None:
+            matcher = None if state.redact is None else state.redact.matcher
+            found = (
+                screening.screen_output(response.content, matcher)
+                if output is None
+                else screening.screen_structured(output, matcher)
             )
             if found is not None:
                 verdict, text = found
                 screened = (Screened(time.time(), verdict),)
-                if verdict.action == "block" and screening.on_block == "fail":
+                # A structured answer cannot be half withheld and still be its type:
+                # blocked, the run fails whatever on_block says.
+                if verdict.action == "block" and (
+                    screening.on_block == "fail" or output is not None
+                ):
                     await self._append(state, screened, sw)
                     raise _Finish("failed", "output_blocked", _blocked(verdict))
-                if text != response.content:  # what leaves the run is what the screen left
+                if output is not None:
+                    if text != output:  # the journaled reply carries what leaves, too
+                        message = _with_answer(agent, message, text)
+                    output = text
+                elif text != response.content:  # what leaves the run is what the screen left
                     response.content = text
                     message = msgspec.structs.replace(message, content=text)
         if output is None:

@@ -58,6 +58,7 @@ from podium.observe.tracing import TRACE_KEYS, RunTracer, tracer_from_env
 from podium.queue.base import RunQueue
 from podium.queue.stranded import queue_item, requeue_left_behind
 from podium.security.allowlist import TOOLS_KEY, encode_allowed
+from podium.security.redact import scrub_input
 from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
 from podium.streaming.base import TokenChannel, TokenSubscription
@@ -275,6 +276,8 @@ class Gateway:
         request's function tools (the client's own metadata cannot set it).
         """
         served = self.served(agent_name, field)
+        # The secrets the agent declares never reach the store, the queue or an event.
+        user_input = scrub_input(served.agent, user_input)
         run_id = run_id or self.new_run_id(tenant, idempotency_key)
         if idempotency_key is not None:
             existing = await self.store.get(run_id)

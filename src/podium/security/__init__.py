@@ -5,7 +5,9 @@ from typing import TYPE_CHECKING
 
 from podium.security.egress import EgressDenied, EgressPolicy
 from podium.security.findings import Finding
+from podium.security.first_pass import FirstPass
 from podium.security.heuristics import HeuristicScreener
+from podium.security.learned import LearnedScreener
 from podium.security.output_guard import OutputGuard
 from podium.security.sandbox import (
     Sandbox,
@@ -29,8 +31,10 @@ __all__ = (
     "EgressDenied",
     "EgressPolicy",
     "Finding",
+    "FirstPass",
     "GuardedResolver",
     "HeuristicScreener",
+    "LearnedScreener",
     "OutputGuard",
     "Sandbox",
     "SandboxError",

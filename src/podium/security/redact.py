@@ -48,7 +48,7 @@ from podium.tools.executor import ToolResult
 if TYPE_CHECKING:
     from podium.agent import Agent
 
-__all__ = ("SECRET", "Redactor", "RunRedactor", "redactor_for", "scrub_value")
+__all__ = ("SECRET", "Redactor", "RunRedactor", "redactor_for", "scrub_input", "scrub_value")
 
 T = TypeVar("T")
 _WITHHELD = "[secret result: not journaled]"
@@ -277,3 +277,15 @@ def redactor_for(agent: Agent) -> Redactor | None:
     )
     agent._podium_redactor = redactor  # type: ignore[attr-defined]
     return redactor
+
+
+def scrub_input(agent: Agent, text: str) -> str:
+    """A run's input as it is stored: without the secrets ``agent`` (and every agent its
+    hand-offs reach) declares, in any form the matcher finds. The record is the input's
+    only copy, and a resumed run must read what a fresh one read, so the model reads
+    ``[secret]`` there too. A secret the run has not met yet (a tool's secret argument)
+    is not known here: only declared ones are."""
+    redactor = redactor_for(agent)
+    if redactor is None or not redactor._matcher:
+        return text
+    return redactor._matcher.scrub(text)

@@ -6,8 +6,11 @@ system directories (``/usr`` and the interpreter's prefix — not ``/home``, ``/
 ``/work``, ``/tmp``, ``/etc``...); a private, size-capped ``/scratch`` (tmpfs) as the only
 writable place; no network (only a loopback of its own); and resource limits: CPU seconds,
 address space, processes, file size, open files, and a wall-clock deadline after which the
-whole PID namespace is killed. The code runs as an unprivileged user (a uid of its own
-when the worker is root, so a fork bomb counts against that uid only).
+whole PID namespace is killed. A seccomp filter refuses ptrace, mount, unshare/setns,
+keyctl, bpf, module loading, kexec and the like (:mod:`podium.security.seccomp`). The
+code runs as nobody in a user namespace of its own, with no capability in any set; when
+the worker is root, nobody is a uid of the sandbox's own outside (so a fork bomb counts
+against that uid only; see :mod:`podium.security.userns`).
 
 Where bubblewrap is missing or namespaces are not allowed, :meth:`Sandbox.run` raises
 :class:`SandboxUnavailable`: code is never run unconfined.
@@ -32,6 +35,8 @@ from typing import Any
 import msgspec
 
 from podium.errors import PodiumError
+from podium.security.seccomp import filter_program
+from podium.security.userns import NOBODY, UserNamespace
 
 __all__ = ("Sandbox", "SandboxError", "SandboxLimits", "SandboxResult", "SandboxUnavailable")
 
@@ -90,8 +95,9 @@ class SandboxResult(msgspec.Struct, gc=False):
         return self.exit_code == 0 and self.killed is None
 
 
-# Runs first inside the sandbox: limits, then (as root) its own uid, then the user's code
-# from stdin. Everything it needs comes on argv; nothing from the environment.
+# Runs first inside the sandbox: limits, then (as root) its own uid and no capability
+# left in any set, then the user's code from stdin. Everything it needs comes on argv;
+# nothing from the environment.
 _LAUNCHER = """
 import os, resource, sys
 cpu, mem, nproc, fsize, nofile, uid = map(int, sys.argv[1:7])
@@ -104,10 +110,18 @@ R.setrlimit(R.RLIMIT_FSIZE, (fsize, fsize))
 R.setrlimit(R.RLIMIT_NOFILE, (nofile, nofile))
 R.setrlimit(R.RLIMIT_CORE, (0, 0))
 if os.getuid() == 0:
+    import ctypes
+    libc = ctypes.CDLL(None)
+    for cap in range(64):  # the bounding set emptied (PR_CAPBSET_DROP; past the last: EINVAL)
+        libc.prctl(24, cap, 0, 0, 0)
     os.chown("/scratch", uid, uid)
     os.setgroups([])
     os.setgid(uid)
-    os.setuid(uid)
+    os.setuid(uid)  # clears the permitted and effective sets; the inheritable one stays:
+    head = (ctypes.c_uint32 * 2)(0x20080522, 0)  # capset(v3, this process, all empty)
+    if libc.capset(head, (ctypes.c_uint32 * 6)()) != 0:
+        raise SystemExit("sandbox: cannot clear the capability sets")
+    del ctypes, libc, head, cap
 R.setrlimit(R.RLIMIT_NPROC, (nproc, nproc))
 del os, resource, R, cpu, mem, nproc, fsize, nofile, uid
 sys.argv = ["main.py"]
@@ -161,6 +175,9 @@ class Sandbox:
         self._prefix = os.path.realpath(sys.base_prefix)
         self._checked: bool | None = None
         self._why = ""
+        #: The seccomp filter bubblewrap installs (None on an architecture without a
+        #: syscall table: see podium.security.seccomp).
+        self.seccomp = filter_program()
 
     @property
     def unavailable_reason(self) -> str:
@@ -179,12 +196,17 @@ class Sandbox:
             self._checked, self._why = False, "bubblewrap (bwrap) is not installed"
             return False
         for attempt in range(_PROBES):
+            fds: list[int] = []
+            uid = _take_uid()
+            ns = None
             try:
+                ns = UserNamespace(uid) if os.getuid() == 0 else None
                 probe = subprocess.run(
-                    [*self._command(0), "/usr/bin/true"],
+                    [*self._command(fds, userns=ns), "/usr/bin/true"],
                     capture_output=True,
                     timeout=_PROBE_TIMEOUT_S,
                     check=False,
+                    pass_fds=(*fds, *_fd_of(ns)),
                 )
             except subprocess.TimeoutExpired:
                 self._why = (
@@ -195,6 +217,12 @@ class Sandbox:
             except (OSError, subprocess.SubprocessError) as exc:
                 self._checked, self._why = False, f"cannot run {self.bwrap}: {exc}"
                 return False
+            finally:
+                _give_uid(uid)
+                if ns is not None:
+                    ns.close()
+                for fd in fds:
+                    os.close(fd)
             if probe.returncode == 0:
                 self._checked, self._why = True, ""
                 return True
@@ -206,7 +234,12 @@ class Sandbox:
                 time.sleep(_PROBE_PAUSE_S * (attempt + 1))  # in a thread (see run_python)
         return False
 
-    def _command(self, uid: int, extra: tuple[str, ...] = ()) -> list[str]:
+    def _command(
+        self, fds: list[int], extra: tuple[str, ...] = (), *, userns: UserNamespace | None
+    ) -> list[str]:
+        """bubblewrap's command line; the descriptor it reads the seccomp program from is
+        opened into ``fds``, for the caller to pass and close (and the caller passes
+        ``userns.fd`` too)."""
         assert self.bwrap is not None
         lim = self.limits
         cmd = [self.bwrap, "--ro-bind", "/usr", "/usr"]
@@ -236,11 +269,23 @@ class Sandbox:
         cmd += ["--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
         cmd += ["--setenv", "HOME", "/scratch", "--setenv", "PATH", "/usr/bin:/bin"]
         cmd += ["--chdir", "/scratch"]
-        if os.getuid() == 0:  # the launcher drops to ``uid`` itself (and chowns /scratch)
-            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN"):
+        if userns is not None:
+            # A root worker's namespace (see userns.py): the launcher, root in it, drops to
+            # nobody (and chowns /scratch), which empties the permitted and effective sets,
+            # then clears the inheritable one: these four are all it starts with (it
+            # empties the bounding set with the last).
+            cmd += ["--userns", str(userns.fd), "--cap-drop", "ALL"]  # (the filter: no nesting)
+            for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_CHOWN", "CAP_SETPCAP"):
                 cmd += ["--cap-add", cap]
-        else:
-            cmd += ["--unshare-user", "--uid", "65534", "--gid", "65534"]
+        else:  # nobody in a user namespace of its own, no capability, none nested
+            cmd += ["--unshare-user", "--uid", "65534", "--gid", "65534", "--cap-drop", "ALL"]
+            cmd += ["--disable-userns"]
+        if self.seccomp is not None:
+            fd = os.memfd_create("podium-seccomp", 0)
+            fds.append(fd)
+            os.write(fd, self.seccomp)
+            os.lseek(fd, 0, os.SEEK_SET)
+            cmd += ["--seccomp", str(fd)]
         cmd += ["--remount-ro", "/"]
         return cmd
 
@@ -278,9 +323,13 @@ class Sandbox:
             raise SandboxUnavailable(f"refusing to run code without a sandbox: {self._why}")
         lim = self.limits
         uid = _take_uid()
+        fds: list[int] = []
+        ns = None
         try:
+            if os.getuid() == 0:
+                ns = await asyncio.to_thread(UserNamespace, uid)
             argv = [
-                *self._command(uid, read_only),
+                *self._command(fds, read_only, userns=ns),
                 self.python,
                 "-I",
                 "-c",
@@ -289,13 +338,17 @@ class Sandbox:
                     str,
                     (lim.cpu_s, lim.memory_bytes, lim.processes, lim.file_bytes, lim.open_files),
                 ),
-                str(uid),
+                str(NOBODY),  # (as root in the namespace, the launcher drops to nobody)
             ]
-            return await self._run(argv, code.encode())
+            return await self._run(argv, code.encode(), (*fds, *_fd_of(ns)))
         finally:
             _give_uid(uid)
+            if ns is not None:
+                await asyncio.to_thread(ns.close)
+            for fd in fds:
+                os.close(fd)
 
-    async def _run(self, argv: list[str], stdin: bytes) -> SandboxResult:
+    async def _run(self, argv: list[str], stdin: bytes, fds: tuple[int, ...]) -> SandboxResult:
         lim = self.limits
         proc = await asyncio.create_subprocess_exec(
             *argv,
@@ -303,6 +356,7 @@ class Sandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group: the deadline kills all of it
+            pass_fds=fds,
         )
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         killed: str | None = None
@@ -333,6 +387,10 @@ class Sandbox:
             killed,
             out.size > out.limit or err.size > err.limit,
         )
+
+
+def _fd_of(ns: UserNamespace | None) -> tuple[int, ...]:
+    return () if ns is None else (ns.fd,)
 
 
 def _import_paths() -> list[str]:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import msgspec
 
 from podium.security.findings import Finding
+from podium.security.first_pass import FirstPass
 from podium.security.guard_model import GuardModel
 from podium.security.heuristics import HeuristicScreener
 from podium.security.output_guard import OutputGuard, tainted_values
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Finding",
+    "FirstPass",
     "HeuristicScreener",
     "OutputGuard",
     "ScreenVerdict",
@@ -106,6 +108,13 @@ def _strings(value: object) -> list[str]:
     return []
 
 
+_ACTIONS = ("allow", "flag", "redact", "block")
+
+
+def _severity(verdict: ScreenVerdict) -> tuple[int, float]:
+    return _ACTIONS.index(verdict.action), verdict.score
+
+
 def _withheld(verdict: ScreenVerdict) -> str:
     return (
         f"[withheld by the injection screen: {verdict.source} matched rule "
@@ -143,7 +152,8 @@ class ScreeningPolicy:
     action: Action = "flag"
     on_block: Literal["continue", "fail"] = "continue"
     threshold: float = 0.5
-    screeners: tuple[Screener, ...] = field(default_factory=lambda: (HeuristicScreener(),))
+    #: The first pass (default: the rules and the learned model, see first_pass.py).
+    screeners: tuple[Screener, ...] = field(default_factory=lambda: (FirstPass(),))
     inputs: bool = True
     tool_results: bool = True
     #: Checks on what the model says: its answer and its tool calls (None: not screened).
@@ -249,6 +259,43 @@ class ScreeningPolicy:
         # (and a secret's excerpt would be the secret).
         excerpt = guard.host_in(verdict.excerpt) if verdict.rule != "secret" else ""
         return msgspec.structs.replace(verdict, excerpt=excerpt), shown
+
+    def screen_structured(
+        self, output: str, secrets: SecretMatcher | None = None
+    ) -> tuple[ScreenVerdict, str] | None:
+        """:meth:`screen_output` for a structured answer (the JSON of an ``output_type``):
+        each string in it is screened as an answer is; the most severe verdict is the
+        answer's (its source ``output``), and under ``redact`` the JSON comes back with
+        each string as the screen left it (still of the same type). None when nothing was
+        found. A blocking verdict withholds the whole answer: see the engine."""
+        if self.outputs is None:
+            return None
+        try:
+            value = msgspec.json.decode(output)
+        except msgspec.DecodeError:
+            return self.screen_output(output, secrets)
+        worst: ScreenVerdict | None = None
+
+        def walk(v: object) -> object:
+            nonlocal worst
+            if isinstance(v, str):
+                found = self.screen_output(v, secrets)
+                if found is None:
+                    return v
+                verdict, shown = found
+                if worst is None or _severity(verdict) > _severity(worst):
+                    worst = verdict
+                return shown
+            if isinstance(v, dict):
+                return {k: walk(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [walk(x) for x in v]
+            return v
+
+        shown = walk(value)
+        if worst is None:
+            return None
+        return worst, msgspec.json.encode(shown).decode()
 
     def screen_calls(
         self,

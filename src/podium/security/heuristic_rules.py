@@ -1,0 +1,355 @@
+# ruff: noqa: E501  (the rule table reads best one pattern per line)
+"""The heuristic screener's rules: families of regular expressions, each opened by anchors.
+
+``heuristics.py`` describes how they run (one anchor pass, then the family's rules on a
+small window around each anchor); this module holds the table and how a family is built
+from it. Patterns run on lower-cased windows of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import ahocorasick_rs
+
+__all__ = ("FAMILIES", "Family")
+
+# Up to 40 characters within a sentence; a single line break too (a wrapped line), not a
+# blank line (a paragraph's end).
+_GAP = r"(?:[^.\n。!?]|\n(?!\n)){0,40}?"
+_W = r"(?<![\w])"  # a word start that also works after punctuation and CJK
+_OVERRIDE_VERBS = r"(?:ignore|ignoring|disregard|forget|override|bypass|skip)"
+_OVERRIDE_WHAT = r"(?:previous|prior|above|earlier|preceding|original|initial|all|any|your|system|developer|safety)"
+_OVERRIDE_NOUNS = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|messages|context|guardrails|programming|commands?)"
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    anchors: tuple[str, ...]
+    before: int  # how far before an anchor a match may start; 0: matches start at the anchor
+    after: int  # how far after it a match may end
+    rules: tuple[tuple[str, float, re.Pattern[str]], ...]
+    # The same rules over lower-cased UTF-8 bytes, for windows that are all ASCII: there a
+    # byte is a character and ASCII lowering is str lowering, so they match exactly alike.
+    byte_rules: tuple[tuple[str, float, re.Pattern[bytes]], ...]
+    # ASCII punctuation one of which every match holds (lowering never makes one out of
+    # another character): a window holding none is skipped before any regex runs.
+    needs: tuple[bytes, ...]
+    # Words every match begins with, for a family whose anchor ends its matches: an ASCII
+    # window is scanned for them (a small automaton) and the rules tried only where one
+    # starts, instead of re.search trying each position of the window in turn.
+    leads: ahocorasick_rs.BytesAhoCorasick | None
+    # Words one of which every match holds (the nouns an override needs): an ASCII window
+    # holding none of them is skipped, which costs one small automaton pass instead of
+    # the regexes' backtracking through every gap length.
+    holds: ahocorasick_rs.BytesAhoCorasick | None
+    # A regex over the bytes after an anchor (ASCII case ignored) that holds wherever one
+    # of the rules can match from the anchor: an occurrence without it opens no window
+    # (Hyperscan does not even report it: see anchors.py). Only for families whose
+    # matches start at the anchor, so that a window holds nothing unless a rule matches
+    # right there.
+    guard: bytes
+
+
+def _spaces_as_whitespace(pattern: str) -> str:
+    r"""``pattern`` with each space outside a character class as ``\s``."""
+    out: list[str] = []
+    in_class = escaped = False
+    for c in pattern:
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == "[" and not in_class:
+            in_class = True
+        elif c == "]" and in_class:
+            in_class = False
+        elif c == " " and not in_class:
+            c = r"\s"
+        out.append(c)
+    return "".join(out)
+
+
+def _as_bytes(pattern: str) -> re.Pattern[bytes]:
+    # str-mode ``\s`` also matches the ASCII separators \x1c-\x1f; bytes-mode does not.
+    return re.compile(pattern.replace(r"\s", r"[\s\x1c-\x1f]").encode())
+
+
+def _merged(rules: tuple[tuple[str, float, str], ...]) -> list[tuple[str, float, str]]:
+    """Consecutive rules with the same name and score as one alternation. Where matches start
+    at the anchor, ``match`` tries the alternatives in order, as the rules one by one would
+    (the first that matches is kept either way): one regex call instead of several."""
+    out: list[tuple[str, float, str]] = []
+    for rule, score, pattern in rules:
+        if out and out[-1][:2] == (rule, score):
+            out[-1] = (rule, score, f"{out[-1][2]}|(?:{pattern})")
+        else:
+            out.append((rule, score, f"(?:{pattern})"))
+    return out
+
+
+def _family(
+    anchors: tuple[str, ...],
+    before: int,
+    after: int,
+    *rules: tuple[str, float, str],
+    needs: str = "",
+    leads: tuple[str, ...] = (),
+    holds: tuple[str, ...] = (),
+    guard: bytes = b"",
+) -> Family:
+    assert all(c.isascii() and not c.isalnum() for c in needs)
+    assert not guard or before == 0
+    # A space in a rule is any one whitespace character: a phrase wrapped onto the next
+    # line ("your system\nprompt") is the phrase.
+    rules = tuple((r, sc, _spaces_as_whitespace(p)) for r, sc, p in rules)
+    merged = _merged(rules) if before == 0 else rules
+    return Family(
+        anchors,
+        before,
+        after,
+        tuple((r, s, re.compile(p)) for r, s, p in merged),
+        tuple((r, s, _as_bytes(p)) for r, s, p in merged),
+        tuple(c.encode() for c in needs),
+        ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
+        ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
+        guard,
+    )
+
+
+def _starts(
+    anchors: tuple[str, ...],
+    after: int,
+    *rules: tuple[str, float, str],
+    needs: str = "",
+    holds: tuple[str, ...] = (),
+    guard: bytes = b"",
+) -> Family:
+    """A family whose matches begin with one of its anchors (a verb): the rules are tried
+    only *at* the anchor (``re.match``), the cheapest test there is."""
+    return _family(anchors, 0, after, *rules, needs=needs, holds=holds, guard=guard)
+
+
+# Patterns run on lower-cased windows of the text.
+FAMILIES: tuple[Family, ...] = (
+    _family(
+        (
+            "you are now",
+            "from now on",
+            "new instruction",
+            "new system instruction",
+            "developer mode",
+            "dan mode",
+            "god mode",
+            "jailbr",
+            "do anything now",
+        ),
+        10,
+        120,
+        (
+            "override",
+            0.8,
+            r"you are now (?:a |an |in )?(?:dan|jailbroken|unrestricted|unfiltered|developer mode|free|no longer)",
+        ),
+        ("override", 0.6, r"from now on,? you (?:will|must|are|should)"),
+        ("override", 0.7, r"(?:^|\n|\. )\W*new (?:system )?instructions?\s*:"),
+        ("override", 0.7, r"(?:developer|dan|jailbreak|god) mode|do anything now|jailbroken"),
+    ),
+    _starts(
+        (
+            *("ignor", "disregard", "forget", "overrid", "bypass", "skip "),
+            "oubli",
+            "olvid",
+            "omit",
+            "esque",
+            "vergiss",
+            "vergess",
+            "missacht",
+            "dimentic",
+            "negeer",
+            "vergeet",
+        ),
+        220,
+        (
+            "override",
+            0.9,
+            rf"{_W}{_OVERRIDE_VERBS}{_GAP}{_OVERRIDE_WHAT}\b{_GAP}{_OVERRIDE_NOUNS}\b",
+        ),
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:ignore[zr]?|oublie[zr]?){_GAP}(?:instructions|consignes|directives)\b",
+        ),
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:ignora|ignore|olvida|omite){_GAP}(?:instrucciones|indicaciones)\b",
+        ),
+        ("override", 0.9, rf"{_W}(?:ignore|ignora|esqueça|esqueca){_GAP}instru[çc](?:ões|oes)"),
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:ignoriere|ignorier|ignorieren|vergiss|vergessen|missachte){_GAP}(?:anweisungen|instruktionen|befehle|regeln|vorgaben)\b",
+        ),
+        ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b"),
+        ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b"),
+        # The rules' nouns, or a stem of them: every match holds one.
+        holds=(
+            *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),
+            *("context", "guardrail", "programming", "command", "consigne", "indicaci"),
+            *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
+            "aanwijzing",
+        ),
+    ),
+    _family(
+        # Bytes are lowered as ASCII only: Cyrillic anchors come in their usual cases.
+        (
+            "игнор",
+            "Игнор",
+            "ИГНОР",
+            "забуд",
+            "Забуд",
+            "ЗАБУД",
+            "忽略",
+            "忽视",
+            "无视",
+            "無視",
+            "不要理会",
+            "忘记",
+            "忘掉",
+            "忘れ",
+            "무시",
+            "잊어",
+            "تجاهل",
+        ),
+        60,
+        120,
+        (
+            "override",
+            0.9,
+            r"(?:игнорируй|игнорируйте|игнорировать|забудь|забудьте)[^.\n]{0,40}(?:инструкци|указани|правил)",
+        ),
+        (
+            "override",
+            0.9,
+            r"(?:忽略|忽视|无视|無視|不要理会|忘记|忘掉)[^。\n]{0,12}(?:指令|指示|说明|提示|规则|命令)",
+        ),
+        ("override", 0.9, r"(?:指示|命令|プロンプト|ルール)[^。\n]{0,12}(?:無視|忘れ)"),
+        ("override", 0.9, r"(?:지시|지침|명령|규칙)[^.\n]{0,12}(?:무시|잊어)"),
+        ("override", 0.9, r"تجاهل[^.\n]{0,30}(?:التعليمات|الأوامر|التوجيهات)"),
+    ),
+    _family(
+        (
+            "system prompt",
+            "initial prompt",
+            "hidden instruction",
+            "api key",
+            "api_key",
+            "api-key",
+            "apikey",
+            "password",
+            "secret",
+            "credential",
+            "do not tell",
+            "do not inform",
+            "do not alert",
+            "do not warn",
+        ),
+        80,
+        60,
+        (
+            "exfiltrate",
+            0.75,
+            rf"{_W}(?:reveal|print|show|repeat|output|leak|send|tell me|give me|disclose){_GAP}(?:system prompt|initial prompt|hidden instructions|api[ _-]?keys?|passwords?|secrets?|credentials)\b",
+        ),
+        ("override", 0.6, r"do not (?:tell|inform|alert|warn) the user"),
+        leads=(
+            *("reveal", "print", "show", "repeat", "output", "leak", "send", "tell me"),
+            *("give me", "disclose", "do not "),
+        ),
+    ),
+    _family(
+        (
+            "system prompt",
+            "|>",
+            "[inst]",
+            "[/inst]",
+            "sys>>",
+            "_of_turn>",
+            "system>",
+            "tool_result>",
+            "tool_output>",
+            "function_results>",
+            "instruction>",
+            "instructions>",
+            "system:",
+            "assistant:",
+            "developer:",
+            "prompt:",
+            "message:",
+            "instructions:",
+            "instruction:",
+        ),
+        60,
+        60,
+        (
+            "role_spoof",
+            0.85,
+            r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text)\|>",
+        ),
+        ("role_spoof", 0.85, r"\[/?inst\]|<</?sys>>|<(?:start|end)_of_turn>"),
+        (
+            "role_spoof",
+            0.75,
+            r"</?(?:system|tool_result|tool_output|function_results|instructions?)>",
+        ),
+        (
+            "role_spoof",
+            0.55,
+            r"(?:^|\n)[ \t]*(?:#{1,4}[ \t]*)?(?:system|assistant|developer)(?:[ \t]+(?:prompt|message|instructions?))?[ \t]*:",
+        ),
+        needs="[<:",
+    ),
+    _family(
+        (
+            'tool_calls"',
+            'function_call"',
+            'arguments"',
+            'args"',
+            'parameters"',
+            'input"',
+            # The tags with their "<": a bare "tool_call" is everyday prose in docs about
+            # agents, and the rules around it all need a quote or a "<" anyway.
+            "<tool_call",
+            "<function_call",
+            "<tool_use",
+            "<invoke",
+        ),
+        120,
+        40,
+        ("tool_call", 0.7, r"\"(?:tool_calls|function_call)\"\s*:"),
+        (
+            "tool_call",
+            0.7,
+            # "input" only as an object (Anthropic's tool_use): {"tool": "calculator",
+            # "input": "2+2", "output": 4} is a record of a call that was made.
+            r"\{\s*\"(?:name|tool|function)\"\s*:\s*\"[\w.-]+\"\s*,\s*\"(?:(?:arguments|args|parameters)\"\s*:|input\"\s*:\s*\{)",
+        ),
+        ("tool_call", 0.7, r"<(?:tool_call|function_call|tool_use|invoke)\b"),
+    ),
+    _starts(
+        ("call ", "invoke ", "execute "),
+        100,
+        (
+            "tool_call",
+            0.6,
+            r"(?:call|invoke|execute) (?:the )?[`'\"]?[a-z]+_[a-z_]+[`'\"]?(?: (?:tool|function)\b|\(| now\b| immediately\b| with\b)",
+        ),
+        # The rule's start after its verb, on the bytes. The rule reads the window lowered
+        # as str, where [a-z] also matches the Kelvin sign (U+212A lowers to "k"; U+0130,
+        # the only other non-ASCII character that lowers to ASCII, lowers to "i" and a
+        # combining dot, which [a-z] does not match): its UTF-8 counts as a letter.
+        guard=rb"(?:the )?[`'\x22]?(?:[a-z]|\xe2\x84\xaa)+_",
+    ),
+)
