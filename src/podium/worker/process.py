@@ -44,6 +44,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     agents: tuple[str, ...]
     #: Runs kept in PostgreSQL (``postgresql://``) instead of Redis; the queue stays there.
     store_url: str | None = None
+    #: Finished runs archived to PostgreSQL (``postgresql://``) before their Redis TTL.
+    archive_url: str | None = None
     pool: str = "default"
     config_file: str | None = None
     concurrency: int = 256
@@ -161,6 +163,12 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
                               unavailable_s=WORKER_PATIENCE_S,
                               outage_hold_s=config.outage_hold_s,
                               allow_evicting=config.allow_evicting_redis)
+        if config.archive_url is not None:
+            from podium.store.postgres import PostgresRunStore
+            from podium.store.tiered import TieredRunStore
+
+            store = TieredRunStore(store, PostgresRunStore(
+                config.archive_url, unavailable_s=WORKER_PATIENCE_S))
     queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
                        unavailable_s=WORKER_PATIENCE_S)
     executor = ToolExecutor(thread_pool=threads)
