@@ -270,6 +270,7 @@ def supervise(
     the children's endpoint, served by this process.
     """
     from podium.observe.serve_metrics import HealthProbes, SupervisorMetrics, metrics_token
+    from podium.store.postgres_health import SyncPostgresHealth
     from podium.store.redis_health import SyncRedisHealth
 
     placements = place_workers(read_topology(), procs)
@@ -278,12 +279,19 @@ def supervise(
     redis_health = SyncRedisHealth(config.redis_url, config.prefix,
                                    allow_evicting=config.allow_evicting_redis)
 
+    # The stores the children use: Redis (the queue, and the store unless a PostgreSQL
+    # one is named), PostgreSQL where it keeps the runs or their archive.
+    postgres = {name: SyncPostgresHealth(url) for name, url in
+                (("store", config.store_url), ("archive", config.archive_url)) if url}
+
     def ready() -> tuple[bool, dict[str, str]]:
-        """Ready while every child runs (one restarting is not) and Redis takes writes."""
+        """Ready while every child runs (one restarting is not) and its stores take writes."""
         running = sum(proc.poll() is None for proc in list(children.values()))
         checks = {"workers": "ok" if running == len(placements) and not stopping
                   else f"{running} of {len(placements)} running"}
-        checks["store"] = redis_health.problem() or "ok"
+        checks["queue" if "store" in postgres else "store"] = redis_health.problem() or "ok"
+        for name, health in postgres.items():
+            checks[name] = health.problem() or "ok"
         return all(v == "ok" for v in checks.values()), checks
 
     # One endpoint for all children, up before the first of them starts. Live while this
