@@ -105,6 +105,7 @@ class RunArchiver:
         self._lease = hot.client.register_script(_LEASE)
         self._done = hot.client.register_script(_DONE)
         self._task: asyncio.Task[None] | None = None
+        self._turn: asyncio.Lock | None = None
         self._closed = False
         self._archived = self._lost = self._batches = self._pending = 0
 
@@ -113,6 +114,12 @@ class RunArchiver:
 
     async def archive_once(self, *, settle_s: float | None = None) -> int:
         """One batch (if this archiver holds the lease): how many runs it archived."""
+        if self._turn is None:
+            self._turn = asyncio.Lock()
+        async with self._turn:  # its loop and a drain: one batch at a time, not the same twice
+            return await self._archive_batch(settle_s)
+
+    async def _archive_batch(self, settle_s: float | None) -> int:
         if not await self._lease(keys=[self._lease_key], args=[self._token, self.lease_ms]):
             return 0
         settle = self.settle_s if settle_s is None else settle_s
