@@ -224,8 +224,11 @@ class Chaos:
         self.redis.stop()
         if self.postgres is not None:
             self.postgres.stop()
-        if self.disk is not None:
+        if self.disk is not None:  # (the server's folder went but for its mount point)
             subprocess.run(["umount", "-l", str(self.disk)], check=False)
+            with contextlib.suppress(OSError):
+                self.disk.rmdir()
+                self.disk.parent.rmdir()
 
     # -- the client ------------------------------------------------------------------------
 
@@ -337,7 +340,7 @@ class Chaos:
         import pwd
 
         assert self.postgres is not None
-        self.disk = self.workdir / "pgspace"
+        self.disk = self.postgres.root / "pgspace"  # (a folder the server's user can reach)
         self.disk.mkdir()
         subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.args.pg_disk_mb}m",
                         "tmpfs", str(self.disk)], check=True)

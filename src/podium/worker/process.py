@@ -154,9 +154,14 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     if config.store_url is not None:
         from podium.store.postgres import PostgresRunStore
 
-        # Waits out a Postgres restart like the Redis client does (the writes ask whether
-        # they landed before they are sent again); finished runs are kept (history).
-        store = PostgresRunStore(config.store_url, unavailable_s=WORKER_PATIENCE_S)
+        # Waits out a Postgres outage (a restart, a full disk) for as long as a Redis
+        # store holds a run's writes (outage_hold_s), the writes asking whether they
+        # landed before they are sent again: a call that completed meanwhile is journaled
+        # when Postgres is back, not run again (bench_chaos --postgres --outage-kind
+        # pg-full, 14 s: 4 completed calls repeated with 10 s of patience). Finished runs
+        # are kept (history).
+        store = PostgresRunStore(config.store_url,
+                                 unavailable_s=max(WORKER_PATIENCE_S, config.outage_hold_s))
     else:
         store = RedisRunStore(client, prefix=config.prefix,
                               finished_ttl_s=config.finished_ttl_s,
