@@ -60,7 +60,7 @@ async def hot_path(args: argparse.Namespace, pg_url: str, in_process: bool) -> d
             stdin=PIPE, stdout=PIPE)
     redis_only: list[float] = []
     tiered: list[float] = []
-    cpu: dict[str, list[float]] = {"redis": [], "tiered": []}
+    cpu: dict[str, list[float]] = {"redis": [], "tiered": []}  # µs/step, round by round
     try:
         async with (
             RedisRunStore(args.redis, prefix=prefix, reap_every_s=0) as alone,
@@ -91,8 +91,33 @@ async def hot_path(args: argparse.Namespace, pg_url: str, in_process: bool) -> d
         "redis_steps_per_s": a, "tiered_steps_per_s": b, "ratio": b / a,
         "redis_client_cpu_us": statistics.median(cpu["redis"]),
         "tiered_client_cpu_us": statistics.median(cpu["tiered"]),
+        # each round's tiered CPU/step over the Redis round just before it
+        "cpu_ratio": statistics.median(b / a for a, b in zip(cpu["redis"], cpu["tiered"],
+                                                             strict=True)),
         "rounds": args.rounds, "runs_archived": archived,
     }
+
+
+async def mark_cost(args: argparse.Namespace, pg_url: str) -> dict[str, Any]:
+    """The one thing archiving adds to the hot path: the mark a finishing write makes
+    first (a ZADD on the store's pipelined connection), CPU µs per run in this process,
+    measured alone (``--marks`` marks, 50 at a time) so the machine's noise is its own."""
+    prefix = f"bench-arch-{uuid.uuid4().hex[:8]}"
+    from podium.engine.records import RunRecord
+
+    records = [RunRecord(f"m{i}", "bench", "x", status="completed") for i in range(args.marks)]
+    try:
+        async with TieredRunStore(RedisRunStore(args.redis, prefix=prefix, reap_every_s=0),
+                                  PostgresRunStore(pg_url), archiver=False) as store:
+            await asyncio.gather(*(store._mark(r) for r in records[:100]))  # warm
+            c0, t0 = time.process_time(), time.perf_counter()
+            for i in range(0, len(records), 50):
+                await asyncio.gather(*(store._mark(r) for r in records[i:i + 50]))
+            c1, t1 = time.process_time(), time.perf_counter()
+    finally:
+        _delete_prefix(args.redis, prefix)
+    return {"marks": len(records), "cpu_us_per_mark": (c1 - c0) / len(records) * 1e6,
+            "wall_us_per_mark": (t1 - t0) / len(records) * 1e6}
 
 
 async def throughput(args: argparse.Namespace, pg_url: str, database: str) -> dict[str, Any]:
@@ -135,6 +160,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await store.list(limit=1)  # the tables, before two processes race to make them
         out = {"hot_path": [await hot_path(args, url, in_process=False),
                             await hot_path(args, url, in_process=True)],
+               "mark": await mark_cost(args, url),
                "throughput": await throughput(args, url, database)}
     finally:
         admin = await asyncpg.connect(args.postgres)
@@ -145,12 +171,17 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def report(out: dict[str, Any]) -> None:
     print(f"{'archiver in':<16} {'redis steps/s':>14} {'tiered steps/s':>15} {'ratio':>6} "
-          f"{'redis µs/step':>14} {'tiered µs/step':>15} {'archived':>9}")
+          f"{'redis µs/step':>14} {'tiered µs/step':>15} {'cpu ratio':>9} {'archived':>9}")
     for r in out["hot_path"]:
         print(f"{r['archiver']:<16} {r['redis_steps_per_s']:>14,.0f} "
               f"{r['tiered_steps_per_s']:>15,.0f} {r['ratio']:>6.3f} "
               f"{r['redis_client_cpu_us']:>14,.0f} {r['tiered_client_cpu_us']:>15,.0f} "
-              f"{r['runs_archived']:>9}")
+              f"{r['cpu_ratio']:>9.3f} {r['runs_archived']:>9}")
+    m = out["mark"]
+    per_run = out["hot_path"][0]["redis_client_cpu_us"] * 7
+    print(f"mark: {m['cpu_us_per_mark']:.1f} µs CPU per finished run "
+          f"({m['cpu_us_per_mark'] / per_run:.1%} of a 7-step run's {per_run:,.0f} µs on "
+          f"Redis alone)")
     t = out["throughput"]
     server = "-" if t["postgres_cpu_us_per_run"] is None else f"{t['postgres_cpu_us_per_run']:,.0f}"
     print(f"archive: {t['runs']} runs at {t['runs_per_s']:,.0f} runs/s (batch {t['batch']}), "
@@ -170,6 +201,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--archive-runs", type=int, default=2000)
     parser.add_argument("--batch", type=int, default=200)
+    parser.add_argument("--marks", type=int, default=5000)
     parser.add_argument("--json", action="store_true")
     ns = parser.parse_args()
     t0 = time.perf_counter()

@@ -29,6 +29,11 @@ connection. When the chaos ends it waits for every run to settle and checks:
 
     python bench/bench_chaos.py [--duration 60] [--runs 300] [--procs 3] [--json]
     python bench/bench_chaos.py --matrix 20,60   # one outage of each kind and length
+    python bench/bench_chaos.py --postgres --outage-kind pg-full --redis-down 14
+
+``--postgres`` keeps the runs in a private PostgreSQL (initdb'd here, on a free port;
+Redis keeps the queue), and ``--outage-kind pg-kill|pg-terminate|pg-hang|pg-full``
+fails it instead of Redis (see docs/postgres.md); the checks are the same.
 
 Exits 0 when every check holds, 1 otherwise.
 """
