@@ -13,6 +13,7 @@ import uuid
 from asyncio.subprocess import DEVNULL, PIPE
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -152,3 +153,51 @@ async def test_an_archiver_killed_mid_batch_loses_and_repeats_nothing(
             assert len(await reader.archive.journal(run_id)) == length
             assert await reader.archive.get(run_id) == await reader.hot.get(run_id)
         assert await reader.hot.client.zcard(pending_key(prefix)) == 0
+
+
+@pytest.mark.slow
+async def test_the_gateway_serves_an_archived_run_as_if_it_were_hot(
+    shared_redis_url: str, prefix: str, fresh_postgres: str, tmp_path: Path
+) -> None:
+    """End to end: `podium serve` and `podium worker` with an archive; the run expires
+    from Redis and its record, events and listing still come from the gateway."""
+    from .harness import WorkerProcess, redis_config, serving
+
+    config = redis_config(tmp_path, shared_redis_url, ["tests.distributed.app:effects"],
+                          {"pk_arch": "t1"})
+    config.write_text(config.read_text().replace(
+        "[server]\n",
+        f'[server]\nprefix = "{prefix}"\nttl_s = 2\narchive = "{fresh_postgres}"\n'))
+    worker = WorkerProcess(tmp_path, "worker", shared_redis_url, prefix,
+                           "tests.distributed.app:effects", tmp_path / "effects.log",
+                           "--config", str(config))
+    client_redis = redis.Redis.from_url(shared_redis_url)
+    try:
+        await worker.wait_ready()
+        with serving(config, tmp_path / "serve.log") as url:
+            headers = {"Authorization": "Bearer pk_arch"}
+            async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+                run = (await client.post("/v1/runs",
+                                         json={"agent": "effects", "input": "go"})).json()
+                run_id = run["id"]
+
+                async def finished() -> bool:
+                    got = (await client.get(f"/v1/runs/{run_id}")).json()
+                    return bool(got["status"] == "completed")
+
+                await wait_until(finished, 60, "the run to finish")
+                hot = (await client.get(f"/v1/runs/{run_id}")).json()
+                hot_events = (await client.get(f"/v1/runs/{run_id}/events")).text
+                run_key = f"{prefix}:{{{run_id}}}:run"
+                await wait_until(lambda: not client_redis.exists(run_key)
+                                 and not client_redis.zcard(pending_key(prefix)),
+                                 60, "archived, then gone from Redis")
+                cold = (await client.get(f"/v1/runs/{run_id}")).json()
+                assert cold == hot
+                assert (await client.get(f"/v1/runs/{run_id}/events")).text == hot_events
+                listed = (await client.get("/v1/runs")).json()["data"]
+                assert [r["id"] for r in listed] == [run_id]
+                assert (await client.get("/readyz")).status_code == 200
+    finally:
+        worker.stop()
+        client_redis.close()
