@@ -29,6 +29,11 @@ connection. When the chaos ends it waits for every run to settle and checks:
 
     python bench/bench_chaos.py [--duration 60] [--runs 300] [--procs 3] [--json]
     python bench/bench_chaos.py --matrix 20,60   # one outage of each kind and length
+    python bench/bench_chaos.py --postgres --outage-kind pg-full --redis-down 14
+
+``--postgres`` keeps the runs in a private PostgreSQL (initdb'd here, on a free port;
+Redis keeps the queue), and ``--outage-kind pg-kill|pg-terminate|pg-hang|pg-full``
+fails it instead of Redis (see docs/postgres.md); the checks are the same.
 
 Exits 0 when every check holds, 1 otherwise.
 """
@@ -48,6 +53,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -58,15 +64,21 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # (the PostgreSQL server's module imports so)
 
 from tests.distributed.blackhole_proxy import BlackholeProxy  # noqa: E402
+from tests.distributed.postgres_server import PostgresServer  # noqa: E402
 from tests.distributed.redis_server import RedisServer, free_port  # noqa: E402
 
 from podium.engine.records import RunFinished, StepCommitted  # noqa: E402
+from podium.store.base import RunStore  # noqa: E402
+from podium.store.postgres import PostgresRunStore  # noqa: E402
 from podium.store.redis import RedisRunStore  # noqa: E402
 
 KEY = "pk_chaos"
 KINDS = ("kill", "stop", "partition")
+#: --postgres: what happens to PostgreSQL, which keeps the runs (Redis keeps the queue).
+PG_KINDS = ("pg-kill", "pg-terminate", "pg-hang", "pg-full")
 AGENT_PATH = "chaos_agent:agent"
 PREFIX = "podium"
 RETRYABLE = {429, 500, 502, 503, 504}
@@ -114,6 +126,8 @@ class Chaos:
         self.args = args
         self.workdir = workdir
         self.redis = RedisServer(workdir / "redis")
+        self.postgres = PostgresServer() if args.postgres else None
+        self.disk: Path | None = None  # pg-full: the small mount Podium's tables live on
         self.proxy: BlackholeProxy | None = None  # --outage-kind partition: Podium's way in
         self.effects = workdir / "effects.log"
         self.report = Report()
@@ -154,9 +168,17 @@ class Chaos:
         if self.args.outage_kind == "partition":
             self.proxy = BlackholeProxy(self.redis.port).start()
             url = self.proxy.url
+        store: tuple[str, ...] = ()
+        server = f'[server]\nredis = "{url}"\n'
+        if self.postgres is not None:  # runs kept in PostgreSQL, queued in Redis
+            self.postgres.start()
+            if self.args.outage_kind == "pg-full":
+                self.small_disk()
+            store = ("--store", self.postgres.url)
+            server += f'store = "{self.postgres.url}"\n'
         config = self.workdir / "podium.toml"
         config.write_text(
-            f'[server]\nredis = "{url}"\n\n[[agents]]\npath = "{AGENT_PATH}"\n'
+            f'{server}\n[[agents]]\npath = "{AGENT_PATH}"\n'
             f'\n[[keys]]\nkey = "{KEY}"\ntenant = "chaos"\n'
         )
         self.port = free_port()
@@ -167,7 +189,7 @@ class Chaos:
             "--procs", str(self.args.procs), "--lease", str(self.args.lease),
             "--max-deliveries", str(self.args.max_deliveries),
             "--concurrency", str(self.args.concurrency), "--log-level", "WARNING",
-            "--outage-hold", str(self.args.outage_hold),
+            "--outage-hold", str(self.args.outage_hold), *store,
         )
 
     def worker_pids(self) -> list[int]:
@@ -205,6 +227,13 @@ class Chaos:
         if self.proxy is not None:
             self.proxy.close()
         self.redis.stop()
+        if self.postgres is not None:
+            self.postgres.stop()
+        if self.disk is not None:  # (the server's folder went but for its mount point)
+            subprocess.run(["umount", "-l", str(self.disk)], check=False)
+            with contextlib.suppress(OSError):
+                self.disk.rmdir()
+                self.disk.parent.rmdir()
 
     # -- the client ------------------------------------------------------------------------
 
@@ -277,8 +306,11 @@ class Chaos:
             await asyncio.sleep(0.05)
 
     def outage(self) -> Callable[[], None]:
-        """Take Redis away as ``--outage-kind`` says; returns what brings it back."""
+        """Take Redis (or PostgreSQL) away as ``--outage-kind`` says; returns what brings
+        it back."""
         kind = self.args.outage_kind
+        if kind.startswith("pg-"):
+            return self.postgres_outage(kind)
         if kind == "kill":  # only what the append-only file holds survives
             self.redis.kill()
             return self.redis.start
@@ -288,6 +320,53 @@ class Chaos:
         assert self.proxy is not None  # cut off: accepted, never answered
         self.proxy.cut()
         return self.proxy.heal
+
+    def postgres_outage(self, kind: str) -> Callable[[], None]:
+        """``pg-kill``: stopped at once (``-m immediate``), started again; ``pg-terminate``:
+        every Podium connection cut by ``pg_terminate_backend``; ``pg-hang``: the runs'
+        table locked, so that every statement on it hangs until the lock goes (or the
+        store's ``statement_timeout`` ends it)."""
+        assert self.postgres is not None
+        server = self.postgres
+        if kind == "pg-kill":
+            server.kill()
+            return server.start
+        if kind == "pg-full":
+            return self.fill_disk()
+        if kind == "pg-terminate":
+            _sql(server.url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                 " WHERE application_name LIKE 'podium%'")
+            return lambda: None
+        return _hold_lock(server.url, "LOCK TABLE podium_runs IN ACCESS EXCLUSIVE MODE")
+
+    def small_disk(self) -> None:
+        """Podium's tables on a tmpfs of ``--pg-disk-mb`` (a tablespace, the database's
+        default before any table exists): filling it is a disk full for their writes."""
+        import pwd
+
+        assert self.postgres is not None
+        self.disk = self.postgres.root / "pgspace"  # (a folder the server's user can reach)
+        self.disk.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.args.pg_disk_mb}m",
+                        "tmpfs", str(self.disk)], check=True)
+        user = pwd.getpwnam("postgres")
+        os.chown(self.disk, user.pw_uid, user.pw_gid)
+        _sql(self.postgres.url, f"CREATE TABLESPACE podium_small LOCATION '{self.disk}'")
+        _sql(self.postgres.url, "ALTER DATABASE postgres SET default_tablespace = podium_small")
+
+    def fill_disk(self) -> Callable[[], None]:
+        """Fill the small disk to its last byte; returns what frees it."""
+        assert self.disk is not None
+        ballast = self.disk / "ballast"
+        chunk = b"\0" * (1 << 20)
+        with ballast.open("wb", buffering=0) as f:
+            with contextlib.suppress(OSError):  # ENOSPC: full
+                while True:
+                    f.write(chunk)
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        return lambda: ballast.unlink()
 
     def kill_a_worker(self) -> None:
         pids = self.worker_pids()
@@ -344,7 +423,10 @@ class Chaos:
         rep.outage_kind, rep.outage_s = self.args.outage_kind, self.args.redis_down
         rep.duplicate_runs_per_key = sum(len(ids) - 1 for ids in self.seen.values())
         acked_ids = set(self.acked.values())
-        async with RedisRunStore(self.redis.url, prefix=PREFIX) as store:
+        store: RunStore = RedisRunStore(self.redis.url, prefix=PREFIX)
+        if self.postgres is not None:
+            store = PostgresRunStore(self.postgres.url, create_schema=False)
+        async with store, RedisRunStore(self.redis.url, prefix=PREFIX) as queue_side:
             for run_id in sorted(acked_ids):
                 record = await store.get(run_id)
                 if record is None or record.status != "completed":
@@ -360,7 +442,7 @@ class Chaos:
                 rep.steps_journaled_twice += [f"{run_id}:{s}" for s, n in steps.items() if n > 1]
             listed = await store.list(tenant="chaos", limit=10 * self.args.runs + 100)
             rep.orphan_runs = sorted(r.run_id for r in listed if r.run_id not in acked_ids)
-            rep.dead_letters = int(await store.client.xlen(f"{PREFIX}:dead:default"))
+            rep.dead_letters = int(await queue_side.client.xlen(f"{PREFIX}:dead:default"))
 
         by_key: dict[str, list[Execution]] = defaultdict(list)
         for e in self.executions():
@@ -414,6 +496,58 @@ class Chaos:
         return self.report
 
 
+def _sql(url: str, statement: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    # A loop of its own on a thread: the caller is inside the chaos's loop.
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, run()).result()
+
+
+def _hold_lock(url: str, statement: str) -> Callable[[], None]:
+    """Take a lock in a transaction on a thread of its own (a loop of its own); returns
+    what releases it (the transaction rolled back, the connection closed)."""
+    import threading
+
+    import asyncpg
+
+    taken, release = threading.Event(), threading.Event()
+
+    async def hold() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            async with conn.transaction():
+                await conn.execute(statement)
+                taken.set()
+                await asyncio.to_thread(release.wait)
+                raise _Rollback
+        except _Rollback:
+            pass
+        finally:
+            await conn.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(hold(),), daemon=True)
+    thread.start()
+    taken.wait(30)
+
+    def end() -> None:
+        release.set()
+        thread.join(30)
+
+    return end
+
+
+class _Rollback(Exception):
+    """Ends the lock's transaction by a rollback."""
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=60.0, help="seconds of chaos")
@@ -427,9 +561,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-every", type=float, default=4.0, help="SIGKILL a worker (0: never)")
     p.add_argument("--redis-every", type=float, default=20.0, help="SIGKILL Redis (0: never)")
     p.add_argument("--redis-down", type=float, default=2.0, help="seconds Redis stays down")
-    p.add_argument("--outage-kind", choices=KINDS, default="kill",
+    p.add_argument("--postgres", action="store_true",
+                   help="keep runs in a private PostgreSQL (initdb'd here); with "
+                   "--outage-kind pg-kill|pg-terminate|pg-hang it is what fails")
+    p.add_argument("--pg-disk-mb", type=int, default=64,
+                   help="pg-full: the size of the tmpfs Podium's tables live on")
+    p.add_argument("--outage-kind", choices=KINDS + PG_KINDS, default="kill",
                    help="kill: SIGKILL, AOF restart; stop: SIGSTOP/SIGCONT; partition: "
-                   "a black-holing proxy between Podium and Redis")
+                   "a black-holing proxy between Podium and Redis; with --postgres, "
+                   "pg-kill: stopped at once and restarted; pg-terminate: its "
+                   "connections terminated; pg-hang: the runs' table locked; pg-full: "
+                   "the tables' disk (a tmpfs, root needed) filled, then freed "
+                   "(--redis-every/--redis-down time these too)")
     p.add_argument("--outage-hold", type=float, default=90.0, metavar="S",
                    help="the workers' --outage-hold (0: they give up a write after 10 s, "
                    "as before issue 29)")

@@ -17,7 +17,7 @@ from podium.errors import ConfigError
 if TYPE_CHECKING:
     from podium.config import Config
 
-__all__ = ("check_config", "check_redis_url", "check_store")
+__all__ = ("check_archive", "check_config", "check_redis_url", "check_store")
 
 _SHA256 = re.compile(r"sha256:[0-9a-fA-F]{64}")
 
@@ -89,6 +89,24 @@ def _check_server(config: Config) -> None:
             check_redis_url(server.redis)
         except ConfigError as exc:
             raise ConfigError(f"server.redis: {exc}") from None
+    if server.archive is not None:
+        check_archive(server.archive, server.redis, server.store)
+
+
+def check_archive(url: str, redis: str | None, store: str, what: str = "server.archive") -> None:
+    """An archive is a PostgreSQL URL beside a Redis store: anything else is refused."""
+    from podium.store.postgres_errors import check_postgres_url, is_postgres_url, redact
+
+    if not is_postgres_url(url):
+        raise ConfigError(f"{what}: a postgresql:// URL, got {redact(url)!r}")
+    try:
+        check_postgres_url(url)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if redis is None or is_postgres_url(store):
+        raise ConfigError(
+            f"{what}: archives a Redis store's finished runs; it needs server.redis (and "
+            "no postgresql:// server.store, which keeps every run in PostgreSQL already)")
 
 
 def _check_pools(config: Config) -> None:

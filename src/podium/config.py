@@ -91,12 +91,16 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     namespaces every Redis key and ``ttl_s`` expires finished runs (0: never);
     the gateway and its workers must agree on both, which is why
     ``podium worker --config`` reads them from the same file.
+    ``archive``: a ``postgresql://`` URL beside ``redis``: finished runs are copied there
+    before their Redis TTL ends, and every reader finds them there after it (see
+    :mod:`podium.store.tiered`).
     """
 
     host: Text = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8000
     store: Text = "sqlite:podium.sqlite"
     redis: Text | None = None
+    archive: Text | None = None
     # Every route's body, enforced as it arrives (a lying Content-Length included); up to
     # 1 GiB: past that a limit is no limit, and a typo of a few zeros.
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 1 << 20

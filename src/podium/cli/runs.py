@@ -106,6 +106,9 @@ def register(sub: Any) -> None:
                            help="a Redis store (instead of --store)")
         q.add_argument("--prefix", type=non_empty, default="podium",
                        help="prefix of the Redis keys")
+        q.add_argument("--archive", type=non_empty, metavar="URL",
+                       help="with a Redis store: the postgresql:// URL its finished runs are "
+                       "archived to (runs gone from Redis are read there)")
         q.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     def filters(q: argparse.ArgumentParser, limit: int) -> None:
@@ -170,7 +173,7 @@ def _handler(verb: Verb, *, writes: bool = False) -> Callable[[argparse.Namespac
             if redis is not None:  # a typo is one line, not redis-py's traceback
                 check_redis_url(redis)
             store = open_store(args.store, redis=args.redis, prefix=args.prefix,
-                               read_only=not writes)
+                               read_only=not writes, archive=args.archive)
             return asyncio.run(_with_store(store, verb, args))
         # Named like every other command's line (`podium runs list: error: ...`), so
         # the one line says which command refused.

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from podium._config_checks import check_store
+from podium._config_checks import check_archive, check_store
 from podium.cli.common import (
     LISTEN_BACKLOG,
     RawHelpFormatter,
@@ -78,6 +78,9 @@ def register(subparsers: Any) -> None:
                         help="listen port, 0: any free one, printed (default: server.port, 8000)")
     parser.add_argument("--redis", type=non_empty, metavar="URL",
                         help="distributed mode: Redis store and queue")
+    parser.add_argument("--archive", type=non_empty, metavar="URL",
+                        help="with --redis: copy finished runs to PostgreSQL (a postgresql:// "
+                        "URL) before their Redis TTL ends (default: server.archive)")
     parser.add_argument("--prefix", type=non_empty,
                         help="prefix of every Redis key (default: server.prefix)")
     parser.add_argument("--ttl", type=seconds, metavar="S",
@@ -164,6 +167,11 @@ def serve(args: argparse.Namespace) -> int:
         server.allow_evicting_redis = True
     if args.store:  # the file's store was checked as it was read; the option's is here
         check_store(args.store, "--store")
+    if args.archive:
+        server.archive = args.archive
+    if server.archive is not None:  # checked beside the Redis and store it goes with
+        check_archive(server.archive, server.redis, server.store,
+                      "--archive" if args.archive else "server.archive")
     # Bound now, the port the flag or podium.toml names is ours, or one line says why; and
     # with port 0 the port the OS picked is known before it is announced.
     listeners = bind_listeners(server.host, server.port, "port")

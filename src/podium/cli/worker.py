@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from podium._config_checks import check_store
+from podium._config_checks import check_archive, check_store
 from podium.cli.common import (
     LISTEN_BACKLOG,
     RawHelpFormatter,
@@ -73,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--store", type=non_empty, metavar="URL",
                    help="keep runs in PostgreSQL (a postgresql:// URL; the queue stays in "
                    "Redis; default: server.store when it is one, else Redis)")
+    p.add_argument("--archive", type=non_empty, metavar="URL",
+                   help="copy finished runs to PostgreSQL (a postgresql:// URL) before their "
+                   "Redis TTL ends; readers find them there after it (default: "
+                   "server.archive)")
     p.add_argument("--agent", action="append", default=[], metavar="[NAME=]MODULE:ATTR",
                    help="an agent to serve, under NAME (repeatable; adds to the config's)")
     p.add_argument("--pool", type=non_empty, default="default",
@@ -150,6 +154,12 @@ def run(args: argparse.Namespace) -> int:
                             f"(a postgresql:// URL), got {store_url!r}")
         importlib.import_module("asyncpg")  # missing: main() names the extra to install
         check_postgres_store(store_url)  # a wrong password or database: one line now
+    archive_url = args.archive or server.archive
+    if archive_url is not None:
+        what = "--archive" if args.archive else "server.archive"
+        check_archive(archive_url, redis_url, store_url or "", what)
+        importlib.import_module("asyncpg")
+        check_postgres_store(archive_url)
     # Resolve here, once, so a bad agent or pool is one line now, not a child's traceback.
     agents = worker_agents(config, args.agent, args.pool)
     check_tracing_env()  # a bad OTEL_* setting: one line here, not each child's traceback
@@ -157,7 +167,8 @@ def run(args: argparse.Namespace) -> int:
     if ttl < 0:
         raise UserError("--ttl must be 0 (never) or positive")
     worker = WorkerConfig(
-        redis_url=redis_url, store_url=store_url, agents=tuple(args.agent), pool=args.pool,
+        redis_url=redis_url, store_url=store_url, archive_url=archive_url,
+        agents=tuple(args.agent), pool=args.pool,
         config_file=os.path.abspath(path) if path else None,
         concurrency=args.concurrency, burst=args.burst, burst_patience_s=args.burst_patience,
         grace_s=args.grace,

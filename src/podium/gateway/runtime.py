@@ -49,8 +49,16 @@ def open_store(config: Config) -> RunStore:
     if server.redis:
         from podium.store.redis import RedisRunStore  # only the distributed mode needs redis
 
-        return RedisRunStore(server.redis, prefix=server.prefix, finished_ttl_s=server.ttl_s,
-                             allow_evicting=server.allow_evicting_redis)
+        hot = RedisRunStore(server.redis, prefix=server.prefix, finished_ttl_s=server.ttl_s,
+                            allow_evicting=server.allow_evicting_redis)
+        if server.archive is None:
+            return hot
+        from podium.store.postgres import PostgresRunStore
+        from podium.store.tiered import TieredRunStore
+
+        # The gateway archives too (one archiver works at a time): runs it finishes
+        # itself (cancelled while queued) are archived with no worker configured for it.
+        return TieredRunStore(hot, PostgresRunStore(server.archive))
     if spec == "memory":
         return MemoryRunStore()
     kind, _, path = spec.partition(":")

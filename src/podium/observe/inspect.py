@@ -46,17 +46,32 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def open_store(
-    spec: str | None, *, redis: str | None = None, prefix: str = "podium", read_only: bool = False
+    spec: str | None, *, redis: str | None = None, prefix: str = "podium", read_only: bool = False,
+    archive: str | None = None,
 ) -> RunStore:
     """A store from an address: ``sqlite:PATH``, a SQLite file path, a ``postgresql://``
     URL, or a ``redis://`` URL
     (or ``redis``, given on its own). An SQLite file that does not exist is an error: looking
     at runs must never create an empty store by a typo. ``read_only``: a SQLite file is
-    opened to look at it, not counted among the processes that drive its runs."""
+    opened to look at it, not counted among the processes that drive its runs.
+    ``archive``: beside a Redis store, the ``postgresql://`` URL its finished runs are
+    archived to (see :mod:`podium.store.tiered`)."""
     if redis is not None or (spec is not None and spec.startswith(("redis://", "rediss://"))):
         from podium.store.redis import RedisRunStore
 
-        return RedisRunStore(redis or spec or "", prefix=prefix)
+        hot = RedisRunStore(redis or spec or "", prefix=prefix)
+        if archive is None:
+            return hot
+        from podium._config_checks import check_archive
+        from podium.store.postgres import PostgresRunStore
+        from podium.store.tiered import TieredRunStore
+
+        check_archive(archive, redis or spec, "", "--archive")
+        # Only looking: no archiver, no tables created (a typo'd database stays empty).
+        return TieredRunStore(hot, PostgresRunStore(archive, create_schema=False),
+                              archiver=False)
+    if archive is not None:
+        raise ConfigError("--archive: goes with a Redis store (--redis or a redis:// --store)")
     if not spec:
         raise ConfigError(
             "give a store: --store sqlite:PATH (or a file path), --store postgresql://… "

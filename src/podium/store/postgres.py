@@ -25,39 +25,25 @@ give up after ``unavailable_s`` with :class:`~podium.errors.StoreUnavailableErro
 after ``finished_ttl_s`` if it is set (None: kept until deleted).
 """
 
+
 from __future__ import annotations
 
 import asyncio
 import builtins
 import contextlib
-import logging
 import os
-import re
-import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import msgspec
-
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
-from podium.errors import (
-    ConfigError,
-    PodiumError,
-    RunNotFoundError,
-    StaleRunError,
-    StoreError,
-    StoreUnavailableError,
-    ThreadNotFoundError,
-)
-from podium.memory.item import MemoryItem
-from podium.store.base import JournalItem, RunStore, StoreStatistics
-from podium.store.notify import JournalNotifier
-from podium.store.postgres_errors import check_postgres_url, is_outage, redact, translate
-from podium.store.postgres_listen import CHANNEL, JournalListener
-from podium.store.postgres_schema import LOCK_KEY as _LOCK_KEY
-from podium.store.postgres_schema import check_schema
-from podium.threads.record import ThreadRecord
+from podium.errors import RunNotFoundError, StaleRunError, StoreError
+from podium.store.base import JournalItem, StoreStatistics
+from podium.store.postgres_listen import CHANNEL
+from podium.store.postgres_memories import PostgresMemories
+from podium.store.postgres_pool import LIVE as _LIVE
+from podium.store.postgres_pool import NOT_LANDED as _NOT_LANDED
+from podium.store.postgres_threads import PostgresThreads
 
 if TYPE_CHECKING:
     import asyncpg
@@ -65,14 +51,11 @@ if TYPE_CHECKING:
 __all__ = ("PostgresRunStore",)
 
 T = TypeVar("T")
-log = logging.getLogger("podium.store")
 
-_LIVE = "(expires_at IS NULL OR expires_at > $%d)"
 _PURGE_EVERY_S = 1.0
 _PURGE_BATCH = 1000
 _MAX_SEQ = 2**63 - 1
-_NOT_LANDED: Any = object()
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
 
 # An append: the run's row gives the entries their sequence numbers (fenced by the
 # version this store holds, if any), the entries follow, and followers are told.
@@ -122,15 +105,8 @@ SELECT count(*) FROM gone
 """
 
 
-async def _reset(conn: asyncpg.Connection) -> None:
-    """What a connection needs on its way back to the pool: nothing, unless a cancelled call
-    left a transaction open. (asyncpg's default resets the session, one more round trip
-    per call for state this store never sets.)"""
-    if conn.is_in_transaction():
-        await conn.execute("ROLLBACK")
 
-
-class PostgresRunStore(RunStore):
+class PostgresRunStore(PostgresThreads, PostgresMemories):
     """Runs, journals, threads and memories in PostgreSQL tables (``podium_*``).
 
     ``dsn``: a ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DB`` URL. ``max_connections``:
@@ -147,164 +123,6 @@ class PostgresRunStore(RunStore):
     # Another process's appends wake us through LISTEN; this is the fallback poll for a
     # listener that is down (and the gap before it is up again).
     _notify_poll_s = 1.0
-
-    def __init__(
-        self,
-        dsn: str,
-        *,
-        finished_ttl_s: float | None = None,
-        max_connections: int = 10,
-        unavailable_s: float = 10.0,
-        statement_timeout_s: float = 30.0,
-        connect_timeout_s: float = 5.0,
-        create_schema: bool = True,
-        schema: str | None = None,
-        synchronous_commit: bool = True,
-    ) -> None:
-        check_postgres_url(dsn)
-        self.dsn = dsn
-        self.where = redact(dsn)
-        self.finished_ttl_s = finished_ttl_s
-        self.unavailable_s = unavailable_s
-        self._max_connections = max_connections
-        self._statement_timeout_s = statement_timeout_s
-        self._connect_timeout_s = connect_timeout_s
-        self._create_schema = create_schema
-        if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
-            raise ConfigError(f"schema {schema!r}: letters, digits and _ only, not first a digit")
-        self.schema = schema
-        self._synchronous_commit = synchronous_commit
-        self._pool: asyncpg.Pool | None = None
-        self._opening: asyncio.Lock | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._encoder = msgspec.msgpack.Encoder()
-        self._record_decoder = msgspec.msgpack.Decoder(RunRecord)
-        self._entry_decoder = msgspec.msgpack.Decoder(JournalEntry)
-        self._thread_decoder = msgspec.msgpack.Decoder(ThreadRecord)
-        self._memory_decoder = msgspec.msgpack.Decoder(MemoryItem)
-        self._notifier: JournalNotifier | None = JournalNotifier()
-        self._held: dict[str, int] = {}  # run -> the version this store wrote last
-        self._tails: dict[str, asyncio.Task[Any]] = {}  # run -> its last write, in order
-        self._purging: asyncio.Task[None] | None = None
-        self._next_purge = 0.0
-        self._problem: str | None = None
-        #: Calls that met an outage (a cut connection, a restarting server) and went on
-        #: after retrying: what the fault tests and an operator's metrics look at.
-        self.outages_survived = 0
-        #: How this process's connections name themselves to the server: other processes
-        #: driving runs on the database are seen by it (see :meth:`sole_user`). A store
-        #: that only looks (``create_schema=False``: ``podium runs``) is not counted.
-        role = "podium" if create_schema else "podium-viewer"
-        self.application_name = f"{role}:{socket.gethostname()[:32]}:{os.getpid()}"
-        self._others: builtins.list[int] | None = None  # read when the pool opened
-        self._listener = JournalListener(dsn, self._notifier, connect_timeout_s,
-                                         self.application_name)
-        self._appends = 0
-        self._entries = 0
-        self._bytes = 0
-        self._closed = False
-
-    # -- plumbing ---------------------------------------------------------------------------
-
-    async def _ready(self) -> asyncpg.Pool:
-        """The pool, opened on first use (and the schema checked), on the running loop."""
-        if self._closed:
-            raise StoreError(f"{self.where}: store is closed")
-        pool = self._pool
-        loop = asyncio.get_running_loop()
-        if pool is not None and self._loop is loop:
-            return pool
-        if self._opening is None or self._loop is not loop:
-            if self._loop is not None and self._loop is not loop and not self._loop.is_closed():
-                raise StoreError(
-                    f"{self.where}: this store serves another event loop, still open; "
-                    "open one PostgresRunStore per loop"
-                )
-            self._loop, self._opening, self._pool = loop, asyncio.Lock(), None
-        async with self._opening:
-            if self._pool is None:
-                self._pool = await self._open()
-            return self._pool
-
-    async def _open(self) -> asyncpg.Pool:
-        import asyncpg
-
-        settings = {
-            "application_name": self.application_name,
-            "statement_timeout": str(int(self._statement_timeout_s * 1000)),
-        }
-        if self.schema is not None:
-            settings["search_path"] = self.schema
-        if not self._synchronous_commit:
-            settings["synchronous_commit"] = "off"
-        pool = await asyncpg.create_pool(
-            self.dsn, min_size=1, max_size=self._max_connections,
-            timeout=self._connect_timeout_s, server_settings=settings,
-            # (the client-side bound, a little past the server's own)
-            command_timeout=self._statement_timeout_s + 5,
-            reset=_reset,
-        )
-        try:
-            async with pool.acquire() as conn:
-                if self.schema is not None and self._create_schema:
-                    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
-                    try:  # two stores opening at once: one creates it, the other sees it
-                        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
-                    finally:
-                        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
-                await check_schema(conn, self.where, create=self._create_schema)
-                self._others = await self._other_drivers(conn)
-        except BaseException:
-            await pool.close()
-            raise
-        return pool
-
-    async def _call(
-        self,
-        op: Callable[[asyncpg.Connection], Awaitable[T]],
-        landed: Callable[[asyncpg.Connection], Awaitable[Any]] | None = None,
-    ) -> T:
-        """Run ``op`` on a pooled connection, waiting out an outage up to ``unavailable_s``.
-
-        A write passes ``landed``: after a failure that may have happened after the
-        server committed, it is asked first on the new connection, and its answer (not
-        :data:`_NOT_LANDED`) is the write's result."""
-        import asyncpg
-
-        deadline = time.monotonic() + self.unavailable_s
-        delay = 0.05
-        tried = False
-        while True:
-            try:
-                pool = await self._ready()
-                async with pool.acquire(timeout=self._connect_timeout_s) as conn:
-                    if tried and landed is not None:
-                        outcome = await landed(conn)
-                        if outcome is not _NOT_LANDED:
-                            self.outages_survived += 1
-                            return outcome  # type: ignore[no-any-return]
-                    result = await op(conn)
-            except PodiumError:
-                raise
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
-                    OSError, TimeoutError) as exc:
-                if not is_outage(exc) or time.monotonic() + delay > deadline or self._closed:
-                    error = translate(exc, self.dsn)
-                    if isinstance(error, StoreUnavailableError):
-                        self._problem = str(error)
-                    raise error from None
-                log.debug("%s: %s; trying again in %.2fs", self.where, exc, delay)
-                if not tried and self._pool is not None:
-                    # Its other idle connections most likely died the same way (a restart).
-                    await self._pool.expire_connections()
-                tried = True
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            self._problem = None
-            if tried:
-                self.outages_survived += 1
-            return result
 
     def _in_order(self, run_id: str, write: Callable[[], Awaitable[T]]) -> asyncio.Task[T]:
         """``write`` applied after this store's earlier writes to the run (made before this
@@ -571,229 +389,9 @@ class PostgresRunStore(RunStore):
 
         return {row[0] for row in await self._call(op)}
 
-    # -- threads ----------------------------------------------------------------------------
-
-    async def create_thread(self, thread: ThreadRecord) -> None:
-        import asyncpg
-
-        thread.updated_at = thread.updated_at or thread.created_at
-        blob = self._encoder.encode(thread)
-        args = (thread.thread_id, thread.tenant, thread.updated_at, thread.version, blob,
-                thread.expires_at)
-
-        async def op(conn: asyncpg.Connection) -> None:
-            async with conn.transaction():
-                # An expired thread's id is free again: it goes first.
-                await conn.execute(
-                    "DELETE FROM podium_threads WHERE thread_id = $1 AND expires_at <= $2",
-                    thread.thread_id, time.time(),
-                )
-                try:
-                    await conn.execute(
-                        "INSERT INTO podium_threads VALUES ($1, $2, $3, $4, $5, $6)", *args
-                    )
-                except asyncpg.UniqueViolationError:
-                    raise StoreError(f"thread {thread.thread_id} exists") from None
-
-        await self._call(op)
-
-    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        async def op(conn: asyncpg.Connection) -> bytes | None:
-            blob: bytes | None = await conn.fetchval(
-                f"SELECT record FROM podium_threads WHERE thread_id = $1 AND {_LIVE % 2}",
-                thread_id, time.time(),
-            )
-            return blob
-
-        blob = await self._call(op)
-        return None if blob is None else self._thread_decoder.decode(blob)
-
-    async def update_thread(self, thread: ThreadRecord) -> None:
-        expected = thread.version
-        thread.version += 1
-        blob = self._encoder.encode(thread)
-        thread_id, updated, expires = thread.thread_id, thread.updated_at, thread.expires_at
-
-        async def op(conn: asyncpg.Connection) -> None:
-            now = time.time()
-            done = await conn.execute(
-                "UPDATE podium_threads SET updated_at = $1, version = $2 + 1, record = $3,"
-                f" expires_at = $4 WHERE thread_id = $5 AND version = $2 AND {_LIVE % 6}",
-                updated, expected, blob, expires, thread_id, now,
-            )
-            if done != "UPDATE 0":
-                return
-            version = await conn.fetchval(
-                f"SELECT version FROM podium_threads WHERE thread_id = $1 AND {_LIVE % 2}",
-                thread_id, now,
-            )
-            if version is None:
-                raise ThreadNotFoundError(thread_id)
-            raise StaleRunError(
-                f"thread {thread_id} is at version {version}, this writer holds {expected}"
-            )
-
-        async def landed(conn: asyncpg.Connection) -> Any:
-            stored = await conn.fetchval(
-                "SELECT record FROM podium_threads WHERE thread_id = $1", thread_id)
-            return None if stored == blob else _NOT_LANDED
-
-        try:
-            await self._call(op, landed)
-        except asyncio.CancelledError:
-            raise
-        except BaseException:
-            thread.version = expected
-            raise
-
-    async def list_threads(
-        self, *, tenant: str | None = None, limit: int = 100
-    ) -> builtins.list[ThreadRecord]:
-        if tenant is None:
-            sql = f"SELECT record FROM podium_threads WHERE {_LIVE % 1}"
-            params: list[Any] = [time.time()]
-        else:
-            sql = f"SELECT record FROM podium_threads WHERE tenant = $2 AND {_LIVE % 1}"
-            params = [time.time(), tenant]
-        sql += f" ORDER BY updated_at DESC LIMIT ${len(params) + 1}"
-        params.append(max(limit, 0))
-
-        async def op(conn: asyncpg.Connection) -> list[Any]:
-            rows: list[Any] = await conn.fetch(sql, *params)
-            return rows
-
-        decode = self._thread_decoder.decode
-        return [decode(row[0]) for row in await self._call(op)]
-
-    async def delete_thread(self, thread_id: str) -> bool:
-        async def op(conn: asyncpg.Connection) -> bool:
-            done = await conn.execute(
-                f"DELETE FROM podium_threads WHERE thread_id = $1 AND {_LIVE % 2}",
-                thread_id, time.time(),
-            )
-            return bool(done != "DELETE 0")
-
-        return await self._call(op)
-
-    # -- long-term memory -------------------------------------------------------------------
-
-    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
-        # (str.encode refuses a lone surrogate with a ValueError, before anything is sent)
-        args = (namespace.encode(), item.key.encode(), item.created_at,
-                self._encoder.encode(item), item.text.replace("\x00", " "))
-
-        async def op(conn: asyncpg.Connection) -> None:
-            await conn.execute(
-                "INSERT INTO podium_memories (namespace, key, created_at, item, body)"
-                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, key) DO UPDATE SET"
-                " created_at = EXCLUDED.created_at, item = EXCLUDED.item, body = EXCLUDED.body",
-                *args,
-            )
-
-        await self._call(op)
-
-    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
-        space = namespace.encode()
-
-        async def op(conn: asyncpg.Connection) -> list[Any]:
-            rows: list[Any] = await conn.fetch(
-                "SELECT item FROM podium_memories WHERE namespace = $1"
-                " ORDER BY created_at DESC LIMIT $2",
-                space, max(limit, 0),
-            )
-            return rows
-
-        decode = self._memory_decoder.decode
-        return [decode(row[0]) for row in await self._call(op)]
-
-    async def search_memories(
-        self, namespace: str, query: str, limit: int = 5
-    ) -> builtins.list[MemoryItem]:
-        """The namespace's items matching ``query`` (PostgreSQL full-text search, any of its
-        words), best match first, then newest. Only ``namespace`` is searched: a tenant's
-        namespace is the bound of what its agents can find."""
-
-        async def op(conn: asyncpg.Connection) -> list[Any]:
-            rows: list[Any] = await conn.fetch(
-                # Any of the query's words (each quoted: a word like "a:b" or "x&y" is a
-                # word, never tsquery syntax), ranked by how much of the item matches.
-                """SELECT item FROM podium_memories,
-                       to_tsquery('simple', array_to_string(array(
-                           SELECT quote_literal(w)
-                           FROM unnest(tsvector_to_array(to_tsvector('simple', $2))) AS w
-                       ), ' | ')) AS q
-                   WHERE namespace = $1 AND q <> ''::tsquery AND words @@ q
-                   ORDER BY ts_rank(words, q) DESC, created_at DESC LIMIT $3""",
-                namespace.encode(), query.replace("\x00", " "), max(limit, 0),
-            )
-            return rows
-
-        decode = self._memory_decoder.decode
-        return [decode(row[0]) for row in await self._call(op)]
-
-    async def delete_memory(self, namespace: str, key: str) -> bool:
-        space, name = namespace.encode(), key.encode()
-
-        async def op(conn: asyncpg.Connection) -> bool:
-            done = await conn.execute(
-                "DELETE FROM podium_memories WHERE namespace = $1 AND key = $2",
-                space, name,
-            )
-            return bool(done != "DELETE 0")
-
-        return await self._call(op)
-
-    # -- health and lifecycle ----------------------------------------------------------------
-
-    async def _other_drivers(self, conn: asyncpg.Connection) -> builtins.list[int]:
-        """The process ids of the other processes driving runs on this database now (by
-        their connections' names: ``podium:HOST:PID``)."""
-        names = await conn.fetch(
-            "SELECT DISTINCT application_name FROM pg_stat_activity"
-            " WHERE datname = current_database() AND application_name LIKE 'podium:%'"
-            " AND application_name <> $1",
-            self.application_name,
-        )
-        pids = []
-        for (name,) in names:
-            with contextlib.suppress(ValueError):
-                pids.append(int(name.rpartition(":")[2]))
-        return pids
-
-    def sole_user(self) -> bool | None:
-        """Whether no other process drove runs on this database when the store opened (its
-        connections name themselves ``podium:HOST:PID`` to the server); None before the
-        store has opened (its first call), and for a store that only looks. An embedded
-        server resumes the runs an earlier one left only when it is alone."""
-        if not self._create_schema or self._others is None:
-            return None
-        return not self._others
-
-    def other_users(self) -> builtins.list[int]:
-        """The process ids (on their hosts) of the others, as of the store's opening."""
-        return list(self._others or ())
-
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(len(self._held), self._appends, self._entries, self._bytes)
 
-    def problem(self) -> str | None:
-        """The outage the last call gave up on, until a call succeeds again."""
-        return self._problem
-
-    async def health(self) -> str | None:
-        """Why the store cannot take writes now: the server does not answer, or is read-only
-        (a standby, or ``default_transaction_read_only``)."""
-        async def op(conn: asyncpg.Connection) -> str:
-            value: str = await conn.fetchval("SHOW transaction_read_only")
-            return value
-
-        try:
-            read_only = await self._call(op)
-        except StoreError as exc:
-            return str(exc)
-        if read_only == "on":
-            return f"{self.where}: the server is read-only (a standby?)"
-        return None
 
     async def aclose(self) -> None:
         if self._closed:
