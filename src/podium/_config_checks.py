@@ -17,7 +17,7 @@ from podium.errors import ConfigError
 if TYPE_CHECKING:
     from podium.config import Config
 
-__all__ = ("check_config", "check_redis_url", "check_store")
+__all__ = ("check_config", "check_queue", "check_redis_url", "check_store")
 
 _SHA256 = re.compile(r"sha256:[0-9a-fA-F]{64}")
 
@@ -89,6 +89,28 @@ def _check_server(config: Config) -> None:
             check_redis_url(server.redis)
         except ConfigError as exc:
             raise ConfigError(f"server.redis: {exc}") from None
+    if server.queue is not None:
+        check_queue(server.queue, server.store, redis=server.redis)
+
+
+def check_queue(queue: str, store: str, *, redis: str | None, what: str = "server.queue") -> None:
+    """A queue on PostgreSQL: a ``postgresql://`` URL, beside a PostgreSQL store and no
+    Redis (a Redis deployment queues in Redis)."""
+    from podium.store.postgres_errors import check_postgres_url, is_postgres_url, redact
+
+    if not is_postgres_url(queue):
+        raise ConfigError(f"{what}: a postgresql:// URL (a Redis queue is server.redis), "
+                          f"got {redact(queue)!r}")
+    try:
+        check_postgres_url(queue)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if redis is not None:
+        raise ConfigError(f"{what}: a queue on PostgreSQL is for deployments without Redis; "
+                          "with server.redis the queue is Redis's (leave one out)")
+    if not is_postgres_url(store):
+        raise ConfigError(f"{what}: a queue on PostgreSQL keeps its runs in PostgreSQL too: "
+                          f"set server.store to a postgresql:// URL (got {redact(store)!r})")
 
 
 def _check_pools(config: Config) -> None:

@@ -398,8 +398,9 @@ class PostgresQueue(RunQueue):
         ids, numbers = zip(*(_receipt(c) for c in claims), strict=True)
 
         async def op(conn: asyncpg.Connection) -> list[Any]:
-            return await conn.fetch(_HEARTBEAT, list(ids), list(numbers), self.lease_s,
-                                    consumer)
+            rows: list[Any] = await conn.fetch(_HEARTBEAT, list(ids), list(numbers),
+                                               self.lease_s, consumer)
+            return rows
 
         kept = {row["id"] for row in await self._call(op)}
         return [c for c in claims if _receipt(c)[0] not in kept]

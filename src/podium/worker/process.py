@@ -24,13 +24,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from podium.errors import QueueUnavailableError
 from podium.gctune import tune_for_serving
 from podium.worker.topology import Placement, place_workers, read_topology
+
+if TYPE_CHECKING:
+    from podium.queue.base import RunQueue
+    from podium.store.base import RunStore
+    from podium.streaming.base import TokenChannel
 
 __all__ = ("WorkerConfig", "serve", "supervise")
 
@@ -44,6 +49,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     agents: tuple[str, ...]
     #: Runs kept in PostgreSQL (``postgresql://``) instead of Redis; the queue stays there.
     store_url: str | None = None
+    #: The queue on PostgreSQL too (``postgresql://``): no Redis at all (``redis_url`` unused).
+    queue_url: str | None = None
     pool: str = "default"
     config_file: str | None = None
     concurrency: int = 256
@@ -113,9 +120,6 @@ def serve(config: WorkerConfig, *, metrics_socket: socket.socket | None = None) 
 
 
 async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> int:
-    # Imported here so that `podium --help` never needs redis.
-    from redis.exceptions import RedisError
-
     from podium.config import load_config
     from podium.engine.driver import Engine
     from podium.engine.hook import combine
@@ -123,10 +127,6 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     from podium.observe.blocking import detector_from_env
     from podium.observe.serve_metrics import start_metrics
     from podium.observe.tracing import tracer_from_env
-    from podium.queue.redis import RedisQueue
-    from podium.store.base import RunStore
-    from podium.store.redis import RedisRunStore, connect
-    from podium.streaming.redis import RedisTokenChannel
     from podium.tools.executor import ToolExecutor
     from podium.tools.threads import ToolThreads
     from podium.worker.capacity import share_capacity
@@ -143,35 +143,11 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         config.threads or os.cpu_count() or 1,
         initializer=_pin, initargs=(node_cpus,),  # sync tools may use the whole node
     )
-    client = connect(config.redis_url, max_connections=None)
-    # A worker waits out a short Redis restart inside the client, its commands resent as
-    # they were (idempotent), and holds a run's checkpoint writes through a longer outage
-    # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
-    # Redis is back rather than the call run again; the gateway's clients fail fast (503).
-    store: RunStore
-    if config.store_url is not None:
-        from podium.store.postgres import PostgresRunStore
-
-        # Waits out a Postgres restart like the Redis client does (the writes ask whether
-        # they landed before they are sent again); finished runs are kept (history).
-        store = PostgresRunStore(config.store_url, unavailable_s=WORKER_PATIENCE_S)
-    else:
-        store = RedisRunStore(client, prefix=config.prefix,
-                              finished_ttl_s=config.finished_ttl_s,
-                              unavailable_s=WORKER_PATIENCE_S,
-                              outage_hold_s=config.outage_hold_s,
-                              allow_evicting=config.allow_evicting_redis)
-    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
-                       unavailable_s=WORKER_PATIENCE_S)
+    store, queue, tokens, client = await _backends(config)
     executor = ToolExecutor(thread_pool=threads)
     engine = Engine(store, executor, profile=config.profile)
-    # Hears the gateways' listeners; a run streams its tokens only while one listens.
-    tokens = RedisTokenChannel(client, prefix=config.prefix)
-    try:
-        await tokens.start()
+    if tokens is not None:
         engine.tokens = tokens
-    except (RedisError, OSError) as exc:
-        log.warning("no token streaming from this worker: %s", exc)
     worker = Worker(
         queue, engine, agents, pool=config.pool, concurrency=config.concurrency,
         consumer=config.consumer, heartbeat_s=config.lease_s / 3,
@@ -215,10 +191,14 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         return 1
     finally:
         await engine.aclose()
-        await tokens.aclose()
+        if tokens is not None:
+            await tokens.aclose()
+        if client is None:  # (a Redis queue's connections are the client's)
+            await queue.aclose()
         executor.close()
         threads.shutdown(wait=False, cancel_futures=True)
-        await client.aclose()
+        if client is not None:
+            await client.aclose()
         if metrics is not None:
             await metrics.stop()
         await health.stop()
@@ -230,6 +210,58 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     # Ctrl-C: 130, as every podium command (it drained first); SIGTERM, an orchestrator's
     # stop, is a clean exit.
     return 130 if signal.SIGINT in signals else 0
+
+
+async def _backends(
+    config: WorkerConfig,
+) -> tuple[RunStore, RunQueue, TokenChannel | None, Any]:
+    """The store, queue, token channel (or None) and Redis client (or None) of a worker."""
+    store: RunStore
+    queue: RunQueue
+    if config.queue_url is not None:  # PostgreSQL only: no Redis, no token streaming
+        from podium.queue.postgres import PostgresQueue
+        from podium.store.postgres import PostgresRunStore
+
+        store = PostgresRunStore(config.store_url or config.queue_url,
+                                 unavailable_s=WORKER_PATIENCE_S)
+        queue = PostgresQueue(config.queue_url, lease_s=config.lease_s,
+                              unavailable_s=WORKER_PATIENCE_S)
+        return store, queue, None, None
+    # Imported here so that `podium --help` (and a PostgreSQL-only worker) never needs redis.
+    from redis.exceptions import RedisError
+
+    from podium.queue.redis import RedisQueue
+    from podium.store.redis import RedisRunStore, connect
+    from podium.streaming.redis import RedisTokenChannel
+
+    client = connect(config.redis_url, max_connections=None)
+    # A worker waits out a short Redis restart inside the client, its commands resent as
+    # they were (idempotent), and holds a run's checkpoint writes through a longer outage
+    # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
+    # Redis is back rather than the call run again; the gateway's clients fail fast (503).
+    if config.store_url is not None:
+        from podium.store.postgres import PostgresRunStore
+
+        # Waits out a Postgres restart like the Redis client does (the writes ask whether
+        # they landed before they are sent again); finished runs are kept (history).
+        store = PostgresRunStore(config.store_url, unavailable_s=WORKER_PATIENCE_S)
+    else:
+        store = RedisRunStore(client, prefix=config.prefix,
+                              finished_ttl_s=config.finished_ttl_s,
+                              unavailable_s=WORKER_PATIENCE_S,
+                              outage_hold_s=config.outage_hold_s,
+                              allow_evicting=config.allow_evicting_redis)
+    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
+                       unavailable_s=WORKER_PATIENCE_S)
+    # Hears the gateways' listeners; a run streams its tokens only while one listens.
+    tokens = RedisTokenChannel(client, prefix=config.prefix)
+    try:
+        await tokens.start()
+    except (RedisError, OSError) as exc:
+        log.warning("no token streaming from this worker: %s", exc)
+        await tokens.aclose()
+        return store, queue, None, client
+    return store, queue, tokens, client
 
 
 # -- many worker processes ------------------------------------------------------------------
@@ -267,15 +299,17 @@ def supervise(
     placements = place_workers(read_topology(), procs)
     children: dict[int, subprocess.Popen[bytes]] = {}
     stopping = False
-    redis_health = SyncRedisHealth(config.redis_url, config.prefix,
-                                   allow_evicting=config.allow_evicting_redis)
+    # (A PostgreSQL-only fleet: each child's own /readyz asks its store and queue.)
+    redis_health = None if config.queue_url is not None else SyncRedisHealth(
+        config.redis_url, config.prefix, allow_evicting=config.allow_evicting_redis)
 
     def ready() -> tuple[bool, dict[str, str]]:
         """Ready while every child runs (one restarting is not) and Redis takes writes."""
         running = sum(proc.poll() is None for proc in list(children.values()))
         checks = {"workers": "ok" if running == len(placements) and not stopping
                   else f"{running} of {len(placements)} running"}
-        checks["store"] = redis_health.problem() or "ok"
+        if redis_health is not None:
+            checks["store"] = redis_health.problem() or "ok"
         return all(v == "ok" for v in checks.values()), checks
 
     # One endpoint for all children, up before the first of them starts. Live while this
@@ -326,7 +360,8 @@ def supervise(
             signal.signal(sig, handler)
         if shared is not None:
             shared.close()
-        redis_health.close()
+        if redis_health is not None:
+            redis_health.close()
     if interrupted:  # Ctrl-C (the children, in the terminal's group, got it too: 130)
         return 130
     return 0 if all(c == 0 for c in codes.values()) else 1
