@@ -166,7 +166,11 @@ class PostgresQueue(RunQueue):
     PostgreSQL schema its tables live in (None: the search path's, ``public``).
     ``lease_s``: a worker heartbeats more often (every ``lease_s / 3``); a run whose lease
     ran out goes to the next worker that claims. ``poll_s``: how long a blocked claim
-    trusts LISTEN before it looks anyway.
+    trusts LISTEN before it looks anyway. ``synchronous_commit=False``: a submit, claim or
+    ack is acknowledged before the server flushed it to its WAL (no fsync wait per
+    operation; a crash of the server may lose its last fraction of a second: a lost
+    submit is found by the workers' stranded sweep, a lost ack or claim delivers the run
+    again, which resumes it from its checkpoint).
     """
 
     shared = True  # outlives its processes: a worker's sweep submits stranded runs
@@ -185,6 +189,7 @@ class PostgresQueue(RunQueue):
         max_connections: int = 4,
         create_schema: bool = True,
         dead_letters_kept: int = DEAD_LETTERS_KEPT,
+        synchronous_commit: bool = True,
     ) -> None:
         check_postgres_url(dsn)
         if schema is not None and not (schema.replace("_", "a").isalnum()
@@ -202,6 +207,7 @@ class PostgresQueue(RunQueue):
         self._connect_timeout_s = connect_timeout_s
         self._max_connections = max_connections
         self._create_schema = create_schema
+        self._synchronous_commit = synchronous_commit
         self._pool: asyncpg.Pool | None = None
         self._opening: asyncio.Lock | None = None
         self._listener: asyncpg.Connection | None = None
@@ -220,6 +226,8 @@ class PostgresQueue(RunQueue):
                     "statement_timeout": str(int(self._statement_timeout_s * 1000))}
         if self.schema is not None:
             settings["search_path"] = self.schema
+        if not self._synchronous_commit:
+            settings["synchronous_commit"] = "off"
         return settings
 
     async def _ready(self) -> asyncpg.Pool:
