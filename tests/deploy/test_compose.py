@@ -98,7 +98,7 @@ def test_required_variables_are_in_the_example_env_file() -> None:
 
 
 def test_the_postgres_profile_keeps_runs_in_postgres() -> None:
-    """``--profile postgres`` adds the server; PODIUM_STORE points every Podium container's
+    """``--profile postgres`` adds the server; STORE_URL points every Podium container's
     store at it (unset: the default, unused beside Redis)."""
     postgres = SERVICES["postgres"]
     assert postgres["profiles"] == ["postgres"]
@@ -106,7 +106,7 @@ def test_the_postgres_profile_keeps_runs_in_postgres() -> None:
     assert any(v.endswith(":/var/lib/postgresql/data") for v in postgres["volumes"])
     assert "postgres-data" in COMPOSE["volumes"]
     url = "postgresql://podium:0123abcd@postgres:5432/podium"
-    env = {**ENV, "PODIUM_STORE": url, "POSTGRES_PASSWORD": "0123abcd"}
+    env = {**ENV, "STORE_URL": url, "POSTGRES_PASSWORD": "0123abcd"}
     assert interpolated(postgres["environment"]["POSTGRES_PASSWORD"], env) == "0123abcd"
     pg_env = postgres["environment"]
     assert url == f"postgresql://{pg_env['POSTGRES_USER']}:0123abcd@postgres:5432/{pg_env['POSTGRES_DB']}"

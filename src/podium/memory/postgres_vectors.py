@@ -24,7 +24,10 @@ from podium.memory.item import MemoryItem
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ("VectorIndex", "missing_extension")
+__all__ = ("TABLE", "VectorIndex", "missing_extension")
+
+#: Where the embeddings are kept.
+TABLE = "podium_memory_vectors"
 
 
 def missing_extension(where: str) -> str:

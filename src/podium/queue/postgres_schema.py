@@ -18,8 +18,11 @@ from podium.store.postgres_schema import SchemaMismatchError
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ("MIGRATIONS", "SCHEMA_VERSION", "check_queue_schema", "queue_schema_version",
-           "upgrade_queue")
+__all__ = ("MIGRATIONS", "SCHEMA_VERSION", "TABLES", "check_queue_schema",
+           "queue_schema_version", "upgrade_queue")
+
+#: The queue's tables (its version table included), as the docs name them.
+TABLES = ("podium_queue", "podium_queue_versions", "podium_queue_dead", "podium_queue_schema")
 
 #: Version 1: the queue, the last version submitted per run, the dead letters.
 _V1 = (
