@@ -24,14 +24,10 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_store_postgres import PostgresCpu, RedisCpu, ServerCpu
 from podium.queue.base import QueueItem, RunQueue
