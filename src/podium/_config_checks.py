@@ -17,7 +17,7 @@ from podium.errors import ConfigError
 if TYPE_CHECKING:
     from podium.config import Config
 
-__all__ = ("check_archive", "check_config", "check_redis_url", "check_store")
+__all__ = ("check_archive", "check_config", "check_queue", "check_redis_url", "check_store")
 
 _SHA256 = re.compile(r"sha256:[0-9a-fA-F]{64}")
 
@@ -91,6 +91,8 @@ def _check_server(config: Config) -> None:
             raise ConfigError(f"server.redis: {exc}") from None
     if server.archive is not None:
         check_archive(server.archive, server.redis, server.store)
+    if server.queue is not None:
+        check_queue(server.queue, server.store, redis=server.redis)
 
 
 def check_archive(url: str, redis: str | None, store: str, what: str = "server.archive") -> None:
@@ -107,6 +109,26 @@ def check_archive(url: str, redis: str | None, store: str, what: str = "server.a
         raise ConfigError(
             f"{what}: archives a Redis store's finished runs; it needs server.redis (and "
             "no postgresql:// server.store, which keeps every run in PostgreSQL already)")
+
+
+def check_queue(queue: str, store: str, *, redis: str | None, what: str = "server.queue") -> None:
+    """A queue on PostgreSQL: a ``postgresql://`` URL, beside a PostgreSQL store and no
+    Redis (a Redis deployment queues in Redis)."""
+    from podium.store.postgres_errors import check_postgres_url, is_postgres_url, redact
+
+    if not is_postgres_url(queue):
+        raise ConfigError(f"{what}: a postgresql:// URL (a Redis queue is server.redis), "
+                          f"got {redact(queue)!r}")
+    try:
+        check_postgres_url(queue)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
+    if redis is not None:
+        raise ConfigError(f"{what}: a queue on PostgreSQL is for deployments without Redis; "
+                          "with server.redis the queue is Redis's (leave one out)")
+    if not is_postgres_url(store):
+        raise ConfigError(f"{what}: a queue on PostgreSQL keeps its runs in PostgreSQL too: "
+                          f"set server.store to a postgresql:// URL (got {redact(store)!r})")
 
 
 def _check_pools(config: Config) -> None:

@@ -87,7 +87,9 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ``"postgresql://…"`` URL (embedded, or beside ``redis``: runs kept in PostgreSQL,
     queued in Redis).
     ``redis``: a ``redis://`` URL switches to the distributed mode (Redis store
-    and queue, workers in separate ``podium worker`` processes). ``prefix``
+    and queue, workers in separate ``podium worker`` processes). ``queue``: a
+    ``postgresql://`` URL switches to the distributed mode on PostgreSQL alone (its
+    queue there, ``store`` a ``postgresql://`` URL too; no Redis). ``prefix``
     namespaces every Redis key and ``ttl_s`` expires finished runs (0: never);
     the gateway and its workers must agree on both, which is why
     ``podium worker --config`` reads them from the same file.
@@ -101,6 +103,7 @@ class ServerConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     store: Text = "sqlite:podium.sqlite"
     redis: Text | None = None
     archive: Text | None = None
+    queue: Text | None = None
     # Every route's body, enforced as it arrives (a lying Content-Length included); up to
     # 1 GiB: past that a limit is no limit, and a typo of a few zeros.
     max_body_bytes: Annotated[int, msgspec.Meta(ge=1, le=1 << 30)] = 1 << 20

@@ -139,7 +139,11 @@ STORES = [
     pytest.param("redis", marks=needs_redis),
     pytest.param("postgres", marks=needs_postgres),
 ]
-QUEUES = [pytest.param("local"), pytest.param("redis", marks=needs_redis)]
+QUEUES = [
+    pytest.param("local"),
+    pytest.param("redis", marks=needs_redis),
+    pytest.param("postgres", marks=needs_postgres),
+]
 
 
 @pytest.fixture(params=STORES)
@@ -163,6 +167,9 @@ class QueueBackend:
         self.redis_url = REDIS_URL
         self.server: RedisServer | None = None
         self.restartable = name != "local"
+        #: Postgres: the session's database, each backend in a schema of its own.
+        self.postgres_url = ""
+        self.postgres_server: PostgresServer | None = None
         self._local: LocalQueue | None = None
         self._open: list[RunQueue] = []
 
@@ -170,8 +177,24 @@ class QueueBackend:
         self.server = server
         self.redis_url = server.url
 
+    def use_private_postgres(self, server: PostgresServer) -> None:
+        self.postgres_server = server
+        self.postgres_url = server.url
+
+    def use_private_server(self, request: pytest.FixtureRequest) -> None:
+        """This backend's service, private to the test (one it may restart)."""
+        if self.name == "postgres":
+            self.use_private_postgres(request.getfixturevalue("private_postgres"))
+        else:
+            self.use_private_redis(request.getfixturevalue("private_redis"))
+
     def restart(self) -> None:
-        """SIGKILL the private redis-server and start it again on its AOF."""
+        """SIGKILL the private redis-server and start it again on its AOF; stop the
+        private PostgreSQL at once (no checkpoint) and start it on its WAL."""
+        if self.postgres_server is not None:
+            self.postgres_server.kill()
+            self.postgres_server.start()
+            return
         assert self.server is not None
         self.server.kill()
         self.server.start()
@@ -181,6 +204,13 @@ class QueueBackend:
             if self._local is None:
                 self._local = LocalQueue(lease_s=lease_s)
             return self._local
+        if self.name == "postgres":
+            from podium.queue.postgres import PostgresQueue
+
+            pg = PostgresQueue(self.postgres_url, schema=self.prefix.replace("-", "_"),
+                               lease_s=lease_s, reclaim_every_s=0, max_connections=2)
+            self._open.append(pg)
+            return pg
         from podium.queue.redis import RedisQueue
 
         queue = RedisQueue(
@@ -201,6 +231,8 @@ class QueueBackend:
 @pytest.fixture(params=QUEUES)
 async def queues(request: pytest.FixtureRequest) -> AsyncIterator[QueueBackend]:
     b = QueueBackend(request.param)
+    if b.name == "postgres":
+        b.postgres_url = request.getfixturevalue("postgres_url")
     try:
         yield b
     finally:

@@ -1,4 +1,4 @@
-"""The RunQueue contract, one suite for every queue (local, Redis).
+"""The RunQueue contract, one suite for every queue (local, Redis, PostgreSQL).
 
 Leases are short here (a fraction of a second) so expiry can be seen; the
 waits for a lease to run out are time passing, with nothing to await instead.
@@ -147,7 +147,7 @@ async def test_queued_and_claimed_runs_survive_a_restart(
 ) -> None:
     if not queues.restartable:
         pytest.skip(f"{queues.name}: no backing service (its runs live as long as it does)")
-    queues.use_private_redis(request.getfixturevalue("private_redis"))
+    queues.use_private_server(request)
     # A lease long enough that a loaded machine's pause between calls never expires it.
     q = queues.queue(lease_s=5.0)
     await q.submit(QueueItem("r1", "agent"))

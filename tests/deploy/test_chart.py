@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 
 from deploy.chart import CHART, KEDA_SCHEMA, NAMESPACE, container, helm, merged, pod_specs, render
+from podium._config_checks import check_store
 from podium.cli.main import build_parser
 from podium.config import load_config
 from podium.factory import worker_agents
@@ -53,6 +54,16 @@ MATRIX: dict[str, dict[str, Any]] = {
     "existing-secrets": merged(BASE, {
         "redis": {"existingSecret": "redis-creds", "existingSecretKey": "password"},
         "auth": {"existingSecret": "podium-api-keys"}, "prefix": "staging",
+    }),
+    "postgres-store": merged(BASE, {
+        "postgres": {"enabled": True, "host": "pg", "password": "s3cret",
+                     "cidrs": ["10.0.13.0/24"]},
+    }),
+    "postgres-existing-secret": merged(BASE, {
+        "postgres": {"enabled": True, "host": "db.data.svc", "existingSecret": "pg-creds",
+                     "existingSecretKey": "password", "database": "runs", "user": "app",
+                     "podSelector": {"app.kubernetes.io/name": "postgresql"},
+                     "namespaceSelector": {"kubernetes.io/metadata.name": "data"}},
     }),
     "prometheus-hpa": merged(BASE, {"autoscaling": {"mode": "prometheus"}}),
     "fixed-replicas": {
@@ -269,6 +280,16 @@ def test_config_and_environment_load_as_podium_reads_them(
                 assert config.server.redis == f"redis://:{password}@{host}:6379/0"
             else:
                 assert config.server.redis == f"redis://{host}:6379/0"
+            pg = values.get("postgres", {})
+            if pg.get("enabled"):  # runs kept in PostgreSQL, the password from its Secret
+                pg_host = pg["host"] if "." in pg["host"] else f"{pg['host']}.{NAMESPACE}.svc"
+                password = pg.get("password", "pw")
+                assert config.server.store == (
+                    f"postgresql://{pg.get('user', 'podium')}:{password}@{pg_host}:5432/"
+                    f"{pg.get('database', 'podium')}")
+                check_store(config.server.store)
+            else:
+                assert config.server.store == "sqlite:podium.sqlite"  # unused beside Redis
             if "PODIUM_KEYS" in env:  # the gateway's keys, parsed as podium serve parses them
                 assert config.keys
             assert config.server.prefix == values.get("prefix", "podium")
@@ -311,7 +332,8 @@ def test_secrets_only_by_reference(case: tuple[dict[str, Any], Any]) -> None:
                 if ref := e.get("valueFrom", {}).get("secretKeyRef"):
                     ns = deployment["metadata"]["namespace"]
                     named = {values.get("redis", {}).get("existingSecret"),
-                             values.get("auth", {}).get("existingSecret")}
+                             values.get("auth", {}).get("existingSecret"),
+                             values.get("postgres", {}).get("existingSecret")}
                     assert (ns, ref["name"]) in secrets or ref["name"] in named
     if "auth" not in values:  # no keys: NOTES say every replica needs the same ones
         assert "no API keys" in rendered.notes
@@ -379,6 +401,11 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "pool-name-not-a-dns-label": (
         {"pools": [{"name": "Support_Team", "cpu": "1", "memory": "1Gi"}]}, "pools"),
     "unknown-autoscaler": ({"autoscaling": {"mode": "hpa"}}, "mode"),
+    "postgres-nowhere": ({"postgres": {"enabled": True, "cidrs": ["10.0.13.0/24"]}},
+                         "say where PostgreSQL is (postgres.host)"),
+    "postgres-unfenced": ({"postgres": {"enabled": True, "host": "pg"}},
+                          "say where PostgreSQL is (postgres.cidrs or postgres.podSelector)"),
+    "postgres-misspelt": ({"postgres": {"enabled": True, "hostname": "pg"}}, "hostname"),
     "misspelt-value": ({"gateway": {"replica": 3}}, "replica"),
 }
 

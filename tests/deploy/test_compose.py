@@ -33,11 +33,13 @@ def seconds(duration: str) -> float:
     return float(match[1])
 
 
-def interpolated(value: str) -> str:
-    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} with ENV."""
+def interpolated(value: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ${VAR}, ${VAR:-default} and ${VAR:?error} with ``env`` (default ENV)."""
+    env = ENV if env is None else env
+
     def one(m: re.Match[str]) -> str:
         name, op, rest = m[1], m[2] or "", m[3] or ""
-        return ENV.get(name, rest if op == ":-" else "")
+        return env.get(name, rest if op == ":-" else "")
     return re.sub(r"\$\{(\w+)(:[-?])?([^}]*)\}", one, value)
 
 
@@ -95,6 +97,28 @@ def test_required_variables_are_in_the_example_env_file() -> None:
     assert required <= example
 
 
+def test_the_postgres_profile_keeps_runs_in_postgres() -> None:
+    """``--profile postgres`` adds the server; STORE_URL points every Podium container's
+    store at it (unset: the default, unused beside Redis)."""
+    postgres = SERVICES["postgres"]
+    assert postgres["profiles"] == ["postgres"]
+    assert postgres["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in postgres["volumes"])
+    assert "postgres-data" in COMPOSE["volumes"]
+    url = "postgresql://podium:0123abcd@postgres:5432/podium"
+    env = {**ENV, "STORE_URL": url, "POSTGRES_PASSWORD": "0123abcd"}
+    assert interpolated(postgres["environment"]["POSTGRES_PASSWORD"], env) == "0123abcd"
+    pg_env = postgres["environment"]
+    assert url == f"postgresql://{pg_env['POSTGRES_USER']}:0123abcd@postgres:5432/{pg_env['POSTGRES_DB']}"
+    for name, service in PODIUM.items():
+        if name == "sim":
+            continue
+        environ = {k: interpolated(v, env) for k, v in service["environment"].items()}
+        config = load_config(str(DEPLOY / "podium.compose.toml"), environ=environ)
+        assert config.server.store == url and config.server.redis
+    assert "postgres" in PODIUM["worker"]["build"]["args"]["EXTRAS"].split(",")  # asyncpg
+
+
 def test_the_proxy_balances_the_two_gateways() -> None:
     conf = (DEPLOY / "nginx.conf").read_text()
     upstreams = re.findall(r"^\s*server\s+([\w-]+):(\d+)", conf, re.MULTILINE)
@@ -106,7 +130,7 @@ def test_the_proxy_balances_the_two_gateways() -> None:
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 def test_docker_compose_accepts_the_file() -> None:
     """docker-compose's own schema check (no daemon needed), with and without the proxy."""
-    for extra in ([], ["--profile", "proxy"]):
+    for extra in ([], ["--profile", "proxy"], ["--profile", "postgres"]):
         result = subprocess.run(
             ["docker-compose", "-f", str(DEPLOY / "compose.yaml"), *extra, "config", "-q"],
             capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **ENV},

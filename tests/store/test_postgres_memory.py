@@ -70,3 +70,66 @@ async def test_a_query_is_words_never_syntax(memory: PostgresMemory, query: str)
     found = await memory.search("q", query, limit=5)
     assert [i.key for i in found] in ([], ["k"])
     assert [i.key for i in await memory.search("q", "secret")] == ["k"]  # still there
+
+
+# -- vector search (pgvector) ------------------------------------------------------------
+
+#: A toy embedding: each text's direction, by hand (the nearest is the one that shares it).
+_VECTORS = {
+    "The customer is allergic to peanuts.": [1.0, 0.0, 0.0],
+    "The customer prefers deliveries after 6 pm.": [0.0, 1.0, 0.1],
+    "Parcels to Lyon arrive on Tuesdays.": [0.0, 0.2, 1.0],
+    "food that makes them ill": [0.9, 0.1, 0.0],
+    "when to bring the goods": [0.1, 1.0, 0.0],
+}
+
+
+async def _embed(text: str) -> list[float]:
+    return _VECTORS[text]
+
+
+def _has_pgvector(url: str) -> bool:
+    from postgres_fixtures import count_sql
+
+    return count_sql(url, "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'") > 0
+
+
+async def test_vector_search_finds_by_meaning_within_the_namespace(postgres_url: str) -> None:
+    if not _has_pgvector(postgres_url):
+        pytest.skip("the server has no pgvector extension (Debian: apt-get install "
+                    "postgresql-<major>-pgvector; bookworm does not package it)")
+    schema = f"vec_{uuid.uuid4().hex[:10]}"
+    async with PostgresRunStore(postgres_url, schema=schema) as store:
+        memory = PostgresMemory(store, embed=_embed, dimensions=3)
+        try:
+            assert await memory.vector_search() is True
+            for i, text in enumerate(list(_VECTORS)[:3]):
+                await memory.put_item("u1", MemoryItem(f"k{i}", text))
+            await memory.put_item("u2", MemoryItem("other", "The customer is allergic to peanuts."))
+            # No word in common with the item it finds: only its meaning.
+            assert [i.key for i in await memory.search("u1", "food that makes them ill",
+                                                       limit=1)] == ["k0"]
+            assert [i.key for i in await memory.search("u1", "when to bring the goods",
+                                                       limit=1)] == ["k1"]
+            found = await memory.search("u2", "food that makes them ill", limit=5)
+            assert [i.key for i in found] == ["other"]  # never another namespace's items
+            assert await memory.delete("u1", "k0") is True
+            assert "k0" not in {i.key for i in await memory.search("u1", "food that makes "
+                                                                    "them ill", limit=5)}
+        finally:
+            await memory.aclose()
+
+
+async def test_without_pgvector_memory_searches_by_words(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if _has_pgvector(postgres_url):
+        pytest.skip("the server has pgvector: the fallback is not taken")
+    schema = f"vec_{uuid.uuid4().hex[:10]}"
+    async with PostgresRunStore(postgres_url, schema=schema) as store:
+        memory = PostgresMemory(store, embed=_embed, dimensions=3)
+        await memory.put_item("u1", MemoryItem("k0", "The customer is allergic to peanuts."))
+        assert await memory.vector_search() is False
+        assert [i.key for i in await memory.search("u1", "peanuts")] == ["k0"]
+        assert sum("no pgvector extension" in r.getMessage() for r in caplog.records) == 1
+        await memory.aclose()

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from podium._config_checks import check_archive, check_store
+from podium._config_checks import check_archive, check_queue, check_store
 from podium.cli.common import (
     LISTEN_BACKLOG,
     RawHelpFormatter,
@@ -81,6 +81,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--archive", type=non_empty, metavar="URL",
                         help="with --redis: copy finished runs to PostgreSQL (a postgresql:// "
                         "URL) before their Redis TTL ends (default: server.archive)")
+    parser.add_argument("--queue", type=non_empty, metavar="URL",
+                        help="distributed mode on PostgreSQL alone: queue runs in this "
+                        "postgresql:// database (default: server.queue; the store defaults "
+                        "to the same URL)")
     parser.add_argument("--prefix", type=non_empty,
                         help="prefix of every Redis key (default: server.prefix)")
     parser.add_argument("--ttl", type=seconds, metavar="S",
@@ -172,6 +176,11 @@ def serve(args: argparse.Namespace) -> int:
     if server.archive is not None:  # checked beside the Redis and store it goes with
         check_archive(server.archive, server.redis, server.store,
                       "--archive" if args.archive else "server.archive")
+    if args.queue:
+        server.queue = args.queue
+        if not args.store and not is_postgres_url(server.store):  # one URL for both
+            server.store = args.queue
+        check_queue(args.queue, server.store, redis=server.redis, what="--queue")
     # Bound now, the port the flag or podium.toml names is ours, or one line says why; and
     # with port 0 the port the OS picked is known before it is announced.
     listeners = bind_listeners(server.host, server.port, "port")
@@ -268,6 +277,7 @@ def _serve(args: argparse.Namespace, config: Config, listeners: list[socket.sock
 
     loop = "uvloop" if sys.platform != "win32" else "asyncio"
     mode = f"distributed ({url_for_log(server.redis)})" if server.redis else (
+        f"distributed (PostgreSQL {url_for_log(server.queue)})" if server.queue else
         f"embedded ({url_for_log(server.store)})"
     )
     if server.redis and is_postgres_url(server.store):

@@ -1,4 +1,5 @@
-"""``podium worker``: claim runs from Redis and drive them, in one or many processes.
+"""``podium worker``: claim runs from Redis (or PostgreSQL) and drive them, in one or many
+processes.
 
 It reads the same ``podium.toml`` as ``podium serve`` (agents with their
 names and pools, ``[[models]]``, ``server.redis``, ``server.prefix``,
@@ -13,7 +14,7 @@ import importlib
 import os
 import sys
 
-from podium._config_checks import check_archive, check_store
+from podium._config_checks import check_archive, check_queue, check_store
 from podium.cli.common import (
     LISTEN_BACKLOG,
     RawHelpFormatter,
@@ -27,7 +28,7 @@ from podium.cli.common import (
     positive_seconds,
     seconds,
 )
-from podium.config import load_config
+from podium.config import ServerConfig, load_config
 from podium.factory import worker_agents
 from podium.gctune import check_gc_env
 from podium.observe.otel_env import check_tracing_env
@@ -70,6 +71,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="podium.toml (default: ./podium.toml if present)")
     p.add_argument("--redis", type=non_empty,
                    help=f"Redis URL (default: server.redis, else {DEFAULT_REDIS})")
+    p.add_argument("--queue", type=non_empty, metavar="URL",
+                   help="claim runs from a queue in PostgreSQL (a postgresql:// URL): no "
+                   "Redis at all (default: server.queue; the store defaults to the same URL)")
     p.add_argument("--store", type=non_empty, metavar="URL",
                    help="keep runs in PostgreSQL (a postgresql:// URL; the queue stays in "
                    "Redis; default: server.store when it is one, else Redis)")
@@ -128,6 +132,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(handler=run)
 
 
+def _check_redis(args: argparse.Namespace, server: ServerConfig) -> tuple[str, bool]:
+    """The Redis URL a worker uses, checked (and its server asked) now; whether it may work
+    on an evicting one."""
+    redis_url: str = args.redis or server.redis or DEFAULT_REDIS
+    check_redis_url(redis_url)
+    for module in ("redis", "hiredis"):  # missing: main() names the extra to install
+        importlib.import_module(module)
+    from podium.store.redis_preflight import preflight
+
+    # a server that can never work is one line now, not a worker retrying forever
+    allow_evicting = bool(args.allow_evicting_redis or server.allow_evicting_redis)
+    if warning := preflight(redis_url, args.prefix or server.prefix, [args.pool],
+                            allow_evicting=allow_evicting):
+        print(f"podium worker: warning: {warning}", file=sys.stderr, flush=True)
+    return redis_url, allow_evicting
+
+
 def run(args: argparse.Namespace) -> int:
     from podium.worker.process import WorkerConfig, serve, supervise
 
@@ -135,18 +156,15 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(path)
     check_gc_env()  # each child tunes the collector: a bad PODIUM_GC is one line here
     server = config.server
-    redis_url = args.redis or server.redis or DEFAULT_REDIS
-    check_redis_url(redis_url)
-    for module in ("redis", "hiredis"):  # missing: main() names the extra to install
-        importlib.import_module(module)
-    from podium.store.redis_preflight import preflight
-
-    # a server that can never work is one line now, not a worker retrying forever
-    allow_evicting = args.allow_evicting_redis or server.allow_evicting_redis
-    if warning := preflight(redis_url, args.prefix or server.prefix, [args.pool],
-                            allow_evicting=allow_evicting):
-        print(f"podium worker: warning: {warning}", file=sys.stderr, flush=True)
+    queue_url = args.queue or server.queue
     store_url = args.store or (server.store if is_postgres_url(server.store) else None)
+    if queue_url is not None:  # PostgreSQL alone: its queue, and its store
+        store_url = store_url or queue_url
+        check_queue(queue_url, store_url, redis=args.redis,
+                    what="--queue" if args.queue else "server.queue")
+        redis_url, allow_evicting = args.redis or DEFAULT_REDIS, False  # (unused)
+    else:
+        redis_url, allow_evicting = _check_redis(args, server)
     if store_url is not None:
         check_store(store_url, "--store" if args.store else "server.store")
         if not is_postgres_url(store_url):
@@ -167,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if ttl < 0:
         raise UserError("--ttl must be 0 (never) or positive")
     worker = WorkerConfig(
-        redis_url=redis_url, store_url=store_url, archive_url=archive_url,
+        redis_url=redis_url, store_url=store_url, archive_url=archive_url, queue_url=queue_url,
         agents=tuple(args.agent), pool=args.pool,
         config_file=os.path.abspath(path) if path else None,
         concurrency=args.concurrency, burst=args.burst, burst_patience_s=args.burst_patience,

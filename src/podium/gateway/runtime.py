@@ -3,7 +3,8 @@
 Embedded mode (the default): the store named by ``server.store`` (SQLite, or
 memory), an in-process queue, and in-process workers per pool. Distributed
 mode (``server.redis``): a Redis store and queue, no workers here — they run
-as ``podium worker`` processes.
+as ``podium worker`` processes. ``server.queue`` (a ``postgresql://`` URL): the same
+on PostgreSQL alone (its store and queue; no token streaming between processes).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from podium.worker.worker import Worker
 
 log = logging.getLogger("podium.gateway")
 
-__all__ = ("build_gateway", "load_agents", "open_store")
+__all__ = ("build_gateway", "distributed", "load_agents", "open_store")
 
 
 def load_agents(config: Config) -> list[ServedAgent]:
@@ -70,7 +71,16 @@ def open_store(config: Config) -> RunStore:
     return SQLiteRunStore(path)
 
 
+def distributed(config: Config) -> bool:
+    """Whether workers run elsewhere (``podium worker``): a Redis or PostgreSQL queue."""
+    return bool(config.server.redis or config.server.queue)
+
+
 def open_queue(config: Config) -> RunQueue:
+    if config.server.queue:
+        from podium.queue.postgres import PostgresQueue
+
+        return PostgresQueue(config.server.queue)
     if config.server.redis:
         from podium.queue.redis import RedisQueue
 
@@ -96,6 +106,8 @@ def build_gateway(
         client = getattr(store, "client", None) or config.server.redis
         tokens = RedisTokenChannel(client, prefix=config.server.prefix)
         return Gateway(config, served, store, queue, keys, tokens=tokens)
+    if distributed(config):  # on PostgreSQL: streams carry whole journal events
+        return Gateway(config, served, store, queue, keys)
     engine = Engine(store, profile=config.server.profile)
     by_name = {s.name: s.agent for s in served}
     pools = dict.fromkeys([*config.pool_names(), *(s.pool for s in served)])

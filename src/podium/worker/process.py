@@ -24,13 +24,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from podium.errors import QueueUnavailableError
 from podium.gctune import tune_for_serving
 from podium.worker.topology import Placement, place_workers, read_topology
+
+if TYPE_CHECKING:
+    from podium.queue.base import RunQueue
+    from podium.store.base import RunStore
+    from podium.streaming.base import TokenChannel
 
 __all__ = ("WorkerConfig", "serve", "supervise")
 
@@ -46,6 +51,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     store_url: str | None = None
     #: Finished runs archived to PostgreSQL (``postgresql://``) before their Redis TTL.
     archive_url: str | None = None
+    #: The queue on PostgreSQL too (``postgresql://``): no Redis at all (``redis_url`` unused).
+    queue_url: str | None = None
     pool: str = "default"
     config_file: str | None = None
     concurrency: int = 256
@@ -115,9 +122,6 @@ def serve(config: WorkerConfig, *, metrics_socket: socket.socket | None = None) 
 
 
 async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> int:
-    # Imported here so that `podium --help` never needs redis.
-    from redis.exceptions import RedisError
-
     from podium.config import load_config
     from podium.engine.driver import Engine
     from podium.engine.hook import combine
@@ -125,10 +129,6 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     from podium.observe.blocking import detector_from_env
     from podium.observe.serve_metrics import start_metrics
     from podium.observe.tracing import tracer_from_env
-    from podium.queue.redis import RedisQueue
-    from podium.store.base import RunStore
-    from podium.store.redis import RedisRunStore, connect
-    from podium.streaming.redis import RedisTokenChannel
     from podium.tools.executor import ToolExecutor
     from podium.tools.threads import ToolThreads
     from podium.worker.capacity import share_capacity
@@ -145,46 +145,11 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         config.threads or os.cpu_count() or 1,
         initializer=_pin, initargs=(node_cpus,),  # sync tools may use the whole node
     )
-    client = connect(config.redis_url, max_connections=None)
-    # A worker waits out a short Redis restart inside the client, its commands resent as
-    # they were (idempotent), and holds a run's checkpoint writes through a longer outage
-    # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
-    # Redis is back rather than the call run again; the gateway's clients fail fast (503).
-    store: RunStore
-    if config.store_url is not None:
-        from podium.store.postgres import PostgresRunStore
-
-        # Waits out a Postgres outage (a restart, a full disk) for as long as a Redis
-        # store holds a run's writes (outage_hold_s), the writes asking whether they
-        # landed before they are sent again: a call that completed meanwhile is journaled
-        # when Postgres is back, not run again (bench_chaos --postgres --outage-kind
-        # pg-full, 14 s: 4 completed calls repeated with 10 s of patience). Finished runs
-        # are kept (history).
-        store = PostgresRunStore(config.store_url,
-                                 unavailable_s=max(WORKER_PATIENCE_S, config.outage_hold_s))
-    else:
-        store = RedisRunStore(client, prefix=config.prefix,
-                              finished_ttl_s=config.finished_ttl_s,
-                              unavailable_s=WORKER_PATIENCE_S,
-                              outage_hold_s=config.outage_hold_s,
-                              allow_evicting=config.allow_evicting_redis)
-        if config.archive_url is not None:
-            from podium.store.postgres import PostgresRunStore
-            from podium.store.tiered import TieredRunStore
-
-            store = TieredRunStore(store, PostgresRunStore(
-                config.archive_url, unavailable_s=WORKER_PATIENCE_S))
-    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
-                       unavailable_s=WORKER_PATIENCE_S)
+    store, queue, tokens, client = await _backends(config)
     executor = ToolExecutor(thread_pool=threads)
     engine = Engine(store, executor, profile=config.profile)
-    # Hears the gateways' listeners; a run streams its tokens only while one listens.
-    tokens = RedisTokenChannel(client, prefix=config.prefix)
-    try:
-        await tokens.start()
+    if tokens is not None:
         engine.tokens = tokens
-    except (RedisError, OSError) as exc:
-        log.warning("no token streaming from this worker: %s", exc)
     worker = Worker(
         queue, engine, agents, pool=config.pool, concurrency=config.concurrency,
         consumer=config.consumer, heartbeat_s=config.lease_s / 3,
@@ -228,10 +193,14 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
         return 1
     finally:
         await engine.aclose()
-        await tokens.aclose()
+        if tokens is not None:
+            await tokens.aclose()
+        if client is None:  # (a Redis queue's connections are the client's)
+            await queue.aclose()
         executor.close()
         threads.shutdown(wait=False, cancel_futures=True)
-        await client.aclose()
+        if client is not None:
+            await client.aclose()
         if metrics is not None:
             await metrics.stop()
         await health.stop()
@@ -243,6 +212,69 @@ async def _serve(config: WorkerConfig, metrics_socket: socket.socket | None) -> 
     # Ctrl-C: 130, as every podium command (it drained first); SIGTERM, an orchestrator's
     # stop, is a clean exit.
     return 130 if signal.SIGINT in signals else 0
+
+
+async def _backends(
+    config: WorkerConfig,
+) -> tuple[RunStore, RunQueue, TokenChannel | None, Any]:
+    """The store, queue, token channel (or None) and Redis client (or None) of a worker."""
+    store: RunStore
+    queue: RunQueue
+    if config.queue_url is not None:  # PostgreSQL only: no Redis, no token streaming
+        from podium.queue.postgres import PostgresQueue
+        from podium.store.postgres import PostgresRunStore
+
+        store = PostgresRunStore(config.store_url or config.queue_url,
+                                 unavailable_s=max(WORKER_PATIENCE_S, config.outage_hold_s))
+        queue = PostgresQueue(config.queue_url, lease_s=config.lease_s,
+                              unavailable_s=WORKER_PATIENCE_S)
+        return store, queue, None, None
+    # Imported here so that `podium --help` (and a PostgreSQL-only worker) never needs redis.
+    from redis.exceptions import RedisError
+
+    from podium.queue.redis import RedisQueue
+    from podium.store.redis import RedisRunStore, connect
+    from podium.streaming.redis import RedisTokenChannel
+
+    client = connect(config.redis_url, max_connections=None)
+    # A worker waits out a short Redis restart inside the client, its commands resent as
+    # they were (idempotent), and holds a run's checkpoint writes through a longer outage
+    # (outage_hold_s), so the outcome of a call that finished meanwhile is journaled when
+    # Redis is back rather than the call run again; the gateway's clients fail fast (503).
+    if config.store_url is not None:
+        from podium.store.postgres import PostgresRunStore
+
+        # Waits out a Postgres outage (a restart, a full disk) for as long as a Redis
+        # store holds a run's writes (outage_hold_s), the writes asking whether they
+        # landed before they are sent again: a call that completed meanwhile is journaled
+        # when Postgres is back, not run again (bench_chaos --postgres --outage-kind
+        # pg-full, 14 s: 4 completed calls repeated with 10 s of patience). Finished runs
+        # are kept (history).
+        store = PostgresRunStore(config.store_url,
+                                 unavailable_s=max(WORKER_PATIENCE_S, config.outage_hold_s))
+    else:
+        store = RedisRunStore(client, prefix=config.prefix,
+                              finished_ttl_s=config.finished_ttl_s,
+                              unavailable_s=WORKER_PATIENCE_S,
+                              outage_hold_s=config.outage_hold_s,
+                              allow_evicting=config.allow_evicting_redis)
+        if config.archive_url is not None:
+            from podium.store.postgres import PostgresRunStore
+            from podium.store.tiered import TieredRunStore
+
+            store = TieredRunStore(store, PostgresRunStore(
+                config.archive_url, unavailable_s=WORKER_PATIENCE_S))
+    queue = RedisQueue(client, prefix=config.prefix, lease_s=config.lease_s,
+                       unavailable_s=WORKER_PATIENCE_S)
+    # Hears the gateways' listeners; a run streams its tokens only while one listens.
+    tokens = RedisTokenChannel(client, prefix=config.prefix)
+    try:
+        await tokens.start()
+    except (RedisError, OSError) as exc:
+        log.warning("no token streaming from this worker: %s", exc)
+        await tokens.aclose()
+        return store, queue, None, client
+    return store, queue, tokens, client
 
 
 # -- many worker processes ------------------------------------------------------------------
@@ -281,8 +313,9 @@ def supervise(
     placements = place_workers(read_topology(), procs)
     children: dict[int, subprocess.Popen[bytes]] = {}
     stopping = False
-    redis_health = SyncRedisHealth(config.redis_url, config.prefix,
-                                   allow_evicting=config.allow_evicting_redis)
+    # (A PostgreSQL-only fleet: each child's own /readyz asks its store and queue.)
+    redis_health = None if config.queue_url is not None else SyncRedisHealth(
+        config.redis_url, config.prefix, allow_evicting=config.allow_evicting_redis)
 
     # The stores the children use: Redis (the queue, and the store unless a PostgreSQL
     # one is named), PostgreSQL where it keeps the runs or their archive.
@@ -294,7 +327,8 @@ def supervise(
         running = sum(proc.poll() is None for proc in list(children.values()))
         checks = {"workers": "ok" if running == len(placements) and not stopping
                   else f"{running} of {len(placements)} running"}
-        checks["queue" if "store" in postgres else "store"] = redis_health.problem() or "ok"
+        if redis_health is not None:
+            checks["queue" if "store" in postgres else "store"] = redis_health.problem() or "ok"
         for name, health in postgres.items():
             checks[name] = health.problem() or "ok"
         return all(v == "ok" for v in checks.values()), checks
@@ -347,7 +381,8 @@ def supervise(
             signal.signal(sig, handler)
         if shared is not None:
             shared.close()
-        redis_health.close()
+        if redis_health is not None:
+            redis_health.close()
     if interrupted:  # Ctrl-C (the children, in the terminal's group, got it too: 130)
         return 130
     return 0 if all(c == 0 for c in codes.values()) else 1

@@ -37,6 +37,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.redis.existingSecret | default (printf "%s-redis" (include "podium.fullname" .)) -}}
 {{- end -}}
 
+{{- define "podium.postgresSecret" -}}
+{{- .Values.postgres.existingSecret | default (printf "%s-postgres" (include "podium.fullname" .)) -}}
+{{- end -}}
+
+{{- define "podium.postgresHost" -}}
+{{- if not .Values.postgres.host -}}
+{{- fail "postgres.enabled: say where PostgreSQL is (postgres.host); this chart runs no database" -}}
+{{- end -}}
+{{- if or (contains "." .Values.postgres.host) (contains ":" .Values.postgres.host) -}}
+{{- .Values.postgres.host -}}
+{{- else -}}
+{{- printf "%s.%s.svc" .Values.postgres.host .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "podium.keysSecret" -}}
 {{- .Values.auth.existingSecret | default (printf "%s-keys" (include "podium.fullname" .)) -}}
 {{- end -}}
@@ -91,6 +106,21 @@ Service name is qualified with the release's namespace.
 {{- end }}
 - name: PODIUM_SERVER__PREFIX
   value: {{ .Values.prefix | quote }}
+{{- if .Values.postgres.enabled }}
+{{- $pg := .Values.postgres }}
+{{- if or $pg.password $pg.existingSecret }}
+- name: POSTGRES_PASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "podium.postgresSecret" . }}
+      key: {{ $pg.existingSecretKey }}
+- name: PODIUM_SERVER__STORE
+  value: "postgresql://{{ $pg.user }}:$(POSTGRES_PASSWORD)@{{ include "podium.postgresHost" . }}:{{ $pg.port }}/{{ $pg.database }}"
+{{- else }}
+- name: PODIUM_SERVER__STORE
+  value: "postgresql://{{ $pg.user }}@{{ include "podium.postgresHost" . }}:{{ $pg.port }}/{{ $pg.database }}"
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* The API keys: the gateways' only (workers never see a client) */}}

@@ -1,0 +1,143 @@
+"""Vector search of long-term memories with pgvector, where the server has it.
+
+:class:`VectorIndex` keeps one embedding per memory in ``podium_memory_vectors`` (a
+``vector(N)`` column, HNSW-indexed for cosine distance) beside the store's
+``podium_memories`` rows, which it joins to answer: the nearest items of one namespace
+(``WHERE namespace = …``: a tenant's query never reaches another's vectors). The
+extension is created on first use (``CREATE EXTENSION IF NOT EXISTS vector``: the role
+needs the right, or an administrator runs it once); a server without pgvector answers
+:meth:`VectorIndex.available` False and :class:`~podium.memory.postgres.PostgresMemory`
+searches by words instead. Debian packages it as ``postgresql-<major>-pgvector``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from podium.errors import ConfigError
+from podium.memory.item import MemoryItem
+
+if TYPE_CHECKING:
+    import asyncpg
+
+__all__ = ("TABLE", "VectorIndex", "missing_extension")
+
+#: Where the embeddings are kept.
+TABLE = "podium_memory_vectors"
+
+
+def missing_extension(where: str) -> str:
+    return (f"{where}: the server has no pgvector extension (`vector`): install it "
+            "(Debian: apt-get install postgresql-<major>-pgvector) for vector search; "
+            "memories are searched by their words meanwhile")
+
+
+class VectorIndex:
+    """Embeddings of ``dimensions`` numbers, in the database (and schema) of ``dsn``."""
+
+    def __init__(self, dsn: str, dimensions: int, *, schema: str | None = None) -> None:
+        if dimensions < 1 or dimensions > 16000:
+            raise ConfigError(f"dimensions: 1 to 16000 (pgvector's bound), got {dimensions}")
+        self.dsn = dsn
+        self.dimensions = dimensions
+        self.schema = schema
+        self._pool: asyncpg.Pool | None = None
+        self._available: bool | None = None
+        self._opening = asyncio.Lock()
+        self._decoder = msgspec.msgpack.Decoder(MemoryItem)
+
+    @property
+    def known(self) -> bool:
+        """Whether :meth:`available` has been answered (no query needed any more)."""
+        return self._available is not None
+
+    async def available(self) -> bool:
+        """Whether the server has pgvector (and the table is made): asked once."""
+        if self._available is None:
+            async with self._opening:
+                if self._available is None:
+                    self._available = await self._open()
+        return self._available
+
+    async def _open(self) -> bool:
+        import asyncpg
+
+        settings = {"application_name": "podium-memory"}
+        if self.schema is not None:
+            settings["search_path"] = f"{self.schema},public"
+        pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4,
+                                         server_settings=settings)
+        try:
+            async with pool.acquire() as conn:  # (a pool closes once this is back)
+                ready = await self._prepare(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        if not ready:
+            await pool.close()
+            return False
+        self._pool = pool
+        return True
+
+    async def _prepare(self, conn: asyncpg.Connection) -> bool:
+        """The extension and the table (False: the server has no pgvector)."""
+        if not await conn.fetchval(
+                "SELECT count(*) > 0 FROM pg_available_extensions WHERE name = 'vector'"):
+            return False
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS podium_memory_vectors ("
+            " namespace bytea NOT NULL, key bytea NOT NULL,"
+            f" embedding vector({self.dimensions}) NOT NULL,"
+            " PRIMARY KEY (namespace, key))")
+        found = await conn.fetchval(
+            "SELECT atttypmod FROM pg_attribute WHERE attrelid = "
+            "'podium_memory_vectors'::regclass AND attname = 'embedding'")
+        if found != self.dimensions:
+            raise ConfigError(
+                f"podium_memory_vectors holds embeddings of {found} numbers, this memory "
+                f"makes {self.dimensions}: one embedding model per database (or schema)")
+        await conn.execute(
+            "CREATE INDEX IF NOT EXISTS podium_memory_vectors_hnsw ON "
+            "podium_memory_vectors USING hnsw (embedding vector_cosine_ops)")
+        return True
+
+    def _literal(self, vector: Sequence[float]) -> str:
+        if len(vector) != self.dimensions:
+            raise ValueError(f"an embedding of {len(vector)} numbers, expected {self.dimensions}")
+        return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+    async def put(self, namespace: str, key: str, vector: Sequence[float]) -> None:
+        assert self._pool is not None
+        await self._pool.execute(
+            "INSERT INTO podium_memory_vectors (namespace, key, embedding)"
+            " VALUES ($1, $2, $3::text::vector) ON CONFLICT (namespace, key)"
+            " DO UPDATE SET embedding = EXCLUDED.embedding",
+            namespace.encode(), key.encode(), self._literal(vector))
+
+    async def nearest(
+        self, namespace: str, vector: Sequence[float], limit: int
+    ) -> list[MemoryItem]:
+        """The namespace's items nearest ``vector`` (cosine distance), nearest first."""
+        assert self._pool is not None
+        rows: list[Any] = await self._pool.fetch(
+            "SELECT m.item FROM podium_memory_vectors v JOIN podium_memories m"
+            " ON m.namespace = v.namespace AND m.key = v.key"
+            " WHERE v.namespace = $1 ORDER BY v.embedding <=> $2::text::vector LIMIT $3",
+            namespace.encode(), self._literal(vector), limit)
+        return [self._decoder.decode(r["item"]) for r in rows]
+
+    async def delete(self, namespace: str, key: str) -> None:
+        assert self._pool is not None
+        await self._pool.execute(
+            "DELETE FROM podium_memory_vectors WHERE namespace = $1 AND key = $2",
+            namespace.encode(), key.encode())
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
