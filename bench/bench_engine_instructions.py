@@ -65,10 +65,10 @@ def _as_fast_as_the_machine() -> None:
     millisecond is checked, an anchor taken at most every half millisecond): under
     callgrind every step would be "long". Its thresholds are scaled by the slowdown, so the
     count is of the clock reads a step costs on the machine."""
-    from podium.engine import stopwatch
+    from podium.engine import exact_stopwatch, sampled_stopwatch
     from podium.observe import threadclock
 
-    for module in (stopwatch, threadclock):
+    for module in (exact_stopwatch, sampled_stopwatch, threadclock):
         for name in ("LONG_NS", "ANCHOR_NS", "CALIBRATE_NS"):
             if hasattr(module, name):
                 setattr(module, name, getattr(module, name) * SLOWDOWN)
