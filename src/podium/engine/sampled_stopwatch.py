@@ -35,6 +35,12 @@ SAMPLE_EVERY = 32
 SAMPLED_TOLERANCE = 0.02
 
 
+def _cut(cpu: tuple[int, ...], allowed: int, total: int) -> tuple[int, ...]:
+    """A step's CPU figures cut to ``allowed`` in all (of ``total``): more than the thread
+    can have spent (:meth:`~podium.observe.threadclock.ThreadClock.take`)."""
+    return tuple([c * allowed // total for c in cpu]) if total > 0 else cpu
+
+
 class _Calibration:
     """The loop thread's CPU per running nanosecond (shared by every run of the process:
     preemption is the thread's, not a run's): the ratio measured on the sampled slices,
@@ -182,6 +188,12 @@ class SampledStopwatch(Stopwatch, gc=False):
                 q = _calibration.scale
                 cpu = (wall[0] * q >> 16, wall[1] * q >> 16, wall[2] * q >> 16,
                        wall[3] * q >> 16, wall[4] * q >> 16, wall[5] * q >> 16)
+            c = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5]
+            credit = clock.credit - c
+            if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
+                clock.credit = credit
+            else:
+                cpu = _cut(cpu, clock.take(c, now), c)
             profile = StepProfile(step, wall, cpu, tool_calls, ttft_ns)
             self.steps.append(profile)
             if self.sink is not None:
@@ -250,6 +262,13 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], w5 * _calibration.scale >> 16)
             clock.booked += sum(wall)
             t[0:6] = _ZERO6
+        cpu = profile.cpu_ns
+        c = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5]
+        credit = clock.credit - c
+        if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
+            clock.credit = credit
+        else:
+            profile.cpu_ns = _cut(cpu, clock.take(c, now), c)
         steps = self.steps
         if not steps or steps[-1] is not profile:
             steps.append(profile)
