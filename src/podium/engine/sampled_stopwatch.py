@@ -183,17 +183,17 @@ class SampledStopwatch(Stopwatch, gc=False):
             if now - clock.at > ANCHOR_NS:
                 clock.anchor(now, self.clock, _calibration, self.tolerance)
             t[MODEL_NS] += wall[1]
-            cpu = wall
+            cpu: tuple[int, ...] = wall
             if _calibration.scaled:
                 q = _calibration.scale
                 cpu = (wall[0] * q >> 16, wall[1] * q >> 16, wall[2] * q >> 16,
                        wall[3] * q >> 16, wall[4] * q >> 16, wall[5] * q >> 16)
-            c = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5]
-            credit = clock.credit - c
+            spent = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5]
+            credit = clock.credit - spent
             if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
                 clock.credit = credit
             else:
-                cpu = _cut(cpu, clock.take(c, now), c)
+                cpu = _cut(cpu, clock.take(spent, now), spent)
             profile = StepProfile(step, wall, cpu, tool_calls, ttft_ns)
             self.steps.append(profile)
             if self.sink is not None:
@@ -262,13 +262,13 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], w5 * _calibration.scale >> 16)
             clock.booked += sum(wall)
             t[0:6] = _ZERO6
-        cpu = profile.cpu_ns
-        c = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5]
-        credit = clock.credit - c
+        figures = profile.cpu_ns
+        spent = figures[0] + figures[1] + figures[2] + figures[3] + figures[4] + figures[5]
+        credit = clock.credit - spent
         if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
             clock.credit = credit
         else:
-            profile.cpu_ns = _cut(cpu, clock.take(c, now), c)
+            profile.cpu_ns = _cut(figures, clock.take(spent, now), spent)
         steps = self.steps
         if not steps or steps[-1] is not profile:
             steps.append(profile)
