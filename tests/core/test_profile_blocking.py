@@ -171,3 +171,23 @@ async def test_many_runs_phase_cpu_adds_up_to_no_more_than_the_threads(wait_s: f
     # see, but for the little it saw before the runs started (the credit's cap).
     assert booked <= used + CREDIT_NS, f"phases {booked / MS:.1f} ms, thread {used / MS:.1f} ms"
     assert booked >= 0.2 * used  # (and the phases are most of what the thread does)
+
+
+def test_the_phases_are_given_no_cpu_the_threads_clock_did_not_see() -> None:
+    """ThreadClock.take: a step's CPU figures draw on what the clock's readings saw (plus
+    the wall time since the last reading); more is cut, and what the loop's own work left
+    unclaimed piles up to at most CREDIT_NS."""
+    from podium.observe.threadclock import ThreadClock
+
+    clock, cpu = ThreadClock(), [0]
+    clock.schedstat = False
+    clock.anchor(0, lambda: cpu[0], None, 0.0)  # the first reading: nothing seen yet
+    cpu[0] = 3 * MS
+    clock.anchor(5 * MS, lambda: cpu[0], None, 0.0)  # 3 ms of the thread's CPU seen
+    assert clock.take(2 * MS, 5 * MS) == 2 * MS
+    assert clock.take(2 * MS, 5 * MS) == 1 * MS  # only 1 ms left, no wall time since
+    assert clock.take(MS // 2, 5 * MS + MS // 2) == MS // 2  # the wall time since: at most
+    assert clock.take(MS, 5 * MS + MS // 2) == 0
+    cpu[0] = 100 * MS  # 97 ms more, none of it given to a phase: capped
+    clock.anchor(200 * MS, lambda: cpu[0], None, 0.0)
+    assert clock.credit == CREDIT_NS
