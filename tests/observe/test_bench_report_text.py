@@ -109,3 +109,12 @@ def test_the_processs_cpu_is_accounted_for_once_line_by_line() -> None:
     assert "CPU µs per step (other threads) 4.0" in text, text
     assert "accounted for 50.0 of the process's 50.0" in text, text
     assert text.count("in phases") == 2, text  # (the CPU line and the blocked line)
+
+
+def test_the_html_report_of_a_bench_says_in_phases_once() -> None:
+    from podium.cli.bench_report import summary_rows
+
+    page = profile_report([], summary=summary_rows(report(loop_cpu_us_per_step=46.0)))
+    cpu_rows = sum(page.count(f"<td>{row}</td>")
+                   for row in ("CPU µs per step (in phases)", "  in phases"))
+    assert cpu_rows == 1, page
