@@ -183,7 +183,8 @@ class SampledStopwatch(Stopwatch, gc=False):
             wall = (a - mark, b - a, c - b, d - c, e - d, now - e)
             t[_MARK] = t[_SPAN] = now
             clock = thread_clock
-            clock.booked += now - mark
+            spent = now - mark  # (the walls' sum: the step's CPU unless scaled)
+            clock.booked += spent
             if now - clock.at > ANCHOR_NS:
                 clock.anchor(now, self.clock, _calibration, self.tolerance)
             t[MODEL_NS] += wall[1]
@@ -192,7 +193,7 @@ class SampledStopwatch(Stopwatch, gc=False):
                 q = _calibration.scale
                 cpu = (wall[0] * q >> 16, wall[1] * q >> 16, wall[2] * q >> 16,
                        wall[3] * q >> 16, wall[4] * q >> 16, wall[5] * q >> 16)
-            spent = cpu[0] + cpu[1] + cpu[2] + cpu[3] + cpu[4] + cpu[5]
+                spent = spent * q >> 16  # (within a ns a phase of their sum)
             credit = clock.credit - spent
             if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
                 clock.credit = credit
