@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from podium.engine import stopwatch
+from podium.engine import exact_stopwatch, sampled_stopwatch
 from podium.engine.profile import StepProfile
 from podium.engine.stopwatch import ENDS, SAMPLE_EVERY, SampledStopwatch, Stopwatch
 from podium.observe.threadclock import ThreadClock
@@ -25,7 +25,8 @@ def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(
 ) -> None:
     # Fake clocks, not a spinning thread: a real one preempted between its two clock reads
     # moved the ratio past its bounds on a busy machine.
-    stopwatch._calibration.set(1.0, stopwatch.SAMPLED_TOLERANCE)  # a fresh process's estimate
+    # A fresh process's estimate.
+    sampled_stopwatch._calibration.set(1.0, sampled_stopwatch.SAMPLED_TOLERANCE)
 
     def half_cpu() -> int:
         return clocks.cpu // 2
@@ -125,12 +126,14 @@ class FakeClocks:
 @pytest.fixture
 def clocks(monkeypatch: pytest.MonkeyPatch) -> FakeClocks:
     fake = FakeClocks()
-    monkeypatch.setattr(stopwatch, "_perf", fake.perf)
+    for module in (exact_stopwatch, sampled_stopwatch):
+        monkeypatch.setattr(module, "_perf", fake.perf)
     # The loop thread's anchor, read with the fake clocks; the ratio from the sampled
     # slices, not from the scheduler's statistics of the real thread.
     own = ThreadClock()
     own.schedstat = False
-    monkeypatch.setattr(stopwatch, "thread_clock", own)
+    for module in (exact_stopwatch, sampled_stopwatch):
+        monkeypatch.setattr(module, "thread_clock", own)
     return fake
 
 
@@ -222,7 +225,7 @@ def stamped_steps(clocks: FakeClocks, sw: Stopwatch, end: Callable[[int], None])
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
 def test_phase_ends_the_step_loop_stamps_come_out_as_laps_would(
-    kind: type[Stopwatch], clocks: FakeClocks, calibration: stopwatch._Calibration
+    kind: type[Stopwatch], clocks: FakeClocks, calibration: sampled_stopwatch._Calibration
 ) -> None:
     """The fast lane stamps its phase ends (``t[ENDS + phase]``) instead of calling
     lap(): the figures are the same, whether the step ran in one slice, waited between
@@ -328,14 +331,14 @@ async def test_runs_without_a_profile_leave_the_shared_figures_untouched() -> No
 
 
 @pytest.fixture
-def calibration(monkeypatch: pytest.MonkeyPatch) -> stopwatch._Calibration:
-    fresh = stopwatch._Calibration()
-    monkeypatch.setattr(stopwatch, "_calibration", fresh)
+def calibration(monkeypatch: pytest.MonkeyPatch) -> sampled_stopwatch._Calibration:
+    fresh = sampled_stopwatch._Calibration()
+    monkeypatch.setattr(sampled_stopwatch, "_calibration", fresh)
     return fresh
 
 
 def test_sampled_figures_are_running_time_and_the_aggregator_hears_each_step_as_it_closes(
-    clocks: FakeClocks, calibration: stopwatch._Calibration
+    clocks: FakeClocks, calibration: sampled_stopwatch._Calibration
 ) -> None:
     heard: list[StepProfile] = []
     sw = SampledStopwatch.start(clocks.thread, heard.append)
@@ -355,7 +358,7 @@ def test_sampled_figures_are_running_time_and_the_aggregator_hears_each_step_as_
 
 
 def test_sampled_figures_scale_by_the_ratio_measured_on_one_slice_in_so_many(
-    clocks: FakeClocks, calibration: stopwatch._Calibration
+    clocks: FakeClocks, calibration: sampled_stopwatch._Calibration
 ) -> None:
     """The thread gets half its running time (the OS preempts it): the measured slices
     say so, and every step's CPU follows, measured slice or not."""
@@ -376,11 +379,11 @@ def test_sampled_figures_scale_by_the_ratio_measured_on_one_slice_in_so_many(
 
 
 def test_an_instant_step_on_a_preempted_thread_is_scaled_in_its_snapshot_and_when_closed(
-    clocks: FakeClocks, calibration: stopwatch._Calibration
+    clocks: FakeClocks, calibration: sampled_stopwatch._Calibration
 ) -> None:
     """No wait in the step (one slice): the journaled snapshot and the closed figures are
     the wall times times the ratio; closing changes only the checkpoint's."""
-    calibration.set(0.75, stopwatch.SAMPLED_TOLERANCE)  # the thread got 3/4 of its time
+    calibration.set(0.75, sampled_stopwatch.SAMPLED_TOLERANCE)  # the thread got 3/4 of its time
     heard: list[StepProfile] = []
     sw = SampledStopwatch.start(clocks.thread, heard.append)
     for phase, ns in enumerate((400, 800, 40, 80, 4)):
@@ -406,7 +409,7 @@ def test_an_instant_step_on_a_preempted_thread_is_scaled_in_its_snapshot_and_whe
 
 
 def test_a_resumed_run_on_the_sampled_stopwatch_appends_to_its_replayed_steps(
-    clocks: FakeClocks, calibration: stopwatch._Calibration
+    clocks: FakeClocks, calibration: sampled_stopwatch._Calibration
 ) -> None:
     """A run resumed after its worker died: the journal's profiles come first, untouched;
     the final step, filed before the run's record is written, is not filed twice."""
@@ -430,7 +433,7 @@ def test_a_resumed_run_on_the_sampled_stopwatch_appends_to_its_replayed_steps(
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
 def test_a_wait_with_nothing_run_before_it_is_still_not_cpu(
-    kind: type[Stopwatch], clocks: FakeClocks, calibration: stopwatch._Calibration
+    kind: type[Stopwatch], clocks: FakeClocks, calibration: sampled_stopwatch._Calibration
 ) -> None:
     """A coarse clock: the slice before the wait ran for 0 ns. The step still waited."""
     sw = kind.start(clocks.thread)
@@ -454,12 +457,12 @@ def test_a_mistyped_clock_is_refused_with_the_choices() -> None:
 
 @pytest.mark.parametrize(("ratio", "scale"), [(1.0, 1 << 16), (0.75, 3 << 14)])
 def test_a_checkpoint_that_waits_after_the_snapshot_is_waiting_on_the_sampled_stopwatch(
-    clocks: FakeClocks, calibration: stopwatch._Calibration, ratio: float, scale: int
+    clocks: FakeClocks, calibration: sampled_stopwatch._Calibration, ratio: float, scale: int
 ) -> None:
     """The store makes the checkpoint wait after the journaled snapshot: closing works out
     the checkpoint's CPU again (its running time, scaled, plus CPU booked off the loop) and
     keeps the other phases' figures, whether or not the step waited before."""
-    calibration.set(ratio, stopwatch.SAMPLED_TOLERANCE)
+    calibration.set(ratio, sampled_stopwatch.SAMPLED_TOLERANCE)
     assert calibration.scale == scale
     sw = SampledStopwatch.start(clocks.thread)
     waited = waited_step(clocks, sw, 0, store_wait=500)
@@ -484,12 +487,13 @@ def test_a_checkpoint_that_waits_after_the_snapshot_is_waiting_on_the_sampled_st
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
 @pytest.mark.parametrize("ratio", [1.0, 0.75])
 def test_a_step_journaled_first_and_profiled_as_it_closes_gets_the_same_figures(
-    kind: type[Stopwatch], ratio: float, clocks: FakeClocks, calibration: stopwatch._Calibration
+    kind: type[Stopwatch], ratio: float, clocks: FakeClocks,
+    calibration: sampled_stopwatch._Calibration,
 ) -> None:
     """close_new() (the entry is kept by an in-memory store and given its profile as the
     step closes) gives what snapshot() before the checkpoint and close_step() after it
     give: for a step in one slice, one that waited, on a thread the OS preempts or not."""
-    calibration.set(ratio, stopwatch.SAMPLED_TOLERANCE)
+    calibration.set(ratio, sampled_stopwatch.SAMPLED_TOLERANCE)
 
     def steps(snapshot_first: bool) -> tuple[list[Any], int, list[int]]:
         sw = kind.start(clocks.thread)
@@ -526,11 +530,11 @@ def test_a_carried_step_and_a_long_span_after_it_book_no_negative_cpu(
     before; a long span checked against the CPU clock afterwards must not count the
     carried wall as its own running time (it did, and booked negative CPU: a metrics
     counter refused it)."""
-    stopwatch._calibration.set(1.0, stopwatch.SAMPLED_TOLERANCE)
+    sampled_stopwatch._calibration.set(1.0, sampled_stopwatch.SAMPLED_TOLERANCE)
     sw = kind.start(clocks.thread)
     sw.carry(StepProfile(0, (9_000_000,) * 6, (3_000_000,) * 6, 1, 0))
     for phase in range(5):
-        clocks.advance(stopwatch.LONG_NS + 1_000_000)  # long: checked against the clock
+        clocks.advance(sampled_stopwatch.LONG_NS + 1_000_000)  # long: checked against the clock
         sw.lap(phase)
     profile = sw.snapshot(0, 1, 0)
     sw.close_step(profile)

@@ -46,3 +46,14 @@ def blocky() -> Agent:
 
 def support() -> Agent:
     return Agent("support", _two_steps("lookup"), tools=[lookup])
+
+
+def remote() -> Agent:
+    """The support agent on an OpenAI-compatible server at ``$OBSERVE_MODEL_URL`` (a test's
+    recording proxy in front of ``podium sim-server``)."""
+    import os
+
+    from podium.models.openai import OpenAIChatModel
+
+    return Agent("remote", OpenAIChatModel(os.environ["OBSERVE_MODEL_URL"], "podium-sim"),
+                 tools=[lookup])

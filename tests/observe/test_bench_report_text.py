@@ -96,3 +96,25 @@ def test_a_sweet_spot_at_the_highest_level_tried_is_a_warning() -> None:
     peaked = [*rising, SweepPoint(8, 10, 4.0, 4.0, 10.0, 90.0, 0.1, completed_runs_per_s=4.0)]
     assert edge_warning(peaked, sweet_spot(peaked)) is None
     assert "Warning:" not in sweep_section(peaked)
+
+
+def test_the_processs_cpu_is_accounted_for_once_line_by_line() -> None:
+    """Phases, garbage collection, the loop's own work outside phases and the other threads
+    add up to the process's CPU; "in phases" is printed once."""
+    text = printed(report(cpu_us_per_step=50.0, loop_cpu_us_per_step=46.0,
+                          profiled_cpu_us_per_step=30.0, gc_cpu_us_per_step=4.0))
+    assert "CPU µs per step (loop thread) 46.0" in text, text
+    assert "in phases 30.0 (65% of the loop thread's)" in text, text
+    assert "garbage collection 4.0" in text and "loop, outside phases 12.0" in text, text
+    assert "CPU µs per step (other threads) 4.0" in text, text
+    assert "accounted for 50.0 of the process's 50.0" in text, text
+    assert text.count("in phases") == 2, text  # (the CPU line and the blocked line)
+
+
+def test_the_html_report_of_a_bench_says_in_phases_once() -> None:
+    from podium.cli.bench_report import summary_rows
+
+    page = profile_report([], summary=summary_rows(report(loop_cpu_us_per_step=46.0)))
+    cpu_rows = sum(page.count(f"<td>{row}</td>")
+                   for row in ("CPU µs per step (in phases)", "  in phases"))
+    assert cpu_rows == 1, page

@@ -28,6 +28,7 @@ from podium.engine.driver import Engine
 from podium.engine.profile import ProfileAggregator, percentile
 from podium.engine.records import RunRecord
 from podium.gctune import tune_for_serving
+from podium.observe.gctime import GcTimer
 from podium.observe.html import SweepPoint
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.report import BenchReport, render_report
@@ -360,9 +361,14 @@ async def run_bench(
             memory.start()
             wall0 = time.perf_counter()
             cpu0, loop_cpu0 = time.process_time(), time.thread_time()
-            partial = await _until_interrupted(
-                [lane() for _ in range(concurrency)], partial_on_interrupt
-            )
+            collector = GcTimer()  # (the loop thread's collections: CPU outside the phases)
+            collector.start()
+            try:
+                partial = await _until_interrupted(
+                    [lane() for _ in range(concurrency)], partial_on_interrupt
+                )
+            finally:
+                collector.stop()
             cpu = time.process_time() - cpu0
             loop_cpu = time.thread_time() - loop_cpu0  # (this is the loop's thread)
             wall = time.perf_counter() - wall0
@@ -387,6 +393,7 @@ async def run_bench(
         cpu_us_per_step=round(cpu / steps * 1e6, 2) if steps else 0.0,
         profiled_cpu_us_per_step=round(summary.cpu_us_per_step, 2),
         loop_cpu_us_per_step=round(loop_cpu / steps * 1e6, 2) if steps else 0.0,
+        gc_cpu_us_per_step=round(collector.cpu_ns / steps / 1e3, 2) if steps else 0.0,
         cpu_utilization=round(cpu / wall, 3) if wall else 0.0,
         loop_lag_p99_ms=round(lag.p99_ms(), 3),
         rss_per_run_kb=memory.per_session_kb(),

@@ -62,6 +62,7 @@ from podium.gateway.schemas import (
 from podium.gateway.service import Gateway
 from podium.gateway.sse import MAX_EVENT_ID, parse_last_event_id
 from podium.observe.inspect import read_progress
+from podium.observe.server_span import ServerSpans
 from podium.observe.tracing import submit_context
 from podium.threads.record import check_thread_id
 
@@ -574,7 +575,8 @@ def create_app(gateway: Gateway, *, manage_lifecycle: bool = True) -> Starlette:
     }
     app = Starlette(
         routes=[*_routes(gateway), mcp_route],
-        middleware=[
+        middleware=[  # (ServerSpans outermost: a traced request's span ends with its body)
+            Middleware(ServerSpans),
             Middleware(MetricsMiddleware, gateway=gateway),
             # Inside the metrics: a refused body is counted like any other answer.
             Middleware(BodyLimit, max_bytes=gateway.config.server.max_body_bytes),

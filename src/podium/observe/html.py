@@ -259,7 +259,8 @@ def profile_report(
     s = agg.summary()
     in_phases = "CPU µs per step (in phases)"
     facts = [("runs", f"{s.runs:,}"), ("steps", f"{s.steps:,}")]
-    if all(key != in_phases for key, _ in summary):  # (a bench's summary has it already)
+    # (a bench's summary has it already, as a line of the loop thread's CPU)
+    if all(key.strip() not in (in_phases, "in phases") for key, _ in summary):
         facts.append((in_phases, f"{s.cpu_us_per_step:.1f}"))
     facts += summary
     if s.ttft_p50_ms is not None:

@@ -70,6 +70,9 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: CPU per step of the event loop's thread (the process's less its other threads': the
     #: load generator's progress bar, the tool pools): what the phases' CPU is part of.
     loop_cpu_us_per_step: float = 0.0
+    #: CPU per step of the garbage collections on the event loop's thread (part of the loop
+    #: thread's, mostly outside the phases).
+    gc_cpu_us_per_step: float = 0.0
 
 
 def rate(per_s: float) -> str:
@@ -109,9 +112,31 @@ def _in_phases(report: BenchReport) -> str:
     CPU clock, it stays below 100 % on a busy host too."""
     figure = f"{report.profiled_cpu_us_per_step:.1f}"
     if report.loop_cpu_us_per_step > 0:
-        share = report.profiled_cpu_us_per_step / report.loop_cpu_us_per_step
+        share = min(1.0, report.profiled_cpu_us_per_step / report.loop_cpu_us_per_step)
         figure += f" ({share:.0%} of the loop thread's)"
     return figure
+
+
+def _accounts(report: BenchReport) -> list[tuple[str, str]]:
+    """Where the process's CPU went, every µs booked once: the phases (never more than the
+    loop thread's: see ThreadClock.take), the loop thread's work outside them (garbage
+    collection, and the loop's own: polling, timers, waking tasks, the bench's lanes) and the
+    other threads (the progress bar, the tool pools). The lines add up to the process."""
+    loop, phases = report.loop_cpu_us_per_step, report.profiled_cpu_us_per_step
+    if loop <= 0:
+        return [("CPU µs per step (in phases)", f"{phases:.1f}")]
+    gc_us = min(report.gc_cpu_us_per_step, max(0.0, loop - phases))
+    outside = max(0.0, loop - phases - gc_us)
+    others = report.cpu_us_per_step - loop
+    booked = phases + gc_us + outside + max(0.0, others)
+    return [
+        ("CPU µs per step (loop thread)", f"{loop:.1f}"),
+        ("  in phases", _in_phases(report)),
+        ("  garbage collection", f"{gc_us:.1f}"),
+        ("  loop, outside phases", f"{outside:.1f}"),
+        ("CPU µs per step (other threads)", f"{max(0.0, others):.1f}"),
+        ("accounted for", f"{booked:.1f} of the process's {report.cpu_us_per_step:.1f}"),
+    ]
 
 
 def _blocked_us_per_step(report: BenchReport) -> float:
@@ -139,8 +164,7 @@ def summary_rows(report: BenchReport, *, steps: bool = True) -> list[tuple[str, 
         ("wall", f"{report.wall_s:.2f} s"),
         *_throughput(report),
         ("CPU µs per step (process)", f"{report.cpu_us_per_step:.1f}"),
-        ("CPU µs per step (loop thread)", f"{report.loop_cpu_us_per_step:.1f}"),
-        ("CPU µs per step (in phases)", _in_phases(report)),
+        *_accounts(report),
         ("blocked µs per step (in phases)", f"{_blocked_us_per_step(report):.1f}"),
         ("CPU utilization", f"{report.cpu_utilization:.0%} of one core"),
         ("run latency p50 / p99 (completed runs)",

@@ -43,6 +43,7 @@ from typing import Protocol
 __all__ = (
     "ANCHOR_NS",
     "CALIBRATE_NS",
+    "CREDIT_NS",
     "LONG_NS",
     "Ratio",
     "ThreadClock",
@@ -63,6 +64,10 @@ CALIBRATE_NS = 10_000_000
 _MIN_RUNNABLE_NS = 200_000
 #: The running time booked in a calibration interval whose measure replaces the bound.
 _FULL_WEIGHT_NS = 2_000_000
+#: The most CPU of the thread the readings saw that the phases may be given later: the
+#: loop's own work (polling, timers) leaves CPU no phase takes, which must not pile up into
+#: room for an estimate too high much later.
+CREDIT_NS = 10_000_000
 _NEVER = -(1 << 62)
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 
@@ -78,8 +83,8 @@ class ThreadClock:
     process; it follows the thread: a read from another thread starts afresh)."""
 
     __slots__ = (
-        "at", "booked", "bound", "cal_at", "cal_booked", "cal_cpu", "cpu", "delay", "delay_at",
-        "fd", "sched_at", "schedstat", "thread",
+        "at", "booked", "bound", "cal_at", "cal_booked", "cal_cpu", "cpu", "credit", "delay",
+        "delay_at", "fd", "sched_at", "schedstat", "thread",
     )
 
     def __init__(self) -> None:
@@ -103,23 +108,31 @@ class ThreadClock:
         #: The thread's CPU over the running time booked (a moving average, at most 1):
         #: what the CPU of a span too short to measure is, at most, per running ns.
         self.bound = 1.0
+        #: The thread's CPU its readings have seen that no phase has been given yet (at most
+        #: :data:`CREDIT_NS`): what the phases' CPU figures may still add up to (see
+        #: :meth:`take`).
+        self.credit = 0
 
     def reset(self) -> None:
         """Forget the anchor and the last calibration (a test's fake clocks start here)."""
         self.at = self.sched_at = self.cal_at = self.delay_at = _NEVER
         self.thread = 0
         self.bound = 1.0
+        self.credit = 0
 
     def anchor(self, now: int, clock: Callable[[], int], ratio: Ratio | None,
                tolerance: float) -> None:
         """Take the anchor at ``now`` (the caller saw the last one was older than
         :data:`ANCHOR_NS`); every :data:`CALIBRATE_NS` also bound ``ratio`` by the
         thread's CPU over the running time booked since the last time."""
-        self.cpu = clock()
-        self.at = now
+        c = clock()
         ident = threading.get_ident()
         if ident != self.thread:
             self._follow(ident)
+        else:
+            self.credit = min(CREDIT_NS, self.credit + c - self.cpu)
+        self.cpu = c
+        self.at = now
         if now - self.sched_at >= CALIBRATE_NS:
             self._calibrate(now, ratio, tolerance)
 
@@ -140,10 +153,27 @@ class ThreadClock:
         c = clock()
         spent = c - self.cpu
         self.at, self.cpu = now, c
+        self.credit = min(CREDIT_NS, self.credit + max(0, spent))
         before = start - at
         if not 0 <= before <= ANCHOR_NS or spent < 0:
             return None
         return max(0, spent - before, spent - int(before * self.bound))
+
+    def take(self, cpu: int, now: int) -> int:
+        """How much of ``cpu``, the CPU figures of a span or step that ended at ``now``, the
+        thread can have spent: all of it, unless it is more than the CPU the readings saw
+        and no phase was given yet, plus the wall time since the last reading (an upper
+        bound of the CPU since). So over any stretch of time the phases' CPU adds up to no
+        more than the thread's, plus at most :data:`CREDIT_NS`: an estimate too high (the
+        ratio lags behind a host that just got busy) is cut, never booked."""
+        credit = self.credit - cpu
+        floor = self.at - now  # (negative: the wall time since the last reading)
+        if credit >= floor:
+            self.credit = credit
+            return cpu
+        allowed = max(0, self.credit - floor)
+        self.credit -= allowed
+        return allowed
 
     def checked(self, now: int, ratio: Ratio | None, tolerance: float) -> None:
         """A long span was checked at ``now`` (:meth:`spent_since`, then :meth:`blocked`):
@@ -227,12 +257,13 @@ def split_span(start: int, now: int) -> tuple[int, int]:
     """``(CPU, blocked)`` of a span of running time from ``start`` to ``now`` on this
     thread (perf times; :func:`look` was called when it started): its wall time and 0,
     unless it is long and the clock says the thread ran less. A short one is its wall time
-    times the thread's ratio: on a busy host its wall time is partly preemption."""
+    times the thread's ratio: on a busy host its wall time is partly preemption. (Booked
+    into a step's figures, it is cut with them, if need be, when the step closes.)"""
     ran = now - start
-    if ran < LONG_NS:
-        thread_clock.booked += ran
-        return int(ran * thread_clock.bound), 0
     clock = thread_clock
+    if ran < LONG_NS:
+        clock.booked += ran
+        return int(ran * clock.bound), 0
     spent = clock.spent_since(start, now, time.thread_time_ns)
     if spent is None or spent >= ran:
         clock.checked(now, None, 0.0)

@@ -485,6 +485,8 @@ def submit_context(
         return
     from opentelemetry.propagate import extract, inject
 
+    from podium.observe.server_span import hold
+
     links = None
     if carrier is not headers and headers.get("traceparent"):
         transport = tracer._trace.get_current_span(extract(headers)).get_span_context()
@@ -504,4 +506,5 @@ def submit_context(
         span.set_status(status_cls(code.ERROR, type(exc).__name__))
         raise
     finally:
-        span.end()
+        if not hold(span):  # served through ServerSpans: it ends with the response's body
+            span.end()
