@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tests.cli.test_mistakes import assert_one_line_error, env, podium, podium_cmd
+from tests.cli.test_mistakes import Forked, assert_one_line_error, env, podium, podium_cmd
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +71,11 @@ def test_serve_with_a_store_it_cannot_create_is_one_line(
 )
 @pytest.mark.parametrize("command", ["serve", "worker"])
 def test_bad_podium_variables_are_one_line(
-    variables: dict[str, str], needle: str, command: str, tmp_path: Path
+    variables: dict[str, str], needle: str, command: str, tmp_path: Path, forked: Forked
 ) -> None:
     args = (("serve", "--port", "0", "--store", "memory") if command == "serve"
             else ("worker", "--agent", "react", "--redis", "redis://127.0.0.1:1/0"))
-    out = podium(*args, cwd=tmp_path, extra_env=variables)
+    out = forked(*args, cwd=tmp_path, extra_env=variables)
     assert_one_line_error(out, needle)
     assert out.returncode == 2
 

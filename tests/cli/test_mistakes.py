@@ -1,14 +1,18 @@
 """Mistakes a user makes on the command line: each one exits non-zero with one clear line on
-stderr, and never a traceback. The real ``podium`` command runs in a subprocess."""
+stderr, and never a traceback. The real ``podium`` command runs in a process of its own: a
+subprocess, or (for the many one-line mistakes) a child forked from a process that has
+imported Podium once (:mod:`tests.cli.forkserver`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -41,6 +45,40 @@ def podium(
         podium_cmd(*args, pre=pre), cwd=cwd, env=env(extra_env), capture_output=True, text=True,
         timeout=60,
     )
+
+
+class Forked:
+    """``podium ARGS`` in a child forked from :mod:`tests.cli.forkserver`: its own process,
+    as :func:`podium` starts one, without the interpreter's start and the imports."""
+
+    def __init__(self) -> None:
+        self.outputs = Path(tempfile.mkdtemp(prefix="podium-forked-"))  # the children's
+        self.server = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("forkserver.py"))], env=env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def __call__(self, *args: str, cwd: Path,
+                 extra_env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        out, err = self.outputs / "stdout", self.outputs / "stderr"
+        req = {"argv": list(args), "cwd": str(cwd), "env": env(extra_env), "stdout": str(out),
+               "stderr": str(err)}
+        assert self.server.stdin is not None and self.server.stdout is not None
+        self.server.stdin.write(json.dumps(req) + "\n")
+        self.server.stdin.flush()
+        code = json.loads(self.server.stdout.readline())["code"]
+        done = subprocess.CompletedProcess(["podium", *args], code, out.read_text(),
+                                           err.read_text())
+        out.unlink()
+        err.unlink()
+        return done
+
+    def close(self) -> None:
+        assert self.server.stdin is not None
+        self.server.stdin.close()
+        self.server.wait(timeout=60)
+        assert self.server.stdout is not None
+        self.server.stdout.close()
+        shutil.rmtree(self.outputs, ignore_errors=True)
 
 
 def assert_one_line_error(out: subprocess.CompletedProcess[str], needle: str) -> None:
@@ -253,7 +291,8 @@ FILES = {
 
 @pytest.mark.parametrize(("args", "needle"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_mistake_is_one_line(
-    args: tuple[str, ...], needle: str, tmp_path: Path, busy_port: int, not_sqlite: Path
+    args: tuple[str, ...], needle: str, tmp_path: Path, busy_port: int, not_sqlite: Path,
+    forked: Forked,
 ) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text('[script]\ntool = "nope"\n')
@@ -273,8 +312,8 @@ def test_mistake_is_one_line(
         (tmp_path / f"{key}.toml").write_text(text)
         values[key] = str(tmp_path / f"{key}.toml")
     if "{db}" in args:  # an existing store without that run
-        assert podium("run", "react", "hi", "--store", str(db), "-q", cwd=tmp_path).returncode == 0
-    out = podium(*(a.format(**values) for a in args), cwd=tmp_path)
+        assert forked("run", "react", "hi", "--store", str(db), "-q", cwd=tmp_path).returncode == 0
+    out = forked(*(a.format(**values) for a in args), cwd=tmp_path)
     assert_one_line_error(out, needle)
 
 
@@ -382,28 +421,43 @@ def test_ctrl_c_on_bench_and_serve_is_one_line(tmp_path: Path) -> None:
     assert out.strip().splitlines()[-1] == "podium serve: stopped (interrupted)", out
 
 
-def test_version_and_help(tmp_path: Path) -> None:
+def test_version_and_help(capsys: pytest.CaptureFixture[str],
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # In this process: the test is about the texts, and five interpreters starting took
+    # most of its time (the subprocess's own exit paths are pinned by the other tests).
     import podium
 
-    out = podium_run_ok("--version", cwd=tmp_path)
-    assert out.stdout.strip() == f"podium {podium.__version__}"
-    serve_help = podium_run_ok("serve", "--help", cwd=tmp_path).stdout
+    assert podium_in_process(capsys, monkeypatch, "--version") == f"podium {podium.__version__}\n"
+    serve_help = podium_in_process(capsys, monkeypatch, "serve", "--help")
     assert "``" not in serve_help and "::" not in serve_help
     assert "(default: INFO)" in serve_help
-    worker_help = podium_run_ok("worker", "--help", cwd=tmp_path).stdout
+    worker_help = podium_in_process(capsys, monkeypatch, "worker", "--help")
     assert "(default: 256)" in worker_help and "(default: 3)" in worker_help
-    assert "(default: 64)" in podium_run_ok("sim-server", "--help", cwd=tmp_path).stdout
+    assert "(default: 64)" in podium_in_process(capsys, monkeypatch, "sim-server", "--help")
     # Every built-in, from the registry (research-team was missing from a list by hand).
     from podium.factory import BUILTIN_AGENTS
 
-    run_help = " ".join(podium_run_ok("run", "--help", cwd=tmp_path).stdout.split())
+    run_help = " ".join(podium_in_process(capsys, monkeypatch, "run", "--help").split())
     assert f"a built-in: {', '.join(BUILTIN_AGENTS)}" in run_help, run_help
 
 
-def podium_run_ok(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    out = podium(*args, cwd=cwd)
-    assert out.returncode == 0 and out.stderr == "", out.stderr
-    return out
+def podium_in_process(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                      *args: str) -> str:
+    """``podium ARGS`` that exits 0 with nothing on stderr, run by ``main`` in this process
+    with the child's environment (:func:`env`): its stdout."""
+    from podium.cli.main import main
+
+    for name in [k for k in os.environ if k.upper().startswith("PODIUM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("COLUMNS", "200")
+    capsys.readouterr()
+    try:
+        code = main(list(args))
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    assert code in (0, None) and out.err == "", out.err
+    return out.out
 
 
 def _nobody_listens() -> str:

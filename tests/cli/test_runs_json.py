@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cli.test_mistakes import podium
+from cli.test_mistakes import Forked
 from podium.engine.profile import ProfileSummary
 from podium.engine.records import RunFinished, RunRecord
 from podium.messages import Usage
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow
 RUN_FIELDS = set(RunRecord.__struct_fields__)
 
 
-def runs_json(*args: str) -> Any:
-    out = podium("runs", *args, "--json", cwd=Path.cwd())
+def runs_json(forked: Forked, *args: str) -> Any:
+    out = forked("runs", *args, "--json", cwd=Path.cwd())
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
 
@@ -48,8 +48,8 @@ def store(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_list_carries_every_field_of_a_queued_run(store: str) -> None:
-    [listed] = runs_json("list", "--store", store)
+def test_list_carries_every_field_of_a_queued_run(store: str, forked: Forked) -> None:
+    [listed] = runs_json(forked, "list", "--store", store)
     by_id = {run["run_id"]: run for run in listed}
     queued = by_id["run_queued"]
     assert set(queued) == RUN_FIELDS
@@ -58,17 +58,17 @@ def test_list_carries_every_field_of_a_queued_run(store: str) -> None:
     assert by_id["run_done"]["status"] == "completed"
 
 
-def test_show_and_tail_carry_every_field_too(store: str) -> None:
-    [shown] = runs_json("show", "run_queued", "--store", store)
+def test_show_and_tail_carry_every_field_too(store: str, forked: Forked) -> None:
+    [shown] = runs_json(forked, "show", "run_queued", "--store", store)
     assert set(shown["record"]) == RUN_FIELDS and shown["record"]["status"] == "queued"
-    [shown] = runs_json("show", "run_done", "--store", store)
+    [shown] = runs_json(forked, "show", "run_done", "--store", store)
     [(_, final)] = [(item["seq"], item["entry"]) for item in shown["journal"]]
     assert final == {"type": "final", "ts": final["ts"], "status": "completed", "output": None,
                      "error": None, "reason": None, "structured": False}
-    tailed = runs_json("tail", "run_done", "--store", store)
+    tailed = runs_json(forked, "tail", "run_done", "--store", store)
     assert [item["entry"] for item in tailed] == [final]
 
 
-def test_profile_carries_every_field(store: str) -> None:
-    [summary] = runs_json("profile", "--store", store)
+def test_profile_carries_every_field(store: str, forked: Forked) -> None:
+    [summary] = runs_json(forked, "profile", "--store", store)
     assert set(summary) == set(ProfileSummary.__struct_fields__)

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from cli.test_mistakes import podium
+from cli.test_mistakes import Forked
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("columns", [80, 120])
-def test_every_steps_bar_is_drawn(tmp_path: Path, columns: int) -> None:
+def test_every_steps_bar_is_drawn(tmp_path: Path, columns: int, forked: Forked) -> None:
     wide = {"COLUMNS": str(columns)}
-    ran = podium("run", "react", "Find podium", "--store", "runs.sqlite", "--json",
+    ran = forked("run", "react", "Find podium", "--store", "runs.sqlite", "--json",
                  cwd=tmp_path, extra_env=wide)
     assert ran.returncode == 0, ran.stderr
     run_id = json.loads(ran.stdout)["run_id"]
-    shown = podium("runs", "show", run_id, "--store", "runs.sqlite", cwd=tmp_path,
+    shown = forked("runs", "show", run_id, "--store", "runs.sqlite", cwd=tmp_path,
                    extra_env=wide)
     assert shown.returncode == 0, shown.stderr
     rows = [line for line in shown.stdout.splitlines() if re.match(r"\s+\d+\s+\d+\.\d", line)]

@@ -198,3 +198,23 @@ def test_a_busy_profile_is_read_with_a_note(profile: Path, tmp_path: Path) -> No
     assert busy.model_wait.mean < light.model_wait.mean
     out = podium("plan", "--from", str(busy_path), "--rate", "10", "--p99", "2s", *FAST)
     assert out.returncode == 0 and "note: it was taken at 93% CPU" in out.stdout
+
+
+def test_blocked_time_holds_the_loop_and_leaves_the_tools_wait(profile: Path,
+                                                              tmp_path: Path) -> None:
+    # A synchronous tool that sleeps on the loop: the profile books its sleep as blocked
+    # (no CPU). The plan counts it as the loop's time and takes it off the tools' wait.
+    from podium.plan import load_profile
+
+    data = json.loads(profile.read_text())
+    plain, _ = load_profile(str(profile))
+    tools = data["phases"]["tools"]
+    blocked_ms = 1.0 * tools["samples"]  # 1 ms per tool call
+    data["phases"]["tools"] = {**tools, "blocked_ms_total": blocked_ms}
+    path = tmp_path / "blocked.json"
+    path.write_text(json.dumps(data))
+    blocked, _ = load_profile(str(path))
+    per_step = blocked_ms / 1e3 / data["steps"]
+    assert blocked.cpu_after_model == pytest.approx(plain.cpu_after_model + per_step)
+    assert blocked.cpu_per_step == pytest.approx(plain.cpu_per_step + per_step)
+    assert blocked.tool_wait.mean == pytest.approx(plain.tool_wait.mean - 1e-3, abs=2e-4)

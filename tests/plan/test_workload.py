@@ -53,3 +53,14 @@ def test_what_ifs() -> None:
     assert slow.tool_wait.quantile(0.99) == pytest.approx(3.0)
     assert slow.tool_wait.quantile(0.5) == pytest.approx(TOOL.quantile(0.5))
     assert shape.wait_per_run == pytest.approx(7 * MODEL.mean + 6 * TOOL.mean)
+
+
+def test_a_share_of_a_core_stretches_every_burst() -> None:
+    shape = react()
+    fifth = shape.with_cpu_share(0.2)
+    assert fifth.cpu_per_step == pytest.approx(5 * shape.cpu_per_step)
+    assert fifth.model_wait == shape.model_wait and fifth.steps == shape.steps
+    assert shape.with_cpu_share(1.0) == shape
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="CPU share"):
+            shape.with_cpu_share(bad)

@@ -22,7 +22,7 @@ from podium.engine.profile import percentile
 from podium.plan.loadgen import LoadResult
 from podium.plan.profile import PlanError
 
-__all__ = ("Measured", "cores_here", "measure_closed", "measure_open")
+__all__ = ("Measured", "cores_here", "cpu_share_here", "measure_closed", "measure_open")
 
 
 class Measured(msgspec.Struct, frozen=True):
@@ -40,6 +40,9 @@ class Measured(msgspec.Struct, frozen=True):
     cpu_starved: float = 0.0
     #: The longest garbage-collector pause of any worker (seconds).
     gc_pause_max_s: float = 0.0
+    #: The share of a core each worker's loop got while it was ready to run (its CPU over
+    #: its CPU and its run-queue wait, on average): 1.0 on a machine of its own.
+    cpu_share: float = 1.0
 
 
 def cores_here() -> int:
@@ -94,7 +97,30 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
         cpu_starved=sum(r.runqueue_wait_s / r.wall_s for r in results if r.wall_s)
         / len(results),
         gc_pause_max_s=max(r.gc_pause_max_s for r in results),
+        cpu_share=sum(r.cpu_s / (r.cpu_s + r.runqueue_wait_s) for r in results
+                      if r.cpu_s > 0) / len(results),
     )
+
+
+#: A process that only computes for ``sys.argv[1]`` seconds, then prints the share of a
+#: core it got (CPU seconds over wall seconds).
+_SPIN = ("import sys, time\n"
+         "t0, c0 = time.perf_counter(), time.process_time()\n"
+         "while time.perf_counter() - t0 < float(sys.argv[1]):\n"
+         "    sum(range(1000))\n"
+         "print((time.process_time() - c0) / (time.perf_counter() - t0))\n")
+
+
+def cpu_share_here(processes: int, seconds: float = 2.0) -> float:
+    """The share of a core that each of ``processes`` busy processes gets on this machine
+    now (mean): what a worker's loop can count on while others share the cores. 1.0 on
+    an idle machine with a core per process; about 0.2 where five times as many runnable
+    tasks as cores compete."""
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, f"{seconds}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for _ in range(processes)]
+    shares = [float(p.communicate(timeout=seconds + 60)[0] or 0.0) for p in procs]
+    return min(1.0, max(1e-3, sum(shares) / len(shares)))
 
 
 def _scenario(scenario: str | None) -> list[str]:

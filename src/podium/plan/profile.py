@@ -107,8 +107,13 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
         cpu_counted = "process"
     if before + after_model + after_tools <= 0:
         raise PlanError(f"{path}: no CPU recorded in any phase: a partial profile")
+    # Blocked time (a synchronous tool sleeping on the loop) holds the loop as CPU does,
+    # though no CPU is spent: it joins the burst that dispatches the tools, and leaves the
+    # tools' wait, which timed it.
+    blocked = _blocked_s(path, phases, steps)
+    after_model += blocked
     model_cpu = cpu_s("model")
-    tool_cpu = cpu_s("tools") * steps / tool_samples if tool_samples else 0.0
+    tool_cpu = (cpu_s("tools") + blocked) * steps / tool_samples if tool_samples else 0.0
     tool_wait = (_waits(path, "tools", tools, tool_cpu) if tools is not None and tool_samples
                  else constant(0.0))
     shape = RunShape(
@@ -204,6 +209,16 @@ def _waits(path: str, name: str, phase: dict[str, Any], cpu_s: float) -> Distrib
                         f"{len(QUANTILE_POINTS)} non-negative numbers")
     dist = Distribution.from_percentiles(QUANTILE_POINTS, [v / 1e3 for v in values])
     return dist.shifted(-cpu_s)  # the wait is the wall time less the CPU done in it
+
+
+def _blocked_s(path: str, phases: dict[str, Any], steps: int) -> float:
+    """Mean seconds per step that the phases held the loop without CPU (``blocked_ms_total``,
+    0 in a profile whose tools never blocked)."""
+    total = 0.0
+    for name, p in phases.items():
+        if isinstance(p, dict) and p.get("blocked_ms_total"):
+            total += _number(path, f"phases.{name}.blocked_ms_total", p["blocked_ms_total"])
+    return total / 1e3 / steps
 
 
 def _number(path: str, where: str, value: Any) -> float:

@@ -69,6 +69,9 @@ class SimResult(msgspec.Struct, frozen=True):
     mean_burst_s: float = 0.0
 
 
+# An event is (time, run × 4 + what): a run has at most one event of its own pending (a
+# burst or a wait ending) and its arrival comes before either, so the pair is unique and
+# ties resolve the same way every time.
 _ARRIVE, _WAIT_DONE, _CPU_DONE = 0, 1, 2
 
 
@@ -104,6 +107,57 @@ class _Occupancy:
         return len(self.time_at) - 1
 
 
+class _Tally:
+    """What a simulation counts as it goes: the CPU's busy time, the waits of the bursts
+    and of admission, the occupancies, and the latencies of the measured runs (those after
+    the warm-up)."""
+
+    def __init__(self, kinds: int, first_counted: int) -> None:
+        self.first_counted = first_counted
+        self.latencies: list[list[float]] = [[] for _ in range(kinds)]
+        self.busy_time = 0.0
+        self.all_bursts = 0
+        #: Bursts of measured runs, and the time they waited for a core.
+        self.bursts = 0
+        self.burst_wait = 0.0
+        self.admit_wait = 0.0
+        self.admitted = 0
+        self.in_flight = _Occupancy()
+        self.model_calls = _Occupancy()
+        self.counted_start = self.counted_end = self.last_arrival = 0.0
+
+    def result(self, *, servers: int, runs: int, total_rate: float, end: float) -> SimResult:
+        span = self.counted_end - self.counted_start
+        classes = []
+        for lat in self.latencies:
+            lat.sort()
+            classes.append(ClassResult(
+                runs=len(lat), mean_s=sum(lat) / len(lat) if lat else 0.0,
+                p50_s=percentile(lat, 50), p99_s=percentile(lat, 99)))
+        last = self.last_arrival
+        return SimResult(
+            classes=tuple(classes),
+            utilization=self.busy_time / (max(end, 1e-12) * servers),
+            burst_wait_s=self.burst_wait / self.bursts if self.bursts else 0.0,
+            admit_wait_s=self.admit_wait / self.admitted if self.admitted else 0.0,
+            runs_in_flight_mean=self.in_flight.mean(),
+            runs_in_flight_p999=self.in_flight.quantile(0.999),
+            model_calls_mean=self.model_calls.mean(),
+            model_calls_p99=self.model_calls.quantile(0.99),
+            rate=(sum(c.runs for c in classes) / span) if span > 0 else total_rate,
+            arrival_rate=runs / last if last > 0 else total_rate,
+            mean_burst_s=self.busy_time / self.all_bursts if self.all_bursts else 0.0,
+        )
+
+
+def _draw_kind(u: float, cum: list[float]) -> int:
+    """The kind whose cumulative share first reaches ``u`` (uniform in [0, 1))."""
+    k, last = 0, len(cum) - 1
+    while k < last and u > cum[k]:
+        k += 1
+    return k
+
+
 def simulate(
     kinds: Sequence[tuple[Workload, float]],
     *,
@@ -120,102 +174,84 @@ def simulate(
     total_rate = sum(rate for _, rate in kinds)
     if total_rate <= 0 or runs < 1:
         raise ValueError("simulate needs a positive rate and at least one run")
-    rng = random.Random(seed)
-    cum: list[float] = []
+    cum: list[float] = []  # each kind's cumulative share of the rate, to draw a kind
     acc = 0.0
     for _, rate in kinds:
         acc += rate / total_rate
         cum.append(acc)
+    rng = random.Random(seed)
     limit = concurrency if concurrency is not None else runs + 1
     first_counted = int(runs * warmup)
+    tally = _Tally(len(kinds), first_counted)
+    in_flight, model_calls = tally.in_flight, tally.model_calls
 
-    # An event is (time, run × 4 + what): a run has at most one event of its own pending
-    # (a burst or a wait ending) and its arrival comes before either, so the pair is unique
-    # and ties resolve the same way every time.
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    kind_of = [0] * runs
-    arrived = [0.0] * runs
+    kind_of, pos = [0] * runs, [0] * runs
+    arrived, ready_since = [0.0] * runs, [0.0] * runs
     segs: list[list[float]] = []
     models: list[frozenset[int]] = []
-    pos = [0] * runs
-    ready_since = [0.0] * runs
-    latencies: list[list[float]] = [[] for _ in kinds]
-    ready: deque[int] = deque()  # runs whose next burst waits for a core
-    admit: deque[int] = deque()
-    busy = 0
-    busy_time = 0.0
-    all_bursts = 0
-    last_arrival = 0.0
-    burst_wait = 0.0
-    bursts = 0
-    admit_wait = 0.0
-    admitted_counted = 0
-    in_flight = _Occupancy()
-    model_calls = _Occupancy()
-    counted_start = counted_end = 0.0
-    draw_gap = rng.expovariate
-    draw = rng.random
+    ready, admit = deque[int](), deque[int]()  # runs waiting for a core, for admission
+    busy = all_bursts = bursts = admitted = 0  # cores busy, bursts begun, of them measured
+    busy_time = burst_wait = admit_wait = counted_end = 0.0
+    latencies = tally.latencies
+    draw_gap, draw = rng.expovariate, rng.random
     workloads = [w for w, _ in kinds]
-    last_kind = len(cum) - 1
+
+    def start_burst(now: float, run: int) -> None:
+        nonlocal busy, busy_time, all_bursts, bursts
+        if run >= first_counted:
+            bursts += 1
+        busy += 1
+        all_bursts += 1
+        burst = segs[run][pos[run]]
+        busy_time += burst
+        push(heap, (now + burst, run * 4 + _CPU_DONE))
 
     def want_cpu(now: float, run: int) -> None:
-        nonlocal busy, busy_time, all_bursts, bursts
         if busy < servers:
-            if run >= first_counted:
-                bursts += 1
-            busy += 1
-            all_bursts += 1
-            burst = segs[run][pos[run]]
-            busy_time += burst
-            push(heap, (now + burst, run * 4 + _CPU_DONE))
+            start_burst(now, run)
         else:
             ready_since[run] = now
             ready.append(run)
 
     def begin(now: float, run: int) -> None:
-        nonlocal admit_wait, admitted_counted
+        nonlocal admit_wait, admitted
         if run >= first_counted:
             admit_wait += now - arrived[run]
-            admitted_counted += 1
+            admitted += 1
         in_flight.move(now, 1)
         want_cpu(now, run)
 
+    def arrive(now: float, run: int) -> None:  # a kind drawn, its run admitted or queued
+        if run == first_counted:
+            tally.counted_start = now
+        kind_of[run] = k = _draw_kind(draw(), cum)
+        arrived[run] = now
+        run_segs, run_models = workloads[k].segments(rng)
+        segs.append(run_segs)
+        models.append(run_models)
+        if run + 1 < runs:
+            push(heap, (now + draw_gap(total_rate), (run + 1) * 4 + _ARRIVE))
+        if in_flight.count < limit:
+            begin(now, run)
+        else:
+            admit.append(run)
+
     push(heap, (draw_gap(total_rate), _ARRIVE))
+    now = 0.0  # the clock (the last event's time, once the heap is empty)
     while heap:
         now, code = pop(heap)
         run, event = divmod(code, 4)
         if event == _ARRIVE:
-            if run == first_counted:
-                counted_start = now
-            last_arrival = now
-            u = draw()
-            k = 0
-            while k < last_kind and u > cum[k]:
-                k += 1
-            kind_of[run] = k
-            arrived[run] = now
-            run_segs, run_models = workloads[k].segments(rng)
-            segs.append(run_segs)
-            models.append(run_models)
-            if run + 1 < runs:
-                push(heap, (now + draw_gap(total_rate), (run + 1) * 4 + _ARRIVE))
-            if in_flight.count < limit:
-                begin(now, run)
-            else:
-                admit.append(run)
+            arrive(now, run)
         elif event == _CPU_DONE:
             busy -= 1
-            if ready:
+            if ready:  # the core goes to the next burst in line
                 nxt = ready.popleft()
                 if nxt >= first_counted:
-                    bursts += 1
                     burst_wait += now - ready_since[nxt]
-                busy += 1
-                all_bursts += 1
-                burst = segs[nxt][pos[nxt]]
-                busy_time += burst
-                push(heap, (now + burst, nxt * 4 + _CPU_DONE))
+                start_burst(now, nxt)
             run_segs = segs[run]
             i = pos[run] + 1
             if i < len(run_segs):
@@ -237,25 +273,7 @@ def simulate(
                 model_calls.move(now, -1)
             pos[run] = i + 1
             want_cpu(now, run)
-
-    span = counted_end - counted_start
-    classes = []
-    for lat in latencies:
-        lat.sort()
-        classes.append(ClassResult(
-            runs=len(lat), mean_s=sum(lat) / len(lat) if lat else 0.0,
-            p50_s=percentile(lat, 50), p99_s=percentile(lat, 99)))
-    end = max(now, 1e-12)
-    return SimResult(
-        classes=tuple(classes),
-        utilization=busy_time / (end * servers),
-        burst_wait_s=burst_wait / bursts if bursts else 0.0,
-        admit_wait_s=admit_wait / admitted_counted if admitted_counted else 0.0,
-        runs_in_flight_mean=in_flight.mean(),
-        runs_in_flight_p999=in_flight.quantile(0.999),
-        model_calls_mean=model_calls.mean(),
-        model_calls_p99=model_calls.quantile(0.99),
-        rate=(sum(c.runs for c in classes) / span) if span > 0 else total_rate,
-        arrival_rate=runs / last_arrival if last_arrival > 0 else total_rate,
-        mean_burst_s=busy_time / all_bursts if all_bursts else 0.0,
-    )
+    tally.busy_time, tally.all_bursts, tally.bursts, tally.burst_wait, tally.admit_wait = \
+        busy_time, all_bursts, bursts, burst_wait, admit_wait
+    tally.admitted, tally.counted_end, tally.last_arrival = admitted, counted_end, arrived[-1]
+    return tally.result(servers=servers, runs=runs, total_rate=total_rate, end=now)

@@ -110,6 +110,13 @@ class RunShape(msgspec.Struct, frozen=True):
         share = (steps - 1) / steps if react else self.tool_share
         return msgspec.structs.replace(self, steps=steps, tool_share=max(0.0, share))
 
+    def with_cpu_share(self, share: float) -> RunShape:
+        """Each worker's loop given ``share`` of a core (0 < share ≤ 1), as on a machine
+        whose other processes take the rest: every burst takes ``1 / share`` as long."""
+        if not 0 < share <= 1:
+            raise ValueError(f"a CPU share is in (0, 1], not {share!r}")
+        return self.with_cpu_per_step(self.cpu_per_step / share)
+
     def with_cpu_per_step(self, seconds: float) -> RunShape:
         """``seconds`` of CPU per step, split as measured."""
         now = self.cpu_per_step
