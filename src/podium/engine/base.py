@@ -3,7 +3,7 @@ set by ``Engine.__init__``), the exceptions that steer the step loop, the phase 
 
 The engine is a chain of layers, one module each, each the base class of the one above
 (see "Engine rooms" in docs/architecture.md): ``EngineBase`` ← ``Persistence`` ← ``Waits``
-← ``Compaction`` ← ``Calls`` ← ``Steps`` ← ``StepLoop`` ← ``RunLifecycle`` ← ``Engine``.
+← ``Compaction`` ← ``Calls`` ← ``Steps`` ← ``RunLifecycle`` ← ``StepLoop`` ← ``Engine``.
 A layer calls only the layers below it, so no module imports one above it; a method found
 through the chain costs what it did on one class (the type's attribute cache).
 """
@@ -15,9 +15,10 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from podium.agent import Agent
 from podium.engine.hook import EngineHook
 from podium.engine.profile import ProfileAggregator
-from podium.engine.records import JournalEntry, RunStatus
+from podium.engine.records import JournalEntry, RunRecord, RunStatus
 from podium.engine.stopwatch import ENDS, Stopwatch
 from podium.models.base import Model
 from podium.security.screen import ScreenVerdict
@@ -32,6 +33,9 @@ log = logging.getLogger("podium.engine")
 
 #: Called with (run_id, entry) after each journal append: live printing, streaming.
 Observer = Callable[[str, JournalEntry], None]
+
+#: How a drive's step loop ended: (status, reason, error).
+End = tuple[RunStatus, str | None, str | None]
 
 NO_CALLS: list[Any] = []  # no call held for approval (shared, never mutated)
 
@@ -101,6 +105,18 @@ class EngineBase:
     _models: dict[int, Model]
     hook: EngineHook | None
     tokens: TokenChannel | None
+
+    def _execute(
+        self,
+        agent: Agent,
+        record: RunRecord | None,
+        admit_ns: int,
+        user_input: str = "",
+        create: dict[str, Any] | None = None,
+    ) -> Coroutine[Any, Any, RunRecord]:
+        """Drive a run (created first if ``record`` is None): the step loop's, the top layer
+        (:meth:`podium.engine.loop.StepLoop._execute`), declared here for those below it."""
+        raise NotImplementedError
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         """The running loop, remembered: on 3.11 asking for it is a getpid() system call."""

@@ -20,7 +20,7 @@ from podium.engine.step import PlannedCall, truncate_result
 from podium.engine.stopwatch import Stopwatch
 from podium.errors import ModelError, ModelReplyError
 from podium.models.base import ModelRequest, ModelResponse
-from podium.tools.eager import continuation, start_eagerly
+from podium.tools.eager import continuation, own_exit, start_eagerly
 from podium.tools.executor import ToolResult
 
 
@@ -46,6 +46,22 @@ class Calls(Compaction):
             except Exception as exc:  # a bug in the model's code
                 raise model_fault(agent.model, exc) from exc
             return response
+
+    async def _model_raised(
+        self, agent: Agent, request: ModelRequest, sw: Stopwatch, exc: BaseException
+    ) -> ModelResponse:
+        """The first slice of a model call the step loop started raised ``exc``: a reply the
+        model could not make sense of is asked for again; the model's own bug is its fault
+        (:func:`~podium.engine.model_faults.model_fault`); anything else goes on up."""
+        if isinstance(exc, ModelReplyError):
+            return await self._call_model(agent, request, sw, 1)
+        if isinstance(exc, (ModelError, OSError)):
+            raise exc
+        if isinstance(exc, Exception):  # a bug in the model's code
+            raise model_fault(agent.model, exc) from exc
+        if isinstance(exc, GeneratorExit):  # the model's own: nothing closes it here
+            raise model_fault(agent.model, own_exit(exc)) from exc
+        raise exc  # a cancel, an interrupt: not the model's
 
     async def _wait_model(
         self,

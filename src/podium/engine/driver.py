@@ -21,7 +21,7 @@ from typing import Any
 
 from podium.engine.base import Observer
 from podium.engine.hook import EngineHook
-from podium.engine.lifecycle import RunLifecycle
+from podium.engine.loop import StepLoop
 from podium.engine.profile import ProfileAggregator
 from podium.engine.runids import new_run_id
 from podium.engine.stopwatch import CpuClock, NoStopwatch, SampledStopwatch, Stopwatch, cpu_clock
@@ -53,7 +53,7 @@ def _check_parts(store: object, executor: object) -> None:
         )
 
 
-class Engine(RunLifecycle, AsyncCloseable):
+class Engine(StepLoop, AsyncCloseable):
     """Runs agents: creates runs in a store, drives their steps, resumes them after a crash.
 
     Example::

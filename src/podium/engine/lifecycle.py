@@ -1,7 +1,7 @@
 """A run's lifecycle: created (stored ``queued``, or ``running`` when it starts at
-once), driven (its state loaded from its journal, the step loop, its end written),
-resumed, cancelled (in its driver, or in the store when none holds it), paused for a
-drain.
+once), driven (:meth:`RunLifecycle._start` loads its state from its journal and marks it
+``running`` for the step loop, :meth:`RunLifecycle._end_drive` writes its end), resumed,
+cancelled (in its driver, or in the store when none holds it), paused for a drain.
 """
 
 from __future__ import annotations
@@ -13,34 +13,14 @@ from contextvars import Token
 from typing import Any
 
 from podium.agent import Agent, positive_seconds
-from podium.engine.base import (
-    ANSWERED,
-    ASSEMBLED,
-    CALLED,
-    MERGED,
-    MODEL,
-    PARSE,
-    PARSED,
-    TOOLS,
-    Finish,
-    Paused,
-    Waiting,
-    blocked,
-)
+from podium.engine.base import End, blocked
 from podium.engine.children import attach
-from podium.engine.handoff import adopt, handoff_made
-from podium.engine.loop import StepLoop
-from podium.engine.model_faults import malformed_reply, model_fault, not_a_reply
-from podium.engine.profile import StepProfile
-from podium.engine.records import RunRecord, RunStatus, StepRecord
+from podium.engine.handoff import adopt
+from podium.engine.records import RunRecord
 from podium.engine.replay import RunState, replay
 from podium.engine.runids import new_run_id
-from podium.engine.step import over_cap, plan_one_call, plan_tool_calls, result_message
-from podium.engine.stopwatch import MODEL_NS
-from podium.engine.token_stream import stream_model
-from podium.errors import ConfigError, ModelError, ModelReplyError, RunNotFoundError
-from podium.messages import Message
-from podium.models.base import ModelRequest, ModelResponse
+from podium.engine.steps import Steps
+from podium.errors import ConfigError, RunNotFoundError
 from podium.output import OutT
 from podium.security.allowlist import allowed_tools
 from podium.security.egress import EgressPolicy
@@ -48,8 +28,6 @@ from podium.security.output_guard import remember_flagged
 from podium.security.redact import redactor_for
 from podium.security.tenant_egress import EGRESS_KEY, enter_egress, leave_egress, with_egress
 from podium.tools.client import CLIENT_TOOLS_KEY, with_client_tools
-from podium.tools.eager import own_exit
-from podium.tools.executor import ToolResult
 
 #: How many runs ended by :meth:`RunLifecycle.cancel_stored` are remembered for their drivers.
 _ENDED_OUTSIDE_KEPT = 4096
@@ -76,7 +54,7 @@ def _check_run(
         )
 
 
-class RunLifecycle(StepLoop):
+class RunLifecycle(Steps):
 
     async def create(
         self,
@@ -173,16 +151,20 @@ class RunLifecycle(StepLoop):
         """Drive ``record`` from wherever its journal stands to a terminal status (await it)."""
         return self._execute(agent, record, admit_ns)
 
-    async def _execute(
+    async def _start(
         self,
         agent: Agent,
         record: RunRecord | None,
         admit_ns: int,
-        user_input: str = "",
-        create: dict[str, Any] | None = None,
-    ) -> RunRecord:
+        user_input: str,
+        create: dict[str, Any] | None,
+    ) -> tuple[Agent, RunState, Token[EgressPolicy | None] | None] | RunRecord:
+        """A drive's start, for the step loop (:meth:`StepLoop._execute`): the run created
+        first (for :meth:`run`), its task registered, its state loaded and marked
+        ``running``, its tenant's egress policy entered; the agent to drive it with. Or its
+        record, if it has ended or waits on a human (then the engine holds nothing of it)."""
         created_running = False  # stored `running` by run() itself: nothing to load or update
-        if record is None:  # run(): create it first, in the same frame
+        if record is None:  # run(): create it first
             record = await self._create(agent, user_input, **(create or {}), running=True)
             created_running = record.status == "running"
         if record.done:
@@ -203,238 +185,41 @@ class RunLifecycle(StepLoop):
         task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
-        egress: Token[EgressPolicy | None] | None = None
         try:
             begun = await self._begin(agent, record, admit_ns, task, created_running)
-            if not isinstance(begun, RunState):  # it ended before a step could run
-                return begun
-            state = begun
-            state.task = task
-            if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
-                egress = enter_egress(record.metadata[EGRESS_KEY])
-            deadline = self._arm_deadline(agent, state)
-            sink = None if self.aggregator is None else self.aggregator.add_step
-            sw = self._stopwatch.start(self._cpu, sink, state.profile.steps)
-            # The fast lane ends its phases with `t[_X] = stamp()`: a clock read, no call
-            # into Python (the stopwatch books them at the step's snapshot, or sooner).
-            t, stamp = sw.t, type(sw).stamp
-            # A store that keeps the entry objects (in memory): a step's entry gets its
-            # profile as the step closes, made once, not journaled provisional and redone.
-            keeps = self.store.keeps_entries and state.redact is None
-            end: tuple[RunStatus, str | None, str | None]
-            response: ModelResponse | None = None  # the reply the step works on
-            try:
-                if state.blocked is not None:
-                    raise Finish("failed", "injection_blocked", state.blocked)
-                if state.agent is not None:  # resumed after a hand-off
-                    agent = state.agent
-                if state.pending is not None:
-                    await self._resume_pending(agent, state, sw)
-                if state.output_failures and state.output_failures > agent.output_retries:
-                    raise Finish(
-                        "failed", "invalid_output", "output_retries spent before a restart"
-                    )
-                ctx = state.ctx
-                # The step loop, each step inline in this frame: the hot path of the whole
-                # runtime. A run waiting in a tool holds this one coroutine, not one a step
-                # (each is an object the collector scans). Awaited work starts eagerly: a
-                # call that does not wait (an instant model or tool, an in-memory store)
-                # costs no loop iteration. A step with one side-effect-free call is
-                # checkpointed by one StepRecord right here; any other goes through
-                # _general_step, _output_step or _final_step.
-                while True:
-                    if agent.handoffs:  # the step just committed may have handed the run over
-                        handoff = handoff_made(agent, state)
-                        if handoff is not None:
-                            agent = await self._hand_off(state, handoff)
-                    if self._pausing and run_id in self._pausing:
-                        raise Paused
-                    step = state.step
-                    if step >= agent.max_steps:
-                        raise Finish(
-                            "failed", "max_steps", f"no final answer after {agent.max_steps} steps"
-                        )
-                    # assemble
-                    prefix = agent.prefix
-                    if prefix.tokens + ctx.history_tokens > agent.context.max_context_tokens:
-                        await self._fit_context(agent, state)
-                    request = ModelRequest(
-                        ctx.messages,
-                        prefix.tools,
-                        agent.settings,
-                        run_id,
-                        agent.name,
-                        step,
-                        prefix.tokens + ctx.history_tokens,
-                        prefix.tokens,
-                        agent.tags,
-                        t[MODEL_NS] / 1e9,
-                    )
-                    t[ASSEMBLED] = stamp()
-                    # model
-                    tokens = self.tokens
-                    if (
-                        tokens is not None
-                        and tokens.listening(run_id)  # a client listens
-                        and (agent.screening is None or not agent.screening.holds_output)
-                    ):
-                        response = await stream_model(
-                            agent, request, sw, tokens, MODEL, state.redact
-                        )
-                    else:
-                        coro = agent.model.request(request)
-                        try:
-                            pending = coro.send(None)
-                        except StopIteration as answered:  # no wait (simulated, cached)
-                            response = answered.value
-                        except ModelReplyError:
-                            response = await self._call_model(agent, request, sw, 1)
-                        except (ModelError, OSError):
-                            raise
-                        except Exception as exc:  # a bug in the model's code
-                            raise model_fault(agent.model, exc) from exc
-                        except GeneratorExit as own:  # the model's own: nothing closes it here
-                            raise model_fault(agent.model, own_exit(own)) from own
-                        else:
-                            response = await self._wait_model(agent, request, sw, coro, pending)
-                        del coro  # a finished coroutine is one more object for the collector
-                    if not isinstance(response, ModelResponse):  # a custom model's mistake
-                        raise not_a_reply(agent.model, response)
-                    t[ANSWERED] = stamp()
-                    # parse
-                    message = Message(
-                        "assistant",
-                        response.content,
-                        response.tool_calls,
-                        reasoning=response.reasoning,
-                    )
-                    state.add_usage(response.usage)
-                    ttft = 0 if response.ttft_s is None else int(response.ttft_s * 1e9)
-                    if agent.output is not None:
-                        if await self._output_step(agent, state, sw, message, response, ttft):
-                            break
-                        continue
-                    calls = response.tool_calls
-                    if not calls:
-                        ctx.append(message)
-                        t[PARSED] = stamp()
-                        await self._final_step(agent, state, sw, message, response, ttft)
-                        break
-                    call = plan_one_call(agent, run_id, step, calls)
-                    if (
-                        call is None
-                        or state.general
-                        or call.tool.policy.side_effects
-                        or call.tool.approval is not None
-                    ):
-                        if call is None:  # several calls, or something wrong with them
-                            planned, rejected, cut = plan_tool_calls(agent, run_id, step, calls)
-                        else:
-                            planned, rejected, cut = [call], [], None
-                        if rejected:
-                            state.invalid_calls += len(rejected) - over_cap(agent, calls)
-                        if cut is not None:  # oversized names, ids or arguments: the context
-                            message.tool_calls = cut  # and the journal get them cut
-                        ctx.append(message)
-                        sw.lap(PARSE)
-                        await self._general_step(
-                            agent, state, sw, message, response, planned, rejected, ttft
-                        )
-                        del planned, rejected, cut  # the run's later waits need none of them
-                        continue
-                    ctx.append(message)
-                    t[PARSED] = stamp()
-                    # tools: the one call, side-effect free, so it is journaled with the step
-                    started = self.executor.start(call.tool, call.args, call.ctx, task)
-                    if isinstance(started, ToolResult):
-                        result = started
-                    else:
-                        sw.suspend(TOOLS)
-                        try:
-                            result = await started
-                        finally:
-                            sw.resume(TOOLS)
-                        sw.add_cpu(TOOLS, result.cpu_ns)
-                        if result.blocked_ns:  # it slept on the loop while timed as a wait
-                            sw.add_blocked(TOOLS, result.blocked_ns)
-                    del started  # the finished call's generator: one object fewer to scan
-                    answer = result_message(agent, call.tool, result, ctx.tokenizer)  # (cut)
-                    t[CALLED] = stamp()
-                    if not result.ok and result.error == "interrupted":  # the tool asked a human
-                        outcome = [(call.index, result)]
-                        await self._park(
-                            agent, state, [call], [], [], outcome, {}, (message, response),
-                            sw, ttft,
-                        )
-                    # merge
-                    ctx.append(answer)
-                    compaction = None
-                    if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
-                        compaction = await self._compact(agent, state, sw)
-                    t[MERGED] = stamp()
-                    # checkpoint
-                    state.step = step + 1
-                    if keeps and compaction is None and not self.observers:
-                        entry = StepRecord(
-                            step, time.time(), message, (result,), response.usage, None
-                        )
-                        if not self.store.append_nowait(run_id, (entry,)):  # kept, no copy
-                            waiting = self._checkpoint(state, (entry,), sw)  # (it said it
-                            if waiting is not None:  # would): timed as any write that waits
-                                await waiting
-                        entry.profile = profile = sw.close_new(step, 1, ttft)  # (filed)
-                    else:
-                        profile = sw.snapshot(step, 1, ttft)
-                        entry = StepRecord(
-                            step, time.time(), message, (result,), response.usage, profile
-                        )
-                        entries = (entry,) if compaction is None else (entry, compaction)
-                        waiting = self._checkpoint(state, entries, sw)
-                        if waiting is not None:
-                            await waiting
-                        sw.close_step(profile)  # files the profile in state.profile.steps
-                    on_step = state.on_step
-                    if on_step is not None:  # profile=False: the hook still hears of the step
-                        if profile is None:
-                            profile = StepProfile(step, (), (), 1, ttft)
-                        on_step(agent, state.record, profile, state, ((call.index, result),))
-                end = ("completed", None, None)  # recorded with the last step
-            except Finish as exc:
-                end = (exc.status, exc.reason, exc.error)
-            except (Paused, Waiting):
-                return record
-            except ModelReplyError as exc:
-                end = ("failed", "invalid_reply", str(exc))
-            except ModelError as exc:
-                end = ("failed", "model_error", f"{type(exc).__name__}: {exc}")
-            except (TypeError, AttributeError):
-                # A reply of the right class with fields of the wrong types (a custom model's
-                # mistake: arguments as a dict, a call as a tuple) fails where the step first
-                # reads them; checked here, on the error's path, not at every step.
-                fault = malformed_reply(agent.model, response)
-                if fault is None:
-                    raise  # not the reply's fault: a bug, as it is
-                end = ("failed", "model_error", f"ModelError: {fault}")
-            except asyncio.CancelledError:
-                end = self._cancelled(state, deadline)  # re-raises on shutdown
-            finally:
-                if state.alarm is not None:
-                    state.alarm.disarm()
-                sw.finish()  # the last steps' CPU figures, exact
-            if end[0] != "completed" or state.record.status != "completed":
-                await self._write_end(state, end[0], end[1], error=end[2])
-            ended = self._ended(state)
-            if ended.thread_id is not None:
-                await self.threads.settle_quietly(ended, state.ctx.messages)
-            return ended
-        finally:
-            if egress is not None:
-                leave_egress(egress)
-            self._tasks.pop(run_id, None)
-            if self._pausing:  # (mostly empty: a truth test costs less than a call)
-                self._pausing.discard(run_id)
-            if self._cancelling:
-                self._cancelling.discard(run_id)
+        except BaseException:
+            self._let_go(run_id, None)
+            raise
+        if not isinstance(begun, RunState):  # it ended before a step could run
+            self._let_go(run_id, None)
+            return begun
+        begun.task = task
+        egress = None
+        if record.metadata and EGRESS_KEY in record.metadata:  # a tenant's policy
+            egress = enter_egress(record.metadata[EGRESS_KEY])
+        return agent, begun, egress
+
+    async def _end_drive(self, state: RunState, end: End | None) -> RunRecord:
+        """The step loop's end: written (a completed run's went with its last step), counted,
+        the run's thread told; ``end`` None: the run stays as journaled (paused, waiting)."""
+        if end is None:
+            return state.record
+        if end[0] != "completed" or state.record.status != "completed":
+            await self._write_end(state, end[0], end[1], error=end[2])
+        ended = self._ended(state)
+        if ended.thread_id is not None:
+            await self.threads.settle_quietly(ended, state.ctx.messages)
+        return ended
+
+    def _let_go(self, run_id: str, egress: Token[EgressPolicy | None] | None) -> None:
+        """The drive of ``run_id`` is over, however it ended: the engine forgets its task."""
+        if egress is not None:
+            leave_egress(egress)
+        self._tasks.pop(run_id, None)
+        if self._pausing:  # (mostly empty: a truth test costs less than a call)
+            self._pausing.discard(run_id)
+        if self._cancelling:
+            self._cancelling.discard(run_id)
 
     def cancel(self, run_id: str) -> bool:
         """Cancel a run driven by this engine; it ends ``cancelled`` at its next await.
