@@ -46,3 +46,17 @@ async def test_every_kind_of_reply_function_drives_a_run(fn: object) -> None:
     assert record.output == "answer: found A-1"
     assert record.steps == 2
     assert record.usage.requests == 2
+
+
+def test_tool_call_reply_takes_json_text_or_a_dict_and_numbers_its_calls() -> None:
+    """JSON text is kept as given, a dict (any Mapping) is encoded; the calls are numbered
+    ``call_0``, ``call_1``… however many there are; anything else is refused by name."""
+    many = tool_call_reply(*[("lookup", '{"query": "x"}')] * 10, ("lookup", {"query": "y"}))
+    assert [c.id for c in many.tool_calls] == [f"call_{i}" for i in range(11)]
+    assert many.tool_calls[0].arguments == '{"query": "x"}'
+    assert many.tool_calls[10].arguments == '{"query":"y"}'
+    assert many.finish_reason == "tool_calls"
+    with pytest.raises(TypeError, match="the arguments of 'lookup' are int; give JSON text or"):
+        tool_call_reply(("lookup", 3))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="call 0 is"):
+        tool_call_reply(["lookup", "{}"])  # type: ignore[arg-type]

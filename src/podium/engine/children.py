@@ -27,8 +27,8 @@ import contextlib
 import contextvars
 import math
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from podium.engine.handoff import restore
 from podium.engine.records import JournalEntry, ModelTurn, RunRecord, StepRecord
@@ -40,7 +40,7 @@ from podium.tools.tool import ToolContext
 
 if TYPE_CHECKING:
     from podium.agent import Agent
-    from podium.engine.driver import Engine
+    from podium.engine.hook import EngineHook
     from podium.engine.replay import RunState
 
 __all__ = ("ChildRunError", "RunLinks", "attach", "child_run_id", "child_runs", "run_child")
@@ -49,6 +49,24 @@ __all__ = ("ChildRunError", "RunLinks", "attach", "child_run_id", "child_runs", 
 _LINKS: contextvars.ContextVar[RunLinks | None] = contextvars.ContextVar(
     "podium_run_links", default=None
 )
+
+
+class Driver(Protocol):
+    """What a run's agent tools need of the engine driving it (an ``Engine``, described
+    here rather than imported: the engine's modules import this one)."""
+
+    store: RunStore
+    hook: EngineHook | None
+
+    def execute(
+        self, agent: Agent, record: RunRecord, *, admit_ns: int = 0
+    ) -> Coroutine[Any, Any, RunRecord]: ...
+
+    def cancel(self, run_id: str) -> bool: ...
+
+    def cancelling(self, run_id: str) -> bool: ...
+
+    async def cancel_stored(self, record: RunRecord) -> bool: ...
 
 
 class ChildRunError(Exception):
@@ -67,7 +85,7 @@ class RunLinks:
 
     __slots__ = ("deadline_at", "engine", "slots", "state")
 
-    def __init__(self, engine: Engine, agent: Agent, state: RunState) -> None:
+    def __init__(self, engine: Driver, agent: Agent, state: RunState) -> None:
         self.engine = engine
         self.state = state
         self.slots = asyncio.Semaphore(agent.max_parallel_children)
@@ -144,7 +162,7 @@ class RunLinks:
             raise
 
 
-def attach(engine: Engine, agent: Agent, state: RunState, entries: Sequence[JournalEntry]) -> None:
+def attach(engine: Driver, agent: Agent, state: RunState, entries: Sequence[JournalEntry]) -> None:
     """Set up a run whose agent has agent tools or hand-offs, once, at its load: the
     agent a hand-off left it with, and the links its agent tools find."""
     restore(agent, state, entries)

@@ -33,15 +33,21 @@ def tool_call_reply(
                 '("lookup", {"q": "x"})'
             )
         name, args = call
-        if isinstance(args, Mapping):
+        # JSON text first: a str check is one C test, where `Mapping` is an ABC whose check
+        # costs more than the rest of a call here (a reply function runs at every step).
+        if not isinstance(args, str):
+            if not isinstance(args, Mapping):
+                raise TypeError(
+                    f"tool_call_reply: the arguments of {name!r} are {type(args).__name__}; "
+                    "give JSON text or a dict"
+                )
             args = msgspec.json.encode(args).decode()
-        elif not isinstance(args, str):
-            raise TypeError(
-                f"tool_call_reply: the arguments of {name!r} are {type(args).__name__}; give "
-                "JSON text or a dict"
-            )
-        made.append(ToolCall(f"call_{i}", name, args))
+        made.append(ToolCall(_CALL_IDS[i] if i < len(_CALL_IDS) else f"call_{i}", name, args))
     return ModelResponse(content=content, tool_calls=tuple(made), finish_reason="tool_calls")
+
+
+#: The ids of a reply's first calls, made once (``call_0``, ``call_1``, …).
+_CALL_IDS = tuple(f"call_{i}" for i in range(8))
 
 
 class FunctionModel(Model):
