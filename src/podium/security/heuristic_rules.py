@@ -186,6 +186,11 @@ FAMILIES: tuple[Family, ...] = (
             0.9,
             rf"{_W}(?:ignora|ignore|olvida|omite){_GAP}(?:instrucciones|indicaciones)\b",
         ),
+        (
+            "override",
+            0.8,
+            rf"{_W}(?:ignore|disregard|forget){_GAP}(?:previous|prior|above|other|all|any|everything)\b{_GAP}(?:content|text|info|information|data)\b",
+        ),
         ("override", 0.9, rf"{_W}(?:ignore|ignora|esqueça|esqueca){_GAP}instru[çc](?:ões|oes)"),
         (
             "override",
@@ -199,7 +204,7 @@ FAMILIES: tuple[Family, ...] = (
             *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),
             *("context", "guardrail", "programming", "command", "consigne", "indicaci"),
             *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
-            "aanwijzing",
+            *("aanwijzing", "content", "text", "info", "data"),
         ),
     ),
     _family(
@@ -268,6 +273,36 @@ FAMILIES: tuple[Family, ...] = (
             *("reveal", "print", "show", "repeat", "output", "leak", "send", "tell me"),
             *("give me", "disclose", "do not "),
         ),
+    ),
+    # Instructions planted in a document (garak's latent injection): what the model is to
+    # output instead of doing its task, when it is asked; a harmful sentence ordered up.
+    _family(
+        (
+            # (whole phrases, not "if " or "only": those open a window in every other
+            # sentence of prose, and each window costs the family's regexes)
+            *("if the user", "if user", "if anyone", "if someone", "if you", "if asked"),
+            *("if questioned", "with only", "using only", "nothing else", "instead"),
+            *("just print", "just say", "just output", "just write", "just reply"),
+            *("just respond", "simply print", "simply say", "simply output"),
+            *("toxic", "harmful", "hateful", "offensive", "racist", "sexist"),
+            *("discriminatory", "insulting", "derogatory", "abusive", "unfriendly"),
+            *("negative sentence", "negative statement", "negative comment", "rude ", "violent "),
+        ),
+        80,
+        80,
+        (
+            "hijack",
+            0.6,
+            r"\bif (?:the )?(?:user|anyone|someone|you|asked|questioned)\b(?: (?:are|is|ever))?(?: (?:asks?|asked|questioned|queried))?[^.\n]{0,60}?\b(?:say|reply|respond|answer|report|print|output) (?:that|with|only|exactly|\")",
+        ),
+        (
+            "hijack",
+            0.6,
+            r"\b(?:write|generate|produce|compose|say) (?:one|a|an|some|\d+) (?:\w+ )?(?:toxic|harmful|hateful|offensive|racist|sexist|discriminatory|insulting|derogatory|abusive|unfriendly|negative|rude|violent) (?:sentences?|statements?|comments?|remarks?|messages?|tweets?|jokes?|things?)\b",
+        ),
+        # (after the conditional: where both match, the finding starts at its "if")
+        ("hijack", 0.6, r"(?:just|instead,?|simply) (?:print|say|output|write|reply|respond)\b"),
+        ("hijack", 0.6, r"(?:reply|respond|answer) (?:with|using) only\b|and (?:absolutely )?nothing else\b"),
     ),
     _family(
         (
