@@ -21,6 +21,8 @@ _GAP = r"(?:[^.\n。!?]|\n(?!\n)){0,40}?"
 _W = r"(?<![\w])"  # a word start that also works after punctuation and CJK
 _OVERRIDE_VERBS = r"(?:ignore|ignoring|disregard|forget|override|bypass|skip)"
 _OVERRIDE_WHAT = r"(?:previous|prior|above|earlier|preceding|original|initial|all|any|your|system|developer|safety)"
+_HARMFUL = "toxic|harmful|hateful|offensive|racist|sexist|discriminatory|insulting|derogatory|abusive|unfriendly|negative|rude|violent"
+_UTTERANCES = "sentence|statement|comment|remark|message|tweet|joke|thing"
 _OVERRIDE_NOUNS = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|messages|context|guardrails|programming|commands?)"
 
 
@@ -280,13 +282,18 @@ FAMILIES: tuple[Family, ...] = (
         (
             # (whole phrases, not "if " or "only": those open a window in every other
             # sentence of prose, and each window costs the family's regexes)
-            *("if the user", "if user", "if anyone", "if someone", "if you", "if asked"),
-            *("if questioned", "with only", "using only", "nothing else", "instead"),
+            *("if the user", "if user", "if anyone", "if someone", "if asked"),
+            *("if you are asked", "if you're asked", "if you are questioned", "if questioned"),
+            *("with only", "using only", "nothing else", "instead,", "instead print"),
+            *("instead say", "instead output", "instead write", "instead reply", "instead respond"),
             *("just print", "just say", "just output", "just write", "just reply"),
             *("just respond", "simply print", "simply say", "simply output"),
-            *("toxic", "harmful", "hateful", "offensive", "racist", "sexist"),
-            *("discriminatory", "insulting", "derogatory", "abusive", "unfriendly"),
-            *("negative sentence", "negative statement", "negative comment", "rude ", "violent "),
+            # (the adjective with its noun: "harmful" alone is in every other jailbreak)
+            *(f"{a} {n}" for a in _HARMFUL.split("|") for n in _UTTERANCES.split("|")),
+            *("note to", "note for", "message to", "message for", "reminder to", "reminder for"),
+            *("attention ai", "attention assistant", "dear ai", "dear assistant", "hey assistant"),
+            *("system:", "system message", "system note", "system instruction", "system update"),
+            *("admin:", "administrator:", "developer:", "developer note", "admin note"),
         ),
         80,
         80,
@@ -298,7 +305,19 @@ FAMILIES: tuple[Family, ...] = (
         (
             "hijack",
             0.6,
-            r"\b(?:write|generate|produce|compose|say) (?:one|a|an|some|\d+) (?:\w+ )?(?:toxic|harmful|hateful|offensive|racist|sexist|discriminatory|insulting|derogatory|abusive|unfriendly|negative|rude|violent) (?:sentences?|statements?|comments?|remarks?|messages?|tweets?|jokes?|things?)\b",
+            rf"\b(?:write|generate|produce|compose|say) (?:one|a|an|some|\d+) (?:\w+ )?(?:{_HARMFUL}) (?:{_UTTERANCES})s?\b",
+        ),
+        (
+            # Words addressed to the assistant in a document: data does not speak to it.
+            "hijack",
+            0.6,
+            r"\b(?:(?:note|message|reminder|instructions?) (?:to|for)|attention|dear|hey),? (?:the |any |all )?(?:ai|assistant|model|llm|language model|chatbot|bot|gpt|chatgpt|claude|copilot|agent)s?\b\s*[:,]",
+        ),
+        (
+            # A system or admin label giving an order: "SYSTEM MESSAGE: ignore...".
+            "hijack",
+            0.7,
+            r"\b(?:system|admin|administrator|developer)(?: (?:message|note|instructions?|update|override|notice))? ?: ?(?:ignore|disregard|forget|focus|print|say|output|respond|reply|write|do not|don't|you (?:must|should|will|are))\b",
         ),
         # (after the conditional: where both match, the finding starts at its "if")
         ("hijack", 0.6, r"(?:just|instead,?|simply) (?:print|say|output|write|reply|respond)\b"),
