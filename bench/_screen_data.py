@@ -295,3 +295,25 @@ def _requests(rng: random.Random, n: int) -> Iterator[str]:
     for _ in range(n):
         text = " ".join(rng.choice(asks) for _ in range(rng.randint(1, 3)))
         yield re.sub(r"\{(\w+)\}", lambda m: rng.choice(fill[m.group(1)]), text)
+
+
+_BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z])|\n\s*\n")
+
+
+def embedded(attack_part: dict[str, list[str]], benign_part: dict[str, list[str]], per: int = 3) -> list[str]:
+    """Short injected instructions (PromptInject's and the latent-injection probe's) planted
+    in benign documents of the same part, at a sentence or paragraph break: an instruction
+    inside a page, a README or a log, the way garak's latent-injection probes carry them.
+    Both the instruction and its carriers come from one part, so a test text shares nothing
+    with a development one. ``per`` carriers for each instruction, chosen by a seeded
+    generator."""
+    rng = random.Random(35)
+    carriers = [t for c in ("docs", "logs", "html", "json_api") for t in benign_part.get(c, ())]
+    out: list[str] = []
+    for category in ("prompt_inject", "latent_injection"):
+        for instruction in attack_part.get(category, ()):
+            for doc in rng.sample(carriers, min(per, len(carriers))):
+                breaks = [m.end() for m in _BREAK.finditer(doc)] or [len(doc)]
+                at = rng.choice(breaks)
+                out.append(f"{doc[:at]}{instruction} {doc[at:]}".strip())
+    return out

