@@ -10,7 +10,6 @@ error, whatever raised it, leaves as the one body shape of
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -24,7 +23,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,10 +31,11 @@ from podium.engine.children import child_runs
 from podium.engine.records import RUN_STATUSES
 from podium.errors import ConfigError, MissingExtraError, StaleRunError
 from podium.gateway import openai_facade, responses
-from podium.gateway.body_limit import BodyLimit, body_too_large
+from podium.gateway.body_limit import BodyLimit
 from podium.gateway.dashboard import dashboard_routes
-from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
-from podium.gateway.live import LiveFrames, follow_live
+from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail
+from podium.gateway.http_io import json_response, read_json, sse_response
+from podium.gateway.live import follow_live
 from podium.gateway.metrics import CONTENT_TYPE
 from podium.gateway.openapi import EPOCH_PATTERN, openapi_document
 from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE, unavailable_message
@@ -73,72 +73,7 @@ T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 _STATUSES = RUN_STATUSES
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _MAX_IDEMPOTENCY_KEY = 255
-
-
-def json_response(
-    body: object, status: int = 200, headers: Mapping[str, str] | None = None
-) -> Response:
-    return Response(
-        _encode(body), status, headers=dict(headers or {}), media_type="application/json"
-    )
-
-
-def sse_response(
-    frames: AsyncIterator[bytes] | LiveFrames, headers: Mapping[str, str] | None = None
-) -> Response:
-    return StreamingResponse(
-        frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **(headers or {})}
-    )
-
-
-async def read_json(
-    request: Request, type_: type[T], max_bytes: int, body_timeout_s: float = 30.0
-) -> T:
-    """Decode the body into ``type_``: 415 if not JSON, 413 if too big, 400/422 if invalid,
-    408 if it takes longer than ``body_timeout_s`` to arrive."""
-    body = await read_body(request, max_bytes, body_timeout_s)
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        raise error_from_validation(exc) from None
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None
-
-
-async def read_body(request: Request, max_bytes: int, body_timeout_s: float = 30.0) -> bytes:
-    """A JSON request's body, undecoded: 415 if not JSON, 413 if too big, 408 if it takes
-    longer than ``body_timeout_s`` to arrive."""
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";", 1)[0].strip().lower() != "application/json":
-        raise ApiError(
-            415,
-            "unsupported_media_type",
-            f"expected Content-Type: application/json, got {content_type or 'none'!r}",
-            field="content-type",
-        )
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise body_too_large(max_bytes)
-    body = bytearray()
-    try:
-        # A client that trickles its body holds a connection and a task: bound the read.
-        async with asyncio.timeout(body_timeout_s):
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_bytes:
-                    raise body_too_large(max_bytes)
-    except TimeoutError:
-        raise ApiError(
-            408,
-            "request_timeout",
-            f"the body did not arrive within {body_timeout_s:g}s",
-            headers={"Connection": "close"},
-        ) from None
-    return bytes(body)
 
 
 def _query(request: Request, allowed: frozenset[str]) -> dict[str, str]:

@@ -81,6 +81,7 @@ from podium.store.redis_expiry import (
 from podium.store.redis_follow import JournalWaiter
 from podium.store.redis_health import RedisHealth
 from podium.store.redis_hold import send_held
+from podium.store.redis_keys import index_prefix, unsubmitted_key
 from podium.store.redis_replies import is_refusal, refusal_reason
 from podium.store.redis_tail import PendingWrite, RunTail
 from podium.threads.record import ThreadRecord
@@ -123,17 +124,6 @@ def connect(
         health_check_interval=30,
         max_connections=max_connections,
     )
-
-
-def index_prefix(prefix: str) -> str:
-    """What the store's index keys start with (``all``, ``thall``, ``t:<tenant>``, …)."""
-    return f"{prefix}:idx:"
-
-
-def unsubmitted_key(prefix: str) -> str:
-    """The sorted set of runs stored ``queued`` whose submit has not been seen (the queue's
-    submit removes a run from it)."""
-    return f"{index_prefix(prefix)}enq"
 
 
 def translated(exc: Exception) -> Exception:
