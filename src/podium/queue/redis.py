@@ -44,9 +44,9 @@ from podium.queue.base import (
     QueueStatistics,
     RunQueue,
 )
-from podium.store.redis import UNAVAILABLE, connect, unsubmitted_key
 from podium.store.redis_batch import Autopipeline
-from podium.store.redis_keys import clock_key, dead_stream_key, queue_stream_key
+from podium.store.redis_connect import UNAVAILABLE, connect
+from podium.store.redis_keys import clock_key, dead_stream_key, queue_stream_key, unsubmitted_key
 from podium.store.redis_replies import is_refusal, refusal_reason
 
 __all__ = ("DeadLetter", "RedisQueue", "dead_stream_key", "queue_stream_key")
