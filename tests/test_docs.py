@@ -100,6 +100,10 @@ def routes() -> list[tuple[re.Pattern[str], set[str]]]:
             r'Route\(\s*"([^"]+)"[^)]*?methods=\[([^\]]*)\]', module.read_text()
         ):
             found.append((path, set(re.findall(r'"([A-Z]+)"', methods))))
+    # The API's own routes are built from one typed table (gateway/routes.py).
+    from podium.gateway.routes import OPERATIONS
+
+    found += [(op.path, {op.method}) for op in OPERATIONS]
     # A worker's metrics port answers its probes too (/livez, /readyz).
     probes = (ROOT / "src" / "podium" / "observe" / "serve_metrics.py").read_text()
     found += [(path, {"GET"}) for path in re.findall(r'"(/\w+)": probes\.', probes)]

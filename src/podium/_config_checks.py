@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from podium.errors import ConfigError
 
 if TYPE_CHECKING:
-    from podium.config import Config
+    from podium.config_schema import Config
 
 __all__ = ("check_archive", "check_config", "check_queue", "check_redis_url", "check_store")
 
@@ -250,7 +250,7 @@ def _check_imported(config: Config) -> None:
     file, nothing else: a limit set here would be ignored, so it is refused."""
     import msgspec
 
-    from podium.config import AgentConfig
+    from podium.config_schema import AgentConfig
 
     defaults = {f.name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
                 for f in msgspec.structs.fields(AgentConfig)}

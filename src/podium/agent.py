@@ -264,42 +264,19 @@ class Agent(Generic[OutT]):
         _check_texts(name, instructions)
         _check_model(name, model)
         tools = _tool_list(name, tools)
-        for what, count, least in (
+        _check_numbers(name, deadline_s, (
             ("max_steps", max_steps, 1),
             ("max_tool_calls", max_tool_calls, 1),
             ("max_parallel_children", max_parallel_children, 1),
             ("max_invalid_tool_calls", max_invalid_tool_calls, 0),
             ("model_retries", model_retries, 0),
             ("output_retries", output_retries, 0),
-        ):
-            if isinstance(count, bool) or not isinstance(count, int) or count < least:
-                raise ConfigError(
-                    f"agent {name!r}: {what} must be a whole number of at least {least}, "
-                    f"not {count!r}"
-                )
-        if deadline_s is not None and not positive_seconds(deadline_s):
-            raise ConfigError(
-                f"agent {name!r}: deadline_s must be positive seconds (math.inf or None for "
-                f"no deadline), not {deadline_s!r}"
-            )
-        for what, value, kind in (
+        ))
+        _check_kinds(name, (
             ("context", context, ContextPolicy),
             ("settings", settings, ModelSettings),
             ("screening", screening, ScreeningPolicy),
-        ):
-            if value is not None and not isinstance(value, kind):
-                raise ConfigError(
-                    f"agent {name!r}: {what} takes a {kind.__name__}(...), not {value!r}"
-                )
-        if isinstance(tags, str):  # tuple("prod") would be ("p", "r", "o", "d")
-            raise ConfigError(f"agent {name!r}: tags takes a list of strings: tags=[{tags!r}]")
-        given_tags: object = tags
-        if not isinstance(given_tags, list | tuple) or not all(
-            isinstance(t, str) for t in given_tags
-        ):
-            raise ConfigError(f"agent {name!r}: tags takes a list of strings, got {tags!r:.60}")
-        if isinstance(secrets, str) or not all(isinstance(s, str) for s in secrets):
-            raise ConfigError(f"agent {name!r}: secrets takes a list of strings")
+        ), tags, secrets)
         if isinstance(handoffs, Agent | Handoff):
             raise ConfigError(f"agent {name!r}: handoffs takes a list of agents: handoffs=[...]")
         if approval_timeout_s is not None and not approval_timeout_s > 0:
@@ -577,6 +554,40 @@ def _tool_list(agent: str, tools: object) -> tuple[Tool[Any, Any], ...]:
                 f"agent {agent!r}: tool {what!r} is not a tool: decorate the function with @tool"
             )
     return listed
+
+
+def _check_numbers(
+    name: str, deadline_s: float | None, counts: Sequence[tuple[str, object, int]]
+) -> None:
+    """Each count a whole number of at least its least; the deadline positive seconds."""
+    for what, count, least in counts:
+        if isinstance(count, bool) or not isinstance(count, int) or count < least:
+            raise ConfigError(
+                f"agent {name!r}: {what} must be a whole number of at least {least}, "
+                f"not {count!r}"
+            )
+    if deadline_s is not None and not positive_seconds(deadline_s):
+        raise ConfigError(
+            f"agent {name!r}: deadline_s must be positive seconds (math.inf or None for "
+            f"no deadline), not {deadline_s!r}"
+        )
+
+
+def _check_kinds(
+    name: str, typed: Sequence[tuple[str, object, type]], tags: object, secrets: Sequence[str]
+) -> None:
+    """Each setting of its class (None: the default); tags and secrets lists of strings."""
+    for what, value, kind in typed:
+        if value is not None and not isinstance(value, kind):
+            raise ConfigError(
+                f"agent {name!r}: {what} takes a {kind.__name__}(...), not {value!r}"
+            )
+    if isinstance(tags, str):  # tuple("prod") would be ("p", "r", "o", "d")
+        raise ConfigError(f"agent {name!r}: tags takes a list of strings: tags=[{tags!r}]")
+    if not isinstance(tags, list | tuple) or not all(isinstance(t, str) for t in tags):
+        raise ConfigError(f"agent {name!r}: tags takes a list of strings, got {tags!r:.60}")
+    if isinstance(secrets, str) or not all(isinstance(s, str) for s in secrets):
+        raise ConfigError(f"agent {name!r}: secrets takes a list of strings")
 
 
 @functools.cache

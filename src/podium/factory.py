@@ -29,14 +29,12 @@ started or listed is a :class:`ConfigError` then, not a failure of the first run
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import importlib
 import inspect
 import logging
 import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,15 +42,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from podium.agent import Agent, ContextPolicy
-from podium.config import AgentConfig, Config, MCPServerConfig, ModelConfig, ScreeningConfig
+from podium.config import AgentConfig, Config, ModelConfig, ScreeningConfig
 from podium.errors import ConfigError
+from podium.factory_mcp import MCPTools, build_mcp_servers
+from podium.factory_models import build_models, openai_endpoint
 from podium.models.base import Model, ModelSettings
 from podium.tools.tool import Tool
 
 if TYPE_CHECKING:
-    from podium.models.openai import OpenAIChatModel
     from podium.security.screen import ScreeningPolicy
-    from podium.tools.mcp import MCPServer
 
 __all__ = (
     "BUILTIN_AGENTS",
@@ -78,9 +76,6 @@ BUILTIN_AGENTS: dict[str, str] = {
     "research-team": "podium.examples.research_team:agent",
     "refunds": "podium.examples.refunds:agent",
 }
-
-#: Where the OpenAI SDK sends requests when ``OPENAI_BASE_URL`` is unset; we do the same.
-OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 log = logging.getLogger("podium.factory")
 
@@ -188,132 +183,6 @@ def load_tool(path: str) -> Tool[Any, Any]:
     return target
 
 
-def _api_key(env_name: str, environ: Mapping[str, str]) -> str | None:
-    return environ.get(env_name) or None
-
-
-def _endpoint(cfg: ModelConfig, environ: Mapping[str, str]) -> OpenAIChatModel:
-    from podium.models.openai import OpenAIChatModel
-    from podium.models.resilience import Timeouts
-
-    base_url = cfg.base_url or environ.get("OPENAI_BASE_URL") or OPENAI_DEFAULT_BASE_URL
-    timeouts = Timeouts(
-        total_s=Timeouts().total_s if cfg.timeout_s is None else cfg.timeout_s,
-        token_idle_s=cfg.idle_timeout_s,
-        first_token_s=cfg.first_token_timeout_s,
-    )
-    model = OpenAIChatModel(
-        base_url,
-        cfg.model,
-        api_key=_api_key(cfg.api_key_env, environ),
-        stream=cfg.stream,
-        extra_body=cfg.extra_body,
-        timeouts=timeouts,
-        structured_output=cfg.structured_output,
-        provider=cfg.provider,
-        server=cfg.kind,
-        response_format=cfg.response_format,
-        tool_choice=cfg.tool_choice,
-        max_tokens=cfg.max_tokens,
-        temperature=cfg.temperature,
-    )
-    if cfg.health_path is not None:
-        import yarl
-
-        root = model.base_url.removesuffix("/v1")
-        path = cfg.health_path if cfg.health_path.startswith("/") else "/" + cfg.health_path
-        # The client probes its list of health URLs in order; the file names the one to use.
-        model._health_urls = [yarl.URL(root + path)]
-    return model
-
-
-def build_models(config: Config, environ: Mapping[str, str] | None = None) -> dict[str, Model]:
-    """One :class:`BackendPool` per ``[[models]]`` name, over that name's endpoints."""
-    if not config.models:
-        return {}
-    from podium.models.pool import Backend, BackendPool
-    from podium.models.pool_routing import RoutingRule
-
-    env = os.environ if environ is None else environ
-    by_name: dict[str, list[ModelConfig]] = {}
-    for m in config.models:
-        by_name.setdefault(m.name, []).append(m)
-    models: dict[str, Model] = {}
-    for name, entries in by_name.items():
-        backends = [
-            Backend(
-                _endpoint(m, env),
-                capacity=m.capacity,
-                group=m.group,
-                name=f"{name}#{i}" if len(entries) > 1 else name,
-                health=None if m.health_check else _no_probe,
-            )
-            for i, m in enumerate(entries)
-        ]
-        rules: list[RoutingRule] = []
-        for m in entries:
-            if m.tags:
-                rules.append(RoutingRule(m.group, tags=tuple(m.tags)))
-            rules.extend(
-                RoutingRule(
-                    m.group,
-                    max_prompt_tokens=r.max_prompt_tokens,
-                    min_prompt_tokens=r.min_prompt_tokens,
-                    tags=tuple(r.tags),
-                    agents=tuple(r.agents),
-                )
-                for r in m.routing
-            )
-        routed = {r.group for r in rules}
-        default = next((m.group for m in entries if m.group not in routed), entries[0].group)
-        first = _pool_settings(name, entries)
-        models[name] = BackendPool(
-            backends,
-            rules=rules,
-            default_group=default,
-            name=name,
-            health_interval_s=first.health_interval_s,
-            health_timeout_s=first.health_timeout_s,
-            unhealthy_after=first.unhealthy_after,
-            healthy_after=first.healthy_after,
-            eject_s=first.cooldown_s,
-            healthy_wait_s=first.healthy_wait_s,
-        )
-    return models
-
-
-#: ``[[models]]`` keys that belong to the pool of a name, not to one endpoint of it.
-POOL_KEYS = (
-    "health_interval_s",
-    "health_timeout_s",
-    "unhealthy_after",
-    "healthy_after",
-    "cooldown_s",
-    "healthy_wait_s",
-)
-
-
-def _pool_settings(name: str, entries: Sequence[ModelConfig]) -> ModelConfig:
-    """The entry whose pool keys the pool takes: the first; the others must agree with
-    it (two values for one pool would leave one of them silently unused)."""
-    first = entries[0]
-    for other in entries[1:]:
-        for key in POOL_KEYS:
-            if getattr(other, key) != getattr(first, key):
-                raise ConfigError(
-                    f"[[models]] {name!r}: {key} is the pool's, and its entries disagree"
-                    f" ({getattr(first, key)!r} and {getattr(other, key)!r}): give every"
-                    " entry of the name the same value"
-                )
-    return first
-
-
-async def _no_probe(timeout_s: float) -> bool:
-    """``health_check = false``: no probe; real calls tell a dead endpoint (it is drained
-    when one fails because it went away)."""
-    return True
-
-
 def with_model(agent: Agent, model: Model) -> Agent:
     """The same agent on another model: every other setting kept as it is (the prompt
     prefix depends on instructions, tools and tokenizer only, so it is shared too)."""
@@ -322,112 +191,6 @@ def with_model(agent: Agent, model: Model) -> Agent:
     if clone.output_type is not None:  # the new model may be asked for it another way
         clone._bind_output()
     return clone
-
-
-def build_mcp_servers(config: Config) -> dict[str, MCPServer]:
-    """One :class:`~podium.tools.mcp.MCPServer` per ``[[mcp_servers]]`` entry (not started)."""
-    if not config.mcp_servers:
-        return {}
-    from podium.security.egress import EgressDenied, EgressPolicy
-    from podium.tools.mcp import MCPServer
-
-    def make(cfg: MCPServerConfig) -> MCPServer:
-        options: dict[str, Any] = {
-            "name": cfg.name, "prefix": cfg.prefix, "timeout": cfg.timeout, "retries": cfg.retries
-        }
-        if cfg.transport == "http":
-            assert cfg.url is not None  # load_config checked
-            policy = EgressPolicy(
-                allow_ports=None,
-                allow_private=cfg.allow_private,
-                allow_networks=tuple(cfg.allow_networks),
-                label=f"MCP server {cfg.name!r}",
-            )
-            try:
-                return MCPServer.http(cfg.url, headers=cfg.headers, policy=policy, **options)
-            except EgressDenied as exc:
-                raise ConfigError(f"mcp_servers: {cfg.name!r}: {exc}") from None
-        assert cfg.command is not None
-        return MCPServer.stdio(cfg.command, cfg.args, env=cfg.env or None, cwd=cfg.cwd, **options)
-
-    return {cfg.name: make(cfg) for cfg in config.mcp_servers}
-
-
-class MCPTools:
-    """The ``[[mcp_servers]]`` of a config and their tools, each server listed once (on a
-    loop of its own: the agents are built before, or inside, the caller's loop)."""
-
-    def __init__(self, config: Config) -> None:
-        self.config = config
-        self.servers = build_mcp_servers(config)
-        self._listed: dict[str, list[Tool[..., Any]]] = {}
-
-    def tools(self, server: str, agent: str) -> list[Tool[..., Any]]:
-        if server not in self.servers:
-            known = ", ".join(sorted(self.servers)) or "none"
-            raise ConfigError(
-                f"agents: {agent!r} uses MCP server {server!r}, which no [[mcp_servers]] "
-                f"entry names (known: {known})"
-            )
-        if server not in self._listed:
-            self._listed[server] = self._list(server)
-        return self._listed[server]
-
-    def server_of(self, t: Tool[..., Any]) -> str | None:
-        """The server whose listing holds ``t`` (None: not one of theirs)."""
-        for name, listed in self._listed.items():
-            if any(t is x for x in listed):
-                return name
-        return None
-
-    def _list(self, name: str) -> list[Tool[..., Any]]:
-        server = self.servers[name]
-        cfg = next(c for c in self.config.mcp_servers if c.name == name)
-        parts = [cfg.url or ""] if cfg.transport == "http" else [cfg.command or "", *cfg.args]
-        where = " ".join(parts)
-
-        async def listed() -> list[Tool[..., Any]]:
-            try:
-                return await asyncio.wait_for(server.list_tools(), cfg.timeout)
-            finally:
-                await server.aclose()  # calls open their own session, on the run's loop
-
-        out: list[list[Tool[..., Any]]] = []
-        errors: list[BaseException] = []
-
-        def target() -> None:
-            try:
-                out.append(asyncio.run(listed()))
-            except BaseException as exc:  # reported below, in the caller's thread
-                errors.append(exc)
-
-        thread = threading.Thread(target=target, name=f"mcp-list:{name}", daemon=True)
-        thread.start()
-        thread.join()
-        if errors:
-            exc = errors[0]
-            why = "no answer" if isinstance(exc, TimeoutError) else str(exc) or type(exc).__name__
-            raise ConfigError(
-                f"mcp_servers: {name!r} ({cfg.transport}: {where.strip()}) could not be "
-                f"started or listed: {why}"
-            ) from exc
-        return out[0]
-
-    def select(self, spec: str, agent: str) -> list[Tool[..., Any]]:
-        """``SERVER:*`` (all its tools) or ``SERVER:TOOL`` (by the server's tool name)."""
-        server, _, wanted = spec.partition(":")
-        tools = self.tools(server, agent)
-        if wanted == "*":
-            return tools
-        prefix = self.servers[server].prefix
-        found = [t for t in tools if t.name in (wanted, prefix + wanted)]
-        if not found:
-            names = ", ".join(sorted(t.name for t in tools)) or "none"
-            raise ConfigError(
-                f"agents: {agent!r} uses tool {wanted!r} of MCP server {server!r}, "
-                f"which has no such tool (it has: {names})"
-            )
-        return found
 
 
 def _agent_tools(cfg: AgentConfig, mcp: MCPTools | None) -> list[Tool[..., Any]]:
@@ -584,7 +347,7 @@ def model_from_option(
         if spec in models:
             return models[spec]
     cfg = ModelConfig(name=spec, model=spec)
-    return _endpoint(cfg, env)
+    return openai_endpoint(cfg, env)
 
 
 def builtin_agents() -> list[ServedSpec]:

@@ -97,3 +97,15 @@ def last_turns(n: int) -> HandoffFilter:
 
     keep_last.__name__ = keep_last.__qualname__ = f"last_turns({n})"
     return keep_last
+
+
+def reachable(root: Agent) -> list[Agent]:
+    """``root`` and the agents its hand-offs reach, directly or through one another."""
+    found = [root]
+    seen = {id(root)}
+    for agent in found:  # (grows as it goes)
+        for tool in agent.handoffs.values():
+            if id(tool.target) not in seen:
+                seen.add(id(tool.target))
+                found.append(tool.target)
+    return found

@@ -31,6 +31,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
+from podium.handoffs import reachable
 from podium.messages import Message
 from podium.tools.agent_tool import HandoffTool
 from podium.tools.executor import ToolResult
@@ -75,18 +76,6 @@ def find_agent(root: Agent, name: str | None) -> Agent | None:
         if agent.name == name:
             return agent
     return None
-
-
-def reachable(root: Agent) -> list[Agent]:
-    """``root`` and the agents its hand-offs reach, directly or through one another."""
-    found = [root]
-    seen = {id(root)}
-    for agent in found:  # (grows as it goes)
-        for tool in agent.handoffs.values():
-            if id(tool.target) not in seen:
-                seen.add(id(tool.target))
-                found.append(tool.target)
-    return found
 
 
 def switch(state: RunState, target: Agent) -> Agent:

@@ -18,8 +18,8 @@ from podium.engine.profile import RunProfile, StepProfile
 from podium.errors import RunError
 from podium.messages import Message, Usage
 from podium.output import OutT
-from podium.security.screen import Screened
-from podium.tools.executor import ToolResult
+from podium.security.verdict import Screened
+from podium.tools.result import ToolResult
 
 __all__ = (
     "RUN_STATUSES",

@@ -17,6 +17,7 @@ from podium.context.buffer import truncate_text
 from podium.context.tokenizers import MESSAGE_OVERHEAD_TOKENS, EstimateTokenizer, Tokenizer
 from podium.messages import Message, ToolCall
 from podium.tools.executor import ToolResult
+from podium.tools.planned import PlannedCall
 from podium.tools.tool import Tool, ToolContext
 
 __all__ = (
@@ -27,15 +28,6 @@ __all__ = (
     "tool_message",
     "truncate_result",
 )
-
-
-class PlannedCall(msgspec.Struct, gc=False):
-    """A validated tool call, ready to execute."""
-
-    index: int
-    tool: Tool[Any, Any]
-    args: msgspec.Struct
-    ctx: ToolContext
 
 
 #: Longest tool name or call id kept from a rejected call; real ones are far shorter.

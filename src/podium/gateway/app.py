@@ -10,459 +10,90 @@ error, whatever raised it, leaves as the one body shape of
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
-import re
 import time
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from podium.engine.children import child_runs
-from podium.engine.records import RUN_STATUSES
-from podium.errors import ConfigError, MissingExtraError, StaleRunError
-from podium.gateway import openai_facade, responses
-from podium.gateway.body_limit import BodyLimit, body_too_large
+from podium.errors import MissingExtraError, StaleRunError
+from podium.gateway.body_limit import BodyLimit
 from podium.gateway.dashboard import dashboard_routes
-from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail, error_from_validation
-from podium.gateway.live import LiveFrames, follow_live
-from podium.gateway.metrics import CONTENT_TYPE
-from podium.gateway.openapi import EPOCH_PATTERN, openapi_document
-from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE, unavailable_message
-from podium.gateway.schemas import (
-    AgentList,
-    AgentOut,
-    ApprovalList,
-    DecisionIn,
-    Health,
-    ModelList,
-    ModelOut,
-    Readiness,
-    RunCreate,
-    RunList,
-    ThreadCreate,
-    ThreadDeleted,
-    ThreadList,
-    ToolOut,
-    approval_out,
-    run_out,
-    thread_detail,
-    thread_out,
+from podium.gateway.endpoints import (
+    Handler,
+    conversation_handlers,
+    openai_handlers,
+    run_handlers,
+    service_handlers,
 )
+from podium.gateway.errors import ApiError, ErrorBody, ErrorDetail
+from podium.gateway.http_io import json_response, read_json
+from podium.gateway.openapi import openapi_document
+from podium.gateway.outage import RETRY_AFTER_S, UNAVAILABLE, unavailable_message
+from podium.gateway.routes import OPERATIONS, Operation
 from podium.gateway.service import Gateway
-from podium.gateway.sse import MAX_EVENT_ID, parse_last_event_id
-from podium.observe.inspect import read_progress
 from podium.observe.server_span import ServerSpans
-from podium.observe.tracing import submit_context
-from podium.threads.record import check_thread_id
 
 __all__ = ("create_app", "json_response", "read_json")
 
 log = logging.getLogger("podium.gateway")
 
-T = TypeVar("T")
-
 _encode = msgspec.json.Encoder().encode
-_STATUSES = RUN_STATUSES
-_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-_MAX_IDEMPOTENCY_KEY = 255
-
-
-def json_response(
-    body: object, status: int = 200, headers: Mapping[str, str] | None = None
-) -> Response:
-    return Response(
-        _encode(body), status, headers=dict(headers or {}), media_type="application/json"
-    )
-
-
-def sse_response(
-    frames: AsyncIterator[bytes] | LiveFrames, headers: Mapping[str, str] | None = None
-) -> Response:
-    return StreamingResponse(
-        frames, media_type="text/event-stream", headers={**_SSE_HEADERS, **(headers or {})}
-    )
-
-
-async def read_json(
-    request: Request, type_: type[T], max_bytes: int, body_timeout_s: float = 30.0
-) -> T:
-    """Decode the body into ``type_``: 415 if not JSON, 413 if too big, 400/422 if invalid,
-    408 if it takes longer than ``body_timeout_s`` to arrive."""
-    body = await read_body(request, max_bytes, body_timeout_s)
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.ValidationError as exc:
-        raise error_from_validation(exc) from None
-    except msgspec.DecodeError as exc:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ApiError(400, "invalid_json", "the body's JSON is nested too deeply") from None
-
-
-async def read_body(request: Request, max_bytes: int, body_timeout_s: float = 30.0) -> bytes:
-    """A JSON request's body, undecoded: 415 if not JSON, 413 if too big, 408 if it takes
-    longer than ``body_timeout_s`` to arrive."""
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";", 1)[0].strip().lower() != "application/json":
-        raise ApiError(
-            415,
-            "unsupported_media_type",
-            f"expected Content-Type: application/json, got {content_type or 'none'!r}",
-            field="content-type",
-        )
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise body_too_large(max_bytes)
-    body = bytearray()
-    try:
-        # A client that trickles its body holds a connection and a task: bound the read.
-        async with asyncio.timeout(body_timeout_s):
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > max_bytes:
-                    raise body_too_large(max_bytes)
-    except TimeoutError:
-        raise ApiError(
-            408,
-            "request_timeout",
-            f"the body did not arrive within {body_timeout_s:g}s",
-            headers={"Connection": "close"},
-        ) from None
-    return bytes(body)
-
-
-def _query(request: Request, allowed: frozenset[str]) -> dict[str, str]:
-    params = request.query_params
-    for name in params:
-        if name not in allowed:
-            raise ApiError(422, "invalid_request", f"unknown query parameter {name!r}", field=name)
-    return {k: params[k] for k in params}
-
-
-def idempotency_key(request: Request) -> str | None:
-    """The request's ``Idempotency-Key`` header (1–255 visible ASCII characters), if any."""
-    key = request.headers.get("idempotency-key")
-    if key is None:
-        return None
-    if not 1 <= len(key) <= _MAX_IDEMPOTENCY_KEY or not key.isascii() or not key.isprintable():
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"Idempotency-Key must be 1 to {_MAX_IDEMPOTENCY_KEY} visible ASCII characters",
-            field="idempotency-key",
-        )
-    return key
-
-
-def _after(header: str | None, query: str | None) -> int:
-    """Where an event stream resumes: ``Last-Event-ID`` wins over ``?after=``."""
-    if header is not None:
-        after = parse_last_event_id(header)  # junk from a client's cache counts as -1
-        field = "last-event-id"
-    elif query is not None:
-        field = "after"
-        text = query.strip()
-        digits = text[1:] if text.startswith("-") else text
-        # isascii: str.isdigit() is true of '²' and other digits int() refuses
-        if not (digits.isascii() and digits.isdigit()) or len(digits) > 20:
-            raise ApiError(422, "invalid_request", "after must be an integer", field=field)
-        after = int(text)
-    else:
-        return -1
-    if not -1 <= after <= MAX_EVENT_ID:
-        raise ApiError(
-            422,
-            "invalid_request",
-            f"{field} must be an event id from -1 to {MAX_EVENT_ID}",
-            field=field,
-        )
-    return after
-
-
-def _limit(query: Mapping[str, str]) -> int:
-    raw_limit = query.get("limit", "100")
-    # Length first: int() of thousands of digits is slow, and refused past 4300.
-    digits = raw_limit.lstrip("0") or "0"
-    ascii_digits = raw_limit.isascii() and raw_limit.isdigit()  # '²' is a digit to isdigit()
-    if not (ascii_digits and len(digits) <= 4) or not 1 <= int(digits) <= 1000:
-        raise ApiError(
-            422, "invalid_request", "limit must be an integer from 1 to 1000", field="limit"
-        )
-    return int(digits)
-
-
-_EPOCH = re.compile(EPOCH_PATTERN)
-
-
-def _epoch(query: Mapping[str, str], name: str) -> float | None:
-    """A time bound of a listing: epoch seconds (``1733250000`` or ``1733250000.5``)."""
-    raw = query.get(name)
-    if raw is None:
-        return None
-    if not _EPOCH.fullmatch(raw):
-        raise ApiError(422, "invalid_request",
-                       f"{name} must be epoch seconds (digits, an optional fraction)", field=name)
-    return float(raw)
-
-
-def _thread_id(request: Request) -> str:
-    try:
-        return check_thread_id(request.path_params["thread_id"])
-    except ConfigError as exc:
-        raise ApiError(422, "invalid_request", str(exc), field="thread_id") from None
-
-
-def _created_headers(run_id: str, replayed: bool) -> dict[str, str]:
-    headers = {"Location": f"/v1/runs/{run_id}"}
-    if replayed:
-        headers["Idempotent-Replayed"] = "true"
-    return headers
 
 
 def _routes(gw: Gateway) -> list[Route]:
-    max_body = gw.config.server.max_body_bytes
-    body_timeout = gw.config.server.body_timeout_s
+    handlers = {
+        **run_handlers(gw),
+        **conversation_handlers(gw),
+        **openai_handlers(gw),
+        **service_handlers(gw),
+    }
+    routes = table_routes(OPERATIONS, handlers)
+    if gw.config.server.docs:  # off: an operator who would not publish the API's shape: 404
+        spec = _encode(openapi_document())
 
-    async def create_run(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        key = idempotency_key(request)
-        body = await read_json(request, RunCreate, max_body, body_timeout)
-        run_id = gw.new_run_id(tenant, key)
-        # Listening before the run exists: its worker streams it from the first token.
-        tokens = await gw.listen(run_id) if body.stream else None
-        try:
-            with submit_context(gw.tracer, request.headers, body.metadata, body.agent) as metadata:
-                record, replayed = await gw.submit(
-                    tenant,
-                    body.agent,
-                    body.input,
-                    metadata,
-                    idempotency_key=key,
-                    run_id=run_id,
-                    thread_id=body.thread_id,
-                )
-                if body.wait and not body.stream:  # the server span covers the wait it serves
-                    record = await gw.wait(
-                        record.run_id, body.wait_timeout_s or gw.config.server.wait_timeout_s
-                    )
-                    return json_response(run_out(record), 200 if record.done else 202,
-                                         _created_headers(record.run_id, replayed))
-        except BaseException:
-            if tokens is not None:
-                tokens.close()
-            raise
-        headers = _created_headers(record.run_id, replayed)
-        if body.stream:
-            frames = follow_live(gw.store, record.run_id, -1, tokens)
-            return sse_response(gw.stream(frames, tokens), headers)
-        return json_response(run_out(record), 202, headers)
+        async def openapi(request: Request) -> Response:
+            return Response(spec, media_type="application/json")
 
-    async def get_run(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        record = await gw.get(tenant, request.path_params["run_id"])
-        # A running run's steps and tokens so far: its record has them at its end.
-        return json_response(run_out(await read_progress(gw.store, record)))
+        routes.append(Route("/openapi.json", openapi, methods=["GET"]))
+    return [*routes, *dashboard_routes(gw)]
 
-    async def run_children(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        record = await gw.get(tenant, request.path_params["run_id"])
-        children = await child_runs(gw.store, record)
-        return json_response(RunList("list", [run_out(r) for r in children]))
 
-    async def run_events(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        query = _query(request, frozenset({"after"}))
-        after = _after(request.headers.get("last-event-id"), query.get("after"))
-        record = await gw.get(tenant, request.path_params["run_id"])
-        tokens = None if record.done else await gw.listen(record.run_id)
-        frames = follow_live(gw.store, record.run_id, after, tokens)
-        return sse_response(gw.stream(frames, tokens))
+def table_routes(operations: Sequence[Operation], handlers: Mapping[str, Handler]) -> list[Route]:
+    """One Starlette route per path of ``operations``, each method calling the handler of
+    its operation's name (every operation needs one; a handler no operation names is a
+    mistake too: it would be served undocumented)."""
+    if missing := {op.name for op in operations} ^ set(handlers):
+        raise ValueError(f"operations and handlers differ: {sorted(missing)}")
+    by_path: dict[str, dict[str, Handler]] = {}
+    for op in operations:
+        by_path.setdefault(op.path, {})[op.method] = handlers[op.name]
+    return [Route(path, _by_method(methods), methods=list(methods))
+            for path, methods in by_path.items()]
 
-    async def cancel_run(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        record = await gw.cancel(tenant, request.path_params["run_id"])
-        # Not ended within the cancel's wait: requested, for a driver to honour (202).
-        return json_response(run_out(record), 200 if record.done else 202)
 
-    async def list_runs(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        query = _query(request, frozenset({"status", "agent", "limit", "since", "until"}))
-        status = query.get("status")
-        if status is not None and status not in _STATUSES:
-            raise ApiError(
-                422,
-                "invalid_request",
-                f"status must be one of {', '.join(_STATUSES)}",
-                field="status",
-            )
-        records = await gw.store.list(
-            tenant=tenant.name, status=status, agent=query.get("agent"), limit=_limit(query),
-            since=_epoch(query, "since"), until=_epoch(query, "until"),
-        )
-        return json_response(RunList("list", [run_out(r) for r in records]))
+def _by_method(methods: dict[str, Handler]) -> Handler:
+    if len(methods) == 1:
+        return next(iter(methods.values()))
+    get = methods.get("GET")
 
-    async def list_approvals(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        pending = await gw.approvals(tenant, request.path_params.get("run_id"))
-        return json_response(ApprovalList("list", [approval_out(p) for p in pending]))
+    async def dispatch(request: Request) -> Response:
+        # Starlette answers HEAD where GET is served: with GET's handler.
+        handler = methods.get(request.method) or get
+        assert handler is not None  # the route's methods are these
+        return await handler(request)
 
-    async def decide(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        body = await read_json(request, DecisionIn, max_body, body_timeout)
-        arguments = None if body.arguments is None else _encode(body.arguments).decode()
-        record = await gw.decide(
-            tenant,
-            request.path_params["run_id"],
-            request.path_params["call_id"],
-            body.decision,
-            message=body.message,
-            arguments=arguments,
-            by=body.by,
-        )
-        return json_response(run_out(record))
-    async def threads(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        if request.method == "POST":
-            _query(request, frozenset())
-            body = await read_json(request, ThreadCreate, max_body, body_timeout)
-            thread = await gw.create_thread(tenant, body.ttl_s, body.metadata)
-            headers = {"Location": f"/v1/threads/{thread.thread_id}"}
-            return json_response(thread_out(thread), 201, headers)
-        query = _query(request, frozenset({"limit"}))
-        found = await gw.store.list_threads(tenant=tenant.name, limit=_limit(query))
-        return json_response(ThreadList("list", [thread_out(t) for t in found]))
-
-    async def thread(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        thread_id = _thread_id(request)
-        if request.method == "DELETE":
-            await gw.delete_thread(tenant, thread_id)
-            return json_response(ThreadDeleted(thread_id, "thread.deleted", True))
-        return json_response(thread_detail(await gw.get_thread(tenant, thread_id)))
-
-    async def list_agents(request: Request) -> Response:
-        gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        data = [
-            AgentOut(
-                s.name,
-                s.agent.description,
-                s.agent.model.name,
-                s.pool,
-                s.agent.max_steps,
-                [ToolOut(t.name, t.description, t.parameters) for t in s.agent.tools.values()],
-                None if s.agent.output is None else s.agent.output.schema,
-            )
-            for s in gw.agents.values()
-        ]
-        return json_response(AgentList("list", data))
-
-    served_since = int(time.time())
-
-    async def list_models(request: Request) -> Response:
-        # OpenAI's clients list "models": here they are the agents a chat completion can name.
-        gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        data = [ModelOut(name, "model", served_since, "podium") for name in gw.agents]
-        return json_response(ModelList("list", data))
-
-    async def get_model(request: Request) -> Response:
-        gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        name = gw.served(request.path_params["model"], field="model").name
-        return json_response(ModelOut(name, "model", served_since, "podium"))
-
-    async def chat_completions(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        key = idempotency_key(request)
-        body = await read_json(request, openai_facade.ChatRequest, max_body, body_timeout)
-        return await openai_facade.complete(
-            gw, tenant, body, idempotency_key=key, headers=request.headers
-        )
-
-    async def create_response(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        key = idempotency_key(request)
-        body = await read_json(request, responses.ResponsesRequest, max_body, body_timeout)
-        return await responses.create_response(
-            gw, tenant, body, idempotency_key=key, headers=request.headers
-        )
-
-    async def get_response(request: Request) -> Response:
-        tenant = gw.keys.authenticate(request.headers)
-        _query(request, frozenset())
-        return json_response(
-            await responses.get_response(gw, tenant, request.path_params["response_id"])
-        )
-
-    async def healthz(request: Request) -> Response:
-        return json_response(Health("ok"))
-
-    async def readyz(request: Request) -> Response:
-        checks = await gw.readiness()
-        ok = all(v == "ok" for v in checks.values())
-        return json_response(
-            Readiness("ready" if ok else "unavailable", checks), 200 if ok else 503
-        )
-
-    async def metrics(request: Request) -> Response:
-        # Process-wide numbers (every tenant's traffic): operators only.
-        gw.keys.authenticate_admin(request.headers)
-        await gw.refresh_queue_figures()
-        return Response(gw.metrics.render(), media_type=CONTENT_TYPE)
-
-    spec = _encode(openapi_document())
-
-    async def openapi(request: Request) -> Response:
-        return Response(spec, media_type="application/json")
-
-    async def runs(request: Request) -> Response:
-        return await (create_run if request.method == "POST" else list_runs)(request)
-
-    return [
-        Route("/v1/runs", runs, methods=["GET", "POST"]),
-        Route("/v1/runs/{run_id}", get_run, methods=["GET"]),
-        Route("/v1/runs/{run_id}/events", run_events, methods=["GET"]),
-        Route("/v1/runs/{run_id}/children", run_children, methods=["GET"]),
-        Route("/v1/runs/{run_id}/cancel", cancel_run, methods=["POST"]),
-        Route("/v1/runs/{run_id}/approvals", list_approvals, methods=["GET"]),
-        Route("/v1/runs/{run_id}/approvals/{call_id}", decide, methods=["POST"]),
-        Route("/v1/approvals", list_approvals, methods=["GET"]),
-        Route("/v1/threads", threads, methods=["GET", "POST"]),
-        Route("/v1/threads/{thread_id}", thread, methods=["GET", "DELETE"]),
-        Route("/v1/agents", list_agents, methods=["GET"]),
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/responses", create_response, methods=["POST"]),
-        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
-        # server.docs = false: an operator who would not publish the API's shape gets a 404.
-        *([Route("/openapi.json", openapi, methods=["GET"])] if gw.config.server.docs else []),
-        *dashboard_routes(gw),
-    ]
+    return dispatch
 
 
 # -- errors ----------------------------------------------------------------------------------

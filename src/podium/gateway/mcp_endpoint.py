@@ -33,6 +33,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from podium.engine.records import RunRecord
 from podium.gateway.errors import ApiError, run_still_going, run_waiting
+from podium.gateway.http_io import json_response, read_body
 from podium.observe.tracing import submit_context
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ class _Authenticated:
         self.gateway = gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from podium.gateway.app import json_response, read_body
-
         request = Request(scope, receive)
         server = self.gateway.config.server
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,11 +19,31 @@ from prometheus_client.registry import Collector
 from podium.security.screen import screening_statistics
 
 if TYPE_CHECKING:
-    from podium.gateway.service import Gateway
+    from podium.gateway.admission import Admission
+    from podium.observe.blocking import BlockingDetector
+    from podium.observe.looplag import LoopLagMonitor
+    from podium.observe.metrics import RunMetrics
+    from podium.queue.base import RunQueue
+    from podium.store.base import RunStore
+    from podium.worker.worker import Worker
 
-__all__ = ("CONTENT_TYPE", "GatewayMetrics")
+__all__ = ("CONTENT_TYPE", "GatewayMetrics", "Scraped")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class Scraped(Protocol):
+    """What a scrape reads of the gateway (:class:`~podium.gateway.service.Gateway` is
+    one): the service owns its metrics, so the metrics name only what they read."""
+
+    admission: Admission
+    blocking: BlockingDetector | None
+    lag: LoopLagMonitor
+    pools: list[str]
+    queue: RunQueue
+    run_metrics: RunMetrics | None
+    store: RunStore
+    workers: list[Worker]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -31,7 +51,7 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 class _StatisticsCollector(Collector):
     """Gauges read from the gateway's components when Prometheus scrapes."""
 
-    def __init__(self, gateway: Callable[[], Gateway | None]) -> None:
+    def __init__(self, gateway: Callable[[], Scraped | None]) -> None:
         self._gateway = gateway
 
     def collect(self) -> Iterator[Metric]:
@@ -116,7 +136,7 @@ class _StatisticsCollector(Collector):
             yield from _process_counters(gw)
 
 
-def _process_counters(gw: Gateway) -> Iterator[Metric]:
+def _process_counters(gw: Scraped) -> Iterator[Metric]:
     """The counters a process that drives runs exports through its ``RunMetrics``, read at
     scrape time for a gateway in front of workers: its loop's stalls, CPU, context switches."""
     if gw.blocking is not None:
@@ -158,7 +178,7 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 class GatewayMetrics:
     """The gateway's registry: request counters and latencies, plus the collector."""
 
-    def __init__(self, gateway: Callable[[], Gateway | None]) -> None:
+    def __init__(self, gateway: Callable[[], Scraped | None]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "podium_http_requests",

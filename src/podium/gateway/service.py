@@ -18,14 +18,9 @@ import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
 
-from podium.agent import Agent
 from podium.config import Config
-from podium.engine import decisions
-from podium.engine.approvals import PendingApproval
 from podium.engine.driver import Engine, new_run_id
-from podium.engine.handoff import find_agent
 from podium.engine.hook import combine
 from podium.engine.records import (
     ApprovalRequested,
@@ -37,10 +32,8 @@ from podium.engine.records import (
     StepRecord,
 )
 from podium.errors import (
-    DecisionError,
     StaleRunError,
     StoreError,
-    StoreUnavailableError,
     ThreadNotFoundError,
 )
 from podium.gateway.admission import Admission
@@ -49,6 +42,9 @@ from podium.gateway.errors import ApiError
 from podium.gateway.live import LiveFrames
 from podium.gateway.metrics import GatewayMetrics
 from podium.gateway.outage import UNAVAILABLE, Retrier
+from podium.gateway.served import ServedAgent
+from podium.gateway.service_people import GatewayConversations, no_thread
+from podium.gateway.service_ready import CHANNEL_ERRORS, GatewayReadiness
 from podium.gateway.sse import SHUTTING_DOWN
 from podium.lifecycle import stop_task
 from podium.observe.blocking import BlockingDetector, detector_from_env
@@ -63,8 +59,6 @@ from podium.security.tenant_egress import EGRESS_KEY, encode_egress
 from podium.store.base import RunStore
 from podium.streaming.base import TokenChannel, TokenSubscription
 from podium.streaming.local import LocalTokenChannel
-from podium.threads.keeper import ThreadKeeper, keeper_for
-from podium.threads.record import ThreadRecord, new_thread_id
 from podium.tools.client import CLIENT_TOOLS_KEY, client_tool_names
 from podium.worker.worker import Worker
 
@@ -72,15 +66,11 @@ __all__ = ("Gateway", "ServedAgent", "idempotent_run_id")
 
 log = logging.getLogger("podium.gateway")
 
-_READY_TIMEOUT_S = 2.0
-_STORE_WATCH_S = 5.0  # how often the store is asked whether it takes writes, unasked
 #: How long a submit that failed on an outage keeps trying to settle its run.
 _SETTLE_S = 300.0
 #: How long past its deadline a wait keeps trying a store that is down.
 _OUTAGE_GRACE_S = 60.0
 _SETTLE_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, StoreError)
-_CHANNEL_ERRORS: tuple[type[BaseException], ...] = (*UNAVAILABLE, OSError)
-_QUEUE_READ_S = 1.0  # a scrape's read of the queue's sizes waits this long at most
 
 
 def idempotent_run_id(tenant: str, key: str) -> str:
@@ -93,18 +83,7 @@ def idempotent_run_id(tenant: str, key: str) -> str:
     return "run_" + digest.hexdigest()[:32]
 
 
-class ServedAgent:
-    """An agent as the gateway serves it: under a name, in a pool."""
-
-    __slots__ = ("agent", "name", "pool")
-
-    def __init__(self, agent: Agent, name: str | None = None, pool: str = "default") -> None:
-        self.agent = agent
-        self.name = name or agent.name
-        self.pool = pool
-
-
-class Gateway:
+class Gateway(GatewayReadiness, GatewayConversations):
     """Runs submitted over HTTP, with admission control in front of the queue.
 
     ``engine`` and ``workers`` are given in the embedded mode only. ``tokens`` carries
@@ -313,7 +292,7 @@ class Gateway:
             else:  # stored, then joined to the thread (404 if the tenant has no such thread)
                 await self.threads.create_run(record)
         except ThreadNotFoundError:
-            raise _no_thread(str(thread_id)) from None
+            raise no_thread(str(thread_id)) from None
         except UNAVAILABLE:
             # The write may have landed before its reply was lost: settle it once the
             # store is back, so no run is left that no client knows about.
@@ -356,7 +335,7 @@ class Gateway:
             return None
         try:
             return await self.tokens.subscribe(run_id)
-        except _CHANNEL_ERRORS as exc:
+        except CHANNEL_ERRORS as exc:
             log.warning("run %s: streaming whole steps only, no token channel: %s", run_id, exc)
             return None
 
@@ -405,32 +384,6 @@ class Gateway:
             await retry.call(self.store.update, stored)
         except _SETTLE_ERRORS as exc:
             log.warning("run %s: could not settle its failed submit: %s", record.run_id, exc)
-
-    # -- threads ----------------------------------------------------------------------------
-
-    @property
-    def threads(self) -> ThreadKeeper:
-        return keeper_for(self.store)
-
-    async def create_thread(
-        self, tenant: Tenant, ttl_s: float | None, metadata: Mapping[str, str]
-    ) -> ThreadRecord:
-        return await self.threads.create(
-            new_thread_id(), tenant.name, ttl_s=ttl_s, metadata=dict(metadata)
-        )
-
-    async def get_thread(self, tenant: Tenant, thread_id: str) -> ThreadRecord:
-        """The tenant's thread, current (ended runs folded in); another tenant's is a 404."""
-        try:
-            return await self.threads.read(thread_id, tenant.name)
-        except ThreadNotFoundError:
-            raise _no_thread(thread_id) from None
-
-    async def delete_thread(self, tenant: Tenant, thread_id: str) -> None:
-        thread = await self.store.get_thread(thread_id)
-        if thread is None or thread.tenant != tenant.name:
-            raise _no_thread(thread_id)
-        await self.store.delete_thread(thread_id)
 
     async def get(self, tenant: Tenant, run_id: str) -> RunRecord:
         """The tenant's run; another tenant's run is as absent as a run that never was."""
@@ -546,20 +499,12 @@ class Gateway:
             engine.cancel(run_id)  # a driver that started meanwhile
         return await self.wait(run_id, self.cancel_wait_s)
 
-    async def _store_ready(self) -> None:
-        """A read answers, and the store knows of nothing that stops writes (a full disk,
-        its file deleted under it): a read alone said ready on both."""
-        await self.store.list(limit=1)
-        problem = await self.store.health()  # a probe write: a full Redis still reads
-        if problem is not None:
-            raise StoreUnavailableError(problem)
-
     async def _forget_submitted(self, record: RunRecord) -> None:
         """A run ended here, in the store: the queue forgets its last submitted version now.
         One that waited for a human has no item in the queue to ack, and on Redis its key
         was left for 7 days; a queued one's item is acked all the same by the worker that
         claims it and finds it ended (nothing queues an ended run again)."""
-        with contextlib.suppress(*_CHANNEL_ERRORS):  # the key expires on its own
+        with contextlib.suppress(*CHANNEL_ERRORS):  # the key expires on its own
             await self.queue.forget(record.run_id)
 
     def _no_other_driver(self) -> bool:
@@ -574,51 +519,6 @@ class Gateway:
         record.finished_at = final.ts
         await self.store.append(record.run_id, (final,), record=record)
         self._observe(record.run_id, final)
-
-    # -- human approval --------------------------------------------------------------------
-
-    async def approvals(self, tenant: Tenant, run_id: str | None = None) -> list[PendingApproval]:
-        """The tenant's calls waiting for a decision (of one run: 404 if not the tenant's)."""
-        if run_id is None:
-            return await decisions.list_pending(self.store, tenant=tenant.name, limit=1000)
-        return await decisions.run_pending(self.store, await self.get(tenant, run_id))
-
-    async def decide(
-        self,
-        tenant: Tenant,
-        run_id: str,
-        call_id: str,
-        decision: str,
-        *,
-        message: str | None = None,
-        arguments: str | None = None,
-        by: str | None = None,
-    ) -> RunRecord:
-        """Journal a decision; the step's last one hands the run back to the queue."""
-        try:
-            record, ready = await decisions.decide(
-                self.store, run_id, call_id, decision, message=message, arguments=arguments,
-                by=by or tenant.name, tenant=tenant.name, tools=self._tool,
-            )
-        except DecisionError as exc:
-            kind = {404: "not_found", 409: "conflict"}.get(exc.status, "invalid_request")
-            raise ApiError(exc.status, kind, str(exc), field=exc.field) from None
-        self.metrics.decisions.labels(record.agent, decision).inc()
-        if ready:
-            try:
-                await self._enqueue(record)
-            except UNAVAILABLE:
-                # The decision is journaled (the client must not decide again): hand the
-                # run to the queue once it is back.
-                self._settle_later(record, enqueue=True)
-        return record
-
-    def _tool(self, record: RunRecord, name: str) -> Any:
-        """The tool ``name`` of the agent the run stands with now (after a hand-off, the
-        one ``record.active_agent`` names, reached through the served agent's hand-offs)."""
-        served = self.agents.get(record.agent)
-        current = None if served is None else find_agent(served.agent, record.active_agent)
-        return None if current is None else current.tools.get(name)
 
     # -- engine observer (embedded mode) ----------------------------------------------------
 
@@ -647,66 +547,9 @@ class Gateway:
             if not fut.done():
                 fut.set_result(None)
 
-    # -- readiness --------------------------------------------------------------------------
-
-    async def refresh_queue_figures(self) -> None:
-        """Read the queue's sizes now (a scrape's): its waiting and in-flight figures are as
-        of the last read, the last admission's, and stayed stale (7 in flight for minutes
-        on an empty queue). A queue that does not answer within a second leaves them as
-        they were: a scrape during an outage still answers."""
-        with contextlib.suppress(TimeoutError, *_CHANNEL_ERRORS):
-            async with asyncio.timeout(_QUEUE_READ_S):
-                await asyncio.gather(*(self.queue.depth(pool) for pool in self.pools))
-
-    async def _watch_store(self) -> None:
-        while True:
-            await asyncio.sleep(_STORE_WATCH_S)
-            with contextlib.suppress(Exception):  # logged by the store; readiness reports it
-                await self.store.health()
-
-    async def readiness(self) -> dict[str, str]:
-        """``{component: "ok" | reason}`` for the store, the queue and each agent's model."""
-        checks: dict[str, str] = {}
-
-        async def check(
-            name: str, probe: asyncio.Future[object] | object, of: object = None
-        ) -> None:
-            try:
-                async with asyncio.timeout(_READY_TIMEOUT_S):
-                    if asyncio.iscoroutine(probe) or isinstance(probe, asyncio.Future):
-                        result = await probe
-                        if result is False:  # a health probe that answered "not healthy"
-                            why = getattr(of, "health_error", None)  # what it saw, if it says
-                            checks[name] = f"unhealthy: {why}"[:300] if why else "unhealthy"
-                            return
-                checks[name] = "ok"
-            except TimeoutError:
-                checks[name] = f"no answer within {_READY_TIMEOUT_S:g}s"
-            except Exception as exc:  # readiness reports every failure, whatever its kind
-                checks[name] = f"{type(exc).__name__}: {exc}"[:300] or "error"
-
-        probes = [check("store", self._store_ready()),
-                  check("queue", self.queue.depth(self.pools[0]))]
-        for served in self.agents.values():
-            model = served.agent.model
-            probe = getattr(model, "health", None)
-            probes.append(
-                check(f"model:{served.name}", probe() if callable(probe) else None, model)
-            )
-        # At once: a probe (a load balancer's, often with a 1 s timeout) waits for the
-        # slowest check, not for the sum of them.
-        await asyncio.gather(*probes)
-        order = ["store", "queue", *(f"model:{served.name}" for served in self.agents.values())]
-        return {name: checks[name] for name in order}
-
-
 def _settled(record: RunRecord) -> bool:
     """Whether a wait for the run is over: it ended, or it waits for a human."""
     return record.done or record.status == "waiting"
-def _no_thread(thread_id: str) -> ApiError:
-    return ApiError(404, "not_found", f"no thread {thread_id!r}", field="thread_id")
-
-
 def _mismatch(run_id: str) -> ApiError:
     return ApiError(
         422,

@@ -24,6 +24,14 @@ import yarl
 from podium.errors import ConfigError, ModelError, ModelTimeoutError, ModelUnavailableError
 from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode, StreamDelta
 from podium.models.openai_errors import BackendStalledError, http_error
+from podium.models.openai_http import (
+    OpenAPIDoc,
+    drain_after_done,
+    endpoint_url,
+    read_capped,
+    stale_connection,
+    whole_reply,
+)
 from podium.models.openai_wire import (
     RequestEncoder,
     SSEDecoder,
@@ -56,33 +64,6 @@ _monotonic = time.monotonic
 #: bytes of an error answer read (the message is cut there anyway): a 500 with a
 #: gigabyte of HTML must not be held in memory
 _MAX_ERROR_BODY = 64 * 1024
-#: after ``data: [DONE]``, how long the rest of the body (its end) is waited for, so the
-#: connection can be reused; a server that holds the stream open past it is cut off
-_DONE_DRAIN_S = 0.5
-
-
-def _endpoint(base: str) -> yarl.URL:
-    """``base`` as a URL, or :class:`ConfigError` if it cannot be one to POST to."""
-    try:
-        url = yarl.URL(base)
-    except ValueError as exc:
-        raise ConfigError(f"invalid base_url {base!r}: {exc}") from None
-    if url.scheme not in ("http", "https") or not url.host:
-        raise ConfigError(
-            f"invalid base_url {base!r}: it needs http:// or https:// and a host,"
-            " like 'http://127.0.0.1:8000/v1'"
-        )
-    return url
-
-
-def _stale_connection(exc: aiohttp.ClientConnectionError) -> bool:
-    """Whether ``exc`` is a kept-alive connection the server had already closed: the
-    request went out and the connection ended with no answer (not a refused connect)."""
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and not isinstance(
-        exc, aiohttp.ClientConnectorError
-    )
 
 
 class OpenAIChatModel(Model):
@@ -159,7 +140,7 @@ class OpenAIChatModel(Model):
         self.base_url = base
         self.model = model
         self.request_model = model
-        self.name = name or f"{model}@{_endpoint(base).authority}"
+        self.name = name or f"{model}@{endpoint_url(base).authority}"
         self.streaming = stream
         self.timeouts = timeouts or Timeouts()
         self.retry = retry or RetryPolicy()
@@ -262,7 +243,7 @@ class OpenAIChatModel(Model):
                     )
                     if resp.status != 200:
                         try:
-                            raw = await _read_capped(resp, _MAX_ERROR_BODY)
+                            raw = await read_capped(resp, _MAX_ERROR_BODY)
                         finally:
                             resp.release()
             except aiohttp.ConnectionTimeoutError:
@@ -272,7 +253,7 @@ class OpenAIChatModel(Model):
                 self.breaker.failure()
                 raise BackendStalledError(f"{self.name}: read timed out after {t.read_s}s") from exc
             except aiohttp.ClientConnectionError as exc:
-                if not stale_retried and _stale_connection(exc):
+                if not stale_retried and stale_connection(exc):
                     # a pooled connection the server closed as the request went out (its
                     # keep-alive timer raced ours): the server is fine, send it again at
                     # once, once, at no cost to the retries or the breaker
@@ -353,7 +334,7 @@ class OpenAIChatModel(Model):
             out.cpu_ns += cpu
             return out
         resp = await self._open(body, deadline, first_token=True)
-        if _whole_reply(resp):
+        if whole_reply(resp):
             out = await self._whole(resp, deadline, request.prompt_tokens)
             out.cpu_ns += cpu
             return out
@@ -422,7 +403,7 @@ class OpenAIChatModel(Model):
                 f"{self.name}: no token for {idle}s (the stream sent only keep-alives)"
             ) from exc
         if asm.done:
-            await _drain(resp)
+            await drain_after_done(resp)
         c0 = _thread_ns()
         if not asm.done:
             for event in sse.close():
@@ -446,7 +427,7 @@ class OpenAIChatModel(Model):
         sent = loop.time()
         deadline = sent + self.timeouts.total_s
         resp = await self._open(body, deadline, first_token=True)
-        if _whole_reply(resp):  # a server (or a proxy) that does not stream
+        if whole_reply(resp):  # a server (or a proxy) that does not stream
             whole = await self._whole(resp, deadline, request.prompt_tokens)
             whole.cpu_ns += cpu
             if whole.content:
@@ -502,7 +483,7 @@ class OpenAIChatModel(Model):
                 for d in deltas:
                     yield d
                 if asm.done:
-                    await _drain(resp)  # a server may hold the stream open after [DONE]
+                    await drain_after_done(resp)  # a server may hold the stream open after [DONE]
                     break
                 if loop.time() > deadline:
                     raise ModelTimeoutError(f"{self.name}: stream not complete in time")
@@ -555,7 +536,7 @@ class OpenAIChatModel(Model):
             try:
                 async with asyncio.timeout(timeout_s):
                     resp = await session.get(url, headers=self._headers)
-                    answer = await _read_capped(resp, _MAX_ERROR_BODY)
+                    answer = await read_capped(resp, _MAX_ERROR_BODY)
                     resp.release()
             except TimeoutError as exc:
                 raise ModelTimeoutError(
@@ -582,7 +563,7 @@ class OpenAIChatModel(Model):
         now on: ``json_object`` with the schema (it refuses ``json_schema`` with a 500)
         and a tool forced by name. A ``response_format`` set by hand stays."""
         try:
-            doc = msgspec.json.decode(openapi, type=_OpenAPIDoc)
+            doc = msgspec.json.decode(openapi, type=OpenAPIDoc)
         except (msgspec.DecodeError, msgspec.ValidationError):
             return
         if "llama.cpp python" in doc.info.title.lower():
@@ -596,44 +577,3 @@ class OpenAIChatModel(Model):
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.base_url!r}, {self.model!r})"
-
-
-class _OpenAPIInfo(msgspec.Struct):
-    title: str = ""
-
-
-class _OpenAPIDoc(msgspec.Struct):
-    info: _OpenAPIInfo = msgspec.field(default_factory=_OpenAPIInfo)
-
-
-def _whole_reply(resp: aiohttp.ClientResponse) -> bool:
-    """A reply that is one JSON completion: what a server that ignores ``"stream": true``
-    (or a proxy that buffers) sends to a streamed call. Read as such, not as an event
-    stream (where it would be "a stream that ended before finish_reason")."""
-    return resp.content_type == "application/json"
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> bytes:
-    """At most ``limit`` bytes of the body (the rest is left unread: releasing the
-    response then closes its connection instead of reusing it)."""
-    parts: list[bytes] = []
-    n = 0
-    while n < limit:
-        part = await resp.content.read(limit - n)
-        if not part:
-            break
-        parts.append(part)
-        n += len(part)
-    return b"".join(parts)
-
-
-async def _drain(resp: aiohttp.ClientResponse) -> None:
-    """Read what follows ``[DONE]`` (the end of the body, normally at once) so the
-    connection goes back to the pool; give up after :data:`_DONE_DRAIN_S`."""
-    content = resp.content
-    if content.at_eof():
-        return
-    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-        async with asyncio.timeout(_DONE_DRAIN_S):
-            while await content.readany():
-                pass

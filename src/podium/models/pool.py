@@ -57,15 +57,23 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TypeVar
 
-import msgspec
-
 from podium.errors import ConfigError, ModelHTTPError, ModelTimeoutError, ModelUnavailableError
 from podium.lifecycle import stop_task
 from podium.messages import Usage
 from podium.models.base import Model, ModelRequest, ModelResponse, StreamDelta
 from podium.models.openai_errors import BackendStalledError
 from podium.models.openai_wire import StreamTruncatedError
-from podium.models.pool_backend import Backend, BackendStatistics, ProbeResult
+from podium.models.pool_backend import Backend, BackendStatistics
+from podium.models.pool_calls import (
+    FAILOVER_STATUSES,
+    NoHealthyBackend,
+    PoolStatistics,
+    QueuedCall,
+    Tries,
+    attempt_usage,
+    backend_lost,
+)
+from podium.models.pool_health import PoolHealth
 from podium.models.pool_routing import Router, RoutingRule
 from podium.models.pool_sched import LASQueue, service_level
 from podium.models.resilience import RetryPolicy, Timeouts
@@ -75,45 +83,11 @@ log = logging.getLogger(__name__)
 __all__ = ("Backend", "BackendPool", "BackendStatistics", "PoolStatistics")
 
 V = TypeVar("V")
-_FAILOVER_STATUSES = frozenset({502, 503})  # the backend (or the proxy before it) is not serving
-_WAITING_INTERVAL_S = 0.5  # health checks while calls wait for a healthy backend
-_EJECT_MAX_S = 300.0  # the longest a backend whose calls time out is left out
 _DEFAULT_CALL_S = Timeouts().total_s  # a call's bound when no backend says its own
 _DEFAULT_RETRY = RetryPolicy()
 
 
-class PoolStatistics(msgspec.Struct, frozen=True):
-    """A snapshot of the pool."""
-
-    backends: tuple[BackendStatistics, ...]
-    waiting: int
-    failovers: int
-
-
-class _NoHealthyBackend(ModelUnavailableError):
-    """Handed to queued calls when every backend of their groups went down; they wait."""
-
-
-class _Tries:
-    """What one call has spent: moves to another backend, and tries again of backends
-    that had all failed it."""
-
-    __slots__ = ("failovers", "retries")
-
-    def __init__(self) -> None:
-        self.failovers = self.retries = 0
-
-
-class _Call:
-    __slots__ = ("chain", "exclude", "future")
-
-    def __init__(self, chain: tuple[str, ...], exclude: frozenset[str]) -> None:
-        self.chain = chain
-        self.exclude = exclude
-        self.future: asyncio.Future[Backend] = asyncio.get_running_loop().create_future()
-
-
-class BackendPool(Model):
+class BackendPool(PoolHealth, Model):
     """A :class:`Model` spreading calls over backends (see the module docstring)."""
 
     def __init__(
@@ -155,8 +129,8 @@ class BackendPool(Model):
         for b in self.backends:
             if hasattr(b.model, "failover_statuses"):
                 # a restarting server answers 503 on every path: send the call elsewhere
-                # now instead of retrying it there (see _backend_lost)
-                b.model.failover_statuses = _FAILOVER_STATUSES
+                # now instead of retrying it there (see backend_lost)
+                b.model.failover_statuses = FAILOVER_STATUSES
         groups = list(dict.fromkeys(b.group for b in backends))
         self._groups = {g: [b for b in backends if b.group == g] for g in groups}
         self.router = Router(
@@ -185,113 +159,13 @@ class BackendPool(Model):
         self._kick = asyncio.Event()  # wakes the health loop early
         self._awaiting = 0  # calls waiting for a healthy backend
         self._closed = False
-        self._queues: dict[tuple[str, ...], LASQueue[_Call]] = {}
+        self._queues: dict[tuple[str, ...], LASQueue[QueuedCall]] = {}
         self._affinity: OrderedDict[str, Backend] = OrderedDict()
         self._service: OrderedDict[str, float] = OrderedDict()
         self._affinity_entries = affinity_entries
         self._started: asyncio.Task[None] | None = None
         self._health_task: asyncio.Task[None] | None = None
         self.failovers = 0
-
-    # --- lifecycle and health -------------------------------------------------
-
-    async def start(self) -> None:
-        """Run the first health round (no traffic before it) and start the periodic checks.
-
-        The round runs in a task of its own that every caller waits on: a caller
-        cancelled meanwhile (its run was) leaves it running for the others.
-        """
-        task = self._started
-        if task is None:
-            task = self._started = asyncio.create_task(
-                self._first_round(), name=f"{self.name}-start"
-            )
-        elif task.done():
-            return  # a failed round resets _started: a finished one succeeded
-        await asyncio.shield(task)
-
-    async def _first_round(self) -> None:
-        try:
-            await self.check_health()
-        except BaseException:
-            self._started = None  # the next caller tries again
-            raise
-        self._health_task = asyncio.create_task(self._health_loop(), name=f"{self.name}-health")
-
-    async def check_health(self) -> None:
-        """Probe every backend once, now, and admit or drain them."""
-        results = await asyncio.gather(*(b.probe(self.health_timeout_s) for b in self.backends))
-        for backend, result in zip(self.backends, results, strict=True):
-            self._verdict(backend, result)
-
-    def _answered_within(self, backend: Backend, seconds: float) -> bool:
-        return backend.last_ok > 0 and time.monotonic() - backend.last_ok < seconds
-
-    async def _health_loop(self) -> None:
-        while True:
-            interval = self.health_interval_s
-            if self._awaiting:
-                interval = min(interval, _WAITING_INTERVAL_S)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await self._kick.wait()
-            self._kick.clear()
-            await self.check_health()
-
-    def _verdict(self, backend: Backend, result: ProbeResult, *, now: bool = False) -> None:
-        if result == "ok":
-            backend._fails = 0
-            backend._passes += 1
-            if backend.ejected_until and time.monotonic() < backend.ejected_until:
-                return  # it answers its health path, but its calls timed out: not yet
-            if backend.state != "healthy" and backend._passes >= self.healthy_after:
-                if backend.state == "drained":
-                    log.info("%s: backend %s passed its health check: it takes calls again",
-                             self.name, backend.name)
-                backend.state = "healthy"
-                self._came_up.set()
-                self._came_up = asyncio.Event()
-                self._said_down = False
-                self._dispatch(backend)
-            return
-        if result == "timeout" and backend.state == "healthy" and self._busy(backend):
-            return  # no answer from a server that is serving calls: busy, not dead
-        backend._passes = 0
-        backend._fails += 1
-        if backend.state == "pending" or (
-            backend.state == "healthy" and (now or backend._fails >= self.unhealthy_after)
-        ):
-            self._drain(backend)
-
-    def _busy(self, backend: Backend) -> bool:
-        """Whether a probe that got no answer may be put down to load: the backend answered
-        a call lately, or its calls in flight are making progress. Calls that are stuck (a
-        stopped or hung server) are not load: they must not keep it in the pool."""
-        if self._answered_within(backend, self.liveness_s):
-            return True
-        if backend.outstanding == 0:
-            return False
-        progress_at = getattr(backend.model, "progress_at", None)
-        if not isinstance(progress_at, float):
-            return True  # a model that cannot say: its calls in flight count
-        if getattr(backend.model, "unstreamed_calls", 0):
-            return True  # a whole reply shows nothing before its end: no telling
-        return time.monotonic() - progress_at < self.liveness_s
-
-    def _drain(self, backend: Backend) -> None:
-        why = backend.last_error
-        others = sum(b.state == "healthy" and b is not backend for b in self.backends)
-        reason = f"{type(why).__name__}: {why}" if why is not None else "its health check failed"
-        if backend.state == "pending":
-            log.warning("%s: backend %s is not taking calls: %s", self.name, backend.name, reason)
-        elif backend.state == "healthy":
-            backend.drains += 1
-            log.warning("%s: backend %s drained (%s); %d other backend(s) take its calls",
-                        self.name, backend.name, reason, others)
-        backend.state = "drained"
-        self._fail_stranded()
-        for other in self.backends:  # calls whose group went down may use a fallback now
-            self._dispatch(other)
 
     async def aclose(self) -> None:
         starting = self._started
@@ -352,7 +226,7 @@ class BackendPool(Model):
                 )
             try:
                 return await self._enqueue(request, chain, exclude)
-            except _NoHealthyBackend:
+            except NoHealthyBackend:
                 continue  # its groups went down while it queued: wait for one to come up
 
     async def _await_healthy(self, chain: tuple[str, ...], deadline: float) -> None:
@@ -391,7 +265,7 @@ class BackendPool(Model):
     async def _enqueue(
         self, request: ModelRequest, chain: tuple[str, ...], exclude: frozenset[str]
     ) -> Backend:
-        call = _Call(chain, exclude)
+        call = QueuedCall(chain, exclude)
         attained = max(request.attained_service_s, self._service.get(request.run_id, 0.0))
         affine = self._affinity.get(request.run_id) if request.run_id else None
         queue = self._queues.get(chain)
@@ -418,8 +292,8 @@ class BackendPool(Model):
                 ) from None
             raise
 
-    def _eligible(self, backend: Backend) -> Callable[[_Call], bool]:
-        def ok(call: _Call) -> bool:
+    def _eligible(self, backend: Backend) -> Callable[[QueuedCall], bool]:
+        def ok(call: QueuedCall) -> bool:
             return backend.name not in call.exclude
 
         return ok
@@ -427,7 +301,7 @@ class BackendPool(Model):
     def _dispatch(self, backend: Backend) -> None:
         """Hand ``backend``'s free slots to the best waiting calls that may use it."""
         while backend.free:
-            best: tuple[tuple[int, int], LASQueue[_Call]] | None = None
+            best: tuple[tuple[int, int], LASQueue[QueuedCall]] | None = None
             ok = self._eligible(backend)
             for chain, queue in self._queues.items():
                 if not queue or self._active_group(chain) != backend.group:
@@ -470,29 +344,8 @@ class BackendPool(Model):
                 for call in queue.drain():
                     if not call.future.done():
                         call.future.set_exception(
-                            _NoHealthyBackend(f"{self.name}: no healthy backend in {chain}")
+                            NoHealthyBackend(f"{self.name}: no healthy backend in {chain}")
                         )
-
-    def _timed_out(self, backend: Backend, exc: ModelTimeoutError) -> None:
-        """A call on ``backend`` got no reply in time. One is a slow generation; calls that
-        time out one after another on a backend that still answers its health path (a
-        wedged engine) take it out of the pool for a while, doubling each time, while
-        another backend of its group is healthy: a dead one would get half the calls."""
-        backend.failures += 1
-        backend.timeouts += 1
-        backend.last_error = exc
-        backend.timeouts_in_row += 1
-        if backend.state != "healthy" or backend.timeouts_in_row < self.unhealthy_after:
-            return
-        if not any(b.state == "healthy" and b is not backend for b in self._groups[backend.group]):
-            return  # the only one left: no better place for its calls
-        eject_s = min(_EJECT_MAX_S, self.eject_s * 2**backend.ejections)
-        backend.ejections += 1
-        backend.timeouts_in_row = 0
-        backend.ejected_until = time.monotonic() + eject_s
-        log.warning("%s: backend %s timed out %d calls in a row (%s): no calls for %gs",
-                    self.name, backend.name, self.unhealthy_after, exc, eject_s)
-        self._drain(backend)
 
     async def _after_stall(
         self,
@@ -500,7 +353,7 @@ class BackendPool(Model):
         backend: Backend,
         exc: BackendStalledError,
         exclude: frozenset[str],
-        tries: _Tries,
+        tries: Tries,
         end: float,
     ) -> frozenset[str]:
         """``backend`` took the call and made no progress. It is counted as a timeout (in
@@ -528,14 +381,6 @@ class BackendPool(Model):
         backend.failovers += 1
         return exclude
 
-    async def _on_backend_error(self, backend: Backend, exc: BaseException) -> None:
-        backend.failures += 1
-        backend.last_error = exc
-        if backend.state == "healthy":
-            result = await backend.probe(self.health_timeout_s)
-            if result != "ok":
-                self._verdict(backend, result, now=True)
-
     # --- calls --------------------------------------------------------------------
 
     def _deadlines(self) -> tuple[float, float]:
@@ -558,7 +403,7 @@ class BackendPool(Model):
         backend: Backend,
         exc: BaseException,
         exclude: frozenset[str],
-        tries: _Tries,
+        tries: Tries,
         end: float,
     ) -> frozenset[str]:
         """``backend`` failed this call and is checked; the backends to leave out of its
@@ -613,7 +458,7 @@ class BackendPool(Model):
         exclude: frozenset[str] = frozenset()
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
-        tries = _Tries()
+        tries = Tries()
         spent = Usage()  # what the failed attempts cost (they count, as the server billed)
         while True:
             backend = await self._acquire_after(request, exclude, wait_until, cause)
@@ -628,7 +473,7 @@ class BackendPool(Model):
                     response.usage_estimated = True
                 return response
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
-                if not _backend_lost(exc):
+                if not backend_lost(exc):
                     raise
                 cause = exc
             except BackendStalledError as exc:
@@ -641,7 +486,7 @@ class BackendPool(Model):
                 raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-            spent = spent + _attempt_usage(request, cause, 0)
+            spent = spent + attempt_usage(request, cause, 0)
             if stalled is not None:
                 exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
             else:
@@ -656,7 +501,7 @@ class BackendPool(Model):
         exclude: frozenset[str] = frozenset()
         wait_until, end = self._deadlines()
         cause: BaseException | None = None
-        tries = _Tries()
+        tries = Tries()
         spent = Usage()  # what the failed attempts cost (they count, as the server billed)
         flowed = False  # deltas of this call went out: a restart must say so first
         while True:
@@ -680,7 +525,7 @@ class BackendPool(Model):
                 ok = True
                 return
             except (ModelUnavailableError, StreamTruncatedError, ModelHTTPError) as exc:
-                if not _backend_lost(exc):
+                if not backend_lost(exc):
                     raise
                 cause = exc
             except BackendStalledError as exc:
@@ -693,7 +538,7 @@ class BackendPool(Model):
                 raise
             finally:
                 self._release(backend, request.run_id, time.perf_counter() - t0, ok)
-            spent = spent + _attempt_usage(request, cause, pieces)
+            spent = spent + attempt_usage(request, cause, pieces)
             if stalled is not None:
                 exclude = await self._after_stall(request, backend, stalled, exclude, tries, end)
             else:
@@ -735,22 +580,3 @@ class BackendPool(Model):
             sum(len(q) for q in self._queues.values()),
             self.failovers,
         )
-
-
-def _attempt_usage(request: ModelRequest, exc: BaseException | None, pieces: int) -> Usage:
-    """An estimate of what a failed attempt cost: the prompt, if the backend took the
-    request (it answered, or a stream began), and one output token per delta it streamed.
-    A refused connection cost nothing."""
-    took = pieces > 0 or isinstance(exc, ModelHTTPError | StreamTruncatedError | ModelTimeoutError)
-    if not took:
-        return Usage()
-    return Usage(request.prompt_tokens, pieces, 0, 1)
-
-
-def _backend_lost(exc: BaseException) -> bool:
-    """Whether a call's error means its backend is gone (fail over) or the call is wrong."""
-    if isinstance(exc, StreamTruncatedError):
-        return True  # cut, or ended before the reply did: the backend's fault, not the call's
-    if isinstance(exc, ModelHTTPError):
-        return exc.status in _FAILOVER_STATUSES and not exc.invalid_request
-    return isinstance(exc, ModelUnavailableError)

@@ -38,6 +38,38 @@ _SAMPLERS = (
 _INSTALL = "pip install 'podium[otel]'"
 
 
+def tracing_configured(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard ``OTEL_*`` variables ask for traces (a traces exporter other
+    than ``none``, or, with ``OTEL_TRACES_EXPORTER`` unset, an OTLP endpoint), or
+    ``PODIUM_TRACING=1``; never with ``OTEL_SDK_DISABLED=true``."""
+    e = os.environ if env is None else env
+    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    if e.get("PODIUM_TRACING", "") in ("1", "true"):
+        return True
+    exporter = e.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporter:  # "none": no traces, whatever endpoint is set (for metrics or logs, say)
+        return any(name.strip() not in ("", "none") for name in exporter.split(","))
+    return bool(e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+
+
+def default_sampler(env: Mapping[str, str] | None = None) -> Any:
+    """Podium's default sampler when ``OTEL_TRACES_SAMPLER`` is unset: parent-based, root
+    runs up to ``PODIUM_TRACES_PER_SECOND`` a second (default 1); None (the SDK reads the
+    variables itself) when it is set. A bad rate is a :class:`~podium.errors.ConfigError`."""
+    e = os.environ if env is None else env
+    if e.get("OTEL_TRACES_SAMPLER"):
+        return None
+    from podium.observe.sampling import DEFAULT_TRACES_PER_SECOND, RateLimitedSampler
+
+    raw = e.get("PODIUM_TRACES_PER_SECOND", "")
+    try:
+        rate = float(raw) if raw else DEFAULT_TRACES_PER_SECOND
+        return RateLimitedSampler(rate)
+    except ValueError:
+        raise ConfigError(f"PODIUM_TRACES_PER_SECOND must be a number >= 0, not {raw!r}") from None
+
+
 def exporter_names(env: Mapping[str, str] | None = None) -> list[str]:
     """The span exporters ``OTEL_TRACES_EXPORTER`` names (``otlp`` when unset; none for
     ``none``); one Podium cannot build is a :class:`ConfigError`."""
@@ -55,8 +87,6 @@ def check_tracing_env(env: Mapping[str, str] | None = None) -> None:
     """Refuse, with one line, ``OTEL_*`` settings Podium would not follow. Nothing to check
     (and nothing imported) when tracing is not configured; the exporter and sampler are not
     checked when the application installed its own tracer provider."""
-    from podium.observe.tracing import default_sampler, tracing_configured
-
     e = os.environ if env is None else env
     _check_podium_tracing(e)
     if not tracing_configured(e):
@@ -140,7 +170,6 @@ def install_provider() -> Any:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-    from podium.observe.tracing import default_sampler
 
     resource = Resource.create()  # OTEL_RESOURCE_ATTRIBUTES, then OTEL_SERVICE_NAME
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from podium.observe.metrics import RunMetrics
     from podium.queue.base import RunQueue
     from podium.worker.health import WorkerHealth
-    from podium.worker.process import WorkerConfig
+    from podium.worker.settings import WorkerConfig
     from podium.worker.worker import Worker
 
 __all__ = ("HealthProbes", "SupervisorMetrics", "WorkerMetrics", "metrics_token", "start_metrics")

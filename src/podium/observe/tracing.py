@@ -48,14 +48,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from podium.engine.profile import STEP_PHASES
-from podium.errors import ConfigError
+from podium.observe.otel_env import default_sampler, tracing_configured
 
 if TYPE_CHECKING:
     from podium.agent import Agent
@@ -84,21 +83,6 @@ _MODEL, _TOOLS = STEP_PHASES.index("model"), STEP_PHASES.index("tools")
 TRACE_KEYS = ("traceparent", "tracestate")
 
 
-def tracing_configured(env: Mapping[str, str] | None = None) -> bool:
-    """Whether the standard ``OTEL_*`` variables ask for traces (a traces exporter other
-    than ``none``, or, with ``OTEL_TRACES_EXPORTER`` unset, an OTLP endpoint), or
-    ``PODIUM_TRACING=1``; never with ``OTEL_SDK_DISABLED=true``."""
-    e = os.environ if env is None else env
-    if e.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return False
-    if e.get("PODIUM_TRACING", "") in ("1", "true"):
-        return True
-    exporter = e.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:  # "none": no traces, whatever endpoint is set (for metrics or logs, say)
-        return any(name.strip() not in ("", "none") for name in exporter.split(","))
-    return bool(e.get("OTEL_EXPORTER_OTLP_ENDPOINT") or e.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
-
-
 def tracer_from_env() -> RunTracer | None:
     """A :class:`RunTracer` when tracing is configured, else None (and nothing imported).
 
@@ -121,23 +105,6 @@ def tracer_from_env() -> RunTracer | None:
 
         provider = install_provider()
     return RunTracer(provider)
-
-
-def default_sampler(env: Mapping[str, str] | None = None) -> Any:
-    """Podium's default sampler when ``OTEL_TRACES_SAMPLER`` is unset: parent-based, root
-    runs up to ``PODIUM_TRACES_PER_SECOND`` a second (default 1); None (the SDK reads the
-    variables itself) when it is set. A bad rate is a :class:`~podium.errors.ConfigError`."""
-    e = os.environ if env is None else env
-    if e.get("OTEL_TRACES_SAMPLER"):
-        return None
-    from podium.observe.sampling import DEFAULT_TRACES_PER_SECOND, RateLimitedSampler
-
-    raw = e.get("PODIUM_TRACES_PER_SECOND", "")
-    try:
-        rate = float(raw) if raw else DEFAULT_TRACES_PER_SECOND
-        return RateLimitedSampler(rate)
-    except ValueError:
-        raise ConfigError(f"PODIUM_TRACES_PER_SECOND must be a number >= 0, not {raw!r}") from None
 
 
 def inject_traceparent(metadata: dict[str, str]) -> None:

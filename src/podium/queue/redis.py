@@ -44,8 +44,9 @@ from podium.queue.base import (
     QueueStatistics,
     RunQueue,
 )
-from podium.store.redis import UNAVAILABLE, connect, unsubmitted_key
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_connect import UNAVAILABLE, connect
+from podium.store.redis_keys import clock_key, dead_stream_key, queue_stream_key, unsubmitted_key
 from podium.store.redis_replies import is_refusal, refusal_reason
 
 __all__ = ("DeadLetter", "RedisQueue", "dead_stream_key", "queue_stream_key")
@@ -182,21 +183,6 @@ _SUBMIT_LOOKBACK = 1000
 #: Dead letters kept per pool (about: trimmed by whole stream nodes): one per run that
 #: died, and nothing grows with the number of runs ever served.
 DEAD_LETTERS_KEPT = 10_000
-
-
-def queue_stream_key(prefix: str, pool: str) -> str:
-    """The stream of ``pool``'s waiting and in-flight runs."""
-    return f"{prefix}:queue:{pool}"
-
-
-def clock_key(prefix: str, pool: str) -> str:
-    """When a worker of ``pool`` last spoke to Redis (see ``_TOUCH``)."""
-    return f"{prefix}:queue:{pool}:clock"
-
-
-def dead_stream_key(prefix: str, pool: str) -> str:
-    """``pool``'s dead-letter stream."""
-    return f"{prefix}:dead:{pool}"
 
 
 @asynccontextmanager

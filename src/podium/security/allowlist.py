@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from podium.engine.step import PlannedCall
 from podium.tools.executor import ToolResult
+from podium.tools.planned import PlannedCall
 
 __all__ = ("TOOLS_KEY", "allowed_tools", "encode_allowed", "restrict_calls")
 

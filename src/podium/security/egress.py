@@ -6,8 +6,9 @@ The policy is checked twice for every hop of a request:
    allow-list, port, and the address itself when the host is an IP literal. Legacy
    numeric spellings (``2130706433``, ``0177.0.0.1``, ``0x7f.1``, ``127.1``) are refused
    outright: every resolver reads them differently, which is what makes them bypasses;
-2. on the *resolved* addresses, at connect time (:class:`GuardedResolver`, installed in the
-   connector): a name that resolves to a loopback, private, link-local or metadata address is
+2. on the *resolved* addresses, at connect time
+   (:class:`~podium.security.resolver.GuardedResolver`, installed in the connector): a name
+   that resolves to a loopback, private, link-local or metadata address is
    refused there, on the very answer the socket connects to, so a DNS answer that changes
    between a check and the connect (rebinding) cannot slip through. The resolver lives in
    :mod:`podium.security.resolver`, which loads ``aiohttp``; this module does not.
@@ -23,19 +24,14 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 from yarl import URL
 
 from podium.errors import PodiumError
 
-if TYPE_CHECKING:
-    from podium.security.resolver import GuardedResolver
-
 __all__ = (
     "EgressDenied",
     "EgressPolicy",
-    "GuardedResolver",
     "IPAddress",
     "IPNetwork",
     "address_kind",
@@ -271,12 +267,3 @@ class EgressPolicy:
             str(ip) if ip is not None else host, self.allow_hosts
         ):
             raise EgressDenied(f"host {host!r} is not in the egress allow-list")
-
-
-def __getattr__(name: str) -> object:
-    # The resolver is aiohttp's kind: loaded with it, by the HTTP client that needs it.
-    if name == "GuardedResolver":
-        from podium.security.resolver import GuardedResolver
-
-        return GuardedResolver
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

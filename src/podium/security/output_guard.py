@@ -28,17 +28,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from podium.security.egress import EgressDenied, EgressPolicy
 from podium.security.findings import Finding
 from podium.security.tenant_egress import current_egress
 
-if TYPE_CHECKING:
-    from podium.engine.replay import RunState
-
 __all__ = ("OutputGuard", "remember_flagged", "tainted_values")
+
+
+class _Flags(Protocol):
+    """The part of a run's state (:class:`~podium.engine.replay.RunState`) that keeps what
+    the screen flagged."""
+
+    flagged: list[str] | None
 
 _IMAGE = re.compile(
     r"!\[[^\]\n]{0,1000}\]\(\s*<?(?P<url>[^)\s>]+)>?[^)\n]{0,200}\)?"  # ![alt](url "t")
@@ -164,7 +168,7 @@ MAX_FLAGGED = 16
 MAX_FLAGGED_CHARS = 64 * 1024
 
 
-def remember_flagged(state: RunState, text: str) -> None:
+def remember_flagged(state: _Flags, text: str) -> None:
     """Keep ``text`` (flagged by the screen, read by the model) for the tainted-call check
     of the run's later calls: the last :data:`MAX_FLAGGED`, bounded in size."""
     if not text:

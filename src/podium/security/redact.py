@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from podium.engine.handoff import reachable
 from podium.engine.records import (
     ApprovalDecided,
     ApprovalRequested,
@@ -41,6 +40,7 @@ from podium.engine.records import (
     StepRecord,
     ToolOutcome,
 )
+from podium.handoffs import reachable
 from podium.messages import Message, ToolCall
 from podium.security.secrets import SECRET, SecretMatcher, secret_tokens
 from podium.tools.executor import ToolResult

@@ -34,12 +34,13 @@ from podium.security.first_pass import FirstPass
 from podium.security.guard_model import GuardModel
 from podium.security.heuristics import HeuristicScreener
 from podium.security.output_guard import OutputGuard, tainted_values
+from podium.security.verdict import Screened, ScreenVerdict
 
 if TYPE_CHECKING:
     from podium.engine.records import RunRecord
-    from podium.engine.step import PlannedCall
     from podium.security.secrets import SecretMatcher
-    from podium.tools.executor import ToolResult
+    from podium.tools.planned import PlannedCall
+    from podium.tools.result import ToolResult
 
 __all__ = (
     "Finding",
@@ -54,28 +55,6 @@ __all__ = (
 )
 
 Action = Literal["flag", "redact", "block"]
-
-
-class ScreenVerdict(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
-    """What the screen decided about one text. ``action`` is ``allow`` below the threshold."""
-
-    source: str
-    rule: str
-    score: float
-    action: Literal["allow", "flag", "redact", "block"]
-    screener: str = ""
-    excerpt: str = ""
-    #: What the guard model said, when it was asked (see podium.security.guard_model).
-    guard: str = ""
-    #: The first pass's rule that the guard's ``safe`` overruled.
-    overruled: str = ""
-
-
-class Screened(msgspec.Struct, tag="screen", gc=False):
-    """Journal entry: the verdict on the run's input (tool results carry their own)."""
-
-    ts: float
-    verdict: ScreenVerdict
 
 
 @runtime_checkable
@@ -310,7 +289,7 @@ class ScreeningPolicy:
         guard = self.outputs
         if guard is None or not guard.tool_calls or not flagged:
             return planned, rejected, []
-        from podium.tools.executor import ToolResult
+        from podium.tools.result import ToolResult
 
         keep: list[PlannedCall] = []
         refused = list(rejected)

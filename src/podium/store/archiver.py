@@ -37,7 +37,7 @@ from podium.errors import RunNotFoundError, StoreError
 from podium.lifecycle import stop_task
 from podium.store.base import JournalItem, log_lost
 from podium.store.postgres_archive import archive_runs
-from podium.store.tiered import pending_key
+from podium.store.redis_keys import pending_key
 
 if TYPE_CHECKING:
     from podium.store.postgres import PostgresRunStore

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import RunNotFoundError, StaleRunError, StoreError
 from podium.store.base import JournalItem, StoreStatistics
+from podium.store.listing import dollar, list_runs_sql
 from podium.store.postgres_listen import CHANNEL
 from podium.store.postgres_memories import PostgresMemories
 from podium.store.postgres_pool import LIVE as _LIVE
@@ -339,23 +340,9 @@ class PostgresRunStore(PostgresThreads, PostgresMemories):
         since: float | None = None,
         until: float | None = None,
     ) -> list[RunRecord]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        for column, value in (("tenant", tenant), ("status", status), ("agent", agent)):
-            if value is not None:
-                params.append(value)
-                clauses.append(f"{column} = ${len(params)}")
-        if since is not None:
-            params.append(since)
-            clauses.append(f"created_at >= ${len(params)}")
-        if until is not None:
-            params.append(until)
-            clauses.append(f"created_at <= ${len(params)}")
-        params.append(time.time())
-        clauses.append(_LIVE % len(params))
-        params.append(max(limit, 0))
-        sql = (f"SELECT record FROM podium_runs WHERE {' AND '.join(clauses)}"
-               f" ORDER BY created_at DESC LIMIT ${len(params)}")
+        sql, params = list_runs_sql("podium_runs", dollar, tenant=tenant, status=status,
+                                    agent=agent, since=since, until=until, now=time.time(),
+                                    limit=limit)
 
         async def op(conn: asyncpg.Connection) -> list[Any]:
             rows: list[Any] = await conn.fetch(sql, *params)

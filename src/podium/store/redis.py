@@ -43,21 +43,15 @@ terminal write records the run in the expiry set, and a reaper every process run
 from __future__ import annotations
 
 import asyncio
-import builtins
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Sequence
 from itertools import count
 from typing import Any
 
 import msgspec
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import (
@@ -65,254 +59,48 @@ from podium.errors import (
     StaleRunError,
     StoreError,
     StoreUnavailableError,
-    ThreadNotFoundError,
 )
 from podium.lifecycle import stop_task
 from podium.memory.item import MemoryItem
-from podium.store.base import JournalItem, RunStore, StoreStatistics, log_lost
+from podium.store.base import JournalItem, RunStore, StoreStatistics
 from podium.store.redis_batch import Autopipeline
+from podium.store.redis_connect import UNAVAILABLE, connect, translate_errors, translated
 from podium.store.redis_expiry import (
-    EXPIRY_MEMBER_LUA,
     REAP_LUA,
     ExpiryReaper,
     expiry_key,
-    expiry_member,
 )
 from podium.store.redis_follow import JournalWaiter
 from podium.store.redis_health import RedisHealth
 from podium.store.redis_hold import send_held
-from podium.store.redis_replies import is_refusal, refusal_reason
+from podium.store.redis_keys import index_prefix, unsubmitted_key
+from podium.store.redis_reads import RedisRunReads, bucket
+from podium.store.redis_scripts import FORGET_UNSUBMITTED_LUA, THREAD_WRITE_LUA, WRITE_LUA
 from podium.store.redis_tail import PendingWrite, RunTail
+from podium.store.redis_threads import RedisThreadStore
 from podium.threads.record import ThreadRecord
 
-__all__ = ("RedisRunStore", "connect", "index_prefix", "unsubmitted_key")
-
-
-def _bucket(status: str) -> str:
-    return "active" if status in ("queued", "running") else status
+__all__ = (
+    "UNAVAILABLE",
+    "RedisRunStore",
+    "connect",
+    "index_prefix",
+    "translate_errors",
+    "translated",
+    "unsubmitted_key",
+)
 
 
 def _seq_part(stream_id: bytes) -> int:
     return int(stream_id.split(b"-", 1)[1])
 
-#: Errors that mean "Redis is away"; redis-py retries these with backoff first.
-UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-def connect(
-    url: str = "redis://127.0.0.1:6379/0",
-    *,
-    retries: int = 2,
-    socket_timeout: float = 10.0,
-    connect_timeout: float = 0.5,
-    max_connections: int | None = None,
-) -> aioredis.Redis:
-    """A redis-py asyncio client tuned for Podium: hiredis, a few jittered retries.
-
-    With the defaults a command fails within about two seconds when Redis is away
-    (the error says so quickly; callers that can wait retry on their own), and the
-    next command after Redis is back reconnects. ``socket_timeout`` bounds a read,
-    so it stays above the longest blocking read (8 s).
-    """
-    return aioredis.Redis.from_url(
-        url,
-        retry=Retry(ExponentialWithJitterBackoff(cap=0.25, base=0.05), retries),
-        retry_on_error=[RedisConnectionError, RedisTimeoutError, ConnectionResetError],
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        health_check_interval=30,
-        max_connections=max_connections,
-    )
-
-
-def index_prefix(prefix: str) -> str:
-    """What the store's index keys start with (``all``, ``thall``, ``t:<tenant>``, …)."""
-    return f"{prefix}:idx:"
-
-
-def unsubmitted_key(prefix: str) -> str:
-    """The sorted set of runs stored ``queued`` whose submit has not been seen (the queue's
-    submit removes a run from it)."""
-    return f"{index_prefix(prefix)}enq"
-
-
-def translated(exc: Exception) -> Exception:
-    """The Podium error for a Redis error (raise it ``from`` the original)."""
-    if isinstance(exc, UNAVAILABLE) or is_refusal(exc):  # refused writes: "not now", a 503
-        # Alive but refusing (out of memory, a replica) is not "unreachable": say which.
-        reason = refusal_reason(exc)
-        if reason is not None:
-            return StoreUnavailableError(f"{reason}: {exc}")
-        return StoreUnavailableError(f"redis unavailable: {exc}")
-    message = str(exc)
-    if message.startswith("PODIUM_STALE"):
-        return StaleRunError(message.removeprefix("PODIUM_STALE "))
-    if message.startswith("PODIUM_NOTFOUND"):
-        return RunNotFoundError(message.removeprefix("PODIUM_NOTFOUND "))
-    if message.startswith("PODIUM_THREAD_NOTFOUND"):
-        return ThreadNotFoundError(message.removeprefix("PODIUM_THREAD_NOTFOUND "))
-    if message.startswith("PODIUM_EXISTS"):
-        return StoreError(f"run {message.removeprefix('PODIUM_EXISTS ')} exists")
-    return StoreError(message)
-
-
-@asynccontextmanager
-async def translate_errors() -> AsyncIterator[None]:
-    """Redis's errors become Podium's at this boundary."""
-    try:
-        yield
-    except (*UNAVAILABLE, ResponseError) as exc:
-        raise translated(exc) from exc
-
-
-# KEYS: run hash, journal stream.
-# ARGV: mode (create|update), expected version, write id "writer:counter", record, bucket,
-#       tenant, created_at, ttl_ms (applied when terminal = '1'), index prefix, terminal,
-#       run id, entries payload ('' = none), entry count, to submit ('1': stored queued, a
-#       submit must follow), the write's time (updated_at).
-# Returns {version, journal length}.
-_WRITE = EXPIRY_MEMBER_LUA + """
-local run, journal = KEYS[1], KEYS[2]
-local mode, expected, wid, rec = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local bucket, tenant, created = ARGV[5], ARGV[6], ARGV[7]
-local ttl, idx, terminal, id = tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11]
-local payload, count = ARGV[12], tonumber(ARGV[13])
-local submit, written = ARGV[14], ARGV[15]
-local wp, wc = string.match(wid, '^(.*):(%d+)$')
-wc = tonumber(wc)
-local function length()
-  local last = redis.call('XREVRANGE', journal, '+', '-', 'COUNT', 1)
-  if last[1] then return tonumber(string.match(last[1][1], '%-(%d+)$')) - 1 end
-  return 0
-end
-local v, n, old
-if mode == 'create' then
-  if redis.call('EXISTS', run) == 1 then
-    local w = redis.call('HMGET', run, 'v', 'wp', 'wc')
-    -- our own create, sent again after a lost reply: it did apply, say so
-    if w[2] == wp and tonumber(w[3]) == wc then return {tonumber(w[1]), length()} end
-    return redis.error_reply('PODIUM_EXISTS ' .. id)
-  end
-  v, n, old = expected, 0, false
-  redis.call('XADD', journal, '0-1', 'e', '')  -- the stream exists (empty) from now on
-  redis.call('XDEL', journal, '0-1')
-else
-  local cur = redis.call('HMGET', run, 'v', 'wp', 'wc', 'b')
-  if not cur[1] then return redis.error_reply('PODIUM_NOTFOUND ' .. id) end
-  v, old = tonumber(cur[1]), cur[4]
-  if cur[2] == wp and tonumber(cur[3]) >= wc then return {v, length()} end  -- a retry
-  if v ~= expected then
-    return redis.error_reply('PODIUM_STALE ' .. id .. ' is at version ' .. v ..
-      ', this writer holds ' .. expected)
-  end
-  v = v + 1
-  n = length()
-  if redis.call('EXISTS', journal) == 1 then
-    redis.call('XSETID', journal, v .. '-0')  -- journal appends of older versions now fail
-  elseif terminal ~= '1' then
-    -- evicted or deleted under a live run: resuming it would repeat its finished calls.
-    -- Only its end may still be written.
-    return redis.error_reply('PODIUM_NOTFOUND ' .. id .. ': its journal is gone from Redis')
-  end
-  if count > 0 then
-    n = n + count
-    redis.call('XADD', journal, v .. '-' .. (n + 1), 'e', payload)
-  end
-end
-redis.call('HSET', run, 'r', rec, 'v', v, 'wp', wp, 'wc', wc, 'b', bucket)
-if old ~= bucket then
-  local score = tonumber(created)
-  if old then
-    redis.call('ZREM', idx .. 's:' .. old, id)
-    redis.call('ZREM', idx .. 'ts:' .. tenant .. ':' .. old, id)
-    if old == 'completed' or old == 'failed' or old == 'cancelled' then
-      -- it had ended (its expiry names the old bucket): re-recorded below if it still ends
-      redis.call('ZREM', idx .. 'exp', expiry_member('r', old, id, tenant))
-      if terminal ~= '1' then
-        redis.call('PERSIST', run)
-        redis.call('PERSIST', journal)
-      end
-    end
-  else
-    redis.call('ZADD', idx .. 'all', score, id)
-    redis.call('ZADD', idx .. 't:' .. tenant, score, id)
-  end
-  redis.call('ZADD', idx .. 's:' .. bucket, score, id)
-  redis.call('ZADD', idx .. 'ts:' .. tenant .. ':' .. bucket, score, id)
-end
--- queued and waiting for its submit (the queue's removes it), or moved on
-if submit == '1' then
-  redis.call('ZADD', idx .. 'enq', tonumber(written), id)
-else
-  redis.call('ZREM', idx .. 'enq', id)
-end
-if terminal == '1' and ttl > 0 then
-  -- one expiry, on Redis's clock, for the keys and for the reaper that tidies the indexes
-  local at = now_ms() + ttl
-  redis.call('PEXPIREAT', run, at)
-  redis.call('PEXPIREAT', journal, at)
-  redis.call('ZADD', idx .. 'exp', at, expiry_member('r', bucket, id, tenant))
-end
-return {v, n}
-"""
-
-# A thread: KEYS: its hash. ARGV: mode (create|update), expected version, record, expiry
-# (unix ms, 0 = none), index prefix, tenant, thread id, score (updated_at). Returns the
-# version written. Indexes (by tenant, and all) are sorted sets; a thread that expires is
-# in the expiry set too, so the reaper removes it from them.
-_THREAD_WRITE = EXPIRY_MEMBER_LUA + """
-local key, mode, expected, rec = KEYS[1], ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local exp, idx, tenant, id, score = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-local v = expected
-if mode == 'create' then
-  if redis.call('EXISTS', key) == 1 then
-    return redis.error_reply('PODIUM_EXISTS thread ' .. id)
-  end
-else
-  local cur = redis.call('HGET', key, 'v')
-  if not cur then return redis.error_reply('PODIUM_THREAD_NOTFOUND ' .. id) end
-  if tonumber(cur) ~= expected then
-    return redis.error_reply('PODIUM_STALE thread ' .. id .. ' is at version ' .. cur ..
-      ', this writer holds ' .. expected)
-  end
-  v = expected + 1
-end
-redis.call('HSET', key, 'r', rec, 'v', v)
-if exp > 0 then
-  redis.call('PEXPIREAT', key, exp)
-  redis.call('ZADD', idx .. 'exp', exp, expiry_member('t', '', id, tenant))
-elseif redis.call('PERSIST', key) == 1 then  -- it had an expiry until this write
-  redis.call('ZREM', idx .. 'exp', expiry_member('t', '', id, tenant))
-end
-redis.call('ZADD', idx .. 'th:' .. tenant, score, id)
-redis.call('ZADD', idx .. 'thall', score, id)
-return v
-"""
-
-# KEYS: the unsubmitted runs' sorted set. ARGV: pairs of run id and the score it was read
-# with. Removes each one still at that score (one queued again since is kept).
-_FORGET_UNSUBMITTED = """
-local n = 0
-for i = 1, #ARGV, 2 do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
-  end
-end
-return n
-"""
-
 _STALE_ID = "equal or smaller"  # Redis's refusal of an XADD id not above the stream's last
 _MAX_TAILS = 50_000  # runs whose write position this store remembers at most
 #: Expired runs one reaper call removes at most: a bounded, short hold of Redis.
 _REAP_BATCH = 500
-#: Reaper calls a listing makes at most before walking an index (the rest is tidied as the
-#: walk meets it): after a mass expiry the listing pays ZREMs, never a read per dead run.
-_LIST_REAP_ROUNDS = 40
-_MAX_LOST_IDS = 10_000  # lost runs remembered, so each is counted once
 
 
-class RedisRunStore(RunStore):
+class RedisRunStore(RedisRunReads, RedisThreadStore, RunStore):
     """Runs, checkpoints and live event streams in Redis.
 
     Example::
@@ -363,11 +151,11 @@ class RedisRunStore(RunStore):
         self._pipe = Autopipeline(
             self.client, retries=reconnect_retries, unavailable_s=unavailable_s
         )
-        self._write = self._pipe.register(_WRITE)
-        self._thread_write = self._pipe.register(_THREAD_WRITE)
+        self._write = self._pipe.register(WRITE_LUA)
+        self._thread_write = self._pipe.register(THREAD_WRITE_LUA)
         self._reap = self._pipe.register(REAP_LUA)
         self._reaper = ExpiryReaper(self._reap_once, every_s=reap_every_s, batch=_REAP_BATCH)
-        self._forget_unsubmitted = self._pipe.register(_FORGET_UNSUBMITTED)
+        self._forget_unsubmitted = self._pipe.register(FORGET_UNSUBMITTED_LUA)
         self._unsubmitted = unsubmitted_key(prefix)
         self._lost = 0
         self._lost_ids: dict[str, None] = {}  # the last ones reported (insertion order)
@@ -385,14 +173,6 @@ class RedisRunStore(RunStore):
         self._ids = count(1)
         self._runs = self._appends = self._entries = self._bytes = 0
 
-    # -- keys -------------------------------------------------------------------------------
-
-    def _run_key(self, run_id: str) -> str:
-        return f"{self.prefix}:{{{run_id}}}:run"
-
-    def _journal_key(self, run_id: str) -> str:
-        return f"{self.prefix}:{{{run_id}}}:journal"
-
     # -- writes -----------------------------------------------------------------------------
 
     def _payload(self, entries: Sequence[JournalEntry]) -> bytes:
@@ -409,7 +189,7 @@ class RedisRunStore(RunStore):
         run_id = record.run_id
         args = (
             "EVALSHA", self._write, 2, self._run_key(run_id), self._journal_key(run_id),
-            mode, expected, f"{self._writer}:{counter}", rec, _bucket(record.status),
+            mode, expected, f"{self._writer}:{counter}", rec, bucket(record.status),
             record.tenant, repr(record.created_at), self.finished_ttl_ms, self._idx,
             terminal, run_id, payload, len(entries),
             "1" if record.status == "queued" and record.parent_run_id is None else "0",
@@ -738,78 +518,6 @@ class RedisRunStore(RunStore):
         items = self._decode_rows(rows)
         return [item for item in items if item[0] > after]
 
-    async def list(
-        self,
-        *,
-        tenant: str | None = None,
-        status: str | None = None,
-        agent: str | None = None,
-        limit: int = 100,
-        since: float | None = None,
-        until: float | None = None,
-    ) -> list[RunRecord]:
-        if tenant is not None and status is not None:
-            key = f"{self._idx}ts:{tenant}:{_bucket(status)}"
-        elif tenant is not None:
-            key = f"{self._idx}t:{tenant}"
-        elif status is not None:
-            key = f"{self._idx}s:{_bucket(status)}"
-        else:
-            key = f"{self._idx}all"
-        self._reaper.ensure_started()
-        # Expired runs leave every index first, so the walk below reads only live ones.
-        try:
-            await self._reaper.drain(_LIST_REAP_ROUNDS)
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, ResponseError):
-                raise  # Redis is away: so is the listing
-            # Redis answered but would not write (a read-only replica, out of memory):
-            # list all the same; the walk skips what has expired
-        # Queued, running and waiting runs have no expiry: one missing from their index is lost.
-        live_bucket = status is not None and _bucket(status) in ("active", "waiting")
-        found: list[RunRecord] = []
-        start, page = 0, max(limit, 50)
-        # The indexes are scored by created_at: a time window is a range of scores.
-        high = "+inf" if until is None else until
-        low = "-inf" if since is None else since
-        # On the pipeline, like every command a request waits for: it waits
-        # ``unavailable_s`` at most for a Redis that does not answer.
-        async with translate_errors():
-            while len(found) < limit:
-                ids: list[bytes] = await self._pipe.execute(
-                    "ZREVRANGEBYSCORE", key, high, low, "LIMIT", start, page
-                )
-                if not ids:
-                    break
-                start += page
-                raws = await self._pipe.execute_all(
-                    *[("HGET", self._run_key(run_id.decode()), "r") for run_id in ids]
-                )
-                expired = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
-                if expired and live_bucket:  # no expiry there: these were evicted or deleted
-                    for run_id in expired:
-                        self.report_lost(run_id.decode(), f"the index {key}")
-                if expired and await self._tidy(key, expired):  # runs gone meanwhile
-                    start -= len(expired)
-                for raw in raws:
-                    if raw is None:
-                        continue
-                    record = self._record_dec.decode(raw)
-                    if (status is None or record.status == status) and (
-                        agent is None or record.agent == agent
-                    ):
-                        found.append(record)
-        return found[:limit]
-
-    async def _tidy(self, key: str, gone: builtins.list[bytes]) -> bool:
-        """Remove the ids of runs found gone from the index ``key``; False where Redis
-        refuses the write (the listing goes on past them)."""
-        try:
-            await self._pipe.execute("ZREM", key, *gone)
-        except ResponseError:
-            return False
-        return True
-
     # -- expiry -----------------------------------------------------------------------------
 
     async def _reap_once(self) -> tuple[int, int]:
@@ -824,152 +532,8 @@ class RedisRunStore(RunStore):
         background reaper does so every ``reap_every_s``); returns how many left."""
         return await self._reaper.drain(rounds)
 
-    # -- threads ----------------------------------------------------------------------------
-
-    def _thread_key(self, thread_id: str) -> str:
-        return f"{self.prefix}:{{thr:{thread_id}}}:thread"
-
-    async def _write_thread(self, mode: str, thread: ThreadRecord, expected: int) -> None:
-        expires = 0 if thread.expires_at is None else max(1, int(thread.expires_at * 1000))
-        async with translate_errors():
-            await self._pipe.execute(
-                "EVALSHA", self._thread_write, 1, self._thread_key(thread.thread_id),
-                mode, expected, self._enc.encode(thread), expires, self._idx, thread.tenant,
-                thread.thread_id, repr(thread.updated_at),
-            )
-        if expires:
-            self._reaper.ensure_started()
-
-    async def create_thread(self, thread: ThreadRecord) -> None:
-        thread.updated_at = thread.updated_at or thread.created_at
-        await self._write_thread("create", thread, thread.version)
-
-    async def get_thread(self, thread_id: str) -> ThreadRecord | None:
-        async with translate_errors():
-            raw = await self._pipe.execute("HGET", self._thread_key(thread_id), "r")
-        return None if raw is None else self._thread_dec.decode(raw)
-
-    async def update_thread(self, thread: ThreadRecord) -> None:
-        expected = thread.version
-        thread.version += 1
-        try:
-            await self._write_thread("update", thread, expected)
-        except BaseException:
-            thread.version = expected
-            raise
-
-    async def list_threads(
-        self, *, tenant: str | None = None, limit: int = 100
-    ) -> builtins.list[ThreadRecord]:
-        key = f"{self._idx}thall" if tenant is None else f"{self._idx}th:{tenant}"
-        found: list[ThreadRecord] = []
-        start, page = 0, max(limit, 50)
-        async with translate_errors():
-            while len(found) < limit:
-                ids: list[bytes] = await self._pipe.execute(
-                    "ZREVRANGE", key, start, start + page - 1
-                )
-                if not ids:
-                    break
-                start += page
-                raws = await self._pipe.execute_all(
-                    *[("HGET", self._thread_key(thread_id.decode()), "r") for thread_id in ids]
-                )
-                gone = [i for i, raw in zip(ids, raws, strict=True) if raw is None]
-                if gone:  # expired or deleted threads: tidy the index lazily
-                    await self._pipe.execute("ZREM", key, *gone)
-                    start -= len(gone)
-                found.extend(self._thread_dec.decode(raw) for raw in raws if raw is not None)
-        return found[:limit]
-
-    async def delete_thread(self, thread_id: str) -> bool:
-        thread = await self.get_thread(thread_id)
-        if thread is None:
-            return False
-        async with translate_errors():
-            deleted = await self._pipe.execute("DEL", self._thread_key(thread_id))
-            await self._pipe.execute_all(
-                ("ZREM", f"{self._idx}th:{thread.tenant}", thread_id),
-                ("ZREM", f"{self._idx}thall", thread_id),
-                ("ZREM", self._exp, expiry_member("t", "", thread_id, thread.tenant)),
-            )
-        return bool(deleted)
-
-    # -- long-term memory: one hash per namespace (key -> item) ----------------------------
-
-    def _memory_key(self, namespace: str) -> str:
-        return f"{self.prefix}:mem:{namespace}"
-
-    async def put_memory(self, namespace: str, item: MemoryItem) -> None:
-        async with translate_errors():
-            await self._pipe.execute(
-                "HSET", self._memory_key(namespace), item.key, self._enc.encode(item)
-            )
-
-    async def list_memories(self, namespace: str, limit: int = 1000) -> builtins.list[MemoryItem]:
-        async with translate_errors():
-            raws = await self._pipe.execute("HVALS", self._memory_key(namespace))
-        items = [self._memory_dec.decode(raw) for raw in raws]
-        items.sort(key=lambda i: i.created_at, reverse=True)
-        return items[: max(limit, 0)]
-
-    async def delete_memory(self, namespace: str, key: str) -> bool:
-        async with translate_errors():
-            return bool(await self._pipe.execute("HDEL", self._memory_key(namespace), key))
-
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(self._runs, self._appends, self._entries, self._bytes, self._lost)
-
-    def report_lost(self, run_id: str, where: str) -> None:
-        # Once per run: a lost run is met again by every listing and sweep until tidied.
-        if run_id in self._lost_ids:
-            return
-        self._lost_ids[run_id] = None
-        if len(self._lost_ids) > _MAX_LOST_IDS:
-            del self._lost_ids[next(iter(self._lost_ids))]
-        self._lost += 1
-        log_lost(run_id, where)
-
-    # -- runs whose submit was not seen: the stranded sweep's index ---------------------------
-
-    async def unsubmitted(self, before: float, limit: int) -> builtins.list[RunRecord]:
-        """One indexed read (and the records it names): empty unless a submitter died
-        between its write and its submit, or a submit is under way."""
-        async with translate_errors():
-            rows: list[Any] = await self._pipe.execute(
-                "ZRANGEBYSCORE", self._unsubmitted, "-inf", repr(before), "WITHSCORES",
-                "LIMIT", 0, limit,
-            )
-            if not rows:
-                return []
-            ids = [run_id.decode() for run_id in rows[::2]]
-            raws = await self._pipe.execute_all(
-                *[("HGET", self._run_key(run_id), "r") for run_id in ids]
-            )
-        found: list[RunRecord] = []
-        gone: list[tuple[str, Any]] = []
-        for run_id, score, raw in zip(ids, rows[1::2], raws, strict=True):
-            if raw is None:  # stored queued, never driven, and gone: evicted
-                self.report_lost(run_id, "the index of queued runs")
-                gone.append((run_id, score))
-            else:
-                found.append(self._record_dec.decode(raw))
-        if gone:
-            async with translate_errors():
-                await self._pipe.execute(
-                    "EVALSHA", self._forget_unsubmitted, 1, self._unsubmitted,
-                    *[x for pair in gone for x in pair],
-                )
-        return found
-
-    async def forget_unsubmitted(self, records: Sequence[RunRecord]) -> None:
-        if not records:
-            return
-        async with translate_errors():
-            await self._pipe.execute(
-                "EVALSHA", self._forget_unsubmitted, 1, self._unsubmitted,
-                *[x for r in records for x in (r.run_id, repr(r.updated_at))],
-            )
 
     async def health(self) -> str | None:
         """Whether Redis takes a write now and keeps its keys (see

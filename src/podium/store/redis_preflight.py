@@ -34,9 +34,8 @@ def evicting_policy(policy: str | None) -> bool:
 
 def _expected_types(prefix: str, pools: Iterable[str]) -> dict[str, str]:
     """Podium's keys whose names are fixed, and the Redis type each must have."""
-    from podium.queue.redis import dead_stream_key, queue_stream_key
-    from podium.store.redis import index_prefix
     from podium.store.redis_expiry import expiry_key
+    from podium.store.redis_keys import dead_stream_key, index_prefix, queue_stream_key
 
     idx = index_prefix(prefix)
     keys = {f"{idx}all": "zset", f"{idx}thall": "zset", expiry_key(idx): "zset"}

@@ -29,6 +29,7 @@ from podium.engine.records import TERMINAL_STATUSES, JournalEntry, RunRecord
 from podium.errors import RunNotFoundError
 from podium.memory.item import MemoryItem
 from podium.store.base import JournalItem, RunStore, StoreStatistics
+from podium.store.redis_keys import pending_key
 from podium.threads.record import ThreadRecord
 
 if TYPE_CHECKING:
@@ -39,11 +40,6 @@ if TYPE_CHECKING:
     from podium.store.redis import RedisRunStore
 
 __all__ = ("TieredRunStore", "pending_key")
-
-
-def pending_key(prefix: str) -> str:
-    """The sorted set of finished (or finishing) runs not archived yet."""
-    return f"{prefix}:archive:pending"
 
 
 class TieredRunStore(RunStore):

@@ -81,7 +81,7 @@ class RedisTokenChannel(TokenChannel):
         buffer: int = DEFAULT_BUFFER,
     ) -> None:
         if isinstance(client, str):
-            from podium.store.redis import connect
+            from podium.store.redis_connect import connect
 
             client = connect(client)
             self._own_client = True

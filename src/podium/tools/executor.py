@@ -24,10 +24,10 @@ import msgspec
 
 from podium.errors import Interrupt
 from podium.observe.threadclock import look, split_span
-from podium.security.screen import ScreenVerdict
 from podium.tools.deadlines import ToolTimeout, arm_deadline, with_deadline
 from podium.tools.eager import own_exit
 from podium.tools.policy import backoff_delay
+from podium.tools.result import ToolResult
 from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
 
@@ -37,28 +37,6 @@ __all__ = ("ToolExecutor", "ToolResult", "render_result")
 
 _encode = msgspec.json.encode
 _perf = time.perf_counter_ns
-
-
-class ToolResult(msgspec.Struct, gc=False, omit_defaults=True):
-    """The outcome of one tool call. ``error`` names the failure kind when ``ok`` is false:
-    ``timeout``, ``exception``, ``invalid_arguments``, ``unknown_tool``, ``circuit_open``,
-    ``unserializable``, ``cancelled``, ``blocked`` (withheld by the injection screen),
-    ``interrupted`` (the tool raised :class:`~podium.errors.Interrupt`: ``content`` is its
-    question, and the run waits for a human's answer)."""
-
-    call_id: str
-    name: str
-    content: str
-    ok: bool = True
-    error: str | None = None
-    attempts: int = 1
-    wall_ns: int = 0
-    cpu_ns: int = 0
-    #: Time the call's slices held the loop without running (``time.sleep`` in an async
-    #: tool): neither CPU nor waiting.
-    blocked_ns: int = 0
-    #: The injection screen's verdict on ``content`` (only when the agent screens results).
-    screen: ScreenVerdict | None = None
 
 
 class _First(msgspec.Struct, gc=False):
