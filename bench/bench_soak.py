@@ -379,6 +379,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.warmup_s is None:
         args.warmup_s = min(args.ttl + 60, duration / 2)
     args.duration = duration  # what the chaos bench's helpers read
+    args.postgres = False  # the soak keeps its runs in Redis (bench_chaos --postgres: PostgreSQL)
     return args
 
 

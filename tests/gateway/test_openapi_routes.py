@@ -20,6 +20,7 @@ UNDOCUMENTED = {
     "/openapi.json": "the document itself",
     "/dashboard": "the operator's HTML page, not the API",
     "/dashboard/data": "the dashboard page's own feed",
+    "/dashboard/runs": "the dashboard's runs view's feed (operator keys only)",
     "/mcp": "the MCP endpoint speaks MCP (its own protocol and discovery), not REST",
 }
 
