@@ -255,10 +255,22 @@ class SampledStopwatch(Stopwatch, gc=False):
             t[0:18] = _ZEROS
             t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
-        elif not _calibration.scaled:
+        elif not _calibration.scaled:  # the common case: the CPU figures are the walls
             profile.wall_ns = profile.cpu_ns = wall
-            clock.booked += sum(wall)
+            spent = sum(wall)
+            clock.booked += spent
             t[0:6] = _ZERO6
+            credit = clock.credit - spent
+            if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
+                clock.credit = credit
+            else:
+                profile.cpu_ns = _cut(wall, clock.take(spent, now), spent)
+            steps = self.steps
+            if not steps or steps[-1] is not profile:
+                steps.append(profile)
+            if self.sink is not None:
+                self.sink(profile)
+            return
         else:
             # Not a wait since snapshot() (else the step would be split), so neither the
             # ratio nor the first five phases changed: only the checkpoint grew.
@@ -268,7 +280,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             clock.booked += sum(wall)
             t[0:6] = _ZERO6
         figures = profile.cpu_ns
-        spent = figures[0] + figures[1] + figures[2] + figures[3] + figures[4] + figures[5]
+        spent = sum(figures)
         credit = clock.credit - spent
         if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
             clock.credit = credit
