@@ -8,11 +8,15 @@ report gives the median CPU µs per step of each and their ratio.
     python bench/bench_engine_overhead.py [--runs 1000] [--rounds 9] [--uvloop] [--json]
         [--screening]   # with the injection screen on every input and tool result
         [--observe [both|metrics|tracing]] [--sample RATIO]
-        [--model simulated|function|both] [--sessions 1,100,1000]
+        [--model simulated|function|both|openai|all] [--sessions 1,100,1000]
 
 ``--model function`` drives the agent with a :class:`~podium.FunctionModel` (a plain
 Python function returning the same replies, as a user's own model object would),
 not the simulated model, whose replies the engine takes on an inlined fast path.
+``--model openai`` drives it with an :class:`~podium.OpenAIChatModel` talking to a real
+``podium sim-server`` subprocess on a loopback port with zero latency; its hand loop calls
+the same model object, so the HTTP client's CPU is common to both and the ratio is the
+engine's overhead on top (the server's CPU, in its own process, is not counted).
 ``--sessions N1,N2,…`` measures each level apart: N runs in flight at once, in as
 many batches as make about ``--runs`` × 7 steps, the hand loop alike; the report
 gives the ratio per model and level.
@@ -34,6 +38,7 @@ import gc
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -49,7 +54,9 @@ from podium import (
     tool,
     tool_call_reply,
 )
-from podium.models.base import ModelRequest, ModelResponse
+from podium.messages import Message
+from podium.models.base import Model, ModelRequest, ModelResponse, ToolDefinition
+from podium.models.openai import OpenAIChatModel
 from podium.store.memory import MemoryRunStore
 
 TOOL_STEPS = 6
@@ -72,11 +79,18 @@ def react_reply(messages: object, request: ModelRequest) -> ModelResponse | str:
     return "Done."
 
 
-def podium_agent(screening: bool = False, model: str = "simulated") -> Agent:
+def podium_agent(screening: bool = False, model: str = "simulated", url: str = "") -> Agent:
+    chosen: Model
+    if model == "function":
+        chosen = FunctionModel(react_reply, name="react")
+    elif model == "openai":
+        chosen = OpenAIChatModel(url, "podium-sim")
+    else:
+        chosen = SimulatedModel(
+            Scenario.react("lookup", {"query": "podium"}, tool_steps=TOOL_STEPS))
     return Agent(
         "react",
-        FunctionModel(react_reply, name="react") if model == "function" else
-        SimulatedModel(Scenario.react("lookup", {"query": "podium"}, tool_steps=TOOL_STEPS)),
+        chosen,
         "You are a helpful research agent. Use the lookup tool.",
         [lookup],
         max_steps=TOOL_STEPS + 2,
@@ -123,13 +137,49 @@ async def hand_run(user_input: str) -> str:
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": out})
 
 
+HAND_TOOL_DEFS = (ToolDefinition("lookup", "Look something up.", {
+    "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),)
+
+
+async def hand_run_model(model: OpenAIChatModel, user_input: str) -> str:
+    """The hand loop around a user's model object: its own messages, the model's API."""
+    messages = [
+        Message("system", "You are a helpful research agent. Use the lookup tool."),
+        Message("user", user_input),
+    ]
+    while True:
+        reply = await model.request(ModelRequest(messages, HAND_TOOL_DEFS))
+        messages.append(Message("assistant", reply.content, reply.tool_calls))
+        if not reply.tool_calls:
+            return reply.content
+        for call in reply.tool_calls:
+            args = json.loads(call.arguments)
+            out = await HAND_TOOLS[call.name](**args)
+            messages.append(Message("tool", out, tool_call_id=call.id))
+
+
+def sim_server() -> tuple[subprocess.Popen[str], str]:
+    """A ``podium sim-server`` with no latency on a free loopback port, and its /v1 URL."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "podium", "sim-server", "--port", "0", "--uvloop",
+         "--step-ms", "0", "--step-per-seq-us", "0", "--prefill-per-token-us", "0",
+         "--capacity", "100000", "--output-tokens", "4", "--tool-steps", str(TOOL_STEPS)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "listening on http://127.0.0.1:PORT"
+    return proc, line.split()[-1] + "/v1"
+
+
 # -- measurement -----------------------------------------------------------------------------
 
 
-async def measure_hand(runs: int, batches: int = 1) -> float:
+async def measure_hand(runs: int, batches: int = 1, model: OpenAIChatModel | None = None) -> float:
     t0 = time.process_time()
     for _ in range(batches):
-        await asyncio.gather(*(hand_run("Find podium") for _ in range(runs)))
+        await asyncio.gather(*(
+            hand_run("Find podium") if model is None else hand_run_model(model, "Find podium")
+            for _ in range(runs)))
     await asyncio.sleep(0)  # its tasks are freed on the next turn: counted, as ours are
     return (time.process_time() - t0) / (runs * batches * (TOOL_STEPS + 1)) * 1e6
 
@@ -138,30 +188,39 @@ async def measure_levels(
     agents: dict[str, Agent], levels: list[int], runs: int, rounds: int
 ) -> dict[str, Any]:
     """Per model and level: the median per-round ratio of the engine's CPU per step to the
-    hand loop's (each round measures the hand loop, then each model, back to back)."""
+    hand loop's (each round measures, per model, its hand loop then the engine, back to
+    back; an OpenAIChatModel's hand loop calls that same model object)."""
     engine = Engine(MemoryRunStore())  # one shared engine, as a service runs
     out: dict[str, Any] = {}
     for level in levels:
         batches = max(1, runs // level)
-        hand: list[float] = []
+        hand: dict[str, list[float]] = {name: [] for name in agents}
         ours: dict[str, list[float]] = {name: [] for name in agents}
-        for agent in agents.values():  # warm up
+        user = {n: a.model if isinstance(a.model, OpenAIChatModel) else None
+                for n, a in agents.items()}
+        for name, agent in agents.items():  # warm up
             await _batches(engine, agent, min(level, 50), 1)
+            await measure_hand(min(level, 50), 1, user[name])
         for _ in range(rounds):
-            gc.collect()
-            hand.append(await measure_hand(level, batches))
             for name, agent in agents.items():
+                gc.collect()
+                hand[name].append(await measure_hand(level, batches, user[name]))
                 gc.collect()
                 ours[name].append(await _batches(engine, agent, level, batches))
         for name, cpu in ours.items():
-            ratios = [p / h for p, h in zip(cpu, hand, strict=True)]
+            ratios = sorted(p / h for p, h in zip(cpu, hand[name], strict=True))
             out[f"{name}@{level}"] = {
-                "sessions": level, "model": name, "batches": batches,
-                "hand_cpu_us_per_step": round(statistics.median(hand), 2),
+                "sessions": level, "model": name, "batches": batches, "rounds": rounds,
+                "hand_cpu_us_per_step": round(statistics.median(hand[name]), 2),
                 "podium_cpu_us_per_step": round(statistics.median(cpu), 2),
                 "ratio": round(statistics.median(ratios), 2),
+                "ratio_min": round(ratios[0], 2), "ratio_max": round(ratios[-1], 2),
             }
+            print(json.dumps(out[f"{name}@{level}"]), file=sys.stderr, flush=True)  # progress
     await engine.aclose()
+    for model in user.values():
+        if model is not None:
+            await model.aclose()
     return out
 
 
@@ -203,8 +262,6 @@ class Observability:
     """Metrics and tracing as a serving process runs them, with a real OTLP exporter."""
 
     def __init__(self, parts: str = "both", sample: float | None = None) -> None:
-        import subprocess
-
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -358,7 +415,7 @@ def main() -> int:
     parser.add_argument("--sample", type=float, default=None,
                         help="with --observe: trace this share of the runs (default: as "
                              "podium serve/worker sample, up to one run a second)")
-    parser.add_argument("--model", choices=("simulated", "function", "both"),
+    parser.add_argument("--model", choices=("simulated", "function", "both", "openai", "all"),
                         default="simulated", help="the model the engine drives")
     parser.add_argument("--sessions", default=None, metavar="N1,N2,…",
                         help="measure each level of sessions in flight apart")
@@ -396,23 +453,31 @@ def main() -> int:
 
 
 def _levels_main(args: argparse.Namespace) -> int:
-    names = ("simulated", "function") if args.model == "both" else (args.model,)
-    agents = {name: podium_agent(args.screening, name) for name in names}
+    names = {"both": ("simulated", "function"), "all": ("simulated", "function", "openai")
+             }.get(args.model, (args.model,))
+    server, url = sim_server() if "openai" in names else (None, "")
+    agents = {name: podium_agent(args.screening, name, url) for name in names}
     levels = [int(n) for n in (args.sessions or str(args.runs)).split(",")]
     coro = measure_levels(agents, levels, args.runs, args.rounds)
-    if args.uvloop:
-        import uvloop
+    try:
+        if args.uvloop:
+            import uvloop
 
-        result = uvloop.run(coro)
-    else:
-        result = asyncio.run(coro)
+            result = uvloop.run(coro)
+        else:
+            result = asyncio.run(coro)
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait()
     if args.json:
         print(json.dumps(result))
         return 0
     for row in result.values():
         print(f"{row['model']:>9} model, {row['sessions']:>6,} sessions: hand "
               f"{row['hand_cpu_us_per_step']:6.2f} µs/step, podium "
-              f"{row['podium_cpu_us_per_step']:6.2f}, ratio {row['ratio']:.2f}×")
+              f"{row['podium_cpu_us_per_step']:6.2f}, ratio {row['ratio']:.2f}× "
+              f"(rounds {row['ratio_min']:.2f}–{row['ratio_max']:.2f})", flush=True)
     return 0
 
 
