@@ -379,7 +379,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     if args.warmup_s is None:
         args.warmup_s = min(args.ttl + 60, duration / 2)
     args.duration = duration  # what the chaos bench's helpers read
-    args.postgres = False  # the soak keeps its runs in Redis (bench_chaos --postgres: PostgreSQL)
+    # The chaos bench's other options, at its defaults: the soak kills Redis (SIGKILL, AOF
+    # restart) with runs in Redis, workers holding their writes through an outage 90 s.
+    args.postgres, args.outage_kind, args.outage_hold, args.kills_apart = False, "kill", 90.0, False
     return args
 
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -205,9 +206,19 @@ def http_server() -> Iterator[int]:
         server.server_close()
 
 
-def _podium(*args: str) -> subprocess.CompletedProcess[str]:
+def _podium(*args: str, extra_env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "podium.cli.main", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=30)
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, **(extra_env or {})})
+
+
+def _podiums(*commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """Each ``podium`` command in a process of its own, all at once: they are independent
+    (each reads the server's state as this phase of the test set it), and one after the
+    other they were most of the test's time."""
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda command: _podium(*command), commands))
 
 
 def test_a_wrong_server_is_one_line_at_start(private_redis: RedisServer, tmp_path: Path) -> None:
@@ -216,54 +227,55 @@ def test_a_wrong_server_is_one_line_at_start(private_redis: RedisServer, tmp_pat
     exit 2, instead of retrying forever, a traceback, or a 500 per request."""
     admin = redis.Redis.from_url(private_redis.url)
     admin.set("podium:queue:default", "another application's value")
+    # A password this Redis does not have: redis-py lets it pass, Podium's own connections
+    # do not (the worker then retried its claims forever): refused at start, both commands.
+    stray = private_redis.url.replace("redis://", "redis://:n0pass@")
     with http_server() as http_port:
         urls = {
             "not a stream": private_redis.url,
             "does not speak the Redis protocol": f"redis://127.0.0.1:{http_port}/0",
+            "refused the credentials": stray,
         }
-        for expected, url in urls.items():
-            for command in (["worker", "--redis", url, "--agent", SLOW, "--burst"],
-                            ["serve", "--redis", url, "--port", str(free_port())]):
-                done = _podium(*command)
-                assert done.returncode == 2, done.stderr[-2000:]
-                assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
-                assert done.stderr.strip().count("\n") <= 1, done.stderr  # the pool line, the error
+        cases = [(expected, command) for expected, url in urls.items()
+                 for command in (["worker", "--redis", url, "--agent", SLOW, "--burst"],
+                                 ["serve", "--redis", url, "--port", str(free_port())])]
+        for (expected, _), done in zip(cases, _podiums(*(c for _, c in cases)), strict=True):
+            assert done.returncode == 2, done.stderr[-2000:]
+            assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
+            assert done.stderr.strip().count("\n") <= 1, done.stderr  # the pool line, the error
+            assert "n0pass" not in done.stderr, done.stderr
     admin.delete("podium:queue:default")
-    # A password this Redis does not have: redis-py lets it pass, Podium's own connections
-    # do not (the worker then retried its claims forever): refused at start, both commands.
-    stray = private_redis.url.replace("redis://", "redis://:n0pass@")
-    for command in (["worker", "--redis", stray, "--agent", SLOW, "--burst"],
-                    ["serve", "--redis", stray, "--port", str(free_port())]):
-        done = _podium(*command)
-        assert done.returncode == 2, done.stderr[-2000:]
-        assert "refused the credentials" in done.stderr and "Traceback" not in done.stderr
-        assert "n0pass" not in done.stderr, done.stderr
     admin.config_set("maxmemory-policy", "allkeys-lru")
     admin.config_set("requirepass", "s3cret")
-    done = _podium("worker", "--redis", private_redis.url, "--agent", SLOW, "--burst")
+    with_password = private_redis.url.replace("redis://", "redis://:s3cret@")
+    no_password, *evicting = _podiums(
+        ["worker", "--redis", private_redis.url, "--agent", SLOW, "--burst"],
+        # An evicting policy: refused at start (runs would vanish without a word)...
+        ["worker", "--redis", with_password, "--agent", SLOW, "--burst"],
+        ["serve", "--redis", with_password, "--port", str(free_port())],
+    )
+    done = no_password
     assert done.returncode == 2 and "refused the credentials" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
-    with_password = private_redis.url.replace("redis://", "redis://:s3cret@")
-    # An evicting policy: refused at start (runs would vanish without a word)...
-    for command in (["worker", "--redis", with_password, "--agent", SLOW, "--burst"],
-                    ["serve", "--redis", with_password, "--port", str(free_port())]):
-        done = _podium(*command)
+    for done in evicting:
         assert done.returncode == 2, done.stderr[-2000:]
         assert "maxmemory-policy is allkeys-lru" in done.stderr, done.stderr
         assert "allow_evicting_redis" in done.stderr and "Traceback" not in done.stderr
         assert "s3cret" not in done.stderr
     # ... unless the operator accepts it, by flag or variable: then warned once at start
-    done = _podium("worker", "--redis", with_password, "--agent", SLOW, "--burst",
-                   "--allow-evicting-redis")
-    assert done.returncode == 0, done.stderr  # an empty queue in burst mode: done
-    assert "maxmemory-policy is allkeys-lru" in done.stderr
-    assert "s3cret" not in done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "podium.cli.main", "worker", "--redis", with_password,
-         "--agent", SLOW, "--burst"], cwd=ROOT, capture_output=True, text=True, timeout=30,
-        env={**os.environ, "PODIUM_SERVER__ALLOW_EVICTING_REDIS": "1"},
-    )
-    assert done.returncode == 0, done.stderr
+    # (an empty queue in burst mode: done, exit 0)
+    with ThreadPoolExecutor(2) as pool:
+        accepted = [
+            pool.submit(_podium, "worker", "--redis", with_password, "--agent", SLOW, "--burst",
+                        "--allow-evicting-redis"),
+            pool.submit(_podium, "worker", "--redis", with_password, "--agent", SLOW, "--burst",
+                        extra_env={"PODIUM_SERVER__ALLOW_EVICTING_REDIS": "1"}),
+        ]
+        flag, variable = (f.result() for f in accepted)
+    assert flag.returncode == 0, flag.stderr
+    assert "maxmemory-policy is allkeys-lru" in flag.stderr
+    assert "s3cret" not in flag.stderr
+    assert variable.returncode == 0, variable.stderr
     authed = redis.Redis.from_url(with_password)
     authed.config_set("requirepass", "")
     authed.close()

@@ -21,7 +21,10 @@ import pytest
 
 from .podium_fleet import GATEWAYS, PodiumFleet, wait_for
 
-pytestmark = pytest.mark.slow
+# One worker runs the module, so the module-scoped fleet (namespaces, Redis, gateways and
+# workers: about 8 s to build on a busy machine) is built once, not once per xdist worker
+# that drew one of its tests (four builds at -n 4).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fleet")]
 
 
 def _completed(report: dict[str, Any], n: int) -> list[dict[str, Any]]:
