@@ -174,6 +174,9 @@ async def test_the_runs_view_lists_filters_and_pages_every_run(
 
         # Paging, three at a time: older, older (the last page), then back.
         await page.evaluate("location.hash = 'view=runs&limit=3'")
+        # The view before showed these three runs too: wait for this query's answer (it
+        # has an older page) before paging, or the click goes to the answer before it.
+        await until(page, "!document.getElementById('older').disabled")
         await listed(page, order[:3])
         assert await page.evaluate("document.getElementById('newer').disabled")
         await page.evaluate("document.getElementById('older').click()")

@@ -38,6 +38,7 @@ from podium.lifecycle import stop_task
 from podium.store.base import JournalItem, log_lost
 from podium.store.postgres_archive import archive_runs
 from podium.store.redis_keys import pending_key
+from podium.store.redis_scripts import REMOVE_AT_SCORE_LUA
 
 if TYPE_CHECKING:
     from podium.store.postgres import PostgresRunStore
@@ -55,17 +56,6 @@ if cur == false or cur == ARGV[1] then
   return 1
 end
 return 0
-"""
-# KEYS: the pending set. ARGV: pairs of run id and the score it was read with.
-_DONE = """
-local n = 0
-for i = 1, #ARGV, 2 do
-  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-  if score and tonumber(score) == tonumber(ARGV[i + 1]) then
-    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
-  end
-end
-return n
 """
 
 
@@ -103,7 +93,7 @@ class RunArchiver:
         self._lease_key = f"{hot.prefix}:archive:lease"
         self._token = f"{os.getpid()}-{os.urandom(6).hex()}"
         self._lease = hot.client.register_script(_LEASE)
-        self._done = hot.client.register_script(_DONE)
+        self._done = hot.client.register_script(REMOVE_AT_SCORE_LUA)  # (pending set)
         self._task: asyncio.Task[None] | None = None
         self._turn: asyncio.Lock | None = None
         self._closed = False

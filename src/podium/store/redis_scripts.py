@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from podium.store.redis_expiry import EXPIRY_MEMBER_LUA
 
-__all__ = ("FORGET_UNSUBMITTED_LUA", "THREAD_WRITE_LUA", "WRITE_LUA")
+__all__ = ("FORGET_UNSUBMITTED_LUA", "REMOVE_AT_SCORE_LUA", "THREAD_WRITE_LUA", "WRITE_LUA")
 
 # KEYS: run hash, journal stream.
 # ARGV: mode (create|update), expected version, write id "writer:counter", record, bucket,
@@ -131,9 +131,10 @@ redis.call('ZADD', idx .. 'thall', score, id)
 return v
 """
 
-# KEYS: the unsubmitted runs' sorted set. ARGV: pairs of run id and the score it was read
-# with. Removes each one still at that score (one queued again since is kept).
-FORGET_UNSUBMITTED_LUA = """
+# KEYS: a sorted set. ARGV: pairs of member and the score it was read with. Removes each
+# one still at that score (one added again since is kept): the unsubmitted runs (one queued
+# again since), the runs waiting to be archived (one finished again since).
+REMOVE_AT_SCORE_LUA = """
 local n = 0
 for i = 1, #ARGV, 2 do
   local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
@@ -143,3 +144,5 @@ for i = 1, #ARGV, 2 do
 end
 return n
 """
+
+FORGET_UNSUBMITTED_LUA = REMOVE_AT_SCORE_LUA
