@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from deploy.chart import CHART, KEDA_SCHEMA, NAMESPACE, container, helm, merged, pod_specs, render
-from podium._config_checks import check_store
+from podium._config_checks import check_archive, check_store
 from podium.cli.main import build_parser
 from podium.config import load_config
 from podium.factory import worker_agents
@@ -57,6 +57,10 @@ MATRIX: dict[str, dict[str, Any]] = {
     }),
     "postgres-store": merged(BASE, {
         "postgres": {"enabled": True, "host": "pg", "password": "s3cret",
+                     "cidrs": ["10.0.13.0/24"]},
+    }),
+    "postgres-archive": merged(BASE, {
+        "postgres": {"enabled": True, "use": "archive", "host": "pg", "password": "s3cret",
                      "cidrs": ["10.0.13.0/24"]},
     }),
     "postgres-existing-secret": merged(BASE, {
@@ -284,10 +288,16 @@ def test_config_and_environment_load_as_podium_reads_them(
             if pg.get("enabled"):  # runs kept in PostgreSQL, the password from its Secret
                 pg_host = pg["host"] if "." in pg["host"] else f"{pg['host']}.{NAMESPACE}.svc"
                 password = pg.get("password", "pw")
-                assert config.server.store == (
-                    f"postgresql://{pg.get('user', 'podium')}:{password}@{pg_host}:5432/"
-                    f"{pg.get('database', 'podium')}")
-                check_store(config.server.store)
+                url = (f"postgresql://{pg.get('user', 'podium')}:{password}@{pg_host}:5432/"
+                       f"{pg.get('database', 'podium')}")
+                if pg.get("use") == "archive":  # runs hot in Redis, finished ones archived
+                    assert config.server.archive == url
+                    assert config.server.store == "sqlite:podium.sqlite"  # unused beside Redis
+                    check_archive(url, config.server.redis, config.server.store)
+                else:
+                    assert config.server.store == url
+                    assert config.server.archive is None
+                    check_store(config.server.store)
             else:
                 assert config.server.store == "sqlite:podium.sqlite"  # unused beside Redis
             if "PODIUM_KEYS" in env:  # the gateway's keys, parsed as podium serve parses them

@@ -108,16 +108,17 @@ Service name is qualified with the release's namespace.
   value: {{ .Values.prefix | quote }}
 {{- if .Values.postgres.enabled }}
 {{- $pg := .Values.postgres }}
+{{- $as := ternary "PODIUM_SERVER__ARCHIVE" "PODIUM_SERVER__STORE" (eq ($pg.use | default "store") "archive") }}
 {{- if or $pg.password $pg.existingSecret }}
 - name: POSTGRES_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "podium.postgresSecret" . }}
       key: {{ $pg.existingSecretKey }}
-- name: PODIUM_SERVER__STORE
+- name: {{ $as }}
   value: "postgresql://{{ $pg.user }}:$(POSTGRES_PASSWORD)@{{ include "podium.postgresHost" . }}:{{ $pg.port }}/{{ $pg.database }}"
 {{- else }}
-- name: PODIUM_SERVER__STORE
+- name: {{ $as }}
   value: "postgresql://{{ $pg.user }}@{{ include "podium.postgresHost" . }}:{{ $pg.port }}/{{ $pg.database }}"
 {{- end }}
 {{- end }}
