@@ -29,7 +29,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench_store_postgres import PostgresCpu, RedisCpu, ServerCpu
+from bench_store_postgres import (
+    PostgresCpu,
+    RedisCpu,
+    ServerCpu,
+    create_scratch_database,
+    drop_scratch,
+)
 from podium.queue.base import QueueItem, RunQueue
 
 
@@ -127,16 +133,11 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         queues.append(("redis", lambda: RedisQueue(args.redis, prefix=prefix),
                        RedisCpu(args.redis)))
-    database = f"podium_bench_{uuid.uuid4().hex[:8]}"
+    database = None
     if args.postgres:
-        import asyncpg
-
         from podium.queue.postgres import PostgresQueue
 
-        admin = await asyncpg.connect(args.postgres)
-        await admin.execute(f"CREATE DATABASE {database}")
-        await admin.close()
-        url = args.postgres.rsplit("/", 1)[0] + f"/{database}"
+        url, database = await create_scratch_database(args.postgres)
         queues.append(("postgres", lambda: PostgresQueue(url),
                        PostgresCpu(args.postgres, database)))
         # Commits acknowledged before their WAL is flushed (no fsync wait per operation).
@@ -146,17 +147,7 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         for name, opener, server in queues:
             results.append(await bench_queue(name, opener, server, args))
     finally:
-        if args.postgres:
-            admin = await asyncpg.connect(args.postgres)
-            await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-            await admin.close()
-        if args.redis:
-            import redis
-
-            client = redis.Redis.from_url(args.redis)
-            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            if keys:
-                client.delete(*keys)
+        await drop_scratch(args.postgres, database, args.redis, prefix)
     return results
 
 

@@ -176,6 +176,36 @@ def _fmt(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+async def create_scratch_database(admin_url: str) -> tuple[str, str]:
+    """A fresh database on ``admin_url``'s server: its URL and its name (drop it with
+    :func:`drop_scratch`)."""
+    import asyncpg
+
+    database = f"podium_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(admin_url)
+    await admin.execute(f"CREATE DATABASE {database}")
+    await admin.close()
+    return admin_url.rsplit("/", 1)[0] + f"/{database}", database
+
+
+async def drop_scratch(postgres: str | None, database: str | None, redis_url: str | None,
+                       prefix: str) -> None:
+    """Drop what a bench made: its database (if any), its Redis keys under ``prefix``."""
+    if postgres and database:
+        import asyncpg
+
+        admin = await asyncpg.connect(postgres)
+        await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        await admin.close()
+    if redis_url:
+        import redis
+
+        client = redis.Redis.from_url(redis_url)
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
 async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     tmp = Path(tempfile.mkdtemp(prefix="podium-bench-store-"))
@@ -189,16 +219,11 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         stores.append(("redis", lambda: RedisRunStore(args.redis, prefix=prefix),
                        RedisCpu(args.redis)))
-    database = f"podium_bench_{uuid.uuid4().hex[:8]}"
+    database = None
     if args.postgres:
-        import asyncpg
-
         from podium.store.postgres import PostgresRunStore
 
-        admin = await asyncpg.connect(args.postgres)
-        await admin.execute(f"CREATE DATABASE {database}")
-        await admin.close()
-        url = args.postgres.rsplit("/", 1)[0] + f"/{database}"
+        url, database = await create_scratch_database(args.postgres)
         stores.append(("postgres", lambda: PostgresRunStore(url),
                        PostgresCpu(args.postgres, database)))
         # The same, with commits acknowledged before their WAL is flushed: a server crash
@@ -209,17 +234,7 @@ async def main(args: argparse.Namespace) -> list[dict[str, Any]]:
         for name, opener, server in stores:
             results.append(await bench_store(name, opener, server, args))
     finally:
-        if args.postgres:
-            admin = await asyncpg.connect(args.postgres)
-            await admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-            await admin.close()
-        if args.redis:
-            import redis
-
-            client = redis.Redis.from_url(args.redis)
-            keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-            if keys:
-                client.delete(*keys)
+        await drop_scratch(args.postgres, database, args.redis, prefix)
     return results
 
 
