@@ -3,8 +3,10 @@ in-memory exporter."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 
-from podium import Agent, FunctionModel, tool, tool_call_reply
+from podium import Agent, FunctionModel, Tool, tool, tool_call_reply
 from podium.engine.driver import Engine
 from podium.engine.records import RunRecord
 from podium.errors import ConfigError
@@ -439,8 +441,10 @@ async def test_a_child_runs_span_nests_under_its_parents_execute_tool_span() -> 
     assert len([s for s in finished if s.name == "execute_tool researcher"]) == 2
 
 
-@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
-async def test_http_tools_carry_the_runs_traceparent() -> None:
+@contextlib.asynccontextmanager
+async def _order_server() -> AsyncIterator[tuple[Tool, list[str | None]]]:
+    """An HTTP order service on loopback and an ``http_tool`` calling it; the list gets
+    each request's ``traceparent`` header (None: none sent)."""
     from aiohttp import web
 
     from podium.security.egress import EgressPolicy
@@ -456,23 +460,27 @@ async def test_http_tools_carry_the_runs_traceparent() -> None:
     app.router.add_get("/orders/{id}", order)
     runner = web.AppRunner(app)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    lookup_order = http_tool("lookup_order", f"http://127.0.0.1:{port}/orders/{{id}}",
-                             params={"id": "The order id."},
-                             policy=EgressPolicy(allow_private=True, allow_ports=None))
-    model = FunctionModel(lambda messages, request: "done" if request.step else
-                          tool_call_reply(("lookup_order", '{"id": "A-1"}')), name="m")
-    agent = Agent("http-user", model, tools=[lookup_order])
-    tracer, exporter = _tracer()
     try:
-        async with Engine() as engine:
-            await engine.run(agent, "where is A-1?")  # tracing off: no header
-            engine.hook = tracer
-            await engine.run(agent, "where is A-1?")
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        yield http_tool("lookup_order", f"http://127.0.0.1:{port}/orders/{{id}}",
+                        params={"id": "The order id."},
+                        policy=EgressPolicy(allow_private=True, allow_ports=None)), seen
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {})], ids=["asyncio"])
+async def test_http_tools_carry_the_runs_traceparent() -> None:
+    model = FunctionModel(lambda messages, request: "done" if request.step else
+                          tool_call_reply(("lookup_order", '{"id": "A-1"}')), name="m")
+    tracer, exporter = _tracer()
+    async with _order_server() as (lookup_order, seen), Engine() as engine:
+        agent = Agent("http-user", model, tools=[lookup_order])
+        await engine.run(agent, "where is A-1?")  # tracing off: no header
+        engine.hook = tracer
+        await engine.run(agent, "where is A-1?")
     run = next(s for s in exporter.get_finished_spans() if s.name == "invoke_agent http-user")
     step = next(s for s in exporter.get_finished_spans() if s.name == "step 0")
     call = next(s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup_order")
@@ -517,36 +525,12 @@ async def test_several_calls_requests_name_their_steps_tools_span(api: str) -> N
     """Two HTTP calls at once: which one sent a request is not known, so both name the
     step's ``tools`` span, the parent of their ``execute_tool`` spans; every span ends
     inside its parent."""
-    from aiohttp import web
-
-    from podium.security.egress import EgressPolicy
-    from podium.tools.http import http_tool
-
-    seen: list[str | None] = []
-
-    async def order(request: web.Request) -> web.Response:
-        seen.append(request.headers.get("traceparent"))
-        return web.json_response({"status": "shipped"})
-
-    app = web.Application()
-    app.router.add_get("/orders/{id}", order)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    lookup_order = http_tool("lookup_order", f"http://127.0.0.1:{port}/orders/{{id}}",
-                             params={"id": "The order id."},
-                             policy=EgressPolicy(allow_private=True, allow_ports=None))
     model = FunctionModel(lambda messages, request: "done" if request.step else tool_call_reply(
         ("lookup_order", '{"id": "A-1"}'), ("lookup_order", '{"id": "A-2"}')), name="m")
     tracer, exporter = _tracer(api)
-    try:
-        async with Engine() as engine:
-            engine.hook = tracer
-            await engine.run(Agent("http-user", model, tools=[lookup_order]), "where?")
-    finally:
-        await runner.cleanup()
+    async with _order_server() as (lookup_order, seen), Engine() as engine:
+        engine.hook = tracer
+        await engine.run(Agent("http-user", model, tools=[lookup_order]), "where?")
     spans = exporter.get_finished_spans()
     (tools,) = [s for s in spans if s.name == "tools"]
     calls = [s for s in spans if s.name == "execute_tool lookup_order"]
