@@ -1,27 +1,14 @@
 """Per-phase wall and CPU clocks for the steps of one run, with as few clock reads as possible.
 
-Wall time is read at every phase boundary (a cheap monotonic clock, ~50 ns).
-The thread's CPU clock is a system call (0.6–3 µs on a virtual machine, more
-under load), so it is read only where the run's synchronous slices begin and
-end: where the run starts, where it suspends on real waiting, where it resumes,
-and before its final record is written — never at a step or phase boundary.
-A slice's CPU is split among the phases that ran in it in proportion to their
-running (not waiting) wall time; inside one slice nothing else runs on the loop
-thread, so that split is exact up to OS preemption, and other runs' CPU never
-lands in this run's phases.
-
-A step that ends while its slice is still open (an instant model and tool, an
-in-memory store) gets provisional CPU figures — the running wall time, what
-the CPU clock says unless the OS preempted the thread — which are made exact
-in place when the slice closes. The aggregator (``sink``) is given each step
-once its figures are exact; metrics hooks see them as of the step's end. The
-profile journaled with a step is the provisional one.
+The exact way (the CPU clock read only around a run's synchronous slices, each
+slice's CPU split among its phases by running wall time) is told in
+:mod:`podium.engine.exact_stopwatch`.
 
 The engine's default is :class:`SampledStopwatch`, which splits no slice: it
 estimates each phase's CPU as its running time times the thread's CPU/running
 ratio, measured with the CPU clock around one slice in :data:`SAMPLE_EVERY`;
 :class:`Stopwatch` (``clock="thread"``) reads it around every slice, for the exact
-split above. ``Engine(profile=False)`` uses :class:`NoStopwatch`: no clock is
+split. ``Engine(profile=False)`` uses :class:`NoStopwatch`: no clock is
 read at all.
 
 This module is the stopwatches' import path: :class:`Stopwatch` lives in
