@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from podium.store.postgres_schema import SchemaMismatchError
+from podium.store.postgres_schema import SchemaMismatchError, apply_migrations, table_version
 
 if TYPE_CHECKING:
     import asyncpg
@@ -75,10 +75,7 @@ _UPGRADE = "podium db upgrade --store URL"
 
 async def queue_schema_version(conn: asyncpg.Connection) -> int | None:
     """The version of the queue's tables: None without them."""
-    if not await conn.fetchval("SELECT to_regclass('podium_queue_schema') IS NOT NULL"):
-        return None
-    version = await conn.fetchval("SELECT max(version) FROM podium_queue_schema")
-    return 0 if version is None else int(version)
+    return await table_version(conn, "podium_queue_schema")
 
 
 def _mismatch(found: int, where: str) -> SchemaMismatchError:
@@ -106,21 +103,6 @@ async def check_queue_schema(conn: asyncpg.Connection, where: str, *, create: bo
 
 
 async def upgrade_queue(conn: asyncpg.Connection) -> tuple[int | None, int]:
-    """Apply the queue migrations the database lacks, in one transaction; (before, after).
-    (The session lock is taken before the transaction: see the store's ``upgrade``.)"""
-    await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
-    try:
-        async with conn.transaction():
-            before = await queue_schema_version(conn)
-            start = before or 0
-            if start > SCHEMA_VERSION:
-                raise _mismatch(start, "podium db upgrade")
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS podium_queue_schema (version integer NOT NULL)")
-            for version in range(start, SCHEMA_VERSION):
-                for statement in MIGRATIONS[version]:
-                    await conn.execute(statement)
-                await conn.execute("INSERT INTO podium_queue_schema VALUES ($1)", version + 1)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-    return before, SCHEMA_VERSION
+    """Apply the queue migrations the database lacks, in one transaction; (before, after)."""
+    return await apply_migrations(conn, table="podium_queue_schema", migrations=MIGRATIONS,
+                                  lock_key=LOCK_KEY, mismatch=_mismatch)

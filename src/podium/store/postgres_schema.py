@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 from podium.errors import StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import asyncpg
 
 __all__ = (
@@ -27,8 +29,10 @@ __all__ = (
     "MIGRATIONS",
     "SCHEMA_VERSION",
     "SchemaMismatchError",
+    "apply_migrations",
     "check_schema",
     "schema_version",
+    "table_version",
     "upgrade",
 )
 
@@ -104,13 +108,50 @@ class SchemaMismatchError(StoreError):
     run."""
 
 
+async def table_version(conn: asyncpg.Connection, table: str) -> int | None:
+    """The version recorded in ``table`` (a schema's version table): None without it."""
+    if not await conn.fetchval(f"SELECT to_regclass('{table}') IS NOT NULL"):
+        return None
+    version = await conn.fetchval(f"SELECT max(version) FROM {table}")
+    return 0 if version is None else int(version)
+
+
 async def schema_version(conn: asyncpg.Connection) -> int | None:
     """The version the database is at: None without Podium's tables."""
-    exists = await conn.fetchval("SELECT to_regclass('podium_schema') IS NOT NULL")
-    if not exists:
-        return None
-    version = await conn.fetchval("SELECT max(version) FROM podium_schema")
-    return 0 if version is None else int(version)
+    return await table_version(conn, "podium_schema")
+
+
+async def apply_migrations(
+    conn: asyncpg.Connection,
+    *,
+    table: str,
+    migrations: tuple[tuple[str, ...], ...],
+    lock_key: int,
+    mismatch: Callable[[int, str], SchemaMismatchError],
+) -> tuple[int | None, int]:
+    """Apply the ``migrations`` (``migrations[n]`` takes version n to n + 1) the database
+    lacks, recording each in ``table``, all in one transaction (a failure leaves the
+    database as it was); returns the versions (before, after). A database at a newer
+    version is refused (``mismatch``), not touched."""
+    # A session lock, taken before the transaction starts: the transaction then begins
+    # with the catalog as the previous holder committed it (a lock taken inside would
+    # leave this backend's cached "no such table" in place, and CREATE would collide).
+    target = len(migrations)
+    await conn.execute("SELECT pg_advisory_lock($1)", lock_key)
+    try:
+        async with conn.transaction():
+            before = await table_version(conn, table)
+            start = before or 0
+            if start > target:
+                raise mismatch(start, "podium db upgrade")
+            await conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (version integer NOT NULL)")
+            for version in range(start, target):
+                for statement in migrations[version]:
+                    await conn.execute(statement)
+                await conn.execute(f"INSERT INTO {table} VALUES ($1)", version + 1)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", lock_key)
+    return before, target
 
 
 def _mismatch(found: int, where: str) -> SchemaMismatchError:
@@ -145,22 +186,5 @@ async def upgrade(conn: asyncpg.Connection) -> tuple[int | None, int]:
     """Apply the migrations the database lacks, all in one transaction (a failure leaves
     the database as it was); returns the versions (before, after). A database at a newer
     version is refused, not touched."""
-    # A session lock, taken before the transaction starts: the transaction then begins
-    # with the catalog as the previous holder committed it (a lock taken inside would
-    # leave this backend's cached "no such table" in place, and CREATE would collide).
-    await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
-    try:
-        async with conn.transaction():
-            before = await schema_version(conn)
-            start = before or 0
-            if start > SCHEMA_VERSION:
-                raise _mismatch(start, "podium db upgrade")
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS podium_schema (version integer NOT NULL)")
-            for version in range(start, SCHEMA_VERSION):
-                for statement in MIGRATIONS[version]:
-                    await conn.execute(statement)
-                await conn.execute("INSERT INTO podium_schema VALUES ($1)", version + 1)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-    return before, SCHEMA_VERSION
+    return await apply_migrations(conn, table="podium_schema", migrations=MIGRATIONS,
+                                  lock_key=LOCK_KEY, mismatch=_mismatch)
