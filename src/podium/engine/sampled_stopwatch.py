@@ -241,6 +241,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             t[0:18] = _ZEROS
             t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
+            spent = sum(profile.cpu_ns)
         elif t[_SPLIT]:
             # So only the checkpoint's CPU is worked out again; the others stand.
             c = profile.cpu_ns
@@ -255,22 +256,12 @@ class SampledStopwatch(Stopwatch, gc=False):
             t[0:18] = _ZEROS
             t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
             t[_SPLIT] = 0
+            spent = sum(profile.cpu_ns)
         elif not _calibration.scaled:  # the common case: the CPU figures are the walls
             profile.wall_ns = profile.cpu_ns = wall
-            spent = sum(wall)
+            spent = sum(wall)  # (what it books as running time, and its CPU)
             clock.booked += spent
             t[0:6] = _ZERO6
-            credit = clock.credit - spent
-            if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
-                clock.credit = credit
-            else:
-                profile.cpu_ns = _cut(wall, clock.take(spent, now), spent)
-            steps = self.steps
-            if not steps or steps[-1] is not profile:
-                steps.append(profile)
-            if self.sink is not None:
-                self.sink(profile)
-            return
         else:
             # Not a wait since snapshot() (else the step would be split), so neither the
             # ratio nor the first five phases changed: only the checkpoint grew.
@@ -279,13 +270,12 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.cpu_ns = (c[0], c[1], c[2], c[3], c[4], w5 * _calibration.scale >> 16)
             clock.booked += sum(wall)
             t[0:6] = _ZERO6
-        figures = profile.cpu_ns
-        spent = sum(figures)
+            spent = sum(profile.cpu_ns)
         credit = clock.credit - spent
         if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
             clock.credit = credit
         else:
-            profile.cpu_ns = _cut(figures, clock.take(spent, now), spent)
+            profile.cpu_ns = _cut(profile.cpu_ns, clock.take(spent, now), spent)
         steps = self.steps
         if not steps or steps[-1] is not profile:
             steps.append(profile)
