@@ -80,9 +80,13 @@ class PostgresMemory(Memory):
         return vector
 
     async def put_item(self, namespace: str, item: MemoryItem) -> None:
-        await self.store.put_memory(namespace, item)
         if self._vectors is not None and await self.vector_search():
-            await self._vectors.put(namespace, item.key, await self._embedding(item.text))
+            # Embedded first: an embedding of the wrong size stores nothing of the item.
+            vector = self._vectors.checked(await self._embedding(item.text))
+            await self.store.put_memory(namespace, item)
+            await self._vectors.put(namespace, item.key, vector)
+            return
+        await self.store.put_memory(namespace, item)
 
     async def search(self, namespace: str, query: str, *, limit: int = 5) -> list[MemoryItem]:
         if self._vectors is not None and query.strip() and await self.vector_search():

@@ -7,7 +7,9 @@
 extension is created on first use (``CREATE EXTENSION IF NOT EXISTS vector``: the role
 needs the right, or an administrator runs it once); a server without pgvector answers
 :meth:`VectorIndex.available` False and :class:`~podium.memory.postgres.PostgresMemory`
-searches by words instead. Debian packages it as ``postgresql-<major>-pgvector``.
+searches by words instead. PostgreSQL's own apt repository (apt.postgresql.org) and
+Debian from trixie on package it as ``postgresql-<major>-pgvector``; elsewhere it is built
+from source (docs/postgres.md says how).
 """
 
 from __future__ import annotations
@@ -20,20 +22,33 @@ import msgspec
 
 from podium.errors import ConfigError
 from podium.memory.item import MemoryItem
+from podium.store.postgres_errors import redact
 
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ("TABLE", "VectorIndex", "missing_extension")
+__all__ = ("EXTENSION", "TABLE", "VectorIndex", "missing_extension")
 
 #: Where the embeddings are kept.
 TABLE = "podium_memory_vectors"
+#: pgvector's name on the server (a module global: the tests name one the server lacks,
+#: the one way to meet "not installed" on a server that has it).
+EXTENSION = "vector"
+#: Where to get it, in the lines that say it is missing.
+_INSTALL = ("apt-get install postgresql-<major>-pgvector from apt.postgresql.org (or "
+            "Debian trixie), or build it: https://github.com/pgvector/pgvector#installation")
 
 
 def missing_extension(where: str) -> str:
-    return (f"{where}: the server has no pgvector extension (`vector`): install it "
-            "(Debian: apt-get install postgresql-<major>-pgvector) for vector search; "
-            "memories are searched by their words meanwhile")
+    return (f"{where}: the server has no pgvector extension ({EXTENSION!r}), so memories "
+            f"are searched by their words; for vector search, {_INSTALL}")
+
+
+def _not_creatable(where: str, exc: BaseException) -> ConfigError:
+    return ConfigError(
+        f"{where}: pgvector is installed on the server but not created in this database, "
+        f"and this role may not create it ({str(exc).strip().splitlines()[0]}): a "
+        f"superuser runs `CREATE EXTENSION {EXTENSION}` in it once")
 
 
 class VectorIndex:
@@ -43,6 +58,7 @@ class VectorIndex:
         if dimensions < 1 or dimensions > 16000:
             raise ConfigError(f"dimensions: 1 to 16000 (pgvector's bound), got {dimensions}")
         self.dsn = dsn
+        self.where = redact(dsn)
         self.dimensions = dimensions
         self.schema = schema
         self._pool: asyncpg.Pool | None = None
@@ -85,10 +101,17 @@ class VectorIndex:
 
     async def _prepare(self, conn: asyncpg.Connection) -> bool:
         """The extension and the table (False: the server has no pgvector)."""
+        import asyncpg
+
         if not await conn.fetchval(
-                "SELECT count(*) > 0 FROM pg_available_extensions WHERE name = 'vector'"):
+                "SELECT count(*) > 0 FROM pg_available_extensions WHERE name = $1", EXTENSION):
             return False
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+        if not await conn.fetchval(
+                "SELECT count(*) > 0 FROM pg_extension WHERE extname = $1", EXTENSION):
+            try:  # (pgvector is not a trusted extension: creating it takes a superuser)
+                await conn.execute(f"CREATE EXTENSION IF NOT EXISTS {EXTENSION} SCHEMA public")
+            except asyncpg.InsufficientPrivilegeError as exc:
+                raise _not_creatable(self.where, exc) from None
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS podium_memory_vectors ("
             " namespace bytea NOT NULL, key bytea NOT NULL,"
@@ -99,16 +122,23 @@ class VectorIndex:
             "'podium_memory_vectors'::regclass AND attname = 'embedding'")
         if found != self.dimensions:
             raise ConfigError(
-                f"podium_memory_vectors holds embeddings of {found} numbers, this memory "
-                f"makes {self.dimensions}: one embedding model per database (or schema)")
+                f"{self.where}: podium_memory_vectors holds embeddings of {found} numbers, "
+                f"this memory makes {self.dimensions}: one embedding model per database "
+                "(or schema)")
         await conn.execute(
             "CREATE INDEX IF NOT EXISTS podium_memory_vectors_hnsw ON "
             "podium_memory_vectors USING hnsw (embedding vector_cosine_ops)")
         return True
 
+    def checked(self, vector: Sequence[float]) -> Sequence[float]:
+        """``vector``, if it has this index's size (else one line: ``ValueError``)."""
+        self._literal(vector)
+        return vector
+
     def _literal(self, vector: Sequence[float]) -> str:
         if len(vector) != self.dimensions:
-            raise ValueError(f"an embedding of {len(vector)} numbers, expected {self.dimensions}")
+            raise ValueError(f"embed gave {len(vector)} numbers, this memory's dimensions "
+                             f"are {self.dimensions}")
         return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
     async def put(self, namespace: str, key: str, vector: Sequence[float]) -> None:
