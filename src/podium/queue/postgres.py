@@ -48,6 +48,7 @@ from podium.queue.base import (
 )
 from podium.queue.postgres_schema import LOCK_KEY, check_queue_schema
 from podium.store.postgres_errors import check_postgres_url, is_outage, redact, translate
+from podium.store.postgres_errors import statement_timeout_s as statement_timeout_s_of
 
 if TYPE_CHECKING:
     import asyncpg
@@ -184,7 +185,7 @@ class PostgresQueue(RunQueue):
         reclaim_every_s: float | None = None,
         poll_s: float = 1.0,
         unavailable_s: float = 10.0,
-        statement_timeout_s: float = 30.0,
+        statement_timeout_s: float | None = None,
         connect_timeout_s: float = 5.0,
         max_connections: int = 4,
         create_schema: bool = True,
@@ -203,7 +204,7 @@ class PostgresQueue(RunQueue):
         self.poll_s = poll_s
         self.unavailable_s = unavailable_s
         self.dead_letters_kept = dead_letters_kept
-        self._statement_timeout_s = statement_timeout_s
+        self._statement_timeout_s = statement_timeout_s_of(dsn, statement_timeout_s)
         self._connect_timeout_s = connect_timeout_s
         self._max_connections = max_connections
         self._create_schema = create_schema

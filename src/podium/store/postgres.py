@@ -21,7 +21,9 @@ Outages: a write whose connection died (the server restarted, its backend termin
 asks, on a new connection, whether it landed (each write leaves a token in the run's
 row) before trying again, so nothing is written twice; reads are simply retried. Both
 give up after ``unavailable_s`` with :class:`~podium.errors.StoreUnavailableError`.
-``statement_timeout_s`` bounds every statement on the server. Finished runs expire
+``statement_timeout_s`` bounds every statement on the server (30 s, or the URL's
+``?statement_timeout=5s``): one held up by a lock is cancelled by the server and,
+being an outage, retried like the others. Finished runs expire
 after ``finished_ttl_s`` if it is set (None: kept until deleted).
 """
 

@@ -1,6 +1,7 @@
 """PostgreSQL addresses and failures, in Podium's words.
 
-A ``postgresql://`` URL is checked for its form before anything connects; asyncpg's
+A ``postgresql://`` URL is checked for its form before anything connects (and its
+``statement_timeout`` read: :func:`statement_timeout_s`); asyncpg's
 errors become one line each: a wrong password, a missing role or database are
 :class:`~podium.errors.ConfigError` (nothing will fix them by waiting), a server that is
 down, restarting, full or that cut the connection is
@@ -10,7 +11,8 @@ retried by workers and by the store itself).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from podium.errors import ConfigError, PodiumError, StoreError, StoreUnavailableError
 
@@ -20,10 +22,16 @@ __all__ = (
     "is_outage",
     "is_postgres_url",
     "redact",
+    "statement_timeout_s",
     "translate",
 )
 
 POSTGRES_SCHEMES = ("postgresql", "postgres")
+#: Every statement's bound on the server unless the URL or the caller says otherwise.
+DEFAULT_STATEMENT_TIMEOUT_S = 30.0
+#: PostgreSQL's own spelling of a time setting: milliseconds, or a number and its unit.
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h)?\s*")
+_UNIT_S = {None: 0.001, "ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0}
 
 
 def is_postgres_url(spec: str) -> bool:
@@ -63,6 +71,28 @@ def check_postgres_url(url: str) -> None:
             f"PostgreSQL URL {redact(url)!r} names no database; use "
             "postgresql://USER[:PASSWORD]@HOST[:PORT]/DB"
         )
+
+
+def statement_timeout_s(url: str, given: float | None = None) -> float:
+    """Every statement's bound, in seconds: ``given`` (the caller's), else the URL's
+    ``?statement_timeout=`` in PostgreSQL's spelling (``5000``: ms; ``5s``, ``2min``),
+    else 30 s. The URL's value must be set by Podium itself (asyncpg would pass it on as
+    a setting, which Podium's own would override), and it must bound: 0 (PostgreSQL's
+    "never") is refused, as a hung statement would then hang its caller for good."""
+    if given is not None:
+        if given <= 0:
+            raise ConfigError(f"statement_timeout_s must be positive, got {given}")
+        return given
+    values = parse_qs(urlsplit(url).query).get("statement_timeout")
+    if not values:
+        return DEFAULT_STATEMENT_TIMEOUT_S
+    match = _DURATION.fullmatch(values[-1])
+    seconds = float(match[1]) * _UNIT_S[match[2]] if match else 0.0
+    if seconds <= 0:
+        raise ConfigError(
+            f"PostgreSQL URL {redact(url)!r}: statement_timeout={values[-1]!r}: give a "
+            "positive time (5000 for milliseconds, 5s, 2min)")
+    return seconds
 
 
 def is_outage(exc: BaseException) -> bool:

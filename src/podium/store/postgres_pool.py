@@ -28,6 +28,7 @@ from podium.memory.item import MemoryItem
 from podium.store.base import RunStore
 from podium.store.notify import JournalNotifier
 from podium.store.postgres_errors import check_postgres_url, is_outage, redact, translate
+from podium.store.postgres_errors import statement_timeout_s as statement_timeout_s_of
 from podium.store.postgres_listen import JournalListener
 from podium.store.postgres_schema import LOCK_KEY as _LOCK_KEY
 from podium.store.postgres_schema import check_schema
@@ -67,7 +68,7 @@ class PostgresPool(RunStore):
         finished_ttl_s: float | None = None,
         max_connections: int = 10,
         unavailable_s: float = 10.0,
-        statement_timeout_s: float = 30.0,
+        statement_timeout_s: float | None = None,
         connect_timeout_s: float = 5.0,
         create_schema: bool = True,
         schema: str | None = None,
@@ -79,7 +80,7 @@ class PostgresPool(RunStore):
         self.finished_ttl_s = finished_ttl_s
         self.unavailable_s = unavailable_s
         self._max_connections = max_connections
-        self._statement_timeout_s = statement_timeout_s
+        self._statement_timeout_s = statement_timeout_s_of(dsn, statement_timeout_s)
         self._connect_timeout_s = connect_timeout_s
         self._create_schema = create_schema
         if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
