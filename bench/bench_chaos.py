@@ -53,7 +53,6 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -70,6 +69,14 @@ from tests.distributed.blackhole_proxy import BlackholeProxy  # noqa: E402
 from tests.distributed.postgres_server import PostgresServer  # noqa: E402
 from tests.distributed.redis_server import RedisServer, free_port  # noqa: E402
 
+from _chaos_postgres import (  # noqa: E402
+    fill_disk,
+    hold_lock,
+    small_disk,
+    sql,
+    statements_cancelled,
+    with_statement_timeout,
+)
 from podium.engine.records import RunFinished, StepCommitted  # noqa: E402
 from podium.store.base import RunStore  # noqa: E402
 from podium.store.postgres import PostgresRunStore  # noqa: E402
@@ -116,6 +123,10 @@ class Report:
     steps_journaled_twice: list[str] = field(default_factory=list)
     runs_finished_twice: list[str] = field(default_factory=list)
     dead_letters: int = 0
+    # --postgres: statements the server cancelled at --pg-statement-timeout (its log),
+    # and the gateway's 503s that said when to come back (Retry-After)
+    pg_statements_cancelled: int = 0
+    unavailable_with_retry_after: int = 0
     duration_s: float = 0.0
     settle_s: float = 0.0
     ok: bool = False
@@ -173,9 +184,13 @@ class Chaos:
         if self.postgres is not None:  # runs kept in PostgreSQL, queued in Redis
             self.postgres.start()
             if self.args.outage_kind == "pg-full":
-                self.small_disk()
-            store = ("--store", self.postgres.url)
-            server += f'store = "{self.postgres.url}"\n'
+                self.disk = small_disk(self.postgres.root, self.postgres.url,
+                                       self.args.pg_disk_mb)
+            # Every statement bounded by --pg-statement-timeout (the URL says so), so a
+            # pg-hang longer than it is cancelled by the server, and retried.
+            pg_url = with_statement_timeout(self.postgres.url, self.args.pg_statement_timeout)
+            store = ("--store", pg_url)
+            server += f'store = "{pg_url}"\n'
         config = self.workdir / "podium.toml"
         config.write_text(
             f'{server}\n[[agents]]\npath = "{AGENT_PATH}"\n'
@@ -253,6 +268,8 @@ class Chaos:
                     self.seen[key].add(run_id)
                     self.acked[key] = run_id
                     break
+                if r.status_code == 503 and "Retry-After" in r.headers:
+                    self.report.unavailable_with_retry_after += 1
                 if r.status_code not in RETRYABLE:
                     raise SystemExit(f"submission refused: {r.status_code} {r.text}")
                 retry_after = float(r.headers.get("Retry-After", "0.2") or 0.2)
@@ -324,49 +341,22 @@ class Chaos:
     def postgres_outage(self, kind: str) -> Callable[[], None]:
         """``pg-kill``: stopped at once (``-m immediate``), started again; ``pg-terminate``:
         every Podium connection cut by ``pg_terminate_backend``; ``pg-hang``: the runs'
-        table locked, so that every statement on it hangs until the lock goes (or the
-        store's ``statement_timeout`` ends it)."""
+        table locked, so that every statement on it hangs until the server cancels it at
+        the store's ``statement_timeout`` (``--pg-statement-timeout``) and the store sends
+        it again, until the lock goes."""
         assert self.postgres is not None
         server = self.postgres
         if kind == "pg-kill":
             server.kill()
             return server.start
         if kind == "pg-full":
-            return self.fill_disk()
+            assert self.disk is not None
+            return fill_disk(self.disk)
         if kind == "pg-terminate":
-            _sql(server.url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            sql(server.url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                  " WHERE application_name LIKE 'podium%'")
             return lambda: None
-        return _hold_lock(server.url, "LOCK TABLE podium_runs IN ACCESS EXCLUSIVE MODE")
-
-    def small_disk(self) -> None:
-        """Podium's tables on a tmpfs of ``--pg-disk-mb`` (a tablespace, the database's
-        default before any table exists): filling it is a disk full for their writes."""
-        import pwd
-
-        assert self.postgres is not None
-        self.disk = self.postgres.root / "pgspace"  # (a folder the server's user can reach)
-        self.disk.mkdir()
-        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.args.pg_disk_mb}m",
-                        "tmpfs", str(self.disk)], check=True)
-        user = pwd.getpwnam("postgres")
-        os.chown(self.disk, user.pw_uid, user.pw_gid)
-        _sql(self.postgres.url, f"CREATE TABLESPACE podium_small LOCATION '{self.disk}'")
-        _sql(self.postgres.url, "ALTER DATABASE postgres SET default_tablespace = podium_small")
-
-    def fill_disk(self) -> Callable[[], None]:
-        """Fill the small disk to its last byte; returns what frees it."""
-        assert self.disk is not None
-        ballast = self.disk / "ballast"
-        chunk = b"\0" * (1 << 20)
-        with ballast.open("wb", buffering=0) as f:
-            with contextlib.suppress(OSError):  # ENOSPC: full
-                while True:
-                    f.write(chunk)
-            with contextlib.suppress(OSError):
-                while True:
-                    f.write(b"\0" * 4096)
-        return lambda: ballast.unlink()
+        return hold_lock(server.url, "LOCK TABLE podium_runs IN ACCESS EXCLUSIVE MODE")
 
     def kill_a_worker(self) -> None:
         pids = self.worker_pids()
@@ -443,6 +433,8 @@ class Chaos:
             listed = await store.list(tenant="chaos", limit=10 * self.args.runs + 100)
             rep.orphan_runs = sorted(r.run_id for r in listed if r.run_id not in acked_ids)
             rep.dead_letters = int(await queue_side.client.xlen(f"{PREFIX}:dead:default"))
+        if self.postgres is not None:
+            rep.pg_statements_cancelled = statements_cancelled(self.postgres.root / "log")
 
         by_key: dict[str, list[Execution]] = defaultdict(list)
         for e in self.executions():
@@ -476,14 +468,23 @@ class Chaos:
             and not rep.steps_journaled_twice
             and not rep.runs_finished_twice
             and rep.dead_letters == 0
+            and not self.hang_unbounded()
         )
+
+    def hang_unbounded(self) -> bool:
+        """A pg-hang longer than the statement timeout that the server never cancelled:
+        the store's ``statement_timeout`` was not applied."""
+        hang = self.args.outage_kind == "pg-hang" and self.report.redis_kills > 0
+        longer = self.args.redis_down > self.args.pg_statement_timeout
+        return hang and longer and self.report.pg_statements_cancelled == 0
 
     async def run(self) -> Report:
         self.start_services()
         try:
             base = f"http://127.0.0.1:{self.port}"
             auth = {"Authorization": f"Bearer {KEY}"}
-            timeout = httpx.Timeout(10.0)
+            # (past the gateway's own patience, 10 s: its 503 is what a client should see)
+            timeout = httpx.Timeout(30.0)
             async with httpx.AsyncClient(base_url=base, headers=auth, timeout=timeout) as client:
                 await self.wait_ready(client)
                 began = time.monotonic()
@@ -494,58 +495,6 @@ class Chaos:
         finally:
             self.stop_all()
         return self.report
-
-
-def _sql(url: str, statement: str) -> None:
-    import asyncpg
-
-    async def run() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            await conn.execute(statement)
-        finally:
-            await conn.close()
-
-    # A loop of its own on a thread: the caller is inside the chaos's loop.
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(asyncio.run, run()).result()
-
-
-def _hold_lock(url: str, statement: str) -> Callable[[], None]:
-    """Take a lock in a transaction on a thread of its own (a loop of its own); returns
-    what releases it (the transaction rolled back, the connection closed)."""
-    import threading
-
-    import asyncpg
-
-    taken, release = threading.Event(), threading.Event()
-
-    async def hold() -> None:
-        conn = await asyncpg.connect(url)
-        try:
-            async with conn.transaction():
-                await conn.execute(statement)
-                taken.set()
-                await asyncio.to_thread(release.wait)
-                raise _Rollback
-        except _Rollback:
-            pass
-        finally:
-            await conn.close()
-
-    thread = threading.Thread(target=asyncio.run, args=(hold(),), daemon=True)
-    thread.start()
-    taken.wait(30)
-
-    def end() -> None:
-        release.set()
-        thread.join(30)
-
-    return end
-
-
-class _Rollback(Exception):
-    """Ends the lock's transaction by a rollback."""
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -564,6 +513,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--postgres", action="store_true",
                    help="keep runs in a private PostgreSQL (initdb'd here); with "
                    "--outage-kind pg-kill|pg-terminate|pg-hang it is what fails")
+    p.add_argument("--pg-statement-timeout", type=float, default=2.0, metavar="S",
+                   help="--postgres: every statement's bound (the store URL's "
+                   "?statement_timeout=): a pg-hang longer than it is cancelled by the server")
     p.add_argument("--pg-disk-mb", type=int, default=64,
                    help="pg-full: the size of the tmpfs Podium's tables live on")
     p.add_argument("--outage-kind", choices=KINDS + PG_KINDS, default="kill",
