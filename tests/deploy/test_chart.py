@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from deploy.chart import CHART, KEDA_SCHEMA, NAMESPACE, container, helm, merged, pod_specs, render
-from podium._config_checks import check_archive, check_store
+from podium._config_checks import check_archive, check_queue, check_store
 from podium.cli.main import build_parser
 from podium.config import load_config
 from podium.factory import worker_agents
@@ -69,6 +69,20 @@ MATRIX: dict[str, dict[str, Any]] = {
                      "podSelector": {"app.kubernetes.io/name": "postgresql"},
                      "namespaceSelector": {"kubernetes.io/metadata.name": "data"}},
     }),
+    # PostgreSQL alone: no Redis values at all (nothing says where Redis is, none needed)
+    "postgres-only": {
+        "postgres": {"enabled": True, "use": "queue", "host": "pg", "password": "s3cret",
+                     "cidrs": ["10.0.13.0/24"]},
+    },
+    "postgres-only-pools-in-namespaces": {
+        "postgres": {"enabled": True, "use": "queue", "host": "db.data.svc",
+                     "existingSecret": "pg-creds", "existingSecretKey": "password",
+                     "podSelector": {"app.kubernetes.io/name": "postgresql"},
+                     "namespaceSelector": {"kubernetes.io/metadata.name": "data"}},
+        "config": POOLS_CONFIG,
+        "pools": [{"name": "support", "cpu": "1", "memory": "1Gi", "namespace": "agents-a"},
+                  {"name": "codegen", "cpu": "1", "memory": "1Gi"}],
+    },
     "prometheus-hpa": merged(BASE, {"autoscaling": {"mode": "prometheus"}}),
     "fixed-replicas": {
         "autoscaling": {"mode": "none"}, "networkPolicy": {"enabled": False},
@@ -172,9 +186,14 @@ def test_keda_objects_match_keda_crds(case: tuple[dict[str, Any], Any]) -> None:
         jsonschema.validate(obj, KEDA_SCHEMA[obj["kind"]])
     for scaled in rendered.of("ScaledObject"):
         [trigger] = scaled["spec"]["triggers"]
-        assert trigger["type"] == "redis-streams"
-        assert set(trigger["metadata"]) <= set(KEDA_SCHEMA["redisStreamsMetadata"])
-        assert int(trigger["metadata"]["streamLength"]) >= 1
+        if values.get("postgres", {}).get("use") == "queue":  # PostgreSQL alone
+            assert trigger["type"] == "postgresql"
+            assert set(trigger["metadata"]) <= set(KEDA_SCHEMA["postgresqlMetadata"])
+            assert int(trigger["metadata"]["targetQueryValue"]) >= 1
+        else:
+            assert trigger["type"] == "redis-streams"
+            assert set(trigger["metadata"]) <= set(KEDA_SCHEMA["redisStreamsMetadata"])
+            assert int(trigger["metadata"]["streamLength"]) >= 1
         if ref := trigger.get("authenticationRef"):  # the object it names is rendered
             auth = rendered.one("TriggerAuthentication", ref["name"])
             assert auth["metadata"]["namespace"] == scaled["metadata"]["namespace"]
@@ -212,7 +231,19 @@ def test_each_trigger_reads_the_stream_its_workers_claim_from(
         assert prefix == values.get("prefix", "podium")
         name = deployment["metadata"]["name"]
         assert deployment["metadata"]["labels"]["podium.dev/pool"] == args.pool
-        if name in scalers:
+        if name in scalers and env_of(c).get("PODIUM_SERVER__QUEUE"):  # PostgreSQL alone
+            [trigger] = scalers[name]["spec"]["triggers"]
+            assert trigger["type"] == "postgresql"
+            # the rows `podium worker --pool P` claims from, in the database it claims from
+            assert trigger["metadata"]["query"] == queue_rows_query(args.pool)
+            url = urlsplit(env_of(c)["PODIUM_SERVER__QUEUE"])
+            meta = trigger["metadata"]
+            assert (meta["host"], meta["port"]) == (url.hostname, str(url.port))
+            assert (meta["userName"], meta["dbName"]) == (url.username, url.path.strip("/"))
+            assert url.hostname is not None and "." in url.hostname
+            capacity = max(args.procs or 0, 1) * args.concurrency
+            assert int(meta["targetQueryValue"]) <= capacity
+        elif name in scalers:
             [trigger] = scalers[name]["spec"]["triggers"]
             # the key podium.queue.redis gives the pool's queue, as `podium worker` reads it
             assert trigger["metadata"]["stream"] == queue_stream_key(prefix, args.pool)
@@ -279,18 +310,23 @@ def test_config_and_environment_load_as_podium_reads_them(
             host = redis.get("host", "redis")
             if "." not in host:  # a bare Service name, qualified for other namespaces
                 host = f"{host}.{NAMESPACE}.svc"
-            if redis.get("password") or redis.get("existingSecret"):
+            pg = values.get("postgres", {})
+            if pg.get("use") == "queue":  # PostgreSQL alone: no Redis
+                assert config.server.redis is None
+            elif redis.get("password") or redis.get("existingSecret"):
                 password = redis.get("password", "pw")  # the Secret's, as the kubelet puts it
                 assert config.server.redis == f"redis://:{password}@{host}:6379/0"
             else:
                 assert config.server.redis == f"redis://{host}:6379/0"
-            pg = values.get("postgres", {})
             if pg.get("enabled"):  # runs kept in PostgreSQL, the password from its Secret
                 pg_host = pg["host"] if "." in pg["host"] else f"{pg['host']}.{NAMESPACE}.svc"
                 password = pg.get("password", "pw")
                 url = (f"postgresql://{pg.get('user', 'podium')}:{password}@{pg_host}:5432/"
                        f"{pg.get('database', 'podium')}")
-                if pg.get("use") == "archive":  # runs hot in Redis, finished ones archived
+                if pg.get("use") == "queue":  # its queue and its store, as serve checks
+                    assert config.server.queue == config.server.store == url
+                    check_queue(url, config.server.store, redis=config.server.redis)
+                elif pg.get("use") == "archive":  # runs hot in Redis, finished ones archived
                     assert config.server.archive == url
                     assert config.server.store == "sqlite:podium.sqlite"  # unused beside Redis
                     check_archive(url, config.server.redis, config.server.store)
@@ -425,6 +461,51 @@ def test_values_that_cannot_work_are_refused(name: str) -> None:
     values, why = REFUSED[name]
     with pytest.raises(helm.HelmError, match=re.escape(why)):
         render(merged(BASE, values))
+
+
+def queue_rows_query(pool: str) -> str:
+    return f"SELECT count(*) FROM podium_queue WHERE pool = '{pool}'"
+
+
+@pytest.mark.parametrize("name", ["postgres-only", "postgres-only-pools-in-namespaces"])
+def test_postgres_only_has_no_redis_anywhere(name: str) -> None:
+    rendered = render(MATRIX[name])
+    for _, spec in pod_specs(rendered):
+        for c in spec["containers"]:
+            assert not any("REDIS" in e["name"] for e in c.get("env", []))
+    assert not [s for s in rendered.of("Secret") if s["metadata"]["name"].endswith("-redis")]
+    for policy in rendered.of("NetworkPolicy"):
+        ports = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        assert 6379 not in ports and 5432 in ports
+    for scaled in rendered.of("ScaledObject"):
+        assert [t["type"] for t in scaled["spec"]["triggers"]] == ["postgresql"]
+    assert "podium_queue" in rendered.notes
+
+
+@pytest.mark.anyio
+async def test_the_trigger_counts_what_the_pool_has_outstanding(fresh_postgres: str) -> None:
+    """KEDA's query, run on a real PostgreSQL queue: the pool's waiting and claimed runs
+    (its replicas' work), none of another pool's, none acknowledged."""
+    import asyncpg
+
+    from podium.queue.base import QueueItem
+    from podium.queue.postgres import PostgresQueue
+
+    queue = PostgresQueue(fresh_postgres)
+    try:
+        for i in range(4):
+            await queue.submit(QueueItem(f"r{i}", "react", pool="support"))
+        await queue.submit(QueueItem("other", "react", pool="codegen"))
+        claims = await queue.claim("w1", pool="support", count=2)
+        await queue.ack(claims[0])
+    finally:
+        await queue.aclose()
+    conn = await asyncpg.connect(fresh_postgres)
+    try:
+        assert await conn.fetchval(queue_rows_query("support")) == 3  # 2 waiting, 1 claimed
+        assert await conn.fetchval(queue_rows_query("codegen")) == 1
+    finally:
+        await conn.close()
 
 
 def test_a_network_policy_needs_to_know_where_redis_is() -> None:

@@ -90,8 +90,15 @@ Service name is qualified with the release's namespace.
 {{- end -}}
 {{- end -}}
 
-{{/* The environment every Podium container gets: Redis (with its password), prefix */}}
+{{/* PostgreSQL alone (postgres.use: queue): its queue and store, no Redis anywhere */}}
+{{- define "podium.pgOnly" -}}
+{{- if and .Values.postgres.enabled (eq (.Values.postgres.use | default "store") "queue") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The environment every Podium container gets: Redis (with its password) unless
+PostgreSQL alone, prefix, PostgreSQL as postgres.use says */}}
 {{- define "podium.env" -}}
+{{- if not (include "podium.pgOnly" .) }}
 {{- if include "podium.hasRedisPassword" . }}
 - name: REDIS_PASSWORD
   valueFrom:
@@ -104,22 +111,27 @@ Service name is qualified with the release's namespace.
 - name: PODIUM_SERVER__REDIS
   value: "redis://{{ include "podium.redisHost" . }}:{{ .Values.redis.port }}/{{ .Values.redis.db }}"
 {{- end }}
+{{- end }}
 - name: PODIUM_SERVER__PREFIX
   value: {{ .Values.prefix | quote }}
 {{- if .Values.postgres.enabled }}
 {{- $pg := .Values.postgres }}
-{{- $as := ternary "PODIUM_SERVER__ARCHIVE" "PODIUM_SERVER__STORE" (eq ($pg.use | default "store") "archive") }}
+{{- $use := $pg.use | default "store" }}
+{{- $names := list "PODIUM_SERVER__STORE" }}
+{{- if eq $use "archive" }}{{ $names = list "PODIUM_SERVER__ARCHIVE" }}{{ end }}
+{{- if eq $use "queue" }}{{ $names = list "PODIUM_SERVER__STORE" "PODIUM_SERVER__QUEUE" }}{{ end }}
+{{- $who := $pg.user }}
 {{- if or $pg.password $pg.existingSecret }}
+{{- $who = printf "%s:$(POSTGRES_PASSWORD)" $pg.user }}
 - name: POSTGRES_PASSWORD
   valueFrom:
     secretKeyRef:
       name: {{ include "podium.postgresSecret" . }}
       key: {{ $pg.existingSecretKey }}
-- name: {{ $as }}
-  value: "postgresql://{{ $pg.user }}:$(POSTGRES_PASSWORD)@{{ include "podium.postgresHost" . }}:{{ $pg.port }}/{{ $pg.database }}"
-{{- else }}
-- name: {{ $as }}
-  value: "postgresql://{{ $pg.user }}@{{ include "podium.postgresHost" . }}:{{ $pg.port }}/{{ $pg.database }}"
+{{- end }}
+{{- range $names }}
+- name: {{ . }}
+  value: "postgresql://{{ $who }}@{{ include "podium.postgresHost" $ }}:{{ $pg.port }}/{{ $pg.database }}"
 {{- end }}
 {{- end }}
 {{- end -}}
