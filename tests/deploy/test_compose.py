@@ -18,6 +18,7 @@ import yaml
 from deploy.chart import REPO
 from podium.cli.main import build_parser
 from podium.config import load_config
+from podium.errors import ConfigError
 from podium.factory import worker_agents
 
 DEPLOY = REPO / "deploy"
@@ -185,6 +186,125 @@ def test_readme_and_docs_start_compose_the_way_the_file_says() -> None:
     commands = [shlex.split(line) for line in page.splitlines()
                 if line.startswith("docker compose ")]
     assert commands
-    for argv in commands:
-        assert argv[argv.index("-f") + 1] == "deploy/compose.yaml"
+    for argv in commands:  # compose.yaml (and its overrides), or PostgreSQL alone's
+        files = [argv[i + 1] for i, a in enumerate(argv) if a == "-f"]
+        assert files[0] in ("deploy/compose.yaml", "deploy/compose.postgres.yaml"), argv
+        assert all((REPO / f).is_file() for f in files), argv
     assert "docs/deploy.md" in (REPO / "README.md").read_text()
+
+
+# -- PostgreSQL: the archive override and the PostgreSQL-only file -------------------------
+
+
+def compose_merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` laid on ``base`` as ``docker compose -f base -f over`` merges them: maps
+    (a service, its environment) merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = compose_merged(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load(file: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / file).read_text())
+    return loaded
+
+
+def podium_config(service: dict[str, Any], env: dict[str, str]) -> Any:
+    environ = {k: interpolated(v, env) for k, v in service["environment"].items()}
+    return load_config(str(DEPLOY / "podium.compose.toml"), environ=environ)
+
+
+PG_URL = "postgresql://podium:0123abcd@postgres:5432/podium"
+
+
+def test_the_archive_override_archives_finished_runs_to_postgres() -> None:
+    """compose.yaml + compose.archive.yaml: every gateway and worker keeps runs hot in
+    Redis and archives them to ARCHIVE_URL, as ``server.archive`` is checked at start."""
+    from podium._config_checks import check_archive
+
+    override = load("compose.archive.yaml")
+    stack = compose_merged(COMPOSE, override)
+    serving = {n for n, s in PODIUM.items() if s["command"][0] in ("serve", "worker")}
+    assert set(override["services"]) == serving  # every process that reads or finishes runs
+    env = {**ENV, "ARCHIVE_URL": PG_URL, "POSTGRES_PASSWORD": "0123abcd"}
+    for name in serving:
+        service = stack["services"][name]
+        config = podium_config(service, env)
+        assert config.server.archive == PG_URL and config.server.redis
+        check_archive(config.server.archive, config.server.redis, config.server.store)
+        # everything else is compose.yaml's service, untouched
+        assert {k: v for k, v in service.items() if k != "environment"} == \
+            {k: v for k, v in SERVICES[name].items() if k != "environment"}
+        # an archive beside a PostgreSQL store is refused, in one line, as it loads
+        with pytest.raises(ConfigError, match=r"needs server\.redis"):
+            podium_config(service, {**env, "STORE_URL": PG_URL})
+    required = set(re.findall(r"\$\{(\w+):\?", (DEPLOY / "compose.archive.yaml").read_text()))
+    assert required == {"ARCHIVE_URL"}
+    assert "ARCHIVE_URL=" in (DEPLOY / ".env.example").read_text()
+
+
+PG_ONLY = load("compose.postgres.yaml")
+PG_SERVICES: dict[str, Any] = PG_ONLY["services"]
+PG_ENV = {"POSTGRES_PASSWORD": "0123abcd", "PODIUM_KEYS": "pk_test=acme"}
+
+
+def test_postgres_only_runs_podium_as_compose_yaml_does_without_redis() -> None:
+    """The same Podium services as compose.yaml (image, commands, graces, lock-down,
+    ports), on PostgreSQL alone: no Redis service, no Redis variable."""
+    assert set(PG_SERVICES) == {*PODIUM, "postgres", "db-upgrade"}
+    assert "${REDIS" not in (DEPLOY / "compose.postgres.yaml").read_text()
+    assert not [k for s in PG_SERVICES.values() for k in s.get("environment", {}) if "REDIS" in k]
+    for name, service in PODIUM.items():
+        mine = PG_SERVICES[name]
+        for key in set(service) | set(mine):
+            if key not in ("environment", "depends_on"):
+                assert mine.get(key) == service.get(key), (name, key)
+    postgres = PG_SERVICES["postgres"]
+    assert {k: v for k, v in postgres.items() if k not in ("profiles", "environment")} == \
+        {k: v for k, v in SERVICES["postgres"].items() if k not in ("profiles", "environment")}
+    assert interpolated(postgres["environment"]["POSTGRES_PASSWORD"], PG_ENV) == "0123abcd"
+
+
+def test_postgres_only_queue_and_store_load_as_podium_reads_them() -> None:
+    from podium._config_checks import check_queue
+
+    parser = build_parser()
+    for name, service in PG_SERVICES.items():
+        if name in ("postgres", "sim"):
+            continue
+        args = parser.parse_args(service["command"])
+        config = podium_config(service, PG_ENV)
+        assert config.server.redis is None
+        assert config.server.queue == config.server.store == PG_URL
+        check_queue(config.server.queue, config.server.store, redis=config.server.redis)
+        if args.command == "db":  # the store's tables and the queue's, before the rest
+            assert args.verb == "upgrade" and args.queue
+            assert service["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+            assert service["restart"] == "no"
+        else:
+            assert service["depends_on"]["db-upgrade"] == {
+                "condition": "service_completed_successfully"}
+        if args.command == "worker":
+            assert list(worker_agents(config, [], args.pool)) == ["react"]
+    required = set(re.findall(r"\$\{(\w+):\?", (DEPLOY / "compose.postgres.yaml").read_text()))
+    assert required == {"POSTGRES_PASSWORD", "PODIUM_KEYS"}
+    example = (DEPLOY / ".env.example").read_text()
+    assert all(f"{name}=" in example for name in required)
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
+def test_docker_compose_accepts_the_postgres_files() -> None:
+    runs = [
+        (["-f", "compose.yaml", "-f", "compose.archive.yaml", "--profile", "postgres"],
+         {**ENV, "ARCHIVE_URL": PG_URL, "POSTGRES_PASSWORD": "0123abcd"}),
+        (["-f", "compose.postgres.yaml"], PG_ENV),
+    ]
+    for files, env in runs:
+        argv = [a if not a.endswith(".yaml") else str(DEPLOY / a) for a in files]
+        result = subprocess.run(["docker-compose", *argv, "config", "-q"], capture_output=True,
+                                text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+        assert result.returncode == 0, result.stderr
