@@ -166,3 +166,15 @@ async def test_a_role_that_may_not_create_it_is_told_who_must(fresh_postgres: st
         run_sql(with_database(fresh_postgres, "postgres"), f"DROP ROLE {role}")
     message = str(refused.value)
     assert "\n" not in message and "CREATE EXTENSION vector" in message, message
+
+
+async def test_a_search_for_more_than_the_index_keeps_finds_them_all(
+    vectors: PostgresMemory,
+) -> None:
+    """HNSW returns at most ``hnsw.ef_search`` rows; a larger limit raises it for its query."""
+    memory = vectors
+    many = postgres_vectors.EF_SEARCH + 20
+    for n in range(many):
+        await memory.put_item("u1", MemoryItem(f"k{n}", "The customer is allergic to peanuts."))
+    found = await memory.search("u1", "food that makes them ill", limit=many + 5)
+    assert len(found) == many
