@@ -30,7 +30,9 @@ from podium.memory import MemoryItem
 from podium.memory.postgres import PostgresMemory
 from podium.store.postgres import PostgresRunStore
 
-WORDS = ["parcel", "delivery", "invoice", "refund", "allergy", "evening", "morning", "address", "lyon", "paris", "phone", "email", "weekend", "courier", "damaged", "late", "early", "gift"]
+WORDS = ("parcel", "delivery", "invoice", "refund", "allergy", "evening", "morning",
+         "address", "lyon", "paris", "phone", "email", "weekend", "courier", "damaged",
+         "late", "early", "gift")
 
 
 def _unit(rng: random.Random, dims: int) -> list[float]:
