@@ -16,6 +16,7 @@ import pytest
 from distributed.harness import wait_until
 from podium.engine.records import RunRecord
 from podium.errors import ConfigError, StoreUnavailableError
+from podium.queue.postgres import PostgresQueue
 from podium.store.postgres import PostgresRunStore
 from podium.store.postgres_errors import statement_timeout_s
 from postgres_fixtures import postgres_skip_reason
@@ -105,3 +106,5 @@ def test_the_url_sets_it_in_postgresql_s_spelling() -> None:
     for bad in ("0", "soon", "-1s", "5 weeks"):
         with pytest.raises(ConfigError, match="statement_timeout"):
             PostgresRunStore(f"{base}?statement_timeout={bad}")
+        with pytest.raises(ConfigError, match="statement_timeout"):  # the queue reads it too
+            PostgresQueue(f"{base}?statement_timeout={bad}")
