@@ -178,3 +178,23 @@ async def test_a_search_for_more_than_the_index_keeps_finds_them_all(
         await memory.put_item("u1", MemoryItem(f"k{n}", "The customer is allergic to peanuts."))
     found = await memory.search("u1", "food that makes them ill", limit=many + 5)
     assert len(found) == many
+
+
+async def test_an_extension_an_administrator_put_in_another_schema_serves(
+    fresh_postgres: str,
+) -> None:
+    """pgvector is relocatable: created by hand in a schema of its own (neither public nor
+    the store's), its type and operators are still found."""
+    _needs_pgvector(fresh_postgres)
+    run_sql(fresh_postgres, "CREATE SCHEMA ext", "CREATE EXTENSION vector SCHEMA ext")
+    async with PostgresRunStore(fresh_postgres, schema="mine") as store:
+        memory = PostgresMemory(store, embed=_embed, dimensions=3)
+        try:
+            assert await memory.vector_search() is True
+            for i, text in enumerate(list(_VECTORS)[:3]):
+                await memory.put_item("u1", MemoryItem(f"k{i}", text))
+            for _ in range(7):  # past the five custom plans: the generic one too
+                found = await memory.search("u1", "food that makes them ill", limit=1)
+                assert [i.key for i in found] == ["k0"]
+        finally:
+            await memory.aclose()

@@ -60,14 +60,31 @@ def _not_creatable(where: str, exc: BaseException) -> ConfigError:
         f"superuser runs `CREATE EXTENSION {EXTENSION}` in it once")
 
 
-async def _vector_codec(conn: asyncpg.Connection) -> None:
-    """Send a query's embedding as a ``vector`` parameter, in pgvector's text form. A
-    ``$2::text::vector`` cast instead is folded once by a custom plan, but a prepared
-    statement's generic plan (PostgreSQL's choice after five executions) casts it again
-    for every row it sorts: 1,000 items of 384 numbers took 70 ms, not 1.5 ms."""
-    if await conn.fetchval("SELECT to_regtype('public.vector') IS NOT NULL"):
-        await conn.set_type_codec("vector", schema="public", encoder=str, decoder=str,
-                                  format="text")
+async def _session(conn: asyncpg.Connection) -> None:
+    """A connection ready for the index: the extension's schema on its search path (an
+    administrator may have created it anywhere; its type, operators and operator class
+    are named unqualified), and a query's embedding sent as a ``vector`` parameter in
+    pgvector's text form. (A ``$2::text::vector`` cast instead is folded once by a custom
+    plan, but a prepared statement's generic plan, PostgreSQL's choice after five
+    executions, casts it again for every row it sorts: 1,000 items of 384 numbers took
+    70 ms, not 1.5 ms.) Nothing yet where the extension is not created."""
+    where = await conn.fetchval(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+        " WHERE e.extname = $1", EXTENSION)
+    if where is None:
+        return
+    await conn.execute(  # (kept: the pool's reset leaves the session's settings alone)
+        "SELECT set_config('search_path', current_setting('search_path') || ', ' ||"
+        " quote_ident($1), false)", where)
+    await conn.set_type_codec("vector", schema=where, encoder=str, decoder=str,
+                              format="text")
+
+
+async def _reset(conn: asyncpg.Connection) -> None:
+    """On the way back to the pool: a transaction a cancelled call left open rolled back,
+    and nothing else (asyncpg's default ``RESET ALL`` would drop the search path)."""
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
 
 
 class VectorIndex:
@@ -105,7 +122,8 @@ class VectorIndex:
         if self.schema is not None:
             settings["search_path"] = f"{self.schema},public"
         pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=4,
-                                         server_settings=settings, init=_vector_codec)
+                                         server_settings=settings, init=_session,
+                                         reset=_reset)
         try:
             async with pool.acquire() as conn:  # (a pool closes once this is back)
                 ready = await self._prepare(conn)
@@ -131,6 +149,7 @@ class VectorIndex:
                 await conn.execute(f"CREATE EXTENSION IF NOT EXISTS {EXTENSION} SCHEMA public")
             except asyncpg.InsufficientPrivilegeError as exc:
                 raise _not_creatable(self.where, exc) from None
+            await _session(conn)  # (this connection opened before it existed)
         await conn.execute(
             "CREATE TABLE IF NOT EXISTS podium_memory_vectors ("
             " namespace bytea NOT NULL, key bytea NOT NULL,"
@@ -147,7 +166,6 @@ class VectorIndex:
         await conn.execute(
             "CREATE INDEX IF NOT EXISTS podium_memory_vectors_hnsw ON "
             "podium_memory_vectors USING hnsw (embedding vector_cosine_ops)")
-        await _vector_codec(conn)  # (this connection opened before the type existed)
         return True
 
     def checked(self, vector: Sequence[float]) -> Sequence[float]:
