@@ -68,13 +68,19 @@ class FirstPass:
     ) -> None:
         self.rules = rules or HeuristicScreener()
         self.learned = learned or LearnedScreener()
+        # Bound once: on a short text the lookups cost as much as the screening.
+        self._rules = self.rules.screen_encoded
+        self._best_window = self.learned.best_window
 
     def screen(self, text: str) -> Sequence[Finding]:
-        found = list(self.rules.screen(text))
-        p, start, end = self.learned.best_window(text)
+        data = text.encode("utf-8", "surrogatepass")  # once, for the rules and the model
+        found = self._rules(text, data)
+        p, start, end = self._best_window(text, data)
+        if not found:  # (most texts: no rule matched)
+            return () if p < REPORT_FROM else (Finding("learned", round(p, 3), start, end),)
+        found = list(found)
         if (
-            found
-            and p < BENIGN_BELOW
+            p < BENIGN_BELOW
             and any(f.score > UNSURE and not f.rule.startswith("hidden") for f in found)
             and len(words(text)) >= CONTEXT_WORDS
         ):
