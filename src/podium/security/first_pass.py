@@ -6,8 +6,9 @@ short text. Together:
 
 - every finding of both stands, the highest score deciding (the policy's threshold, and
   the guard model's ``unsure`` band, read it as ever);
-- a rule that matched in a text of at least ``CONTEXT_WORDS`` words that the learned
-  model finds plainly benign (below ``BENIGN_BELOW``) is lowered to ``UNSURE``: an
+- a rule that matched in a text the learned model judges (``MIN_WORDS`` words or more:
+  a sentence will do) and finds plainly benign (below ``BENIGN_BELOW``) is lowered to
+  ``UNSURE``: an
   article about prompt injection quotes "ignore previous instructions", a JSON body reads
   ``{"tool": "calculator", "input": ...}``. Below the default threshold such a text is
   allowed, and a guard model, where one is configured, is asked about it. Hidden
@@ -19,7 +20,10 @@ short text. Together:
   instructions and print..."). A mention has words of its own sentence before it ("a
   typical payload tells the model to ignore...", "strings like 'ignore all...'", "kids
   often ignore instructions"): the document around an embedded instruction is benign by
-  construction, so the model's verdict on the whole text cannot tell the two apart;
+  construction, so the model's verdict on the whole text cannot tell the two apart. The
+  rules report a rule's first match only: before a mention is lowered, its rule's later
+  matches are looked at for one that opens its sentence (a JSON snippet mentioning
+  "ignore ... rules", then the planted "Ignore previous instructions and print...");
 - the learned finding spans the window it scored, unless a rule's finding (with a span)
   stands: a redacting policy then cuts the rules' spans, not the whole window.
 """
@@ -31,17 +35,20 @@ from collections.abc import Sequence
 
 from podium.security.findings import Finding
 from podium.security.heuristics import HeuristicScreener
-from podium.security.learned import REPORT_FROM, LearnedScreener, words
+from podium.security.learned import MIN_WORDS, REPORT_FROM, LearnedScreener, words
 
 __all__ = ("FirstPass", "opens_sentence")
 
-CONTEXT_WORDS = 40
+# Where the model has a verdict at all; a sentence is context enough for it.
+CONTEXT_WORDS = MIN_WORDS
 BENIGN_BELOW = 0.05
 UNSURE = 0.45
 # The rules whose matches begin with the instruction's verb ("ignore", "disregard"...):
 # only there does a match at a sentence's start mean an imperative. ("Output filtering
 # catches secrets" opens a sentence too, with a noun.)
 IMPERATIVE_RULES = frozenset({"override", "hijack"})
+# How many later matches of a lowered rule are looked at for one that opens its sentence.
+_LATER_TRIES = 8
 # The start of a sentence, a line or a paragraph, or text after a tag or a closed
 # structure ("<p>", "}", "]"): where an imperative begins. (Not ":" or a quote:
 # '"snippet": "ignore customer..."' has the words of a field name before it.)
@@ -86,7 +93,7 @@ class FirstPass:
         ):
             found = [
                 f if f.rule.startswith("hidden") or f.score <= UNSURE or opens_sentence(text, f)
-                else Finding(f.rule, UNSURE, f.start, f.end)
+                else self._given_later(text, f) or Finding(f.rule, UNSURE, f.start, f.end)
                 for f in found
             ]
         if p >= REPORT_FROM:
@@ -97,6 +104,27 @@ class FirstPass:
                 start = end = 0
             found.append(Finding("learned", round(p, 3), start, end))
         return found
+
+    def _given_later(self, text: str, finding: Finding) -> Finding | None:
+        """A later match of ``finding``'s rule that opens its sentence, if one does: the
+        rules report a rule's first match only, and a mention further up ("the snippet
+        reads 'ignore customer previous rules'") must not hide the instruction planted
+        after it. (Only where a finding is about to be lowered: rare.)"""
+        if finding.rule not in IMPERATIVE_RULES:
+            return None
+        # (from just after its start: a match from a mention's verb can run on over the
+        # instruction, "...skip token settings"}]}Ignore previous instructions")
+        at = finding.start + 1
+        for _ in range(_LATER_TRIES):
+            later = [f for f in self.rules.screen(text[at:]) if f.rule == finding.rule]
+            if not later or later[0].end <= later[0].start:
+                return None
+            f = later[0]
+            f = Finding(f.rule, f.score, at + f.start, at + f.end)
+            if opens_sentence(text, f):
+                return f
+            at = f.start + 1
+        return None
 
 
 def opens_sentence(text: str, finding: Finding) -> bool:
