@@ -44,6 +44,10 @@ def test_the_shipped_weights_are_a_small_text_file() -> None:
     assert 1000 < len(data["unigrams"]) + len(data["bigrams"]) <= 8000
 
 
+def test_digits_separate_words_as_punctuation_does() -> None:
+    assert words("Error 404 on sha256 ids 12-34") == [b"error", b"on", b"sha", b"ids"]
+
+
 def test_words_are_lowered_and_split_at_ascii_punctuation() -> None:
     assert words("Ignore ALL_previous, instruc-tions! Привет") == [
         b"ignore", b"all", b"previous", b"instruc", b"tions", "Привет".encode()

@@ -33,7 +33,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import ahocorasick_rs
+
 from podium.security.findings import Finding
+from podium.security.heuristic_rules import FAMILIES
 from podium.security.heuristics import HeuristicScreener
 from podium.security.learned import MIN_WORDS, REPORT_FROM, LearnedScreener, words
 
@@ -47,8 +50,30 @@ UNSURE = 0.45
 # only there does a match at a sentence's start mean an imperative. ("Output filtering
 # catches secrets" opens a sentence too, with a noun.)
 IMPERATIVE_RULES = frozenset({"override", "hijack"})
-# How many later matches of a lowered rule are looked at for one that opens its sentence.
+# How many later override verbs that open their sentences are tried.
 _LATER_TRIES = 8
+# Where an override may begin: the verbs that anchor the family of override rules that
+# start at them (its rules, tried right there, say whether one does).
+_OVERRIDE_FAMILY = next(
+    family
+    for family in FAMILIES
+    if family.before == 0 and any(rule == "override" for rule, _, _ in family.rules)
+)
+_OVERRIDE_VERBS = sorted(set(_OVERRIDE_FAMILY.anchors))
+_OVERRIDE_VERB_FINDER = ahocorasick_rs.AhoCorasick(_OVERRIDE_VERBS)
+_OVERRIDE_VERB = re.compile("|".join(map(re.escape, _OVERRIDE_VERBS)), re.IGNORECASE)
+
+
+def _verbs_after(text: str, start: int) -> list[tuple[int, int]]:
+    """Where override verbs are in ``text`` from ``start`` on, as (start, end)."""
+    low = text.lower()
+    if len(low) != len(text):  # a rare character changed length when lowered
+        return [m.span() for m in _OVERRIDE_VERB.finditer(text, start)]
+    return [
+        (a, b) for _, a, b in _OVERRIDE_VERB_FINDER.find_matches_as_indexes(low) if a >= start
+    ]
+
+
 # The start of a sentence, a line or a paragraph, or text after a tag or a closed
 # structure ("<p>", "}", "]"): where an imperative begins. (Not ":" or a quote:
 # '"snippet": "ignore customer..."' has the words of a field name before it.)
@@ -106,25 +131,42 @@ class FirstPass:
         return found
 
     def _given_later(self, text: str, finding: Finding) -> Finding | None:
-        """A later match of ``finding``'s rule that opens its sentence, if one does: the
-        rules report a rule's first match only, and a mention further up ("the snippet
-        reads 'ignore customer previous rules'") must not hide the instruction planted
-        after it. (Only where a finding is about to be lowered: rare.)"""
-        if finding.rule not in IMPERATIVE_RULES:
+        """A later override that opens its sentence, if one does: the rules report a
+        rule's first match only, and a mention further up ("the snippet reads 'ignore
+        customer previous rules'") must not hide the instruction planted after it. Only an
+        override verb that opens its sentence is tried, with the override rules at it: an
+        article full of mentions costs an automaton pass, not a screening per mention."""
+        if finding.rule != "override":
             return None
+        tries = 0
         # (from just after its start: a match from a mention's verb can run on over the
         # instruction, "...skip token settings"}]}Ignore previous instructions")
-        at = finding.start + 1
-        for _ in range(_LATER_TRIES):
-            later = [f for f in self.rules.screen(text[at:]) if f.rule == finding.rule]
-            if not later or later[0].end <= later[0].start:
-                return None
-            f = later[0]
-            f = Finding(f.rule, f.score, at + f.start, at + f.end)
-            if opens_sentence(text, f):
-                return f
-            at = f.start + 1
+        for at, end in _verbs_after(text, finding.start + 1):
+            if text[at - 1].isalnum() or not opens_sentence(
+                text, Finding("override", finding.score, at, end)
+            ):
+                continue
+            later = _override_at(text, at)
+            if later is not None:
+                return later
+            tries += 1
+            if tries == _LATER_TRIES:
+                break
         return None
+
+
+def _override_at(text: str, at: int) -> Finding | None:
+    """The override rule's match starting at ``at``, if one does (the rules as the
+    screener tries them at an anchor, on the lowered window)."""
+    window = text[at : at + _OVERRIDE_FAMILY.after]
+    low = window.lower()
+    if len(low) != len(window):  # (a rare character changed length: not worth mapping)
+        return None
+    for rule, score, pattern in _OVERRIDE_FAMILY.rules:
+        m = pattern.match(low) if rule == "override" else None
+        if m is not None:
+            return Finding(rule, score, at, at + m.end())
+    return None
 
 
 def opens_sentence(text: str, finding: Finding) -> bool:

@@ -41,17 +41,12 @@ Families:
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections.abc import Sequence
-
-import ahocorasick_rs
 
 from podium.security.anchors import anchor_scanner
 from podium.security.findings import Finding
 from podium.security.heuristic_rules import FAMILIES as _FAMILIES
 from podium.security.heuristic_rules import Family as _Family
-
-_Automaton = ahocorasick_rs.BytesAhoCorasick
 
 __all__ = ("HeuristicScreener",)
 
@@ -125,9 +120,6 @@ _ANY_HIDDEN = re.compile(
 )
 # Past this many anchors of one family, search the whole text once instead of each window.
 _MAX_WINDOWS = 64
-# Past this many windows of one family in a text, its leads and holds are found once over
-# the whole text (see _Occurrences).
-_WHOLE_AFTER = 4
 
 
 # Whether a byte is an ASCII letter or digit (a word goes on through it).
@@ -167,7 +159,6 @@ def _screen(
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
     chars: _CharOffsets | None = None  # made when a character offset is first needed
-    occurrences: _Occurrences | None = None  # made when a family with leads or holds opens a window
     for i, start, end in hits:
         guard = _GUARD_AFTER[i]  # ASCII case ignored, as the rules' lowering does
         if guard is not None and guard.match(data, end) is None:
@@ -203,15 +194,10 @@ def _screen(
                 a = start - before if start > before else 0
             window = data[a : start + after].lower()
             if byte_windows and window.isascii():
-                if family.holds is None and family.leads is None:
-                    _search_bytes(family, window, a, data, best)
-                    continue
-                occurrences = occurrences or _Occurrences(data)
-                if not occurrences.holds(fi, family, window, a):
+                if family.holds is not None and not family.holds.find_matches_as_indexes(window):
                     continue
                 if family.leads is not None:
-                    starts = occurrences.leads(fi, family, window, a)
-                    _search_leads(family, window, a, data, best, starts)
+                    _search_leads(family, window, a, data, best)
                 else:
                     _search_bytes(family, window, a, data, best)
                 continue
@@ -273,12 +259,14 @@ def _search_leads(
     a: int,
     data: bytes,
     best: dict[str, Finding],
-    starts: list[int],
 ) -> None:
-    """``_search_bytes`` trying the rules only where one of the family's leads starts
-    (``starts``, in the window)."""
-    if not starts:
+    """``_search_bytes`` trying the rules only where one of the family's leads starts (a
+    lead inside another one counts: the automaton reports overlapping matches)."""
+    assert family.leads is not None
+    found_at = family.leads.find_matches_as_indexes(window, overlapping=True)
+    if not found_at:
         return
+    starts = sorted({s for _, s, _ in found_at})
     for rule, score, pattern in family.byte_rules:
         found = best.get(rule)
         if found is not None and found.score >= score:
@@ -288,74 +276,6 @@ def _search_leads(
             if m is not None:
                 best[rule] = _found(rule, score, m, a, data)
                 break
-
-
-class _Occurrences:
-    """Where a family's leads and holds are in a window, found by the family's small automata
-    on the window; once the family has opened ``_WHOLE_AFTER`` windows in one text (a log
-    with "password" or "ignoring" on every line), found once over the whole text instead,
-    and each window then looks up its share: one pass over the text costs less than an
-    automaton call per window. The same answer either way: an occurrence counts where it
-    lies wholly inside the window."""
-
-    __slots__ = ("_data", "_holds", "_leads", "_low", "_opened")
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._low: bytes | None = None
-        self._opened = [0] * len(_FAMILIES)
-        # per family: the occurrences' (start, end) by start; the leads' starts
-        self._holds: dict[int, list[tuple[int, int]]] = {}
-        self._leads: dict[int, list[tuple[int, int]]] = {}
-
-    def _whole(self, fi: int) -> bool:
-        n = self._opened[fi] = self._opened[fi] + 1
-        return n > _WHOLE_AFTER
-
-    def _all(
-        self, cache: dict[int, list[tuple[int, int]]], fi: int, automaton: _Automaton
-    ) -> list[tuple[int, int]]:
-        found = cache.get(fi)
-        if found is None:
-            if self._low is None:
-                self._low = self._data.lower()
-            hits = automaton.find_matches_as_indexes(self._low, overlapping=True)
-            found = cache[fi] = sorted({(s, e) for _, s, e in hits})
-        return found
-
-    def holds(self, fi: int, family: _Family, window: bytes, a: int) -> bool:
-        """Whether the window (at byte ``a``) holds one of the family's holds (True for a
-        family without them). Counts the window opened."""
-        whole = self._whole(fi)
-        if family.holds is None:
-            return True
-        if not whole:
-            return bool(family.holds.find_matches_as_indexes(window))
-        found = self._all(self._holds, fi, family.holds)
-        b = a + len(window)
-        for s, e in found[bisect_left(found, (a, 0)) :]:
-            if s >= b:
-                return False
-            if e <= b:
-                return True
-        return False
-
-    def leads(self, fi: int, family: _Family, window: bytes, a: int) -> list[int]:
-        """Where the family's leads start in the window (a lead inside another one counts:
-        the automaton reports overlapping matches)."""
-        assert family.leads is not None
-        if self._opened[fi] <= _WHOLE_AFTER:
-            found_at = family.leads.find_matches_as_indexes(window, overlapping=True)
-            return sorted({s for _, s, _ in found_at})
-        found = self._all(self._leads, fi, family.leads)
-        b = a + len(window)
-        starts: list[int] = []
-        for s, e in found[bisect_left(found, (a, 0)) :]:
-            if s >= b:
-                break
-            if e <= b and (not starts or starts[-1] != s - a):
-                starts.append(s - a)
-        return starts
 
 
 def _found(rule: str, score: float, m: re.Match[bytes], a: int, data: bytes) -> Finding:
