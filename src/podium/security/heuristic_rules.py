@@ -299,6 +299,10 @@ FAMILIES: tuple[Family, ...] = (
             *("when you respond", "when you reply", "when asked", "when summari"),
             *("when answering", "when responding", "your new ", "your real ", "your actual "),
             "your true ",
+            # a label of urgency giving an order; the end of the data a new task follows
+            *("important:", "important!", "urgent:", "urgent!", "attention:", "attention!"),
+            *("end of document", "end of the document", "end of context", "end of the context"),
+            *("end of text", "end of input", "end of data", "end of email", "end of transcript"),
             *("instead of summari", "instead of translat", "instead of answer"),
             # a reader the text knows to be a model: "if you are an AI reading this"
             *("you are an ai", "you are a language model", "you are an llm"),
@@ -342,6 +346,20 @@ FAMILIES: tuple[Family, ...] = (
             0.7,
             r"\b(?:you are|you're) (?:an? )?(?:ai|llm|language model|large language model|ai assistant|ai model)\b[^.\n]{0,40}?\b(?:reading|processing|summari[sz]ing|analy[sz]ing|reviewing|parsing)\b|\b(?:ai|llm|model|assistant|agent)s? reading this\b",
         ),
+        (
+            # "IMPORTANT: ignore...", "URGENT!!! print...": not "Important: do not commit
+            # keys" (docs' notes give orders too, but not these)
+            "hijack",
+            0.6,
+            r"\b(?:important|urgent|attention) ?(?:!{1,3}|:) ?(?:ignore|disregard|forget|print|say|output|respond|reply|tell the user|send)\b(?! (?:statements?|functions?|calls?|debugging|outputs?|commands?|buffers?)\b)",
+        ),
+        (
+            # The data's end announced, then a task: "--- END OF DOCUMENT --- New
+            # instructions:", "end of context. system:".
+            "hijack",
+            0.7,
+            r"\bend of (?:the )?(?:document|context|text|input|data|email|transcript)\b[^\w\n]{0,12}\n?[^\w\n]{0,12}(?:new |updated |real |actual |your )?(?:instructions?|task|system|prompt|assistant)\b",
+        ),
         # (after the conditional: where both match, the finding starts at its "if")
         # Output forced, unless it reads as a programming how-to: a subject or a modal
         # before it ("you can just write", "we simply print"), or code, a pronoun or a
@@ -375,9 +393,14 @@ FAMILIES: tuple[Family, ...] = (
             "message:",
             "instructions:",
             "instruction:",
+            "[system](",
+            "[assistant](",
         ),
         60,
         60,
+        # A chat's role written as a markdown link, the way injected pages spoof one:
+        # "[system](#instructions)".
+        ("role_spoof", 0.75, r"\[(?:system|assistant)\]\(#[\w-]+\)"),
         (
             "role_spoof",
             0.85,
