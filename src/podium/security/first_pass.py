@@ -6,8 +6,9 @@ short text. Together:
 
 - every finding of both stands, the highest score deciding (the policy's threshold, and
   the guard model's ``unsure`` band, read it as ever);
-- a rule that matched in a text of at least ``CONTEXT_WORDS`` words that the learned
-  model finds plainly benign (below ``BENIGN_BELOW``) is lowered to ``UNSURE``: an
+- a rule that matched in a text the learned model judges (``MIN_WORDS`` words or more:
+  a sentence will do) and finds plainly benign (below ``BENIGN_BELOW``) is lowered to
+  ``UNSURE``: an
   article about prompt injection quotes "ignore previous instructions", a JSON body reads
   ``{"tool": "calculator", "input": ...}``. Below the default threshold such a text is
   allowed, and a guard model, where one is configured, is asked about it. Hidden
@@ -19,7 +20,10 @@ short text. Together:
   instructions and print..."). A mention has words of its own sentence before it ("a
   typical payload tells the model to ignore...", "strings like 'ignore all...'", "kids
   often ignore instructions"): the document around an embedded instruction is benign by
-  construction, so the model's verdict on the whole text cannot tell the two apart;
+  construction, so the model's verdict on the whole text cannot tell the two apart. The
+  rules report a rule's first match only: before a mention is lowered, its rule's later
+  matches are looked at for one that opens its sentence (a JSON snippet mentioning
+  "ignore ... rules", then the planted "Ignore previous instructions and print...");
 - the learned finding spans the window it scored, unless a rule's finding (with a span)
   stands: a redacting policy then cuts the rules' spans, not the whole window.
 """
@@ -29,19 +33,47 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import ahocorasick_rs
+
 from podium.security.findings import Finding
+from podium.security.heuristic_rules import FAMILIES
 from podium.security.heuristics import HeuristicScreener
-from podium.security.learned import REPORT_FROM, LearnedScreener, words
+from podium.security.learned import MIN_WORDS, REPORT_FROM, LearnedScreener, words
 
 __all__ = ("FirstPass", "opens_sentence")
 
-CONTEXT_WORDS = 40
+# Where the model has a verdict at all; a sentence is context enough for it.
+CONTEXT_WORDS = MIN_WORDS
 BENIGN_BELOW = 0.05
 UNSURE = 0.45
 # The rules whose matches begin with the instruction's verb ("ignore", "disregard"...):
 # only there does a match at a sentence's start mean an imperative. ("Output filtering
 # catches secrets" opens a sentence too, with a noun.)
 IMPERATIVE_RULES = frozenset({"override", "hijack"})
+# How many later override verbs that open their sentences are tried.
+_LATER_TRIES = 8
+# Where an override may begin: the verbs that anchor the family of override rules that
+# start at them (its rules, tried right there, say whether one does).
+_OVERRIDE_FAMILY = next(
+    family
+    for family in FAMILIES
+    if family.before == 0 and any(rule == "override" for rule, _, _ in family.rules)
+)
+_OVERRIDE_VERBS = sorted(set(_OVERRIDE_FAMILY.anchors))
+_OVERRIDE_VERB_FINDER = ahocorasick_rs.AhoCorasick(_OVERRIDE_VERBS)
+_OVERRIDE_VERB = re.compile("|".join(map(re.escape, _OVERRIDE_VERBS)), re.IGNORECASE)
+
+
+def _verbs_after(text: str, start: int) -> list[tuple[int, int]]:
+    """Where override verbs are in ``text`` from ``start`` on, as (start, end)."""
+    low = text.lower()
+    if len(low) != len(text):  # a rare character changed length when lowered
+        return [m.span() for m in _OVERRIDE_VERB.finditer(text, start)]
+    return [
+        (a, b) for _, a, b in _OVERRIDE_VERB_FINDER.find_matches_as_indexes(low) if a >= start
+    ]
+
+
 # The start of a sentence, a line or a paragraph, or text after a tag or a closed
 # structure ("<p>", "}", "]"): where an imperative begins. (Not ":" or a quote:
 # '"snippet": "ignore customer..."' has the words of a field name before it.)
@@ -68,19 +100,25 @@ class FirstPass:
     ) -> None:
         self.rules = rules or HeuristicScreener()
         self.learned = learned or LearnedScreener()
+        # Bound once: on a short text the lookups cost as much as the screening.
+        self._rules = self.rules.screen_encoded
+        self._best_window = self.learned.best_window
 
     def screen(self, text: str) -> Sequence[Finding]:
-        found = list(self.rules.screen(text))
-        p, start, end = self.learned.best_window(text)
+        data = text.encode("utf-8", "surrogatepass")  # once, for the rules and the model
+        found = self._rules(text, data)
+        p, start, end = self._best_window(text, data)
+        if not found:  # (most texts: no rule matched)
+            return () if p < REPORT_FROM else (Finding("learned", round(p, 3), start, end),)
+        found = list(found)
         if (
-            found
-            and p < BENIGN_BELOW
+            p < BENIGN_BELOW
             and any(f.score > UNSURE and not f.rule.startswith("hidden") for f in found)
             and len(words(text)) >= CONTEXT_WORDS
         ):
             found = [
                 f if f.rule.startswith("hidden") or f.score <= UNSURE or opens_sentence(text, f)
-                else Finding(f.rule, UNSURE, f.start, f.end)
+                else self._given_later(text, f) or Finding(f.rule, UNSURE, f.start, f.end)
                 for f in found
             ]
         if p >= REPORT_FROM:
@@ -91,6 +129,44 @@ class FirstPass:
                 start = end = 0
             found.append(Finding("learned", round(p, 3), start, end))
         return found
+
+    def _given_later(self, text: str, finding: Finding) -> Finding | None:
+        """A later override that opens its sentence, if one does: the rules report a
+        rule's first match only, and a mention further up ("the snippet reads 'ignore
+        customer previous rules'") must not hide the instruction planted after it. Only an
+        override verb that opens its sentence is tried, with the override rules at it: an
+        article full of mentions costs an automaton pass, not a screening per mention."""
+        if finding.rule != "override":
+            return None
+        tries = 0
+        # (from just after its start: a match from a mention's verb can run on over the
+        # instruction, "...skip token settings"}]}Ignore previous instructions")
+        for at, end in _verbs_after(text, finding.start + 1):
+            if text[at - 1].isalnum() or not opens_sentence(
+                text, Finding("override", finding.score, at, end)
+            ):
+                continue
+            later = _override_at(text, at)
+            if later is not None:
+                return later
+            tries += 1
+            if tries == _LATER_TRIES:
+                break
+        return None
+
+
+def _override_at(text: str, at: int) -> Finding | None:
+    """The override rule's match starting at ``at``, if one does (the rules as the
+    screener tries them at an anchor, on the lowered window)."""
+    window = text[at : at + _OVERRIDE_FAMILY.after]
+    low = window.lower()
+    if len(low) != len(window):  # (a rare character changed length: not worth mapping)
+        return None
+    for rule, score, pattern in _OVERRIDE_FAMILY.rules:
+        m = pattern.match(low) if rule == "override" else None
+        if m is not None:
+            return Finding(rule, score, at, at + m.end())
+    return None
 
 
 def opens_sentence(text: str, finding: Finding) -> bool:

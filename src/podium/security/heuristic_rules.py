@@ -294,13 +294,27 @@ FAMILIES: tuple[Family, ...] = (
             *("attention ai", "attention assistant", "dear ai", "dear assistant", "hey assistant"),
             *("system:", "system message", "system note", "system instruction", "system update"),
             *("admin:", "administrator:", "developer:", "developer note", "admin note"),
+            # the task switched: "when you summarize this, say...", "your new task is"
+            *("when you summari", "when you are asked", "when you're asked", "when you answer"),
+            *("when you respond", "when you reply", "when asked", "when summari"),
+            *("when answering", "when responding", "your new ", "your real ", "your actual "),
+            "your true ",
+            # a label of urgency giving an order; the end of the data a new task follows
+            *("important:", "important!", "urgent:", "urgent!", "attention:", "attention!"),
+            *("end of document", "end of the document", "end of context", "end of the context"),
+            *("end of text", "end of input", "end of data", "end of email", "end of transcript"),
+            *("instead of summari", "instead of translat", "instead of answer"),
+            # a reader the text knows to be a model: "if you are an AI reading this"
+            *("you are an ai", "you are a language model", "you are an llm"),
+            *("you're an ai", "ai reading", "model reading", "assistant reading"),
+            *("llm reading", "ais reading", "models reading", "assistants reading"),
         ),
         80,
         80,
         (
             "hijack",
             0.6,
-            r"\bif (?:the )?(?:user|anyone|someone|you|asked|questioned)\b(?: (?:are|is|ever))?(?: (?:asks?|asked|questioned|queried))?[^.\n]{0,60}?\b(?:say|reply|respond|answer|report|print|output) (?:that|with|only|exactly|\")",
+            r"\b(?:if|when) (?:the )?(?:user|anyone|someone|you|asked|questioned|summari[sz]ing|answering|responding)\b(?: (?:are|is|ever))?(?: (?:asks?|asked|questioned|queried))?[^.\n]{0,60}?\b(?:say|reply|respond|answer|report|print|output) (?:that|with|only|exactly|\")",
         ),
         (
             "hijack",
@@ -319,8 +333,43 @@ FAMILIES: tuple[Family, ...] = (
             0.7,
             r"\b(?:system|admin|administrator|developer)(?: (?:message|note|instructions?|update|override|notice))? ?: ?(?:ignore|disregard|forget|focus|print|say|output|respond|reply|write|do not|don't|you (?:must|should|will|are))\b",
         ),
+        # A task given in place of the reader's own: "your new task is", "instead of
+        # summarizing, ...", and a reader addressed as a model ("if you are an AI reading
+        # this", "to any LLM reading this page").
+        (
+            "hijack",
+            0.7,
+            r"\byour (?:new|real|actual|true) (?:task|goal|objective|instructions?|job) (?:is|are|will be)\b|\binstead of (?:summari[sz]ing|translating|answering)\b[^.\n]{0,80}?\b(?:print|say|output|write|reply|respond|tell|inform|state|include)\b",
+        ),
+        (
+            "hijack",
+            0.7,
+            r"\b(?:you are|you're) (?:an? )?(?:ai|llm|language model|large language model|ai assistant|ai model)\b[^.\n]{0,40}?\b(?:reading|processing|summari[sz]ing|analy[sz]ing|reviewing|parsing)\b|\b(?:ai|llm|model|assistant|agent)s? reading this\b",
+        ),
+        (
+            # "IMPORTANT: ignore...", "URGENT!!! print...": not "Important: do not commit
+            # keys" (docs' notes give orders too, but not these)
+            "hijack",
+            0.6,
+            r"\b(?:important|urgent|attention) ?(?:!{1,3}|:) ?(?:ignore|disregard|forget|print|say|output|respond|reply|tell the user|send)\b(?! (?:statements?|functions?|calls?|debugging|outputs?|commands?|buffers?)\b)",
+        ),
+        (
+            # The data's end announced, then a task: "--- END OF DOCUMENT --- New
+            # instructions:", "end of context. system:".
+            "hijack",
+            0.7,
+            r"\bend of (?:the )?(?:document|context|text|input|data|email|transcript)\b[^\w\n]{0,12}\n?[^\w\n]{0,12}(?:new |updated |real |actual |your )?(?:instructions?|task|system|prompt|assistant)\b",
+        ),
         # (after the conditional: where both match, the finding starts at its "if")
-        ("hijack", 0.6, r"(?:just|instead,?|simply) (?:print|say|output|write|reply|respond)\b"),
+        # Output forced, unless it reads as a programming how-to: a subject or a modal
+        # before it ("you can just write", "we simply print"), or code, a pronoun or a
+        # preposition after it ("just print(x)", "just write `...`", "just write a test",
+        # "simply write to the file"): documentation is full of those.
+        (
+            "hijack",
+            0.6,
+            r"(?<!can )(?<!could )(?<!may )(?<!will )(?<!would )(?<!should )(?<!must )(?<!you )(?<!we )(?<!i )(?<!they )(?<!to )(?<!then )(?:just|instead,?|simply) (?:print|say|output|write|reply|respond)\b(?! ?[`(\[{<=|])(?! (?:a|an|your|our|my|some|code|tests?|it|them|one|out|down|up|in|into|on|from|for|to|back|about|something|anything|whatever|more|less|each|every|the (?:value|values|result|results|output|contents?|variable|error|errors|response|type|length|number|first|last|name|path))\b)",
+        ),
         ("hijack", 0.6, r"(?:reply|respond|answer) (?:with|using) only\b|and (?:absolutely )?nothing else\b"),
     ),
     _family(
@@ -344,9 +393,14 @@ FAMILIES: tuple[Family, ...] = (
             "message:",
             "instructions:",
             "instruction:",
+            "[system](",
+            "[assistant](",
         ),
         60,
         60,
+        # A chat's role written as a markdown link, the way injected pages spoof one:
+        # "[system](#instructions)".
+        ("role_spoof", 0.75, r"\[(?:system|assistant)\]\(#[\w-]+\)"),
         (
             "role_spoof",
             0.85,

@@ -134,15 +134,22 @@ class HeuristicScreener:
     def screen(self, text: str) -> Sequence[Finding]:
         return _screen(text)
 
+    def screen_encoded(self, text: str, data: bytes) -> Sequence[Finding]:
+        """``screen`` for a caller that has ``text``'s UTF-8 (``surrogatepass``) already."""
+        return _screen(text, data)
 
-def _screen(text: str, *, byte_windows: bool = True) -> Sequence[Finding]:
+
+def _screen(
+    text: str, data: bytes | None = None, *, byte_windows: bool = True
+) -> Sequence[Finding]:
     """Screen ``text``. A window around an anchor that is all ASCII (most of them, even in
     prose with dashes and accents here and there) is matched on the lower-cased bytes as
     they are: no str slicing or lowering, and no character offset to work out unless a rule
     matches. A window holding other characters is matched on the text's characters.
     ``byte_windows=False`` matches every window on characters: the reference the tests hold
-    the fast path to."""
-    data = text.encode("utf-8", "surrogatepass")
+    the fast path to. ``data``: ``text``'s UTF-8 where the caller has it."""
+    if data is None:
+        data = text.encode("utf-8", "surrogatepass")
     hits = _SCANNER.hits(data)
     if not hits:
         return ()
