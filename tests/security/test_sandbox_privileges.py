@@ -11,7 +11,6 @@ import asyncio
 import errno
 import json
 import os
-import sys
 
 import pytest
 from _unprivileged import free_uid, run_as
@@ -23,8 +22,9 @@ pytestmark = [pytest.mark.slow]
 
 BOX = Sandbox(SandboxLimits(cpu_s=5, wall_s=20))
 if BOX.bwrap is None:
-    pytest.skip("bubblewrap (bwrap) is not installed (.ci/run installs it)",
-                allow_module_level=True)
+    pytest.skip(
+        "bubblewrap (bwrap) is not installed (.ci/run installs it)", allow_module_level=True
+    )
 
 # Each attack is a libc call; the program prints {name: errno (0: it worked)}.
 ATTACK = r"""
@@ -165,8 +165,18 @@ def test_nothing_outside_scratch_can_be_written(attacked: dict[str, object]) -> 
 
 @pytest.mark.parametrize(
     "attack",
-    ["unshare_user", "unshare_mount", "unshare_net", "mount_tmpfs", "remount_root_rw",
-     "ptrace_traceme", "ptrace_attach_1", "keyctl", "bpf", "chroot"],
+    [
+        "unshare_user",
+        "unshare_mount",
+        "unshare_net",
+        "mount_tmpfs",
+        "remount_root_rw",
+        "ptrace_traceme",
+        "ptrace_attach_1",
+        "keyctl",
+        "bpf",
+        "chroot",
+    ],
 )
 def test_privileged_calls_are_refused(attacked: dict[str, object], attack: str) -> None:
     # EPERM from the seccomp filter (or, without one, from the missing capabilities)
