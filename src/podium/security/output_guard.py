@@ -61,7 +61,7 @@ _MARKS = ("](", "://", "]:", "<", "url(", "][")
 # An HTML tag (quoted attribute values may hold ">") and its attributes.
 _TAG = re.compile(
     r"<(?P<tag>[a-z][a-z0-9:-]{0,30})\b"
-    r"(?P<attrs>(?:[^>\"']|\"[^\"]{0,2000}\"|'[^']{0,2000}'){0,4000})",
+    r"(?P<attrs>(?:[^>\"']|\"[^\"]{0,2000}\"|'[^']{0,2000}'){0,4000})>?",
     re.IGNORECASE,
 )
 _ATTR = re.compile(r"([a-z][a-z0-9:_-]*)\s*=\s*(\"[^\"]*\"|'[^']*'|[^\s>\"']+)", re.IGNORECASE)
@@ -72,7 +72,10 @@ _CSS_URL = re.compile(r"url\(\s*['\"]?(?P<url>[^'\")\s]+)", re.IGNORECASE)
 # A reference-style image (``![alt][label]``, ``![label][]``, ``![label]``) and the
 # definition it takes its URL from.
 _REF_IMAGE = re.compile(r"!\[(?P<alt>[^\]\n]{0,1000})\](?:\[(?P<label>[^\]\n]{0,1000})\])?(?!\()")
-_REF_DEF = re.compile(r"^\s{0,3}\[(?P<label>[^\]\n]+)\]:\s*<?(?P<url>\S+?)>?(?:\s|$)", re.MULTILINE)
+_REF_DEF = re.compile(
+    r"^[ \t]{0,3}\[(?P<label>[^\]\n]+)\]:[ \t]*\n?[ \t]*<?(?P<url>[^\s>]+)>?(?=\s|$)",
+    re.MULTILINE,
+)
 _SPECIAL = re.compile(r"^(https?):[/\\]*", re.IGNORECASE)
 _DROPPED = str.maketrans("", "", "\t\n\r")
 _HOST = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^/\s?#'\"<>)]+)")
@@ -149,11 +152,10 @@ class OutputGuard:
         found: list[Finding] = []
         images: list[tuple[int, int]] = []
         for start, end, urls in _fetched(text, images):
-            images.append((start, end))
             if not all(self.allowed(url) for url in urls):
                 found.append(Finding("exfil_image", 0.95, start, end))
         for m in _LINK.finditer(text):
-            if any(s <= m.start() < e for s, e in images):
+            if any(s < m.end() and m.start() < e for s, e in images):
                 continue  # (the image's own URL)
             url = m.group("url") or m.group("ref") or m.group("bare") or ""
             if self.allowed(url):
@@ -184,38 +186,46 @@ def _as_browsers_read(url: str) -> str:
 
 
 def _fetched(text: str, covered: list[tuple[int, int]]) -> list[tuple[int, int, list[str]]]:
-    """Where ``text`` makes a renderer fetch a URL by itself, and the URLs: markdown
-    images (inline and by reference), HTML attributes that load, CSS ``url()``. The spans
-    of what they take a URL from (a reference's definition) go to ``covered``."""
+    """Where ``text`` makes a renderer fetch a URL by itself (the span a redaction takes
+    out), and the URLs: markdown images (inline and by reference), HTML attributes that
+    load, CSS ``url()``. Where those URLs are written goes to ``covered``: not links too
+    (only there: a link elsewhere in the same tag is still one)."""
     out = [(m.start(), m.end(), [m.group("url")]) for m in _IMAGE.finditer(text)]
+    covered += [(s, e) for s, e, _ in out]
     if "][" in text or "]:" in text:
         defs = {d.group("label").strip().lower(): d for d in _REF_DEF.finditer(text)}
         for m in _REF_IMAGE.finditer(text):
             d = defs.get((m.group("label") or m.group("alt") or "").strip().lower())
-            if d is not None:  # (its definition's URL is not a link as well)
+            if d is not None:  # the use and the definition, each withheld under redact
                 out.append((m.start(), m.end(), [d.group("url")]))
-                covered.append(d.span())
+                if d.span() not in covered:
+                    covered.append(d.span())
+                    out.append((d.start(), d.end(), [d.group("url")]))
     tags: list[tuple[int, int]] = []
     if "<" in text:
         for m in _TAG.finditer(text):
-            tag, urls = m.group("tag").lower(), []
+            tag, at = m.group("tag").lower(), m.start("attrs")
+            urls: list[str] = []
             for a in _ATTR.finditer(m.group("attrs")):
                 # (a browser decodes character references: "https&#58;//evil")
                 name, value = a.group(1).lower(), html.unescape(a.group(2).strip("\"'"))
+                before = len(urls)
                 if name == "srcset":  # "a.png 1x, https://b/c.png 2x"
                     urls += [c.split()[0] for c in value.split(",") if c.split()]
                 elif name in _FETCHED or (name.endswith("href") and tag in _FETCHED_HREF):
                     urls.append(value)
                 elif name == "style":
                     urls += [c.group("url") for c in _CSS_URL.finditer(value)]
+                if len(urls) > before:
+                    covered.append((at + a.start(2), at + a.end(2)))
             if urls:
                 out.append((m.start(), m.end(), urls))
                 tags.append(m.span())
     if "url(" in text.lower():
-        out += [
-            (c.start(), c.end(), [c.group("url")]) for c in _CSS_URL.finditer(text)
-            if not any(s <= c.start() < e for s, e in tags)
-        ]  # fmt: skip
+        for c in _CSS_URL.finditer(text):
+            if not any(s <= c.start() < e for s, e in tags):
+                out.append((c.start(), c.end(), [c.group("url")]))
+                covered.append(c.span())
     return out
 
 
