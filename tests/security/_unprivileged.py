@@ -93,8 +93,11 @@ def _blocked_dirs(paths: list[str]) -> dict[str, list[str]]:
     return covers
 
 
-def run_as(uid: int, code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` with this interpreter as ``uid`` (no groups, no capabilities)."""
+def run_as(
+    uid: int, code: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` with this interpreter as ``uid`` (no groups, no capabilities), with
+    ``env`` added to its environment."""
     assert os.getuid() == 0, "only root can become another uid"
     needed = [os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)]
     needed += [os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)]
@@ -107,5 +110,5 @@ def run_as(uid: int, code: str, timeout: float = 120) -> subprocess.CompletedPro
         timeout=timeout,
         check=False,
         cwd="/",
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path)},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})},
     )

@@ -11,6 +11,7 @@ import asyncio
 import errno
 import json
 import os
+import sys
 
 import pytest
 from _unprivileged import free_uid, run_as
@@ -54,6 +55,25 @@ status = dict(
 out["status"] = {k: status[k].strip() for k in
                  ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")}
 out["uid"] = os.getuid()
+# The host's services (Redis here) and files: a network and a filesystem of its own.
+import socket
+try:
+    socket.create_connection(("127.0.0.1", 6379), timeout=3).close()
+    out["redis"] = 0
+except OSError as e:
+    out["redis"] = e.errno
+out["environs"] = []  # every process it can see: the worker's environment is none of them
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        out["environs"].append(open(f"/proc/{pid}/environ", "rb").read().decode("latin-1"))
+    except OSError:
+        pass
+out["reads"] = {}
+for path in ("/etc/shadow", "/etc/passwd", "/root", "/work", "/home"):
+    try:
+        out["reads"][path] = sorted(os.listdir(path)) if os.path.isdir(path) else open(path).read()
+    except OSError as e:
+        out["reads"][path] = -e.errno
 # Writes outside /scratch: the root, the system, the interpreter's own directory, the
 # kernel's knobs (errno 0: the write went through).
 out["writes"] = {}
@@ -87,11 +107,15 @@ print(json.dumps({{"worker_uid": os.getuid(), "exit_code": r.exit_code, "stderr"
 """
 
 
+#: In the worker's environment as an API key would be; no sandboxed program may read it.
+WORKER_SECRET = "sk-worker-env-7Hq2Lx9"
+
+
 def _as_unprivileged() -> dict[str, object]:
     if os.getuid() != 0:
         pytest.skip("the worker is unprivileged already: the first run took this path")
     uid = free_uid()
-    child = run_as(uid, _UNPRIVILEGED)
+    child = run_as(uid, _UNPRIVILEGED, env={"OPENAI_API_KEY": WORKER_SECRET})
     assert child.returncode == 0, child.stderr
     report = json.loads(child.stdout.splitlines()[-1])
     if "unavailable" in report:
@@ -112,7 +136,9 @@ def attacked(request: pytest.FixtureRequest) -> dict[str, object]:
     if request.param == "as an unprivileged uid":
         return _as_unprivileged()
     assert BOX.available(), BOX.unavailable_reason
-    r = asyncio.run(BOX.run_python(ATTACK))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OPENAI_API_KEY", WORKER_SECRET)
+        r = asyncio.run(BOX.run_python(ATTACK))
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     out["worker_uid"] = os.getuid()
@@ -154,6 +180,27 @@ def test_capabilities_cannot_be_regained(attacked: dict[str, object]) -> None:
     # EPERM without CAP_SETUID; EINVAL where no uid 0 exists in the namespace at all
     assert attacked["setuid_0"] in (errno.EPERM, errno.EINVAL)
     assert attacked["uid"] != 0
+
+
+def test_the_hosts_network_and_files_are_out_of_reach(attacked: dict[str, object]) -> None:
+    # a loopback of its own, where nothing listens (not the host's Redis)
+    assert attacked["redis"] in (errno.ECONNREFUSED, errno.ENETUNREACH), attacked["redis"]
+    reads = attacked["reads"]
+    assert isinstance(reads, dict)
+    assert reads["/etc/shadow"] == reads["/etc/passwd"] == -errno.ENOENT, reads
+    # A directory on the way to the interpreter or the import path (made, traversable, by
+    # the sandbox) shows only the next step on that way; any other is not there at all.
+    shown = {os.path.realpath(p) for p in (sys.base_prefix, *sys.path) if p}
+    for path in ("/root", "/work", "/home"):
+        if reads[path] != -errno.ENOENT:
+            for entry in reads[path]:
+                step = os.path.join(path, entry)
+                assert any(s == step or s.startswith(step + "/") for s in shown), (step, reads)
+    # No process it sees carries the worker's environment (an unprivileged worker's
+    # bubblewrap is PID 1 in there, same uid: it once held the worker's API keys).
+    environs = attacked["environs"]
+    assert isinstance(environs, list)  # (as root's, none is readable: not even its own)
+    assert not any(WORKER_SECRET in e for e in environs), environs
 
 
 def test_nothing_outside_scratch_can_be_written(attacked: dict[str, object]) -> None:
