@@ -8,6 +8,7 @@ import base64
 import binascii
 import contextlib
 import re
+import unicodedata
 from urllib.parse import quote, quote_plus, unquote_plus
 
 from hypothesis import strategies as st
@@ -23,7 +24,8 @@ secrets = st.text(
 
 FORMS = (
     "plain", "upper", "lower", "swapcase", "spaced", "newlines", "reversed", "base64",
-    "base64url", "url", "url_plus", "percent", "hex", "reversed_base64",
+    "base64url", "url", "url_plus", "percent", "hex", "reversed_base64", "fullwidth",
+    "zero_width",
 )
 
 
@@ -64,6 +66,10 @@ def written(secret: str, form: str, before: bytes = b"", after: bytes = b"") -> 
             return "".join(f"%{b:02X}" for b in raw)
         case "hex":
             return raw.hex()
+        case "fullwidth":  # (what a model copying from a CJK page may write)
+            return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in secret)
+        case "zero_width":  # invisible between every two characters
+            return "\u200b".join(secret)
     raise AssertionError(form)
 
 
@@ -86,7 +92,9 @@ _HEX_RUN = re.compile(r"[0-9a-fA-F]{6,}")
 def _decoded_views(text: str) -> list[str]:
     """``text`` as a reader with the usual tools would see it: URL-decoded, squeezed of
     whitespace, and every base64 or hex run decoded at every alignment."""
-    views = [text, unquote_plus(text), "".join(text.split())]
+    seen = unicodedata.normalize("NFKC", text)  # as a person reads it
+    seen = "".join(c for c in seen if unicodedata.category(c) != "Cf")
+    views = [text, unquote_plus(text), "".join(text.split()), seen]
     for run in _B64_RUN.findall(text):
         std = run.replace("-", "+").replace("_", "/")
         for skip in range(4):

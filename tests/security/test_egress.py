@@ -409,6 +409,39 @@ async def test_research_fetch_refuses_redirects_to_private_and_service_ports() -
     assert ok.ok and '"title":"ok"' in ok.content
 
 
+async def test_research_fetch_opens_loopback_on_the_listed_ports_only() -> None:
+    """The sample pages' port is the one loopback port open: not 80 or 443 (where a
+    machine's own admin pages listen), named as a literal, as a name that resolves to
+    loopback, or as a redirect's target."""
+    from podium.examples import research
+    from podium.tools import ToolContext, ToolExecutor
+
+    executor = ToolExecutor(max_threads=1)
+    try:
+        async with serve() as base:
+            fetch = research.make_fetch(loopback_ports=[int(base.rsplit(":", 1)[1])])
+            urls = ["http://127.0.0.1:80/", "http://localhost:443/", "http://[::1]:80/",
+                    "http://127.0.0.2/", f"{base}/redirect?to=http://localhost:80/admin",
+                    f"{base}/page"]  # fmt: skip
+            outcomes = [
+                await executor.execute(
+                    fetch, fetch.decode_arguments(f'{{"url": "{url}"}}'),
+                    ToolContext("r", 0, i, f"c{i}"),
+                )
+                for i, url in enumerate(urls)
+            ]
+    finally:
+        executor.close()
+    *refused, ok = outcomes
+    for url, outcome in zip(urls, refused, strict=False):
+        port = "443" if ":443" in url else "80"
+        assert not outcome.ok, url
+        assert "EgressDenied" in outcome.content or "refusing to fetch" in outcome.content, (
+            url, outcome.content)  # fmt: skip
+        assert f"port {port}" in outcome.content, (url, outcome.content)
+    assert ok.ok and '"title":"ok"' in ok.content
+
+
 async def test_a_timeout_message_names_the_timeout_that_fired() -> None:
     """The egress policy's request timeout and the tool's own are told apart: the model
     (and the operator) read which one fired, and after how long."""
@@ -451,3 +484,21 @@ async def test_a_timeout_message_names_the_timeout_that_fired() -> None:
     assert "timed out after 0.3s (the egress policy's timeout_s)" in egress.content
     assert "5.0s" not in egress.content
     assert own.error == "timeout" and "tool 'sleepy' timed out after 0.3s" in own.content
+
+
+def test_private_ports_bound_what_an_allowed_private_address_is_reached_on() -> None:
+    from podium.security.tenant_egress import decode_egress, encode_egress
+
+    policy = EgressPolicy.loopback(private_ports=frozenset({8080}), hosts=("example.com",))
+    policy.check_url("http://127.0.0.1:8080/")
+    policy.check_address(ipaddress.ip_address("127.0.0.1"), "localhost", 8080)
+    with pytest.raises(EgressDenied, match=r"port 80 of loopback address 127\.0\.0\.1"):
+        policy.check_url("http://127.0.0.1:80/")
+    with pytest.raises(EgressDenied, match="localhost resolves to it"):
+        policy.check_address(ipaddress.ip_address("127.0.0.1"), "localhost", 443)
+    policy.check_url("http://example.com:443/")  # (a public address: allow_ports decides)
+    # carried in run metadata without losing it (a tenant's scope must not widen)
+    assert decode_egress(encode_egress(policy)) == policy
+    narrowed = EgressPolicy(allow_private=True, allow_ports=None).narrowed(policy)
+    with pytest.raises(EgressDenied, match="port 9000"):
+        narrowed.check_address(ipaddress.ip_address("::1"), "", 9000)

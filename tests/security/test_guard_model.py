@@ -101,6 +101,28 @@ async def test_the_guard_decides_where_the_first_pass_is_unsure(classifier: SimG
     assert guard_statistics()["cache_hit"] == hits + 1
 
 
+async def test_padding_does_not_push_an_attack_out_of_the_guards_sight(
+    classifier: SimGuard,
+) -> None:
+    """A text longer than the guard reads: the guard is shown the part the first pass
+    found (not the head, where padding leaves nothing to see), and its ``safe`` on part of
+    a text overrules nothing."""
+    g = guard(classifier.base_url, max_chars=2000)
+    policy = ScreeningPolicy(action="block", guard=g)
+    padding = "Order A-1 shipped on Monday; the invoice follows. " * 200  # ~10k benign
+    async with g.model:
+        tail = await policy.verdict(padding + ATTACK, "tool:mail")
+        head = await policy.verdict(ATTACK + " " + padding, "tool:mail")
+        # an unsure rule the guard calls safe, in a long text: it read a window only
+        long_alarm = await policy.verdict(f"{padding}\n{FALSE_ALARM}\n{padding}", "tool:shell")
+    for found in (tail, head):
+        assert found is not None
+        assert (found[0].action, found[0].guard) == ("block", "unsafe:S14"), found[0]
+    assert long_alarm is not None
+    v = long_alarm[0]
+    assert v.guard == "safe" and v.overruled == "" and v.rule == "role_spoof", v
+
+
 async def test_always_asks_about_every_text(classifier: SimGuard) -> None:
     g = guard(classifier.base_url, when="always")
     async with g.model:

@@ -156,3 +156,18 @@ def test_a_secret_argument_echoed_anywhere_later_is_scrubbed(
         RunFinished(3.0, "completed", output=data.draw(planted(secret)))
     )
     assert not leaks(msgspec.json.encode(written_down).decode(), secret)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), secrets, st.integers(min_value=1, max_value=7))
+def test_a_secret_streamed_in_pieces_never_leaves_whole(
+    data: st.DataObject, secret: str, size: int
+) -> None:
+    """Streamed ``size`` characters a delta through the hold-back window, in any form."""
+    from podium.engine.stream_scrub import HeldText
+
+    text = data.draw(planted(secret))
+    matcher, held = SecretMatcher([secret]), HeldText()
+    sent = [held.push(text[i : i + size], matcher) for i in range(0, len(text), size)]
+    sent.append(held.flush(matcher))
+    assert not leaks("".join(sent), secret), (text, sent)

@@ -208,7 +208,10 @@ class RunLifecycle(Steps):
             await self._write_end(state, end[0], end[1], error=end[2])
         ended = self._ended(state)
         if ended.thread_id is not None:
-            await self.threads.settle_quietly(ended, state.ctx.messages)
+            context = state.ctx.messages
+            if state.redact is not None:  # a thread keeps what the journal does: no secret
+                context = [state.redact.shown(m) for m in context]
+            await self.threads.settle_quietly(ended, context)
         return ended
 
     def _let_go(self, run_id: str, egress: Token[EgressPolicy | None] | None) -> None:

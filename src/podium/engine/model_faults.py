@@ -4,16 +4,18 @@ Podium's model clients raise :class:`~podium.errors.ModelError` for a backend's
 failures and return a :class:`~podium.models.base.ModelResponse`; a custom model
 (or its reply function) that raises anything else, or returns anything else, has a
 bug. The engine turns that into a ``ModelError``, so the run fails with
-``model_error`` and the traceback is logged, instead of the exception escaping
-:meth:`~podium.engine.driver.Engine.run` with the run left ``running`` (and, under a
-worker, being delivered again until it is dead-lettered). An ``OSError`` is not
-turned: it is a service away (the token channel's Redis, say), which a worker waits
-out and resumes from.
+``model_error`` and the traceback is logged (its frames and exception types: the
+message may carry a secret the run knows, and goes to the run's error, scrubbed),
+instead of the exception escaping :meth:`~podium.engine.driver.Engine.run` with the run
+left ``running`` (and, under a worker, being delivered again until it is dead-lettered).
+An ``OSError`` is not turned: it is a service away (the token channel's Redis, say),
+which a worker waits out and resumes from.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 
 from podium.errors import ModelError
 from podium.messages import ToolCall, Usage
@@ -26,8 +28,24 @@ log = logging.getLogger("podium.engine")
 
 def model_fault(model: Model, exc: Exception) -> ModelError:
     """The ``ModelError`` for ``exc``, raised by ``model``'s code (logged here)."""
-    log.error("model %r raised %s", model.name, type(exc).__name__, exc_info=exc)
+    # Not exc_info: a handler (a log file, an error tracker) would keep the message, and
+    # the run's secrets are scrubbed from what the run stores, not from logs.
+    log.error("model %r raised %s\n%s", model.name, type(exc).__name__, _frames(exc))
     return ModelError(f"{model.name} raised {type(exc).__name__}: {exc}")
+
+
+def _frames(exc: BaseException) -> str:
+    """The traceback of ``exc`` and the exceptions it was raised from, without their
+    messages."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        frames = "".join(traceback.format_list(traceback.extract_tb(link.__traceback__)))
+        parts.append(f"{frames}{type(link).__qualname__} (message in the run's error)")
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    return "\n(which led to)\n".join(reversed(parts))
 
 
 def not_a_reply(model: Model, value: object) -> ModelError:

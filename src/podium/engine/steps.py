@@ -90,11 +90,11 @@ class Steps(Calls):
                     raise Finish("failed", "output_blocked", blocked(verdict))
                 if output is not None:
                     if text != output:  # the journaled reply carries what leaves, too
-                        message = _with_answer(agent, message, text)
+                        message = _left(state, _with_answer(agent, message, text))
                     output = text
                 elif text != response.content:  # what leaves the run is what the screen left
                     response.content = text
-                    message = msgspec.structs.replace(message, content=text)
+                    message = _left(state, msgspec.structs.replace(message, content=text))
         if output is None:
             final = RunFinished(time.time(), "completed", output=response.content)
         else:
@@ -337,3 +337,14 @@ class Steps(Calls):
         if verdict is not None and verdict.rejected is not None:
             self._output_failed(agent, state, verdict)
         state.approved = frozenset()
+
+
+def _left(state: RunState, message: Message) -> Message:
+    """``message``, the answer as the output screen let it leave, put in place of the
+    reply the context holds (what a thread keeps for its next run, which must not hold
+    what was withheld)."""
+    messages = state.ctx.messages
+    if messages and messages[-1].role == "assistant":
+        message.tokens = messages[-1].tokens
+        messages[-1] = message
+    return message

@@ -126,12 +126,14 @@ def egress_policy(
             max_response_bytes=MAX_BYTES,
             timeout_s=timeout_s,
         )
-    # (Ports are one list for every host: the loopback ones opened are also open on the
-    # listed public hosts, and 80/443 on loopback; SERVICE_PORTS never.)
+    # (Loopback is open on the ports listed only, never on 80/443, where a machine's own
+    # admin pages may listen; the listed public hosts on 80/443 and those; SERVICE_PORTS
+    # never.)
     return EgressPolicy.loopback(
         hosts=hosts,
         allow_ports=frozenset({80, 443}) | ports,
         deny_ports=SERVICE_PORTS,
+        private_ports=ports,
         max_response_bytes=MAX_BYTES,
         timeout_s=timeout_s,
     )

@@ -143,6 +143,9 @@ class EgressPolicy:
     - ``allow_private``: allow every non-public address (loopback, private, link-local...)
       except cloud-metadata ones — for services on a trusted network.
     - ``allow_ports``: ports a request may use; ``None`` allows any port but ``deny_ports``.
+    - ``private_ports``: the only ports a non-public address that ``allow_networks`` or
+      ``allow_private`` lets through may be reached on (checked on the address a name
+      resolves to as well); ``None``: those of ``allow_ports``. Loopback opened per port.
     - ``schemes``: ``http``/``https`` by default.
     - ``max_redirects``, ``max_response_bytes``, ``timeout_s``: per request.
     - ``also``: more policies each request must pass too (see :meth:`narrowed`);
@@ -158,6 +161,7 @@ class EgressPolicy:
     allow_private: bool = False
     allow_ports: frozenset[int] | None = frozenset({80, 443})
     deny_ports: frozenset[int] = frozenset()
+    private_ports: frozenset[int] | None = None
     schemes: frozenset[str] = frozenset({"http", "https"})
     max_redirects: int = 5
     max_response_bytes: int = 1 << 20
@@ -176,6 +180,8 @@ class EgressPolicy:
         if self.allow_ports is not None:
             object.__setattr__(self, "allow_ports", frozenset(self.allow_ports))
         object.__setattr__(self, "deny_ports", frozenset(self.deny_ports))
+        if self.private_ports is not None:
+            object.__setattr__(self, "private_ports", frozenset(self.private_ports))
         object.__setattr__(self, "schemes", frozenset(self.schemes))
         object.__setattr__(self, "also", tuple(self.also))
 
@@ -204,22 +210,34 @@ class EgressPolicy:
             **kwargs,  # type: ignore[arg-type]
         )
 
-    def check_address(self, ip: IPAddress, host: str = "") -> None:
-        """Raise :class:`EgressDenied` unless a connection to ``ip`` is allowed."""
+    def check_address(self, ip: IPAddress, host: str = "", port: int | None = None) -> None:
+        """Raise :class:`EgressDenied` unless a connection to ``ip`` (on ``port``, where
+        known) is allowed."""
         for other in self.also:
             try:
-                other.check_address(ip, host)
+                other.check_address(ip, host, port)
             except EgressDenied as exc:
                 raise other._refusal(exc) from None
         kind = address_kind(ip)
-        if kind is None or (self.allow_private and not kind.startswith("metadata")):
+        if kind is None:
             return
+        via = f" ({host} resolves to it)" if host and host != str(ip) else ""
+        if self.allow_private and not kind.startswith("metadata"):
+            return self._check_private_port(ip, kind, via, port)
         inner = _embedded_v4(ip) if isinstance(ip, ipaddress.IPv6Address) else None
         for net in self._nets:
             if ip in net or (inner is not None and inner in net):
-                return
-        via = f" ({host} resolves to it)" if host and host != str(ip) else ""
+                return self._check_private_port(ip, kind, via, port)
         raise EgressDenied(f"address {ip} is {kind}{via}: not allowed by the egress policy")
+
+    def _check_private_port(
+        self, ip: IPAddress, kind: str, via: str, port: int | None
+    ) -> None:
+        if self.private_ports is not None and port is not None and port not in self.private_ports:
+            raise EgressDenied(
+                f"port {port} of {kind} address {ip}{via} is not allowed by the egress "
+                f"policy (open there: {', '.join(map(str, sorted(self.private_ports)))})"
+            )
 
     def _refusal(self, exc: EgressDenied) -> EgressDenied:
         return EgressDenied(f"{exc} ({self.label})") if self.label else exc
@@ -262,7 +280,7 @@ class EgressPolicy:
         ):
             raise EgressDenied(f"port {port} of {host} is not allowed by the egress policy")
         if ip is not None:  # a literal: no resolver runs, so this is the connect-time check
-            self.check_address(ip, host)
+            self.check_address(ip, host, port)
         if self.allow_hosts and not _host_matches(
             str(ip) if ip is not None else host, self.allow_hosts
         ):

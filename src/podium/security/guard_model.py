@@ -17,6 +17,9 @@ asks a classifier model about the others: only texts whose first-pass score fall
   ``budget_s`` is a failure: ``on_failure="open"`` lets the first pass decide alone,
   ``"closed"`` adds a finding ``guard_unavailable`` of score 1.0 (the policy's action
   applies: a guard that is down blocks what it would have been asked about);
+- a text longer than ``max_chars`` is shown as the window of that size around what the
+  first pass found (not its head: padding would push an injection out of sight), and a
+  ``safe`` on a window overrules nothing (the guard did not read the rest);
 - verdicts are cached per content hash (``cache_size`` entries, least recently used out),
   failures are not;
 - every consultation is journaled with the text's verdict (:attr:`ScreenVerdict.guard`:
@@ -66,14 +69,18 @@ def parse_guard_reply(text: str) -> str | None:
 
 
 class GuardAnswer:
-    """What the guard said about one text: ``said`` is the journal's word for it."""
+    """What the guard said about one text: ``said`` is the journal's word for it;
+    ``whole``: it read all of the text (else a window of it)."""
 
-    __slots__ = ("failed", "said", "unsafe")
+    __slots__ = ("failed", "said", "unsafe", "whole")
 
-    def __init__(self, said: str, *, unsafe: bool = False, failed: bool = False) -> None:
+    def __init__(
+        self, said: str, *, unsafe: bool = False, failed: bool = False, whole: bool = True
+    ) -> None:
         self.said = said
         self.unsafe = unsafe
         self.failed = failed
+        self.whole = whole
 
 
 class GuardModel:
@@ -117,15 +124,26 @@ class GuardModel:
         low, high = self.unsure
         return self.when == "always" or low <= first_pass_score < high
 
-    async def ask(self, text: str) -> GuardAnswer:
-        """The guard's answer on ``text`` (cached), within the latency budget."""
-        text = text[: self.max_chars]  # (a classifier's context is short; the head decides)
+    def window(self, text: str, focus: tuple[int, int] | None = None) -> str:
+        """What of ``text`` the guard reads: all of it, or ``max_chars`` around ``focus``
+        (the span the first pass scored highest; a classifier's context is short)."""
+        if len(text) <= self.max_chars:
+            return text
+        start = 0 if focus is None else max(0, focus[0] - self.max_chars // 4)
+        start = min(start, len(text) - self.max_chars)
+        return text[start : start + self.max_chars]
+
+    async def ask(self, text: str, focus: tuple[int, int] | None = None) -> GuardAnswer:
+        """The guard's answer on ``text`` (cached), within the latency budget; a long text
+        is read around ``focus`` (see :meth:`window`)."""
+        whole = len(text) <= self.max_chars
+        text = self.window(text, focus)
         key = hashlib.blake2b(text.encode(), digest_size=16).digest()
         cached = self._cache.get(key)
         if cached is not None:
             self._cache.move_to_end(key)
             _counts["cache_hit"] += 1
-            return GuardAnswer(f"{cached.said}+cached", unsafe=cached.unsafe)
+            return GuardAnswer(f"{cached.said}+cached", unsafe=cached.unsafe, whole=whole)
         request = ModelRequest(
             [Message("user", text)], settings=ModelSettings(temperature=0.0, max_tokens=16)
         )
@@ -139,7 +157,7 @@ class GuardModel:
         said = parse_guard_reply(response.content)
         if said is None:
             return self._failed("garbage")
-        answer = GuardAnswer(said, unsafe=said.startswith("unsafe"))
+        answer = GuardAnswer(said, unsafe=said.startswith("unsafe"), whole=whole)
         _counts["unsafe" if answer.unsafe else "safe"] += 1
         self._cache[key] = answer
         if len(self._cache) > self.cache_size:

@@ -36,7 +36,7 @@ class GuardedResolver(AbstractResolver):
             ip = parse_ip(answer["host"])
             if ip is None:
                 raise EgressDenied(f"{host} resolved to {answer['host']!r}, not an address")
-            self.policy.check_address(ip, host)
+            self.policy.check_address(ip, host, port)
         return answers
 
     async def close(self) -> None:

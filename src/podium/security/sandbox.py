@@ -149,6 +149,12 @@ def _give_uid(uid: int) -> None:
     _free_slots.append((uid - _BASE_UID) % 256)
 
 
+#: bubblewrap's own environment. Not the worker's: an unprivileged worker's bubblewrap
+#: stays in the sandbox as its PID 1, same uid, whose /proc/1/environ the sandboxed code
+#: can read (--clearenv clears only the program's), and a worker's environment holds its
+#: API keys and database URLs.
+_BWRAP_ENV = {"PATH": "/usr/bin:/bin"}
+
 #: How many times, and how long each, bubblewrap is tried before the sandbox is unavailable.
 _PROBES = 3
 _PROBE_TIMEOUT_S = 30.0
@@ -204,6 +210,7 @@ class Sandbox:
                 probe = subprocess.run(
                     [*self._command(fds, userns=ns), "/usr/bin/true"],
                     capture_output=True,
+                    env=_BWRAP_ENV,
                     timeout=_PROBE_TIMEOUT_S,
                     check=False,
                     pass_fds=(*fds, *_fd_of(ns)),
@@ -356,6 +363,7 @@ class Sandbox:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,  # its own process group: the deadline kills all of it
+            env=_BWRAP_ENV,
             pass_fds=fds,
         )
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None

@@ -154,15 +154,16 @@ class ScreeningPolicy:
         first = max((f.score for f, _ in findings), default=0.0)
         if not guard.consults(first):
             return self.decide(text, source, findings)
-        answer = await guard.ask(text)
+        best = max(findings, key=lambda fb: fb[0].score)[0] if findings else None
+        answer = await guard.ask(text, None if best is None else (best.start, best.end))
         overruled = ""
         if answer.unsafe:
             rule = "guard_unsafe" + answer.said.removeprefix("unsafe").split("+", 1)[0]
             findings.append((Finding(rule, 0.95, 0, len(text)), guard.name))
         elif answer.failed and guard.on_failure == "closed":
             findings.append((Finding("guard_unavailable", 1.0, 0, 0), guard.name))
-        elif not answer.failed and findings:  # safe: the guard overrules an unsure first pass
-            best, _ = max(findings, key=lambda fb: fb[0].score)
+        elif not answer.failed and best is not None and answer.whole:
+            # safe, having read it all: the guard overrules an unsure first pass
             overruled = best.rule
             findings = [(Finding("guard_safe", 0.0, 0, 0), guard.name)]
         decided = self.decide(text, source, findings)

@@ -15,6 +15,10 @@ costs one scan however many secrets there are:
   reversed), at each of the three alignments a value can have inside a longer encoded
   text: only the characters that depend on the value alone are matched.
 
+A text that is not plain ASCII is also read folded (NFKC: full-width and other
+compatibility forms as the characters they stand for; invisible format characters such
+as zero-width spaces dropped), and what is found there is replaced where it stood.
+
 Values shorter than :data:`SHORTEST` characters are not matched (``"1"`` would blank every
 digit). What no matcher can find: a secret encrypted, hashed, translated, split across
 fields, or spelled with look-alike characters; see docs/security.md.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import re
+import unicodedata
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
@@ -42,6 +47,27 @@ _GAP_PATTERN = r"\s{0,3}"
 #: Characters that make up a token inside a secret result (API keys, JWTs, URLs' parts).
 _TOKEN = re.compile(r"[A-Za-z0-9_\-.+/=~:]{12,}")
 _WS = re.compile(r"\s+")
+
+
+#: Invisible characters a copy may be salted with (zero-width spaces and joiners, word
+#: joiners, the BOM, soft hyphens, bidirectional marks): Unicode's format category.
+_INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
+
+
+def _folded(text: str) -> tuple[str, list[int]] | None:
+    """``text`` read as a person reads it (NFKC, invisible characters dropped) and, for
+    each character of that, where it stood in ``text``; None where nothing changes."""
+    if unicodedata.is_normalized("NFKC", text) and not _INVISIBLE.search(text):
+        return None
+    chars: list[str] = []
+    where: list[int] = []
+    for i, c in enumerate(text):
+        if unicodedata.category(c) == "Cf":
+            continue
+        for f in unicodedata.normalize("NFKC", c):
+            chars.append(f)
+            where.append(i)
+    return "".join(chars), where
 
 
 def _spaced(value: str) -> str:
@@ -149,15 +175,13 @@ class SecretMatcher:
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where copies of secrets are in ``text``: (start, end), left to right, none
         overlapping (the longer secret wins where two overlap)."""
-        candidates = self._candidates(text)
-        if not candidates:
-            return []
-        found = sorted(
-            (m.start(), -m.end())
-            for i in candidates
-            for m in self._patterns[i].finditer(text)
-            if m.end() > m.start()
-        )
+        found = self._found(text)
+        if not text.isascii() and self._patterns:
+            folded = _folded(text)
+            if folded is not None:  # found in the folded text: where it stood in this one
+                view, where = folded
+                found += [(where[s], -(where[-e - 1] + 1)) for s, e in self._found(view)]
+                found.sort()
         spans: list[tuple[int, int]] = []
         pos = 0
         for start, neg_end in found:
@@ -166,9 +190,23 @@ class SecretMatcher:
                 pos = -neg_end
         return spans
 
+    def _found(self, text: str) -> list[tuple[int, int]]:
+        """(start, -end) of every match in ``text``, sorted."""
+        candidates = self._candidates(text)
+        if not candidates:
+            return []
+        return sorted(
+            (m.start(), -m.end())
+            for i in candidates
+            for m in self._patterns[i].finditer(text)
+            if m.end() > m.start()
+        )
+
     def found(self, text: str) -> bool:
         """Whether ``text`` holds any of the secrets."""
-        return any(self._patterns[i].search(text) for i in self._candidates(text))
+        if any(self._patterns[i].search(text) for i in self._candidates(text)):
+            return True
+        return not text.isascii() and bool(self.spans(text))
 
     def scrub(self, text: str) -> str:
         """``text`` with every copy of a secret replaced by :data:`SECRET`."""

@@ -89,6 +89,7 @@ class _Wire(msgspec.Struct, omit_defaults=True, forbid_unknown_fields=True):
     timeout_s: float = 10.0
     also: list[_Wire] = []
     label: str = ""
+    private_ports: list[int] | None = None
 
 
 def _to_wire(p: EgressPolicy) -> _Wire:
@@ -104,6 +105,7 @@ def _to_wire(p: EgressPolicy) -> _Wire:
         p.timeout_s,
         [_to_wire(a) for a in p.also],
         p.label,
+        None if p.private_ports is None else sorted(p.private_ports),
     )
 
 
@@ -120,6 +122,7 @@ def _from_wire(w: _Wire) -> EgressPolicy:
         timeout_s=w.timeout_s,
         also=tuple(_from_wire(a) for a in w.also),
         label=w.label,
+        private_ports=None if w.private_ports is None else frozenset(w.private_ports),
     )
 
 

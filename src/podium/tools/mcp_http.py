@@ -87,7 +87,7 @@ class GuardedBackend(httpcore2.AsyncNetworkBackend):
             ip = parse_ip(answer)
             if ip is None:
                 raise EgressDenied(f"{host} resolved to {answer!r}, not an address")
-            self.policy.check_address(ip, host)
+            self.policy.check_address(ip, host, port)
         return addresses[0]
 
     async def connect_unix_socket(
