@@ -156,10 +156,8 @@ class ToolExecutor:
         t0 = _perf()
         if not tool.inline:
             return self._execute(tool, args, ctx, t0, None)
-        if tool.positional:  # (the arguments' fields in its parameters' order: no dict)
-            coro = tool.fn(*_values(args))
-        else:
-            coro = tool.fn(**tool.kwargs(args, ctx))
+        # (positional: the arguments' fields in its parameters' order, no dict to build)
+        coro = tool.fn(*_values(args)) if tool.positional else tool.fn(**tool.kwargs(args, ctx))
         try:
             pending = coro.send(None)
         except StopIteration as done:
