@@ -161,8 +161,13 @@ class Tool(Generic[P, R]):
 
 
 def _in_order(fn: Callable[..., Any], args_type: type[msgspec.Struct]) -> bool:
-    """Whether ``fn`` takes ``args_type``'s fields positionally, in the struct's order."""
-    params = list(inspect.signature(fn).parameters.values())
+    """Whether ``fn`` takes ``args_type``'s fields positionally, in the struct's order. Its
+    own signature, not the one ``functools.wraps`` shows: a wrapper taking ``**kwargs``
+    takes no positional arguments."""
+    try:
+        params = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError):
+        return False
     return all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params) and tuple(
         p.name for p in params
     ) == args_type.__struct_fields__
