@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 
+import msgspec
 import pytest
 from _helpers import lookup
 
 from podium import Agent, Engine, FunctionModel
-from podium.messages import Message
+from podium.messages import Message, ToolCall
 from podium.models.base import ModelRequest, ModelResponse
 from podium.models.function import tool_call_reply
 
@@ -60,3 +61,11 @@ def test_tool_call_reply_takes_json_text_or_a_dict_and_numbers_its_calls() -> No
         tool_call_reply(("lookup", 3))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="call 0 is"):
         tool_call_reply(["lookup", "{}"])  # type: ignore[arg-type]
+    # The usual reply (one call, JSON text) is made on a path of its own: the same reply.
+    one = tool_call_reply(("lookup", '{"query": "x"}'), content="looking")
+    assert one == msgspec.structs.replace(many, content="looking", tool_calls=many.tool_calls[:1])
+    assert tool_call_reply(("lookup", {"query": "y"})).tool_calls == (
+        ToolCall("call_0", "lookup", '{"query":"y"}'),
+    )
+    with pytest.raises(TypeError, match="call 0 is"):
+        tool_call_reply(("lookup", "{}", "extra"))  # type: ignore[arg-type]

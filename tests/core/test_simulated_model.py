@@ -56,6 +56,11 @@ async def test_scenario_steps_then_final() -> None:
     later = await model.request(ModelRequest(REQUEST.messages, step=1))
     assert (later.content, later.tool_calls, later.finish_reason) == ("the end", (), "stop")
     assert model.calls == 2
+    # Asked again, the step comes from the rendered cache: the same reply, the same usage.
+    again = await model.request(REQUEST)
+    assert (again.tool_calls, again.usage, again.finish_reason) == (
+        first.tool_calls, first.usage, "tool_calls"
+    )
 
 
 @pytest.mark.anyio

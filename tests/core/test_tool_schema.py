@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+import inspect
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -98,3 +100,50 @@ def test_untyped_or_variadic_parameters_are_refused() -> None:
         @tool
         def variadic(*xs: int) -> int:
             return sum(xs)
+
+
+@pytest.mark.anyio
+async def test_an_inline_call_passes_each_argument_to_its_parameter() -> None:
+    # The executor passes a plain signature's arguments positionally (no keyword dict):
+    # each must still reach its own parameter, and keyword-only ones go by name.
+    from podium.tools import ToolExecutor
+
+    @tool
+    async def plain(first: str, second: int, third: str = "c") -> str:
+        """Echo its arguments."""
+        return f"{first}|{second}|{third}"
+
+    @tool
+    async def keywords(first: str, *, second: int = 2, third: str) -> str:
+        """Echo its arguments."""
+        return f"{first}|{second}|{third}"
+
+    def by_name(fn: Any) -> Any:  # a decorator whose wrapper takes keywords only
+        @functools.wraps(fn)
+        async def wrapper(**kwargs: Any) -> Any:
+            return await fn(**kwargs)
+
+        return wrapper
+
+    @tool
+    @by_name
+    async def wrapped(first: str, second: int) -> str:
+        """Echo its arguments."""
+        return f"{first}|{second}"
+
+    assert plain.positional and not keywords.positional and not refund.positional
+    assert not wrapped.positional
+    executor = ToolExecutor()
+    try:
+        for fn, raw, want in (
+            (plain, '{"third": "z", "second": 7, "first": "a"}', "a|7|z"),
+            (plain, '{"second": 1, "first": "b"}', "b|1|c"),
+            (keywords, '{"third": "z", "first": "a"}', "a|2|z"),
+            (wrapped, '{"second": 3, "first": "w"}', "w|3"),
+        ):
+            ctx = ToolContext("run_x", 0, 0, "call_0")
+            result = executor.start(fn, fn.decode_arguments(raw), ctx)
+            assert not inspect.isawaitable(result)
+            assert result.content == want
+    finally:
+        executor.close()

@@ -25,25 +25,35 @@ def tool_call_reply(
 ) -> ModelResponse:
     """A reply that calls tools, each given as ``(name, arguments)``: the arguments as
     JSON text (``'{"q": "x"}'``, as a model sends them) or a dict (encoded here)."""
-    made: list[ToolCall] = []
-    for i, call in enumerate(calls):
-        if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], str)):
+    # The usual reply, one call with JSON text, is checked in C and made with no frame (a
+    # reply function runs at every step of a test or benchmark).
+    call = calls[0] if len(calls) == 1 else None
+    made: tuple[ToolCall, ...]
+    if type(call) is tuple and len(call) == 2 and type(call[0]) is str and type(call[1]) is str:
+        made = (ToolCall("call_0", call[0], call[1]),)
+    else:
+        made = tuple([_tool_call(i, call) for i, call in enumerate(calls)])
+    return ModelResponse(content=content, tool_calls=made, finish_reason="tool_calls")
+
+
+def _tool_call(i: int, call: object) -> ToolCall:
+    """Call ``i`` of :func:`tool_call_reply`, checked: ``(name, arguments)``."""
+    if not (isinstance(call, tuple) and len(call) == 2 and isinstance(call[0], str)):
+        raise TypeError(
+            f"tool_call_reply: call {i} is {call!r:.80}; give (name, arguments), e.g. "
+            '("lookup", {"q": "x"})'
+        )
+    name, args = call
+    # JSON text first: a str check is one C test, where `Mapping` is an ABC whose check
+    # costs more than the rest of a call here.
+    if not isinstance(args, str):
+        if not isinstance(args, Mapping):
             raise TypeError(
-                f"tool_call_reply: call {i} is {call!r:.80}; give (name, arguments), e.g. "
-                '("lookup", {"q": "x"})'
+                f"tool_call_reply: the arguments of {name!r} are {type(args).__name__}; "
+                "give JSON text or a dict"
             )
-        name, args = call
-        # JSON text first: a str check is one C test, where `Mapping` is an ABC whose check
-        # costs more than the rest of a call here (a reply function runs at every step).
-        if not isinstance(args, str):
-            if not isinstance(args, Mapping):
-                raise TypeError(
-                    f"tool_call_reply: the arguments of {name!r} are {type(args).__name__}; "
-                    "give JSON text or a dict"
-                )
-            args = msgspec.json.encode(args).decode()
-        made.append(ToolCall(_CALL_IDS[i] if i < len(_CALL_IDS) else f"call_{i}", name, args))
-    return ModelResponse(content=content, tool_calls=tuple(made), finish_reason="tool_calls")
+        args = msgspec.json.encode(args).decode()
+    return ToolCall(_CALL_IDS[i] if i < len(_CALL_IDS) else f"call_{i}", name, args)
 
 
 #: The ids of a reply's first calls, made once (``call_0``, ``call_1``, …).
@@ -123,17 +133,19 @@ class FunctionModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         result = self.fn(request.messages, request)
-        # The usual replies are checked in C first: ``inspect.isawaitable`` is a Python
-        # function with an ABC check, and this runs at every step of a test or benchmark.
-        if not isinstance(result, (str, ModelResponse)) and inspect.isawaitable(result):
-            result = await result
-        if isinstance(result, str):
-            result = ModelResponse(content=result)
-        elif not isinstance(result, ModelResponse):
-            raise ModelError(
-                f"{self.name}: the reply function returned {result!r:.80}; return a str "
-                "(the final answer) or a ModelResponse (tool_call_reply(...) to call tools)"
-            )
+        # The usual reply, a ModelResponse, is told by one test in C: ``inspect.isawaitable``
+        # is a Python function with an ABC check, and this runs at every step of a test or
+        # benchmark.
+        if type(result) is not ModelResponse:
+            if not isinstance(result, (str, ModelResponse)) and inspect.isawaitable(result):
+                result = await result
+            if isinstance(result, str):
+                result = ModelResponse(content=result)
+            elif not isinstance(result, ModelResponse):
+                raise ModelError(
+                    f"{self.name}: the reply function returned {result!r:.80}; return a str "
+                    "(the final answer) or a ModelResponse (tool_call_reply(...) to call tools)"
+                )
         if result.usage.requests == 0:
             result.usage = Usage(request.prompt_tokens, max(1, len(result.content) // 4), 0, 1)
         if not result.model:

@@ -202,15 +202,28 @@ class SimulatedModel(Model):
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         self.calls += 1
-        step = self._decide(request)
-        if not isinstance(step, (SimStep, ModelResponse, str)):
-            step = await step
+        # Inline rather than through _decide and _reply: a scripted step, rendered already,
+        # is every instant step's path in benchmarks (no frame but this one).
+        scenario = self.scenario
+        index = request.step
+        step: SimStep | ModelResponse | str
+        if type(scenario) is Scenario and index < len(scenario.steps):
+            step = scenario.steps[index]
+        else:
+            decided = self._decide(request)
+            if isinstance(decided, (SimStep, ModelResponse, str)):
+                step = decided
+            else:
+                step = await decided
         if isinstance(step, ModelResponse):
             return step
-        # Inline rather than through _reply: this is every instant step's path in benchmarks.
         if isinstance(step, str):
             step = SimStep(content=step)
-        calls, out_tokens = self._render(request.step, step)
+        rendered = self._rendered.get((index, id(step)))  # (_render's cache)
+        if rendered is not None and rendered[0] is step:
+            calls, out_tokens = rendered[1], rendered[2]
+        else:
+            calls, out_tokens = self._render(index, step)
         cached = self._remember_prompt(request)
         usage = Usage(request.prompt_tokens, out_tokens, cached, 1)
         reply = ModelResponse(

@@ -31,7 +31,7 @@ from podium.tools.result import ToolResult
 from podium.tools.threads import ToolThreads
 from podium.tools.tool import Tool, ToolContext
 
-_fields = msgspec.structs.asdict
+_values = msgspec.structs.astuple
 
 __all__ = ("ToolExecutor", "ToolResult", "render_result")
 
@@ -156,8 +156,8 @@ class ToolExecutor:
         t0 = _perf()
         if not tool.inline:
             return self._execute(tool, args, ctx, t0, None)
-        # (A tool without a context parameter takes the arguments' fields as they are.)
-        coro = tool.fn(**(_fields(args) if tool.context_param is None else tool.kwargs(args, ctx)))
+        # (positional: the arguments' fields in its parameters' order, no dict to build)
+        coro = tool.fn(*_values(args)) if tool.positional else tool.fn(**tool.kwargs(args, ctx))
         try:
             pending = coro.send(None)
         except StopIteration as done:

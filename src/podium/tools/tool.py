@@ -108,6 +108,10 @@ class Tool(Generic[P, R]):
         self.description = description or doc.summary or self.name
         skip = frozenset({self.context_param}) if self.context_param else frozenset()
         self.args_type, self.param_names = build_args_struct(fn, self.name, skip)
+        #: Whether a call may pass the arguments' fields positionally (no context parameter,
+        #: every parameter positional-or-keyword, the struct's fields in their order): the
+        #: executor then builds no keyword dict at every call.
+        self.positional = self.context_param is None and _in_order(fn, self.args_type)
         self.parameters = schema_for(self.args_type, doc.params)
         unknown = [a for a in self.policy.secret_args if a not in self.param_names]
         if unknown:  # a misspelt secret would be journaled in clear
@@ -154,6 +158,19 @@ class Tool(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _in_order(fn: Callable[..., Any], args_type: type[msgspec.Struct]) -> bool:
+    """Whether ``fn`` takes ``args_type``'s fields positionally, in the struct's order. Its
+    own signature, not the one ``functools.wraps`` shows: a wrapper taking ``**kwargs``
+    takes no positional arguments."""
+    try:
+        params = list(inspect.signature(fn, follow_wrapped=False).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params) and tuple(
+        p.name for p in params
+    ) == args_type.__struct_fields__
 
 
 def _refuse_non_function(fn: object, name: str | None) -> None:
