@@ -30,6 +30,7 @@ from podium.engine.records import RunRecord
 from podium.gctune import tune_for_serving
 from podium.observe.gctime import GcTimer
 from podium.observe.html import SweepPoint
+from podium.observe.loopcost import thread_counters, wake_cpu_s
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.report import BenchReport, render_report
 from podium.observe.rss import rss_kb
@@ -363,6 +364,7 @@ async def run_bench(
             cpu0, loop_cpu0 = time.process_time(), time.thread_time()
             collector = GcTimer()  # (the loop thread's collections: CPU outside the phases)
             collector.start()
+            counters0 = thread_counters()
             try:
                 partial = await _until_interrupted(
                     [lane() for _ in range(concurrency)], partial_on_interrupt
@@ -372,7 +374,9 @@ async def run_bench(
             cpu = time.process_time() - cpu0
             loop_cpu = time.thread_time() - loop_cpu0  # (this is the loop's thread)
             wall = time.perf_counter() - wall0
+            counters = thread_counters() - counters0
         await lag.stop()
+        wake_cpu = await wake_cpu_s(100) if counters.wakeups else 0.0  # for `podium plan`
     gc.unfreeze()
     gc.set_threshold(*thresholds)
     summary = aggregator.summary()
@@ -412,4 +416,9 @@ async def run_bench(
         completed_run_wall_p99_ms=_ms(done, 99) if done else None,
         partial=partial,
         runs_planned=runs,
+        loop_wakeups_per_step=round(counters.wakeups / steps, 4) if steps else 0.0,
+        loop_wake_cpu_us=round(wake_cpu * 1e6, 2),
+        loop_runqueue_share=round(counters.runqueue_s / wall, 4) if wall else 0.0,
+        loop_runqueue_episode_ms=round(counters.runqueue_s / counters.episodes * 1e3, 4)
+        if counters.episodes else 0.0,
     )

@@ -73,6 +73,16 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: CPU per step of the garbage collections on the event loop's thread (part of the loop
     #: thread's, mostly outside the phases).
     gc_cpu_us_per_step: float = 0.0
+    #: Times per step the loop's thread went to sleep with nothing to do (voluntary
+    #: context switches), and the CPU one such wake-up costs here (µs, measured after the
+    #: runs: podium.observe.loopcost): the loop's CPU a saturated worker does not spend.
+    loop_wakeups_per_step: float = 0.0
+    loop_wake_cpu_us: float = 0.0
+    #: The share of the wall time the loop's thread was ready but waited for a CPU other
+    #: processes held, and the mean of one such wait (ms): what a shared host added to
+    #: the waits the phases timed.
+    loop_runqueue_share: float = 0.0
+    loop_runqueue_episode_ms: float = 0.0
 
 
 def rate(per_s: float) -> str:

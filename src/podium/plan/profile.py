@@ -101,7 +101,10 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     process_us = data.get("cpu_us_per_step") if kind != "runs" else None
     cpu_counted = "phases"
     if isinstance(process_us, int | float) and process_us > 0 and profiled > 0:
-        scale = max(1.0, process_us / 1e6 / profiled)  # the loop's own CPU, spread
+        # The loop's own CPU, spread; less its wake-ups from idle, which a busy loop
+        # does not spend (podium.observe.loopcost): what a burst costs under load.
+        busy_us = process_us - _wake_us_per_step(path, data)
+        scale = max(1.0, busy_us / 1e6 / profiled)
         before, after_model, after_tools = before * scale, after_model * scale, \
             after_tools * scale
         cpu_counted = "process"
@@ -129,9 +132,10 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     )
     utilization = data.get("cpu_utilization") if kind != "runs" else None
     if isinstance(utilization, int | float) and 0 < utilization < 1:
-        # The loop's queueing that the measured waits include (see the module docstring).
+        # The loop's queueing that the measured waits include (see the module docstring),
+        # and the host's: the mean time a wait's end found the loop off its core.
         rate = utilization / shape.mean_burst  # bursts per second
-        delay = mg1_wait(rate, shape.mean_burst, cpu_cv)
+        delay = mg1_wait(rate, shape.mean_burst, cpu_cv) + _host_delay_s(path, data)
         shape = msgspec.structs.replace(
             shape, model_wait=shape.model_wait.shifted(-delay),
             tool_wait=shape.tool_wait.shifted(-delay) if tool_samples else shape.tool_wait)
@@ -219,6 +223,27 @@ def _blocked_s(path: str, phases: dict[str, Any], steps: int) -> float:
         if isinstance(p, dict) and p.get("blocked_ms_total"):
             total += _number(path, f"phases.{name}.blocked_ms_total", p["blocked_ms_total"])
     return total / 1e3 / steps
+
+
+def _wake_us_per_step(path: str, data: dict[str, Any]) -> float:
+    """The loop's CPU per step spent waking from idle (0 in a profile without the
+    figures)."""
+    wakeups, cost = data.get("loop_wakeups_per_step"), data.get("loop_wake_cpu_us")
+    if wakeups is None or cost is None:
+        return 0.0
+    return _number(path, "loop_wakeups_per_step", wakeups) * _number(
+        path, "loop_wake_cpu_us", cost)
+
+
+def _host_delay_s(path: str, data: dict[str, Any]) -> float:
+    """The mean delay a wait's end met because the host had the loop off its core: the
+    loop's run-queue share of the time times the mean run-queue wait, the mean residual
+    of an exponential episode that a wait ending at a random moment falls into."""
+    share, episode = data.get("loop_runqueue_share"), data.get("loop_runqueue_episode_ms")
+    if share is None or episode is None:
+        return 0.0
+    return _number(path, "loop_runqueue_share", share) * _number(
+        path, "loop_runqueue_episode_ms", episode) / 1e3
 
 
 def _number(path: str, where: str, value: Any) -> float:
