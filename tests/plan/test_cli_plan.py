@@ -218,3 +218,30 @@ def test_blocked_time_holds_the_loop_and_leaves_the_tools_wait(profile: Path,
     assert blocked.cpu_after_model == pytest.approx(plain.cpu_after_model + per_step)
     assert blocked.cpu_per_step == pytest.approx(plain.cpu_per_step + per_step)
     assert blocked.tool_wait.mean == pytest.approx(plain.tool_wait.mean - 1e-3, abs=2e-4)
+
+
+def test_wake_ups_and_host_stalls_are_taken_off_the_profile(profile: Path,
+                                                           tmp_path: Path) -> None:
+    # A bench profile says how often the loop woke from idle and what a wake-up costs:
+    # CPU a saturated loop does not spend. And how long the host kept the loop off its
+    # core: time the measured waits include that is no model's or tool's.
+    from podium.plan import load_profile
+
+    data = json.loads(profile.read_text())
+    for key in ("loop_wakeups_per_step", "loop_wake_cpu_us", "loop_runqueue_share",
+                "loop_runqueue_episode_ms"):
+        assert isinstance(data[key], int | float) and data[key] >= 0, key
+    base = {**data, "loop_wakeups_per_step": 0.0, "loop_runqueue_share": 0.0,
+            "cpu_utilization": 0.3, "cpu_us_per_step": 4 * data["profiled_cpu_us_per_step"]}
+    plain_path, woken_path, starved_path = (tmp_path / f"{n}.json" for n in "pws")
+    plain_path.write_text(json.dumps(base))
+    woken_path.write_text(json.dumps({**base, "loop_wakeups_per_step": 0.5,
+                                      "loop_wake_cpu_us": 40.0}))
+    starved_path.write_text(json.dumps({**base, "loop_runqueue_share": 0.5,
+                                        "loop_runqueue_episode_ms": 4.0}))
+    plain, _ = load_profile(str(plain_path))
+    woken, _ = load_profile(str(woken_path))
+    starved, _ = load_profile(str(starved_path))
+    assert woken.cpu_per_step == pytest.approx(plain.cpu_per_step - 20e-6)
+    assert starved.model_wait.mean == pytest.approx(plain.model_wait.mean - 2e-3, abs=2e-4)
+    assert starved.tool_wait.mean < plain.tool_wait.mean
