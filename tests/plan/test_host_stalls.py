@@ -4,10 +4,10 @@ taken away at random (exponential episodes, preemptive-resume)."""
 from __future__ import annotations
 
 import pytest
+from tests.plan.test_queueing import Constant, Exponential
 
 from podium.plan import HostStalls, Kind, RunShape, saturation_rate, simulate
 from podium.plan.distribution import constant
-from tests.plan.test_queueing import Constant, Exponential
 
 
 def test_at_a_trickle_a_burst_waits_out_the_stall_it_meets_and_those_it_runs_into() -> None:
