@@ -243,5 +243,7 @@ def test_wake_ups_and_host_stalls_are_taken_off_the_profile(profile: Path,
     woken, _ = load_profile(str(woken_path))
     starved, _ = load_profile(str(starved_path))
     assert woken.cpu_per_step == pytest.approx(plain.cpu_per_step - 20e-6)
-    assert starved.model_wait.mean == pytest.approx(plain.model_wait.mean - 2e-3, abs=2e-4)
+    # Stalls of 4 ms half the time: 2 ms a call on average, out of the model's waits.
+    assert plain.model_wait.mean - 2.5e-3 < starved.model_wait.mean < \
+        plain.model_wait.mean - 0.5e-3
     assert starved.tool_wait.mean < plain.tool_wait.mean

@@ -418,7 +418,8 @@ async def run_bench(
         runs_planned=runs,
         loop_wakeups_per_step=round(counters.wakeups / steps, 4) if steps else 0.0,
         loop_wake_cpu_us=round(wake_cpu * 1e6, 2),
-        loop_runqueue_share=round(counters.runqueue_s / wall, 4) if wall else 0.0,
+        loop_runqueue_share=round(counters.runqueue_s / (counters.runqueue_s + loop_cpu), 4)
+        if loop_cpu > 0 else 0.0,
         loop_runqueue_episode_ms=round(counters.runqueue_s / counters.episodes * 1e3, 4)
         if counters.episodes else 0.0,
     )

@@ -78,9 +78,10 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: runs: podium.observe.loopcost): the loop's CPU a saturated worker does not spend.
     loop_wakeups_per_step: float = 0.0
     loop_wake_cpu_us: float = 0.0
-    #: The share of the wall time the loop's thread was ready but waited for a CPU other
-    #: processes held, and the mean of one such wait (ms): what a shared host added to
-    #: the waits the phases timed.
+    #: The share of the time the loop's thread was ready to run that it waited for a CPU
+    #: other processes held (its run-queue wait over that and its CPU), and the mean of
+    #: one such wait (ms): how a shared host stalled the loop, which the waits the phases
+    #: timed include.
     loop_runqueue_share: float = 0.0
     loop_runqueue_episode_ms: float = 0.0
 

@@ -132,13 +132,19 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     )
     utilization = data.get("cpu_utilization") if kind != "runs" else None
     if isinstance(utilization, int | float) and 0 < utilization < 1:
-        # The loop's queueing that the measured waits include (see the module docstring),
-        # and the host's: the mean time a wait's end found the loop off its core.
+        # The host's stalls and the loop's queueing that the measured waits include (see
+        # the module docstring): the one taken out of the distribution, the other's mean
+        # off every percentile.
         rate = utilization / shape.mean_burst  # bursts per second
-        delay = mg1_wait(rate, shape.mean_burst, cpu_cv) + _host_delay_s(path, data)
+        delay = mg1_wait(rate, shape.mean_burst, cpu_cv)
+        share, episode = _host_stalls(path, data)
+
+        def waits(d: Distribution) -> Distribution:
+            return d.without_stalls(share, episode).shifted(-delay)
+
         shape = msgspec.structs.replace(
-            shape, model_wait=shape.model_wait.shifted(-delay),
-            tool_wait=shape.tool_wait.shifted(-delay) if tool_samples else shape.tool_wait)
+            shape, model_wait=waits(shape.model_wait),
+            tool_wait=waits(shape.tool_wait) if tool_samples else shape.tool_wait)
     best = None
     if kind == "sweep" and isinstance(data.get("sweep"), list):
         rates = [p.get("completed_runs_per_s") for p in data["sweep"] if isinstance(p, dict)]
@@ -235,15 +241,15 @@ def _wake_us_per_step(path: str, data: dict[str, Any]) -> float:
         path, "loop_wake_cpu_us", cost)
 
 
-def _host_delay_s(path: str, data: dict[str, Any]) -> float:
-    """The mean delay a wait's end met because the host had the loop off its core: the
-    loop's run-queue share of the time times the mean run-queue wait, the mean residual
-    of an exponential episode that a wait ending at a random moment falls into."""
+def _host_stalls(path: str, data: dict[str, Any]) -> tuple[float, float]:
+    """How the host kept the loop off its core while the profile was taken: the share of
+    the time and the mean episode (seconds); a wait that ended in one was timed until the
+    loop had its core back (0, 0 in a profile without the figures)."""
     share, episode = data.get("loop_runqueue_share"), data.get("loop_runqueue_episode_ms")
     if share is None or episode is None:
-        return 0.0
-    return _number(path, "loop_runqueue_share", share) * _number(
-        path, "loop_runqueue_episode_ms", episode) / 1e3
+        return 0.0, 0.0
+    return (_number(path, "loop_runqueue_share", share),
+            _number(path, "loop_runqueue_episode_ms", episode) / 1e3)
 
 
 def _number(path: str, where: str, value: Any) -> float:
