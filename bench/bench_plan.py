@@ -26,6 +26,7 @@ the time any task here waited for one (PSI "some") and the load average.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,46 +108,70 @@ class Predictor:
     def sat(self, workers: int, stalls: HostStalls | None) -> float:
         return saturation_rate([Kind(self.shape, 1.0)], workers, stalls)
 
-    def p99(self, workers: int, rate: float, stalls: HostStalls | None) -> tuple[float, float]:
+    def p99(self, workers: int, rate: float,
+            stalls: HostStalls | None) -> tuple[float, float]:
         sim = predict([Kind(self.shape, rate)], workers, self.options,
                       concurrency=self.slots, stalls=stalls)
         return sim.classes[0].p99_s, sim.classes[0].p50_s
 
+    def p99_s(self, workers: int, rate: float, stalls: HostStalls | None) -> float:
+        return self.p99(workers, rate, stalls)[0]
 
-def _row(workers: int, what: str, predicted: float, measured: float, target: float,
-         probe: HostStalls, got: Measured, pressure: Pressure, dedicated: float,
-         at_run: float) -> dict[str, Any]:
+
+def _mean(a: HostStalls, b: HostStalls) -> HostStalls:
+    return HostStalls((a.share + b.share) / 2, (a.mean_s + b.mean_s) / 2)
+
+
+def _row(workers: int, what: str, target: float, probes: tuple[HostStalls, HostStalls],
+         got: Measured, pressure: Pressure, measured: float,
+         predict: Callable[[HostStalls | None], float]) -> dict[str, Any]:
+    """One figure measured, and predicted for four hosts: the one the probes on either
+    side of the measurement found (the prediction), the one the probe before it found (a
+    forecast), a core of its own, and the one the workers met (schedstat)."""
+    host = _mean(*probes)
+    predicted = predict(host)
+    forecast, dedicated, at_run = predict(probes[0]), predict(None), predict(got.stalls)
     return {"workers": workers, "what": what, "predicted": predicted, "measured": measured,
             "off": off(measured, predicted), "target": target,
-            "probe_off_core": probe.share, "probe_stall_ms": probe.mean_s * 1e3,
+            "host_off_core": host.share, "host_stall_ms": host.mean_s * 1e3,
+            "forecast": forecast, "forecast_off": off(measured, forecast),
             "run_off_core": got.stalls.share, "run_stall_ms": got.stall_mean_s * 1e3,
             "predicted_dedicated": dedicated, "predicted_run_stalls": at_run,
             "cpu_utilization": got.cpu_utilization, "cpu_starved": got.cpu_starved,
+            # The load on the CPU the workers had: their CPU over the time they held or
+            # waited for a core (1.0 saturated, whatever the host took).
+            "load_on_core": got.cpu_utilization / max(1e-9, 1.0 - got.stalls.share)
+            if got.cpu_starved > 0 else got.cpu_utilization,
             "cpu_pressure": pressure.share, "load_average": os.getloadavg()[0]}
 
 
 def one_round(args: argparse.Namespace, scenario: str, workers: int,
               p: Predictor) -> list[dict[str, Any]]:
-    """The saturation reference and the two loads, one after the other (each just after
-    its own probe of the host), so that all three meet the same moment of the machine."""
-    probe = host_stalls_here(workers, args.probe_s)
+    """The saturation reference and the two loads, one after the other, so that all three
+    meet the same moment of the machine; each between two probes of the host, busy as
+    the workers are planned to be (always, for the saturation; a share of the time at
+    50 % and 85 %, which a host treats otherwise: a task that sleeps and wakes waits
+    shorter for its core than one that never lets go)."""
+    def probe(busy: float) -> HostStalls:
+        return host_stalls_here(workers, args.probe_s, busy)
+
+    before = probe(1.0)
     with Pressure() as pressure:
         closed = measure_closed(scenario, workers, args.closed, args.closed_runs)
-    sat = _row(workers, "saturation runs/s", p.sat(workers, probe), closed.rate, 0.20,
-               probe, closed, pressure, p.sat(workers, None), p.sat(workers, closed.stalls))
+    sat = _row(workers, "saturation runs/s", 0.20, (before, probe(1.0)), closed, pressure,
+               closed.rate, functools.partial(p.sat, workers))
     sat["predicted_cpu_ms_per_run"] = p.shape.cpu_per_run * 1e3
     sat["measured_cpu_ms_per_run"] = closed.cpu_utilization * workers / closed.rate * 1e3
     rows = [sat]
     for share in (0.5, 0.85):
         rate = share * closed.rate
-        probe = host_stalls_here(workers, args.probe_s)
+        busy = rate / workers * p.shape.cpu_per_run  # the planned load of a worker's core
+        before = probe(busy)
         with Pressure() as pressure:
             got = measure_open(scenario, workers, rate, args.seconds, args.slots)
-        predicted, predicted_p50 = p.p99(workers, rate, probe)
-        row = _row(workers, f"p99 s at {share:.0%}", predicted, got.p99_s, 0.30, probe, got,
-                   pressure, p.p99(workers, rate, None)[0],
-                   p.p99(workers, rate, got.stalls)[0])
-        row.update(rate=rate, predicted_p50=predicted_p50, measured_p50=got.p50_s,
+        row = _row(workers, f"p99 s at {share:.0%}", 0.30, (before, probe(busy)), got,
+                   pressure, got.p99_s, functools.partial(p.p99_s, workers, rate))
+        row.update(rate=rate, probe_busy=busy, measured_p50=got.p50_s,
                    measured_rate=got.rate, gc_pause_max_s=got.gc_pause_max_s,
                    failed=got.failed)
         rows.append(row)
@@ -162,6 +188,7 @@ def median_rows(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
             if isinstance(value, float):
                 row[key] = statistics.median(r[key] for r in same)
         row["offs"] = [r["off"] for r in same]
+        row["rounds"] = list(same)
         out.append(row)
     return out
 
@@ -200,7 +227,7 @@ def main() -> int:
                    help="rounds of (saturation, 50 %%, 85 %%) per worker count: medians")
     p.add_argument("--slots", type=int, default=1024, help="--concurrency of a worker")
     p.add_argument("--sim-runs", type=int, default=20_000)
-    p.add_argument("--probe-s", type=float, default=2.0,
+    p.add_argument("--probe-s", type=float, default=1.5,
                    help="seconds of the host probe before each measurement")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
@@ -222,8 +249,9 @@ def print_table(result: dict[str, Any]) -> None:
           f"{prof['runqueue_share']:.0%}; {result['cores']} cores (shared with other work); "
           f"medians of {result['rounds']} rounds")
     print(f"{'workers':>7}  {'what':<18}{'predicted':>10}{'measured':>10}{'off':>7}"
-          f"{'in':>4}  {'rounds':<17}{'CPU':>5} {'starved':>7} {'PSI':>5} {'load':>5}"
-          f"  {'off core':>8} {'stall':>6} {'own core':>9} {'off':>6} {'run host':>9} {'off':>6}")
+          f"{'in':>4}  {'rounds':<17}{'CPU':>5} {'ρ':>4} {'starved':>7} {'PSI':>5} {'load':>5}"
+          f"  {'off core':>8} {'stall':>6} {'forecast':>9} {'off':>6} {'own core':>9} {'off':>6}"
+          f" {'run host':>9} {'off':>6}")
     for r in result["rows"]:
         inside = "yes" if abs(r["off"]) <= r["target"] else "no"
         if "measured_cpu_ms_per_run" in r:
@@ -233,9 +261,11 @@ def print_table(result: dict[str, Any]) -> None:
         rounds = " ".join(f"{o:+.0%}" for o in r["offs"])
         print(f"{r['workers']:>7}  {r['what']:<18}{r['predicted']:>10.3f}"
               f"{r['measured']:>10.3f}{r['off']:>+7.0%}{inside:>4}  {rounds:<17}"
-              f"{r['cpu_utilization']:>5.0%} {r['cpu_starved']:>7.0%}"
+              f"{r['cpu_utilization']:>5.0%} {r.get('load_on_core', 0):>4.2f}"
+              f" {r['cpu_starved']:>7.0%}"
               f" {r['cpu_pressure']:>5.0%} {r['load_average']:5.1f}"
-              f"  {r['probe_off_core']:>8.0%} {r['probe_stall_ms']:>4.1f}ms"
+              f"  {r['host_off_core']:>8.0%} {r['host_stall_ms']:>4.1f}ms"
+              f" {r['forecast']:>9.3f} {r['forecast_off']:>+6.0%}"
               f" {r['predicted_dedicated']:>9.3f}"
               f" {off(r['measured'], r['predicted_dedicated']):>+6.0%}"
               f" {r['predicted_run_stalls']:>9.3f}"

@@ -114,9 +114,11 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
     )
 
 
-#: A process that only computes for ``sys.argv[1]`` seconds, then prints the share of a
-#: core it got (CPU seconds over wall seconds) and the mean of its waits for a CPU
-#: (seconds, schedstat: its run-queue wait over the times it was scheduled; 0 elsewhere).
+#: A process that computes for ``sys.argv[1]`` seconds, busy ``sys.argv[2]`` of the time
+#: (bursts of half a millisecond between sleeps, as an event loop at that load: a host
+#: treats a task that sleeps and wakes otherwise than one that never lets go), then prints
+#: the share of its ready time it held a core and the mean of its waits for one (seconds,
+#: schedstat: its run-queue wait over the times it was scheduled; 0 elsewhere).
 _SPIN = ("import sys, time\n"
          "def rq():\n"
          "    try:\n"
@@ -124,24 +126,30 @@ _SPIN = ("import sys, time\n"
          "        return int(f[1]) / 1e9, int(f[2])\n"
          "    except (OSError, ValueError, IndexError):\n"
          "        return 0.0, 0\n"
+         "end, duty, burst = float(sys.argv[1]), float(sys.argv[2]), 0.0005\n"
+         "gap = burst * (1 - duty) / duty\n"
          "t0, c0, (w0, n0) = time.perf_counter(), time.process_time(), rq()\n"
-         "while time.perf_counter() - t0 < float(sys.argv[1]):\n"
-         "    sum(range(1000))\n"
-         "w, n = rq()\n"
-         "print((time.process_time() - c0) / (time.perf_counter() - t0),"
-         " (w - w0) / max(1, n - n0))\n")
+         "while time.perf_counter() - t0 < end:\n"
+         "    c1 = time.process_time()\n"
+         "    while time.process_time() - c1 < burst:\n"
+         "        sum(range(200))\n"
+         "    if gap > 0:\n"
+         "        time.sleep(gap)\n"
+         "cpu, (w, n) = time.process_time() - c0, rq()\n"
+         "print(cpu / (cpu + w - w0) if cpu > 0 else 1.0, (w - w0) / max(1, n - n0))\n")
 
 
-def host_stalls_here(processes: int, seconds: float = 2.0) -> HostStalls:
-    """How this machine treats ``processes`` busy processes now (means): the share of the
-    time each is kept off a core, and how long one such episode lasts. What a worker's
-    loop can count on while others share the cores: off 0 % on an idle machine with a
-    core per process; about 80 % where five times as many runnable tasks as cores
-    compete."""
-    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, f"{seconds}"],
+def host_stalls_here(processes: int, seconds: float = 2.0, busy: float = 1.0) -> HostStalls:
+    """How this machine treats ``processes`` processes now (means), each busy ``busy`` of
+    the time (1.0: never sleeping, as a saturated worker): the share of its ready time
+    each is kept off a core, and how long one such episode lasts. What a worker's loop can
+    count on while others share the cores: 0 % on an idle machine with a core per
+    process; about 80 % where five times as many runnable tasks as cores compete."""
+    duty = min(1.0, max(0.05, busy))
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, f"{seconds}", f"{duty}"],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
              for _ in range(processes)]
-    got = [(p.communicate(timeout=seconds + 60)[0] or b"0 0").split() for p in procs]
+    got = [(p.communicate(timeout=seconds + 60)[0] or b"1 0").split() for p in procs]
     share = sum(float(g[0]) for g in got) / len(got)
     episode = sum(float(g[1]) for g in got) / len(got)
     return HostStalls(min(0.99, max(0.0, 1.0 - share)), episode)
