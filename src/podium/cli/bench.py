@@ -25,7 +25,7 @@ from podium.cli.common import (
 )
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
-from podium.engine.profile import ProfileAggregator, percentile
+from podium.engine.profile import QUANTILE_POINTS, ProfileAggregator, percentile
 from podium.engine.records import RunRecord
 from podium.gctune import tune_for_serving
 from podium.observe.gctime import GcTimer
@@ -400,6 +400,7 @@ async def run_bench(
         gc_cpu_us_per_step=round(collector.cpu_ns / steps / 1e3, 2) if steps else 0.0,
         cpu_utilization=round(cpu / wall, 3) if wall else 0.0,
         loop_lag_p99_ms=round(lag.p99_ms(), 3),
+        loop_lag_quantiles_ms=[round(v, 4) for v in lag.quantiles_ms(QUANTILE_POINTS)],
         rss_per_run_kb=memory.per_session_kb(),
         run_wall_p50_ms=_ms(latencies, 50),
         run_wall_p99_ms=_ms(latencies, 99),

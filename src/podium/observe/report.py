@@ -84,6 +84,9 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: timed include.
     loop_runqueue_share: float = 0.0
     loop_runqueue_episode_ms: float = 0.0
+    #: The loop's lag (a 10 ms timer's lateness) at the profile's percentiles: the delay a
+    #: wait ending at a random moment met before the loop ran it, on its core or not.
+    loop_lag_quantiles_ms: list[float] = []
 
 
 def rate(per_s: float) -> str:

@@ -5,10 +5,14 @@ What is taken from it, per step: the CPU of each phase (the process's CPU where 
 measured it: the loop's own work outside the phases is CPU a worker spends too), and the
 model's and the tools' wall-time percentiles less their CPU, which are the waits.
 
-A profile taken under load measured those waits with the loop's queueing in them: a call
-that returned while the loop was busy was timed until the loop got to it. That delay is
-the simulation's to add, so the mean wait of a burst at the profile's own CPU utilization
-(M/G/1) is taken off every percentile first; a profile taken at light load loses next to
+A profile taken under load measured those waits with the loop's queueing in them (a call
+that returned while the loop was busy was timed until the loop got to it), and on a shared
+host with the host's stalls (the loop was off its core). Both are the simulation's to
+add, so they come out first: where the profile has the loop's lag distribution (a timer's
+lateness, which met both), the waits are deconvolved by it (:meth:`Distribution.less`);
+otherwise the host's stalls (exponential episodes from the run-queue figures) are
+deconvolved and the mean wait of a burst at the profile's own CPU utilization (M/G/1) is
+taken off every percentile. A profile taken at light load on an idle host loses next to
 nothing.
 
 Anything it cannot use is a :class:`PlanError`: one line, saying what is wrong.
@@ -138,8 +142,11 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
         rate = utilization / shape.mean_burst  # bursts per second
         delay = mg1_wait(rate, shape.mean_burst, cpu_cv)
         share, episode = _host_stalls(path, data)
+        lag = _lag(path, data)
 
         def waits(d: Distribution) -> Distribution:
+            if lag is not None:  # both, as a timer on the loop met them
+                return d.less(lag)
             return d.without_stalls(share, episode).shifted(-delay)
 
         shape = msgspec.structs.replace(
@@ -239,6 +246,19 @@ def _wake_us_per_step(path: str, data: dict[str, Any]) -> float:
         return 0.0
     return _number(path, "loop_wakeups_per_step", wakeups) * _number(
         path, "loop_wake_cpu_us", cost)
+
+
+def _lag(path: str, data: dict[str, Any]) -> Distribution | None:
+    """The loop's lag (a timer's lateness: its queueing and the host's stalls together, as
+    a wait ending at a random moment met them), None in a profile without it."""
+    values = data.get("loop_lag_quantiles_ms")
+    if not values:
+        return None
+    if len(values) != len(QUANTILE_POINTS) or not all(
+            isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
+        raise PlanError(f"{path}: loop_lag_quantiles_ms must be {len(QUANTILE_POINTS)} "
+                        "non-negative numbers")
+    return Distribution.from_percentiles(QUANTILE_POINTS, [v / 1e3 for v in values])
 
 
 def _host_stalls(path: str, data: dict[str, Any]) -> tuple[float, float]:
