@@ -5,22 +5,28 @@
 2. From it alone, for 1 and 2 worker processes: the predicted saturation throughput
    (``podium.plan.saturation_rate``) against the measured one (closed load, ``--closed``
    runs in flight per worker, :func:`podium.plan.check.measure_closed`).
-3. At 50 % and 85 % of the measured saturation: the predicted run p99 (the simulation,
-   :func:`podium.plan.predict`) against the measured one (Poisson arrivals for
-   ``--seconds``, :func:`podium.plan.check.measure_open`).
+3. At 50 % and 85 % of the saturation measured just before: the predicted run p99 (the
+   simulation, :func:`podium.plan.predict`) against the measured one (Poisson arrivals
+   for ``--seconds``, :func:`podium.plan.check.measure_open`).
 
-Targets: saturation within ±20 %, p99 within ±30 %. Every process shares this machine's
-cores with whatever else runs on it, so the prediction is for the CPU a worker can count
-on here: just before each measurement, as many busy processes as workers run for
-``--probe-s`` and the share of a core each got ("share") is the planned core's speed
-(:meth:`podium.plan.RunShape.with_cpu_share`). Beside it: the prediction for a core of
-its own ("own core": what a fleet on dedicated cores gets), and for the share the workers'
-loops did get while ready to run during the measurement ("run share", schedstat: the
-model's error apart from how well the probe foresaw the machine); the workers' CPU use,
-the share of the time their loops waited for a CPU others held ("starved"), the share of
-the time any task here waited for one (PSI "some") and the load average.
+``--rounds`` rounds of (saturation, 50 %, saturation, 85 %) per worker count; the table
+has the medians, and each round's error beside them. Targets: saturation within ±20 %,
+p99 within ±30 %.
 
-    nice python bench/bench_plan.py [--profile-concurrency 100] [--seconds 15] [--json]
+Every process shares this machine's cores with whatever else runs on it, so each figure
+is predicted for the host it met: just before and just after each measurement, as many
+probe processes as workers run for ``--probe-s``, busy as the workers are planned to be,
+and their off-core share and mean run-queue wait are the prediction's
+:class:`~podium.plan.HostStalls` ("off core", "stall"). Beside it: the forecast from the
+probe before alone, the prediction for a core of its own ("own core": what a fleet on
+dedicated cores gets), and for the stalls the workers' loops met during the measurement
+("run host", schedstat: the model's error apart from how well the probes caught the
+machine); the workers' CPU use, the load on the core they had ("ρ": their CPU over the
+time they held or waited for one), the share of their ready time they waited for a CPU
+("starved"), the share of the time any task here waited for one (PSI "some") and the
+load average.
+
+    nice python bench/bench_plan.py [--profile-concurrency 100] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
@@ -147,23 +153,25 @@ def _row(workers: int, what: str, target: float, probes: tuple[HostStalls, HostS
 
 def one_round(args: argparse.Namespace, scenario: str, workers: int,
               p: Predictor) -> list[dict[str, Any]]:
-    """The saturation reference and the two loads, one after the other, so that all three
-    meet the same moment of the machine; each between two probes of the host, busy as
-    the workers are planned to be (always, for the saturation; a share of the time at
+    """Each load right after its own saturation reference (its rate a share of the
+    saturation measured seconds before), so that the two meet the same moment of the
+    machine as nearly as they can; every measurement between two probes of the host, busy
+    as the workers are planned to be (always, for the saturation; a share of the time at
     50 % and 85 %, which a host treats otherwise: a task that sleeps and wakes waits
     shorter for its core than one that never lets go)."""
     def probe(busy: float) -> HostStalls:
         return host_stalls_here(workers, args.probe_s, busy)
 
-    before = probe(1.0)
-    with Pressure() as pressure:
-        closed = measure_closed(scenario, workers, args.closed, args.closed_runs)
-    sat = _row(workers, "saturation runs/s", 0.20, (before, probe(1.0)), closed, pressure,
-               closed.rate, functools.partial(p.sat, workers))
-    sat["predicted_cpu_ms_per_run"] = p.shape.cpu_per_run * 1e3
-    sat["measured_cpu_ms_per_run"] = closed.cpu_utilization * workers / closed.rate * 1e3
-    rows = [sat]
+    rows = []
     for share in (0.5, 0.85):
+        before = probe(1.0)
+        with Pressure() as pressure:
+            closed = measure_closed(scenario, workers, args.closed, args.closed_runs)
+        sat = _row(workers, f"saturation runs/s (before {share:.0%})", 0.20,
+                   (before, probe(1.0)), closed, pressure, closed.rate,
+                   functools.partial(p.sat, workers))
+        sat["predicted_cpu_ms_per_run"] = p.shape.cpu_per_run * 1e3
+        sat["measured_cpu_ms_per_run"] = closed.cpu_utilization * workers / closed.rate * 1e3
         rate = share * closed.rate
         busy = rate / workers * p.shape.cpu_per_run  # the planned load of a worker's core
         before = probe(busy)
@@ -174,7 +182,7 @@ def one_round(args: argparse.Namespace, scenario: str, workers: int,
         row.update(rate=rate, probe_busy=busy, measured_p50=got.p50_s,
                    measured_rate=got.rate, gc_pause_max_s=got.gc_pause_max_s,
                    failed=got.failed)
-        rows.append(row)
+        rows += [sat, row]
     return rows
 
 
@@ -224,7 +232,8 @@ def main() -> int:
     p.add_argument("--closed-runs", type=int, default=8000, help="runs per worker, closed")
     p.add_argument("--seconds", type=float, default=10.0, help="open load per point")
     p.add_argument("--rounds", type=int, default=3,
-                   help="rounds of (saturation, 50 %%, 85 %%) per worker count: medians")
+                   help="rounds of (saturation, 50 %%, saturation, 85 %%) per worker "
+                   "count: medians")
     p.add_argument("--slots", type=int, default=1024, help="--concurrency of a worker")
     p.add_argument("--sim-runs", type=int, default=20_000)
     p.add_argument("--probe-s", type=float, default=1.5,
@@ -248,18 +257,18 @@ def print_table(result: dict[str, Any]) -> None:
           f"wake-ups of {prof['wake_cpu_us']:.0f} µs per step off), run-queue "
           f"{prof['runqueue_share']:.0%}; {result['cores']} cores (shared with other work); "
           f"medians of {result['rounds']} rounds")
-    print(f"{'workers':>7}  {'what':<18}{'predicted':>10}{'measured':>10}{'off':>7}"
+    print(f"{'workers':>7}  {'what':<31}{'predicted':>10}{'measured':>10}{'off':>7}"
           f"{'in':>4}  {'rounds':<17}{'CPU':>5} {'ρ':>4} {'starved':>7} {'PSI':>5} {'load':>5}"
           f"  {'off core':>8} {'stall':>6} {'forecast':>9} {'off':>6} {'own core':>9} {'off':>6}"
           f" {'run host':>9} {'off':>6}")
     for r in result["rows"]:
         inside = "yes" if abs(r["off"]) <= r["target"] else "no"
         if "measured_cpu_ms_per_run" in r:
-            print(f"{r['workers']:>7}  {'CPU ms per run':<18}"
+            print(f"{r['workers']:>7}  {'CPU ms per run':<31}"
                   f"{r['predicted_cpu_ms_per_run']:>10.3f}{r['measured_cpu_ms_per_run']:>10.3f}"
                   f"{off(r['measured_cpu_ms_per_run'], r['predicted_cpu_ms_per_run']):>+7.0%}")
         rounds = " ".join(f"{o:+.0%}" for o in r["offs"])
-        print(f"{r['workers']:>7}  {r['what']:<18}{r['predicted']:>10.3f}"
+        print(f"{r['workers']:>7}  {r['what']:<31}{r['predicted']:>10.3f}"
               f"{r['measured']:>10.3f}{r['off']:>+7.0%}{inside:>4}  {rounds:<17}"
               f"{r['cpu_utilization']:>5.0%} {r.get('load_on_core', 0):>4.2f}"
               f" {r['cpu_starved']:>7.0%}"
