@@ -18,6 +18,7 @@ The event list is a binary heap; a run costs about thirty events.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -229,11 +230,7 @@ def simulate(
     total_rate = sum(rate for _, rate in kinds)
     if total_rate <= 0 or runs < 1:
         raise ValueError("simulate needs a positive rate and at least one run")
-    cum: list[float] = []  # each kind's cumulative share of the rate, to draw a kind
-    acc = 0.0
-    for _, rate in kinds:
-        acc += rate / total_rate
-        cum.append(acc)
+    cum = list(itertools.accumulate(rate / total_rate for _, rate in kinds))  # to draw a kind
     rng = random.Random(seed)
     limit = concurrency if concurrency is not None else runs + 1
     first_counted = int(runs * warmup)
