@@ -5,38 +5,55 @@
 2. From it alone, for 1 and 2 worker processes: the predicted saturation throughput
    (``podium.plan.saturation_rate``) against the measured one (closed load, ``--closed``
    runs in flight per worker, :func:`podium.plan.check.measure_closed`).
-3. At 50 % and 85 % of the measured saturation: the predicted run p99 (the simulation,
-   :func:`podium.plan.predict`) against the measured one (Poisson arrivals for
-   ``--seconds``, :func:`podium.plan.check.measure_open`).
+3. At 50 % and 85 % of the saturation measured just before: the predicted run p99 (the
+   simulation, :func:`podium.plan.predict`) against the measured one (Poisson arrivals
+   for ``--seconds``, :func:`podium.plan.check.measure_open`).
 
-Targets: saturation within ±20 %, p99 within ±30 %. Every process shares this machine's
-cores with whatever else runs on it, so the prediction is for the CPU a worker can count
-on here: just before each measurement, as many busy processes as workers run for
-``--probe-s`` and the share of a core each got ("share") is the planned core's speed
-(:meth:`podium.plan.RunShape.with_cpu_share`). Beside it: the prediction for a core of
-its own ("own core": what a fleet on dedicated cores gets), and for the share the workers'
-loops did get while ready to run during the measurement ("run share", schedstat: the
-model's error apart from how well the probe foresaw the machine); the workers' CPU use,
-the share of the time their loops waited for a CPU others held ("starved"), the share of
-the time any task here waited for one (PSI "some") and the load average.
+``--rounds`` rounds of (saturation, 50 %, saturation, 85 %) per worker count; the table
+has the medians, and each round's error beside them. Targets: saturation within ±20 %,
+p99 within ±30 %.
 
-    nice python bench/bench_plan.py [--profile-concurrency 100] [--seconds 15] [--json]
+Every process shares this machine's cores with whatever else runs on it, so each figure
+is predicted for the host it met: just before and just after each measurement, as many
+probe processes as workers run for ``--probe-s``, busy as the workers are planned to be,
+and their off-core share and mean run-queue wait are the prediction's
+:class:`~podium.plan.HostStalls` ("off core", "stall"). Beside it: the forecast from the
+probe before alone, the prediction for a core of its own ("own core": what a fleet on
+dedicated cores gets), and for the stalls the workers' loops met during the measurement
+("run host", schedstat: the model's error apart from how well the probes caught the
+machine); the workers' CPU use, the load on the core they had ("ρ": their CPU over the
+time they held or waited for one), the share of their ready time they waited for a CPU
+("starved"), the share of the time any task here waited for one (PSI "some") and the
+load average.
+
+    nice python bench/bench_plan.py [--profile-concurrency 100] [--rounds 3] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from podium.plan import Kind, PlanOptions, load_profile, predict, saturation_rate
-from podium.plan.check import cpu_share_here, measure_closed, measure_open
+from podium.plan import (
+    HostStalls,
+    Kind,
+    PlanOptions,
+    RunShape,
+    load_profile,
+    predict,
+    saturation_rate,
+)
+from podium.plan.check import Measured, host_stalls_here, measure_closed, measure_open
 
 SCENARIO = """\
 [agent]
@@ -87,67 +104,124 @@ def off(measured: float, predicted: float) -> float:
     return measured / predicted - 1.0
 
 
+class Predictor:
+    """The planner's figures for one profile: on a core of its own, or on a host that
+    stalls the loop as a probe (or the measurement itself) found."""
+
+    def __init__(self, shape: RunShape, options: PlanOptions, slots: int) -> None:
+        self.shape, self.options, self.slots = shape, options, slots
+
+    def sat(self, workers: int, stalls: HostStalls | None) -> float:
+        return saturation_rate([Kind(self.shape, 1.0)], workers, stalls)
+
+    def p99(self, workers: int, rate: float,
+            stalls: HostStalls | None) -> tuple[float, float]:
+        sim = predict([Kind(self.shape, rate)], workers, self.options,
+                      concurrency=self.slots, stalls=stalls)
+        return sim.classes[0].p99_s, sim.classes[0].p50_s
+
+    def p99_s(self, workers: int, rate: float, stalls: HostStalls | None) -> float:
+        return self.p99(workers, rate, stalls)[0]
+
+
+def _mean(a: HostStalls, b: HostStalls) -> HostStalls:
+    return HostStalls((a.share + b.share) / 2, (a.mean_s + b.mean_s) / 2)
+
+
+def _row(workers: int, what: str, target: float, probes: tuple[HostStalls, HostStalls],
+         got: Measured, pressure: Pressure, measured: float,
+         predict: Callable[[HostStalls | None], float]) -> dict[str, Any]:
+    """One figure measured, and predicted for four hosts: the one the probes on either
+    side of the measurement found (the prediction), the one the probe before it found (a
+    forecast), a core of its own, and the one the workers met (schedstat)."""
+    host = _mean(*probes)
+    predicted = predict(host)
+    forecast, dedicated, at_run = predict(probes[0]), predict(None), predict(got.stalls)
+    return {"workers": workers, "what": what, "predicted": predicted, "measured": measured,
+            "off": off(measured, predicted), "target": target,
+            "host_off_core": host.share, "host_stall_ms": host.mean_s * 1e3,
+            "forecast": forecast, "forecast_off": off(measured, forecast),
+            "run_off_core": got.stalls.share, "run_stall_ms": got.stall_mean_s * 1e3,
+            "predicted_dedicated": dedicated, "predicted_run_stalls": at_run,
+            "cpu_utilization": got.cpu_utilization, "cpu_starved": got.cpu_starved,
+            # The load on the CPU the workers had: their CPU over the time they held or
+            # waited for a core (1.0 saturated, whatever the host took).
+            "load_on_core": got.cpu_utilization / max(1e-9, 1.0 - got.stalls.share)
+            if got.cpu_starved > 0 else got.cpu_utilization,
+            "cpu_pressure": pressure.share, "load_average": os.getloadavg()[0]}
+
+
+def one_round(args: argparse.Namespace, scenario: str, workers: int,
+              p: Predictor) -> list[dict[str, Any]]:
+    """Each load right after its own saturation reference (its rate a share of the
+    saturation measured seconds before), so that the two meet the same moment of the
+    machine as nearly as they can; every measurement between two probes of the host, busy
+    as the workers are planned to be (always, for the saturation; a share of the time at
+    50 % and 85 %, which a host treats otherwise: a task that sleeps and wakes waits
+    shorter for its core than one that never lets go)."""
+    def probe(busy: float) -> HostStalls:
+        return host_stalls_here(workers, args.probe_s, busy)
+
+    rows = []
+    for share in (0.5, 0.85):
+        before = probe(1.0)
+        with Pressure() as pressure:
+            closed = measure_closed(scenario, workers, args.closed, args.closed_runs)
+        sat = _row(workers, f"saturation runs/s (before {share:.0%})", 0.20,
+                   (before, probe(1.0)), closed, pressure, closed.rate,
+                   functools.partial(p.sat, workers))
+        sat["predicted_cpu_ms_per_run"] = p.shape.cpu_per_run * 1e3
+        sat["measured_cpu_ms_per_run"] = closed.cpu_utilization * workers / closed.rate * 1e3
+        rate = share * closed.rate
+        busy = rate / workers * p.shape.cpu_per_run  # the planned load of a worker's core
+        before = probe(busy)
+        with Pressure() as pressure:
+            got = measure_open(scenario, workers, rate, args.seconds, args.slots)
+        row = _row(workers, f"p99 s at {share:.0%}", 0.30, (before, probe(busy)), got,
+                   pressure, got.p99_s, functools.partial(p.p99_s, workers, rate))
+        row.update(rate=rate, probe_busy=busy, measured_p50=got.p50_s,
+                   measured_rate=got.rate, gc_pause_max_s=got.gc_pause_max_s,
+                   failed=got.failed)
+        rows += [sat, row]
+    return rows
+
+
+def median_rows(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Each figure's median over the rounds (the ``off`` too: the median of the rounds'
+    own errors, each a prediction and a measurement taken together)."""
+    out = []
+    for same in zip(*rounds, strict=True):
+        row = dict(same[0])
+        for key, value in same[0].items():
+            if isinstance(value, float):
+                row[key] = statistics.median(r[key] for r in same)
+        row["offs"] = [r["off"] for r in same]
+        row["rounds"] = list(same)
+        out.append(row)
+    return out
+
+
 def run(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     scenario = str(Path(tmp) / "react-20ms.toml")
     Path(scenario).write_text(SCENARIO)
     profile = str(Path(tmp) / "profile.json")
     take_profile(scenario, args.profile_concurrency, args.profile_runs, profile)
     shape, facts = load_profile(profile)
-    options = PlanOptions(sim_runs=args.sim_runs)
+    predictor = Predictor(shape, PlanOptions(sim_runs=args.sim_runs), args.slots)
     rows: list[dict[str, Any]] = []
-
-    def sat(workers: int, share: float) -> float:
-        return saturation_rate([Kind(shape.with_cpu_share(share), 1.0)], workers)
-
-    def p99(workers: int, rate: float, share: float) -> tuple[float, float]:
-        sim = predict([Kind(shape.with_cpu_share(share), rate)], workers, options,
-                      concurrency=args.slots)
-        return sim.classes[0].p99_s, sim.classes[0].p50_s
-
     for workers in (1, 2):
-        probe = cpu_share_here(workers, args.probe_s)
-        with Pressure() as pressure:
-            closed = measure_closed(scenario, workers, args.closed, args.closed_runs)
-        predicted_sat = sat(workers, probe)
-        rows.append({"workers": workers, "what": "saturation runs/s",
-                     "predicted": predicted_sat, "measured": closed.rate,
-                     "off": off(closed.rate, predicted_sat), "target": 0.20,
-                     # The same prediction for a core of its own, and for the share of a
-                     # core the workers got during the measurement (schedstat).
-                     "probe_share": probe, "run_share": closed.cpu_share,
-                     "predicted_dedicated": sat(workers, 1.0),
-                     "predicted_run_share": sat(workers, closed.cpu_share),
-                     # The CPU a run cost at saturation against the profile's: the planner's
-                     # accounting apart from how much of a core this machine gave.
-                     "predicted_cpu_ms_per_run": shape.cpu_per_run * 1e3,
-                     "measured_cpu_ms_per_run": closed.cpu_utilization * workers
-                     / closed.rate * 1e3,
-                     "cpu_utilization": closed.cpu_utilization,
-                     "cpu_starved": closed.cpu_starved, "cpu_pressure": pressure.share,
-                     "load_average": os.getloadavg()[0]})
-        for share in (0.5, 0.85):
-            rate = share * closed.rate
-            probe = cpu_share_here(workers, args.probe_s)
-            with Pressure() as pressure:
-                got = measure_open(scenario, workers, rate, args.seconds, args.slots)
-            predicted, predicted_p50 = p99(workers, rate, probe)
-            rows.append({"workers": workers, "what": f"p99 s at {share:.0%}",
-                         "rate": rate, "predicted": predicted,
-                         "measured": got.p99_s, "off": off(got.p99_s, predicted),
-                         "target": 0.30, "predicted_p50": predicted_p50,
-                         "probe_share": probe, "run_share": got.cpu_share,
-                         "predicted_dedicated": p99(workers, rate, 1.0)[0],
-                         "predicted_run_share": p99(workers, rate, min(1.0, got.cpu_share))[0],
-                         "measured_p50": got.p50_s, "measured_rate": got.rate,
-                         "cpu_utilization": got.cpu_utilization,
-                         "cpu_starved": got.cpu_starved, "cpu_pressure": pressure.share,
-                         "gc_pause_max_s": got.gc_pause_max_s,
-                         "failed": got.failed, "load_average": os.getloadavg()[0]})
+        rounds = [one_round(args, scenario, workers, predictor) for _ in range(args.rounds)]
+        rows += median_rows(rounds)
+    raw = json.loads(Path(profile).read_text())
     return {"profile": {"concurrency": facts.concurrency, "runs_per_s": facts.runs_per_s,
                         "cpu_utilization": facts.utilization,
-                        "cpu_us_per_step": shape.cpu_per_step * 1e6,
+                        "cpu_us_per_step": raw.get("cpu_us_per_step"),
+                        "busy_cpu_us_per_step": shape.cpu_per_step * 1e6,
+                        "wakeups_per_step": raw.get("loop_wakeups_per_step"),
+                        "wake_cpu_us": raw.get("loop_wake_cpu_us"),
+                        "runqueue_share": raw.get("loop_runqueue_share"),
                         "run_p99_s": facts.run_p99_s},
-            "cores": len(os.sched_getaffinity(0)), "rows": rows}
+            "cores": len(os.sched_getaffinity(0)), "rounds": args.rounds, "rows": rows}
 
 
 def main() -> int:
@@ -155,12 +229,15 @@ def main() -> int:
     p.add_argument("--profile-concurrency", type=int, default=100)
     p.add_argument("--profile-runs", type=int, default=4000)
     p.add_argument("--closed", type=int, default=512, help="runs in flight per worker")
-    p.add_argument("--closed-runs", type=int, default=12000, help="runs per worker, closed")
-    p.add_argument("--seconds", type=float, default=15.0, help="open load per point")
+    p.add_argument("--closed-runs", type=int, default=8000, help="runs per worker, closed")
+    p.add_argument("--seconds", type=float, default=10.0, help="open load per point")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds of (saturation, 50 %%, saturation, 85 %%) per worker "
+                   "count: medians")
     p.add_argument("--slots", type=int, default=1024, help="--concurrency of a worker")
     p.add_argument("--sim-runs", type=int, default=20_000)
-    p.add_argument("--probe-s", type=float, default=2.0,
-                   help="seconds of the CPU-share probe before each measurement")
+    p.add_argument("--probe-s", type=float, default=1.5,
+                   help="seconds of the host probe before each measurement")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -168,29 +245,40 @@ def main() -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
+    print_table(result)
+    return 0
+
+
+def print_table(result: dict[str, Any]) -> None:
     prof = result["profile"]
     print(f"profile: concurrency {prof['concurrency']}, {prof['runs_per_s']:.0f} runs/s, "
           f"CPU {prof['cpu_utilization']:.0%} busy, {prof['cpu_us_per_step']:.1f} µs CPU per "
-          f"step; {result['cores']} cores (shared with other work)")
-    print(f"{'workers':>7}  {'what':<18}{'predicted':>11}{'measured':>11}{'off':>8}"
-          f"{'target':>8}{'in':>4}  {'CPU':>5} {'starved':>7} {'PSI':>5}  load avg"
-          f"  {'share':>5} {'own core':>9} {'off':>6} {'run share':>10} {'off':>6}")
+          f"step ({prof['busy_cpu_us_per_step']:.1f} busy: {prof['wakeups_per_step']:.3f} "
+          f"wake-ups of {prof['wake_cpu_us']:.0f} µs per step off), run-queue "
+          f"{prof['runqueue_share']:.0%}; {result['cores']} cores (shared with other work); "
+          f"medians of {result['rounds']} rounds")
+    print(f"{'workers':>7}  {'what':<31}{'predicted':>10}{'measured':>10}{'off':>7}"
+          f"{'in':>4}  {'rounds':<17}{'CPU':>5} {'ρ':>4} {'starved':>7} {'PSI':>5} {'load':>5}"
+          f"  {'off core':>8} {'stall':>6} {'forecast':>9} {'off':>6} {'own core':>9} {'off':>6}"
+          f" {'run host':>9} {'off':>6}")
     for r in result["rows"]:
         inside = "yes" if abs(r["off"]) <= r["target"] else "no"
         if "measured_cpu_ms_per_run" in r:
-            print(f"{r['workers']:>7}  {'CPU ms per run':<18}"
-                  f"{r['predicted_cpu_ms_per_run']:>11.3f}{r['measured_cpu_ms_per_run']:>11.3f}"
-                  f"{off(r['measured_cpu_ms_per_run'], r['predicted_cpu_ms_per_run']):>+8.0%}")
-        print(f"{r['workers']:>7}  {r['what']:<18}{r['predicted']:>11.3f}"
-              f"{r['measured']:>11.3f}{r['off']:>+8.0%}{r['target']:>7.0%}{inside:>5}"
-              f"  {r['cpu_utilization']:>5.0%} {r['cpu_starved']:>7.0%}"
-              f" {r['cpu_pressure']:>5.0%}"
-              f"  {r['load_average']:8.1f}  {r['probe_share']:>5.2f}"
+            print(f"{r['workers']:>7}  {'CPU ms per run':<31}"
+                  f"{r['predicted_cpu_ms_per_run']:>10.3f}{r['measured_cpu_ms_per_run']:>10.3f}"
+                  f"{off(r['measured_cpu_ms_per_run'], r['predicted_cpu_ms_per_run']):>+7.0%}")
+        rounds = " ".join(f"{o:+.0%}" for o in r["offs"])
+        print(f"{r['workers']:>7}  {r['what']:<31}{r['predicted']:>10.3f}"
+              f"{r['measured']:>10.3f}{r['off']:>+7.0%}{inside:>4}  {rounds:<17}"
+              f"{r['cpu_utilization']:>5.0%} {r.get('load_on_core', 0):>4.2f}"
+              f" {r['cpu_starved']:>7.0%}"
+              f" {r['cpu_pressure']:>5.0%} {r['load_average']:5.1f}"
+              f"  {r['host_off_core']:>8.0%} {r['host_stall_ms']:>4.1f}ms"
+              f" {r['forecast']:>9.3f} {r['forecast_off']:>+6.0%}"
               f" {r['predicted_dedicated']:>9.3f}"
               f" {off(r['measured'], r['predicted_dedicated']):>+6.0%}"
-              f" {r['predicted_run_share']:>10.3f}"
-              f" {off(r['measured'], r['predicted_run_share']):>+6.0%}")
-    return 0
+              f" {r['predicted_run_stalls']:>9.3f}"
+              f" {off(r['measured'], r['predicted_run_stalls']):>+6.0%}")
 
 
 if __name__ == "__main__":

@@ -188,8 +188,12 @@ def test_a_stores_profile_and_a_sweep_plan_too(tmp_path: Path) -> None:
 def test_a_busy_profile_is_read_with_a_note(profile: Path, tmp_path: Path) -> None:
     from podium.plan import load_profile
 
-    data = json.loads(profile.read_text())
-    light, _ = load_profile(str(profile))
+    # Without the loop's lag distribution (an older bench's profile) the queueing is
+    # estimated (M/G/1 at the profile's utilization).
+    data = {**json.loads(profile.read_text()), "loop_lag_quantiles_ms": []}
+    light_path = tmp_path / "light.json"
+    light_path.write_text(json.dumps(data))
+    light, _ = load_profile(str(light_path))
     busy_path = tmp_path / "busy.json"
     busy_path.write_text(json.dumps({**data, "cpu_utilization": 0.93}))
     busy, facts = load_profile(str(busy_path))
@@ -218,3 +222,56 @@ def test_blocked_time_holds_the_loop_and_leaves_the_tools_wait(profile: Path,
     assert blocked.cpu_after_model == pytest.approx(plain.cpu_after_model + per_step)
     assert blocked.cpu_per_step == pytest.approx(plain.cpu_per_step + per_step)
     assert blocked.tool_wait.mean == pytest.approx(plain.tool_wait.mean - 1e-3, abs=2e-4)
+
+
+def test_wake_ups_and_host_stalls_are_taken_off_the_profile(profile: Path,
+                                                           tmp_path: Path) -> None:
+    # A bench profile says how often the loop woke from idle and what a wake-up costs:
+    # CPU a saturated loop does not spend. And how long the host kept the loop off its
+    # core: time the measured waits include that is no model's or tool's.
+    from podium.plan import load_profile
+
+    data = json.loads(profile.read_text())
+    for key in ("loop_wakeups_per_step", "loop_wake_cpu_us", "loop_runqueue_share",
+                "loop_runqueue_episode_ms"):
+        assert isinstance(data[key], int | float) and data[key] >= 0, key
+    base = {**data, "loop_wakeups_per_step": 0.0, "loop_runqueue_share": 0.0,
+            "cpu_utilization": 0.3, "cpu_us_per_step": 4 * data["profiled_cpu_us_per_step"],
+            "loop_lag_quantiles_ms": []}
+    plain_path, woken_path, starved_path = (tmp_path / f"{n}.json" for n in "pws")
+    plain_path.write_text(json.dumps(base))
+    woken_path.write_text(json.dumps({**base, "loop_wakeups_per_step": 0.5,
+                                      "loop_wake_cpu_us": 40.0}))
+    starved_path.write_text(json.dumps({**base, "loop_runqueue_share": 0.5,
+                                        "loop_runqueue_episode_ms": 4.0}))
+    plain, _ = load_profile(str(plain_path))
+    woken, _ = load_profile(str(woken_path))
+    starved, _ = load_profile(str(starved_path))
+    assert woken.cpu_per_step == pytest.approx(plain.cpu_per_step - 20e-6)
+    # Stalls of 4 ms half the time: 2 ms a call on average, out of the model's waits.
+    assert plain.model_wait.mean - 2.5e-3 < starved.model_wait.mean < \
+        plain.model_wait.mean - 0.5e-3
+    assert starved.tool_wait.mean < plain.tool_wait.mean
+
+
+def test_the_loops_lag_comes_out_of_the_waits(profile: Path, tmp_path: Path) -> None:
+    # A timer on the loop that was 4 ms late at the median, as a wait ending at a random
+    # moment was: the model's and the tools' own times are the measured less that.
+    from podium.engine.profile import QUANTILE_POINTS
+    from podium.plan import load_profile
+
+    data = json.loads(profile.read_text())
+    assert len(data["loop_lag_quantiles_ms"]) == len(QUANTILE_POINTS)
+    quiet = {**data, "loop_lag_quantiles_ms": [0.0] * len(QUANTILE_POINTS)}
+    late = {**data, "loop_lag_quantiles_ms": [4.0] * len(QUANTILE_POINTS)}
+    (tmp_path / "quiet.json").write_text(json.dumps(quiet))
+    (tmp_path / "late.json").write_text(json.dumps(late))
+    plain, _ = load_profile(str(tmp_path / "quiet.json"))
+    lagged, _ = load_profile(str(tmp_path / "late.json"))
+    assert lagged.model_wait.quantile(0.5) == pytest.approx(
+        max(0.0, plain.model_wait.quantile(0.5) - 4e-3), abs=3e-4)
+    assert lagged.tool_wait.mean < plain.tool_wait.mean
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({**data, "loop_lag_quantiles_ms": [1.0, -1.0]}))
+    line = refused(podium("plan", "--from", str(bad), "--rate", "10", "--p99", "2s", *FAST))
+    assert "loop_lag_quantiles_ms" in line

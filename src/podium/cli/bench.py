@@ -25,11 +25,12 @@ from podium.cli.common import (
 )
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
-from podium.engine.profile import ProfileAggregator, percentile
+from podium.engine.profile import QUANTILE_POINTS, ProfileAggregator, percentile
 from podium.engine.records import RunRecord
 from podium.gctune import tune_for_serving
 from podium.observe.gctime import GcTimer
 from podium.observe.html import SweepPoint
+from podium.observe.loopcost import ThreadCounters, thread_counters, wake_cpu_s
 from podium.observe.looplag import LoopLagMonitor
 from podium.observe.report import BenchReport, render_report
 from podium.observe.rss import rss_kb
@@ -295,6 +296,26 @@ def _ms(sorted_ns: list[int], q: float) -> float:
     return round(percentile(sorted_ns, q) / 1e6, 3)
 
 
+async def _loop_costs(counters: ThreadCounters, lag: LoopLagMonitor, steps: int,
+                      loop_cpu: float, gc_ns: int) -> dict[str, Any]:
+    """The loop thread's figures of a bench (its CPU, the collector's, its wake-ups and
+    what one costs, the host's stalls, its lag): what ``podium plan`` takes out of a
+    profile. Measures a wake-up's CPU (a fraction of a second) where the loop slept."""
+    wake_cpu = await wake_cpu_s(100) if counters.wakeups else 0.0
+    per_step = 1 / steps if steps else 0.0
+    ready = counters.runqueue_s + loop_cpu
+    return {
+        "loop_cpu_us_per_step": round(loop_cpu * per_step * 1e6, 2),
+        "gc_cpu_us_per_step": round(gc_ns * per_step / 1e3, 2),
+        "loop_wakeups_per_step": round(counters.wakeups * per_step, 4),
+        "loop_wake_cpu_us": round(wake_cpu * 1e6, 2),
+        "loop_runqueue_share": round(counters.runqueue_s / ready, 4) if ready > 0 else 0.0,
+        "loop_runqueue_episode_ms": round(counters.runqueue_s / counters.episodes * 1e3, 4)
+        if counters.episodes else 0.0,
+        "loop_lag_quantiles_ms": [round(v, 4) for v in lag.quantiles_ms(QUANTILE_POINTS)],
+    }
+
+
 async def run_bench(
     agent: Agent,
     *,
@@ -363,6 +384,7 @@ async def run_bench(
             cpu0, loop_cpu0 = time.process_time(), time.thread_time()
             collector = GcTimer()  # (the loop thread's collections: CPU outside the phases)
             collector.start()
+            counters0 = thread_counters()
             try:
                 partial = await _until_interrupted(
                     [lane() for _ in range(concurrency)], partial_on_interrupt
@@ -372,6 +394,7 @@ async def run_bench(
             cpu = time.process_time() - cpu0
             loop_cpu = time.thread_time() - loop_cpu0  # (this is the loop's thread)
             wall = time.perf_counter() - wall0
+            counters = thread_counters() - counters0
         await lag.stop()
     gc.unfreeze()
     gc.set_threshold(*thresholds)
@@ -379,6 +402,7 @@ async def run_bench(
     latencies = sorted(outcomes.latencies)
     done = sorted(outcomes.completed_latencies)
     steps = summary.steps
+    loop_costs = await _loop_costs(counters, lag, steps, loop_cpu, collector.cpu_ns)
     finished = len(latencies)
     return BenchReport(
         scenario=label,
@@ -392,8 +416,6 @@ async def run_bench(
         runs_per_s=_per_s(finished, wall),
         cpu_us_per_step=round(cpu / steps * 1e6, 2) if steps else 0.0,
         profiled_cpu_us_per_step=round(summary.cpu_us_per_step, 2),
-        loop_cpu_us_per_step=round(loop_cpu / steps * 1e6, 2) if steps else 0.0,
-        gc_cpu_us_per_step=round(collector.cpu_ns / steps / 1e3, 2) if steps else 0.0,
         cpu_utilization=round(cpu / wall, 3) if wall else 0.0,
         loop_lag_p99_ms=round(lag.p99_ms(), 3),
         rss_per_run_kb=memory.per_session_kb(),
@@ -412,4 +434,5 @@ async def run_bench(
         completed_run_wall_p99_ms=_ms(done, 99) if done else None,
         partial=partial,
         runs_planned=runs,
+        **loop_costs,
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
+from collections.abc import Sequence
 
 import msgspec
 
@@ -77,6 +78,16 @@ class LoopLagMonitor:
         ordered = sorted(self._samples)
         index = min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))
         return ordered[index] * 1e3
+
+    def quantiles_ms(self, percents: Sequence[float]) -> list[float]:
+        """The lag at each of ``percents`` (0–100; nearest rank) over the window, in
+        milliseconds: its distribution, as a profile keeps a phase's."""
+        ordered = sorted(self._samples)
+        if not ordered:
+            return [0.0 for _ in percents]
+        last = len(ordered) - 1
+        return [ordered[min(last, max(0, int(p / 100 * len(ordered) + 0.999999) - 1))] * 1e3
+                for p in percents]
 
     def p99_ms(self) -> float:
         """The 99th percentile lag over the window, in milliseconds (0 before any sample)."""

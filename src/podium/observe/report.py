@@ -73,6 +73,20 @@ class BenchReport(msgspec.Struct, frozen=True):
     #: CPU per step of the garbage collections on the event loop's thread (part of the loop
     #: thread's, mostly outside the phases).
     gc_cpu_us_per_step: float = 0.0
+    #: Times per step the loop's thread went to sleep with nothing to do (voluntary
+    #: context switches), and the CPU one such wake-up costs here (µs, measured after the
+    #: runs: podium.observe.loopcost): the loop's CPU a saturated worker does not spend.
+    loop_wakeups_per_step: float = 0.0
+    loop_wake_cpu_us: float = 0.0
+    #: The share of the time the loop's thread was ready to run that it waited for a CPU
+    #: other processes held (its run-queue wait over that and its CPU), and the mean of
+    #: one such wait (ms): how a shared host stalled the loop, which the waits the phases
+    #: timed include.
+    loop_runqueue_share: float = 0.0
+    loop_runqueue_episode_ms: float = 0.0
+    #: The loop's lag (a 10 ms timer's lateness) at the profile's percentiles: the delay a
+    #: wait ending at a random moment met before the loop ran it, on its core or not.
+    loop_lag_quantiles_ms: list[float] = []
 
 
 def rate(per_s: float) -> str:

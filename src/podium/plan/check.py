@@ -21,8 +21,10 @@ import msgspec
 from podium.engine.profile import percentile
 from podium.plan.loadgen import LoadResult
 from podium.plan.profile import PlanError
+from podium.plan.simulate import HostStalls
 
-__all__ = ("Measured", "cores_here", "cpu_share_here", "measure_closed", "measure_open")
+__all__ = ("Measured", "cores_here", "cpu_share_here", "host_stalls_here", "measure_closed",
+           "measure_open")
 
 
 class Measured(msgspec.Struct, frozen=True):
@@ -43,6 +45,14 @@ class Measured(msgspec.Struct, frozen=True):
     #: The share of a core each worker's loop got while it was ready to run (its CPU over
     #: its CPU and its run-queue wait, on average): 1.0 on a machine of its own.
     cpu_share: float = 1.0
+    #: The mean of one of those waits for a CPU (seconds; schedstat).
+    stall_mean_s: float = 0.0
+
+    @property
+    def stalls(self) -> HostStalls:
+        """The host as the workers met it: off their core ``1 - cpu_share`` of the time
+        they were ready to run, in episodes of ``stall_mean_s``."""
+        return HostStalls(min(0.99, max(0.0, 1.0 - self.cpu_share)), self.stall_mean_s)
 
 
 def cores_here() -> int:
@@ -99,28 +109,56 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
         gc_pause_max_s=max(r.gc_pause_max_s for r in results),
         cpu_share=sum(r.cpu_s / (r.cpu_s + r.runqueue_wait_s) for r in results
                       if r.cpu_s > 0) / len(results),
+        stall_mean_s=sum(r.runqueue_wait_s for r in results)
+        / max(1, sum(r.runqueue_episodes for r in results)),
     )
 
 
-#: A process that only computes for ``sys.argv[1]`` seconds, then prints the share of a
-#: core it got (CPU seconds over wall seconds).
+#: A process that computes for ``sys.argv[1]`` seconds, busy ``sys.argv[2]`` of the time
+#: (bursts of half a millisecond between sleeps, as an event loop at that load: a host
+#: treats a task that sleeps and wakes otherwise than one that never lets go), then prints
+#: the share of its ready time it held a core and the mean of its waits for one (seconds,
+#: schedstat: its run-queue wait over the times it was scheduled; 0 elsewhere).
 _SPIN = ("import sys, time\n"
-         "t0, c0 = time.perf_counter(), time.process_time()\n"
-         "while time.perf_counter() - t0 < float(sys.argv[1]):\n"
-         "    sum(range(1000))\n"
-         "print((time.process_time() - c0) / (time.perf_counter() - t0))\n")
+         "def rq():\n"
+         "    try:\n"
+         "        f = open('/proc/thread-self/schedstat').read().split()\n"
+         "        return int(f[1]) / 1e9, int(f[2])\n"
+         "    except (OSError, ValueError, IndexError):\n"
+         "        return 0.0, 0\n"
+         "end, duty, burst = float(sys.argv[1]), float(sys.argv[2]), 0.0005\n"
+         "gap = burst * (1 - duty) / duty\n"
+         "t0, c0, (w0, n0) = time.perf_counter(), time.process_time(), rq()\n"
+         "while time.perf_counter() - t0 < end:\n"
+         "    c1 = time.process_time()\n"
+         "    while time.process_time() - c1 < burst:\n"
+         "        sum(range(200))\n"
+         "    if gap > 0:\n"
+         "        time.sleep(gap)\n"
+         "cpu, (w, n) = time.process_time() - c0, rq()\n"
+         "print(cpu / (cpu + w - w0) if cpu > 0 else 1.0, (w - w0) / max(1, n - n0))\n")
+
+
+def host_stalls_here(processes: int, seconds: float = 2.0, busy: float = 1.0) -> HostStalls:
+    """How this machine treats ``processes`` processes now (means), each busy ``busy`` of
+    the time (1.0: never sleeping, as a saturated worker): the share of its ready time
+    each is kept off a core, and how long one such episode lasts. What a worker's loop can
+    count on while others share the cores: 0 % on an idle machine with a core per
+    process; about 80 % where five times as many runnable tasks as cores compete."""
+    duty = min(1.0, max(0.05, busy))
+    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, f"{seconds}", f"{duty}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+             for _ in range(processes)]
+    got = [(p.communicate(timeout=seconds + 60)[0] or b"1 0").split() for p in procs]
+    share = sum(float(g[0]) for g in got) / len(got)
+    episode = sum(float(g[1]) for g in got) / len(got)
+    return HostStalls(min(0.99, max(0.0, 1.0 - share)), episode)
 
 
 def cpu_share_here(processes: int, seconds: float = 2.0) -> float:
     """The share of a core that each of ``processes`` busy processes gets on this machine
-    now (mean): what a worker's loop can count on while others share the cores. 1.0 on
-    an idle machine with a core per process; about 0.2 where five times as many runnable
-    tasks as cores compete."""
-    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, f"{seconds}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-             for _ in range(processes)]
-    shares = [float(p.communicate(timeout=seconds + 60)[0] or 0.0) for p in procs]
-    return min(1.0, max(1e-3, sum(shares) / len(shares)))
+    now (mean; see :func:`host_stalls_here`)."""
+    return max(1e-3, 1.0 - host_stalls_here(processes, seconds).share)
 
 
 def _scenario(scenario: str | None) -> list[str]:

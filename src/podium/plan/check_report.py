@@ -59,6 +59,14 @@ def check(plan: Plan, kind: Kind, facts: ProfileFacts, options: PlanOptions,
         row("run p99", _ms(p.p99_s), _ms(m.p99_s), m.p99_s / p.p99_s - 1),
     ]
     if m.cpu_starved > 0.05 or load > cores_here():
-        lines.append("  (this machine is busier than its cores: other work shares them, and "
-                     "the measured latencies carry it)")
+        # The same prediction on the host the workers met: off their core as long and as
+        # often as they were (podium.plan.simulate.HostStalls).
+        host = predict([Kind(kind.shape, rate)], here, options,
+                       concurrency=plan.concurrency_per_worker, stalls=m.stalls).classes[0]
+        lines += [
+            row("run p99, this host", _ms(host.p99_s), _ms(m.p99_s), m.p99_s / host.p99_s - 1),
+            f"  (this machine is busier than its cores: other work kept the workers off "
+            f"their cores {m.stalls.share:.0%} of their ready time, "
+            f"{m.stall_mean_s * 1e3:.1f} ms at a time; the measured latencies carry it, "
+            f"the last row predicts with it)"]
     return lines

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import random
 from collections.abc import Sequence
 
@@ -65,6 +66,73 @@ class Distribution(msgspec.Struct, frozen=True):
         """Every value moved by ``delta``, none below 0."""
         return Distribution(self.probs, tuple(max(0.0, v + delta) for v in self.values))
 
+    def cdf(self, x: float) -> float:
+        """The cumulative probability at ``x`` (the quantile function's inverse)."""
+        probs, values = self.probs, self.values
+        if x < values[0]:
+            return 0.0
+        i = bisect.bisect_right(values, x)
+        if i >= len(values):
+            return 1.0
+        lo_v, hi_v = values[i - 1], values[i]
+        return probs[i - 1] + (probs[i] - probs[i - 1]) * (x - lo_v) / (hi_v - lo_v)
+
+    def without_stalls(self, share: float, mean_s: float, points: int = 600) -> Distribution:
+        """The distribution of ``X`` where this one is ``X + D``, ``D`` a host's stall: 0
+        with probability ``1 - share``, else exponential of mean ``mean_s`` (a wait that
+        ended while the loop was off its core, timed until it had one again).
+
+        The CDFs satisfy ``F(w) = (1 - s)·G(w) + s·(G ∗ f)(w)``; with an exponential
+        ``f`` the convolution ``C = G ∗ f`` obeys ``C' = (G - C) / mean``, so ``G`` is
+        solved for on a grid, from 0 up, one point at a time (trapezoid rule); kept a
+        CDF (non-decreasing, at most 1) where the percentiles' noise would break it.
+        Read back at this distribution's own probabilities."""
+        if share <= 0 or mean_s <= 0:
+            return self
+        share = min(share, 0.9)  # beyond, 1 / (1 - share) amplifies noise, not signal
+        top = self.values[-1]
+        if top <= 0:
+            return self
+        step = top / points
+        decay = math.exp(-step / mean_s)
+        grid = [0.0]
+        cdf = [self.cdf(0.0) / (1 - share)]  # the convolution is 0 at 0
+        conv = 0.0
+        for j in range(1, points + 1):
+            f = self.cdf(j * step)
+            partial = conv * decay + (1 - decay) * cdf[-1] / 2
+            g = (f - share * partial) / (1 - share + share * (1 - decay) / 2)
+            g = min(1.0, max(cdf[-1], g))
+            conv = partial + (1 - decay) * g / 2
+            grid.append(j * step)
+            cdf.append(g)
+        return Distribution(self.probs, tuple(_inverse(grid, cdf, p) for p in self.probs))
+
+    def less(self, delay: Distribution, draws: int = 4000, rounds: int = 8) -> Distribution:
+        """The distribution of ``X`` where this one is ``X + D``, ``D`` independent and
+        distributed as ``delay`` (the lag a timer on the same loop measured: what a wait
+        that ended at a random moment waited for the loop, on its core or not).
+
+        Found by matching: start from this one less ``D``'s mean, add ``D`` to it (stratified
+        draws, the same every round), and move each percentile by how far the sum's misses
+        this one's; ``rounds`` of that. Kept non-negative and non-decreasing."""
+        if delay.values[-1] <= 0:
+            return self
+        rng = random.Random(0)
+        grid = [(i + 0.5) / draws for i in range(draws)]
+        lags = [delay.quantile(u) for u in grid]
+        rng.shuffle(lags)
+        values = [max(0.0, v - delay.mean) for v in self.values]
+        for _ in range(rounds):
+            guess = Distribution.from_percentiles([p * 100 for p in self.probs], values)
+            sums = sorted(guess.quantile(u) + d for u, d in zip(grid, lags, strict=True))
+            moved: list[float] = []
+            for p, want, now in zip(self.probs, self.values, values, strict=True):
+                got = sums[min(draws - 1, int(p * draws))]
+                moved.append(max(0.0, now + want - got, moved[-1] if moved else 0.0))
+            values = moved
+        return Distribution(self.probs, tuple(values))
+
     def scaled(self, factor: float) -> Distribution:
         return Distribution(self.probs, tuple(v * factor for v in self.values))
 
@@ -98,6 +166,17 @@ class Distribution(msgspec.Struct, frozen=True):
 
         return Distribution(knots, tuple(
             max(moved(p, v), 0.0) for p, v in zip(knots, values, strict=True)))
+
+
+def _inverse(grid: Sequence[float], cdf: Sequence[float], p: float) -> float:
+    """The least grid value (interpolated) whose CDF reaches ``p``."""
+    i = bisect.bisect_left(cdf, p)
+    if i == 0:
+        return grid[0]
+    if i >= len(cdf):
+        return grid[-1]
+    lo, hi = cdf[i - 1], cdf[i]
+    return grid[i - 1] + (grid[i] - grid[i - 1]) * ((p - lo) / (hi - lo) if hi > lo else 1.0)
 
 
 def constant(value: float) -> Distribution:

@@ -32,6 +32,7 @@ from podium.agent import Agent
 from podium.cli.scenario import build_agent, load_scenario
 from podium.engine.driver import Engine
 from podium.gctune import tune_for_serving
+from podium.observe.loopcost import ThreadCounters, thread_counters
 from podium.store.memory import MemoryRunStore
 
 __all__ = ("LoadResult", "closed_loop", "main", "open_loop", "runqueue_wait_s")
@@ -56,6 +57,9 @@ class LoadResult(msgspec.Struct, frozen=True):
     #: Open load: seconds from the first measured arrival to the last (the rate's span:
     #: the drain after the last arrival is no part of it). 0 for a closed load.
     arrivals_s: float = 0.0
+    #: Times the loop's thread was scheduled onto a CPU (schedstat): the run-queue wait
+    #: over them is the mean wait of one episode.
+    runqueue_episodes: int = 0
 
 
 class _GcPauses:
@@ -84,11 +88,7 @@ class _GcPauses:
 
 def runqueue_wait_s() -> float:
     """This thread's time waiting on a run queue so far (Linux's schedstat)."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
-    except (OSError, ValueError, IndexError):
-        return 0.0
+    return thread_counters().runqueue_s
 
 
 class _Window:
@@ -100,11 +100,12 @@ class _Window:
         self.pauses = pauses
         self.latencies: list[float] = []
         self.failed = 0
-        self.t0 = self.cpu0 = self.rq0 = self.last_arrival = 0.0
+        self.t0 = self.cpu0 = self.last_arrival = 0.0
+        self.counters = ThreadCounters()
 
     def open(self) -> None:
-        self.t0, self.cpu0, self.rq0 = time.perf_counter(), time.process_time(), \
-            runqueue_wait_s()
+        self.t0, self.cpu0 = time.perf_counter(), time.process_time()
+        self.counters = thread_counters()
         self.pauses.on = True
 
     def add(self, i: int, latency: float, ok: bool) -> None:
@@ -113,10 +114,11 @@ class _Window:
             self.failed += not ok
 
     def close(self) -> LoadResult:
+        host = thread_counters() - self.counters
         return LoadResult(
             self.latencies, time.perf_counter() - self.t0, time.process_time() - self.cpu0,
-            self.failed, self.runs, runqueue_wait_s() - self.rq0, self.pauses.longest,
-            self.pauses.total, max(0.0, self.last_arrival - self.t0))
+            self.failed, self.runs, host.runqueue_s, self.pauses.longest,
+            self.pauses.total, max(0.0, self.last_arrival - self.t0), host.episodes)
 
 
 async def _one(engine: Engine, store: MemoryRunStore, agent: Agent) -> bool:

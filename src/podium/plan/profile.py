@@ -5,10 +5,14 @@ What is taken from it, per step: the CPU of each phase (the process's CPU where 
 measured it: the loop's own work outside the phases is CPU a worker spends too), and the
 model's and the tools' wall-time percentiles less their CPU, which are the waits.
 
-A profile taken under load measured those waits with the loop's queueing in them: a call
-that returned while the loop was busy was timed until the loop got to it. That delay is
-the simulation's to add, so the mean wait of a burst at the profile's own CPU utilization
-(M/G/1) is taken off every percentile first; a profile taken at light load loses next to
+A profile taken under load measured those waits with the loop's queueing in them (a call
+that returned while the loop was busy was timed until the loop got to it), and on a shared
+host with the host's stalls (the loop was off its core). Both are the simulation's to
+add, so they come out first: where the profile has the loop's lag distribution (a timer's
+lateness, which met both), the waits are deconvolved by it (:meth:`Distribution.less`);
+otherwise the host's stalls (exponential episodes from the run-queue figures) are
+deconvolved and the mean wait of a burst at the profile's own CPU utilization (M/G/1) is
+taken off every percentile. A profile taken at light load on an idle host loses next to
 nothing.
 
 Anything it cannot use is a :class:`PlanError`: one line, saying what is wrong.
@@ -101,7 +105,10 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     process_us = data.get("cpu_us_per_step") if kind != "runs" else None
     cpu_counted = "phases"
     if isinstance(process_us, int | float) and process_us > 0 and profiled > 0:
-        scale = max(1.0, process_us / 1e6 / profiled)  # the loop's own CPU, spread
+        # The loop's own CPU, spread; less its wake-ups from idle, which a busy loop
+        # does not spend (podium.observe.loopcost): what a burst costs under load.
+        busy_us = process_us - _wake_us_per_step(path, data)
+        scale = max(1.0, busy_us / 1e6 / profiled)
         before, after_model, after_tools = before * scale, after_model * scale, \
             after_tools * scale
         cpu_counted = "process"
@@ -129,12 +136,22 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     )
     utilization = data.get("cpu_utilization") if kind != "runs" else None
     if isinstance(utilization, int | float) and 0 < utilization < 1:
-        # The loop's queueing that the measured waits include (see the module docstring).
+        # The host's stalls and the loop's queueing that the measured waits include (see
+        # the module docstring): the one taken out of the distribution, the other's mean
+        # off every percentile.
         rate = utilization / shape.mean_burst  # bursts per second
         delay = mg1_wait(rate, shape.mean_burst, cpu_cv)
+        share, episode = _host_stalls(path, data)
+        lag = _lag(path, data)
+
+        def waits(d: Distribution) -> Distribution:
+            if lag is not None:  # both, as a timer on the loop met them
+                return d.less(lag)
+            return d.without_stalls(share, episode).shifted(-delay)
+
         shape = msgspec.structs.replace(
-            shape, model_wait=shape.model_wait.shifted(-delay),
-            tool_wait=shape.tool_wait.shifted(-delay) if tool_samples else shape.tool_wait)
+            shape, model_wait=waits(shape.model_wait),
+            tool_wait=waits(shape.tool_wait) if tool_samples else shape.tool_wait)
     best = None
     if kind == "sweep" and isinstance(data.get("sweep"), list):
         rates = [p.get("completed_runs_per_s") for p in data["sweep"] if isinstance(p, dict)]
@@ -219,6 +236,40 @@ def _blocked_s(path: str, phases: dict[str, Any], steps: int) -> float:
         if isinstance(p, dict) and p.get("blocked_ms_total"):
             total += _number(path, f"phases.{name}.blocked_ms_total", p["blocked_ms_total"])
     return total / 1e3 / steps
+
+
+def _wake_us_per_step(path: str, data: dict[str, Any]) -> float:
+    """The loop's CPU per step spent waking from idle (0 in a profile without the
+    figures)."""
+    wakeups, cost = data.get("loop_wakeups_per_step"), data.get("loop_wake_cpu_us")
+    if wakeups is None or cost is None:
+        return 0.0
+    return _number(path, "loop_wakeups_per_step", wakeups) * _number(
+        path, "loop_wake_cpu_us", cost)
+
+
+def _lag(path: str, data: dict[str, Any]) -> Distribution | None:
+    """The loop's lag (a timer's lateness: its queueing and the host's stalls together, as
+    a wait ending at a random moment met them), None in a profile without it."""
+    values = data.get("loop_lag_quantiles_ms")
+    if not values:
+        return None
+    if len(values) != len(QUANTILE_POINTS) or not all(
+            isinstance(v, int | float) and math.isfinite(v) and v >= 0 for v in values):
+        raise PlanError(f"{path}: loop_lag_quantiles_ms must be {len(QUANTILE_POINTS)} "
+                        "non-negative numbers")
+    return Distribution.from_percentiles(QUANTILE_POINTS, [v / 1e3 for v in values])
+
+
+def _host_stalls(path: str, data: dict[str, Any]) -> tuple[float, float]:
+    """How the host kept the loop off its core while the profile was taken: the share of
+    the time and the mean episode (seconds); a wait that ended in one was timed until the
+    loop had its core back (0, 0 in a profile without the figures)."""
+    share, episode = data.get("loop_runqueue_share"), data.get("loop_runqueue_episode_ms")
+    if share is None or episode is None:
+        return 0.0, 0.0
+    return (_number(path, "loop_runqueue_share", share),
+            _number(path, "loop_runqueue_episode_ms", episode) / 1e3)
 
 
 def _number(path: str, where: str, value: Any) -> float:

@@ -18,6 +18,7 @@ The event list is a binary heap; a run costs about thirty events.
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import msgspec
 
 from podium.engine.profile import percentile
 
-__all__ = ("ClassResult", "SimResult", "Workload", "simulate")
+__all__ = ("ClassResult", "HostStalls", "SimResult", "Workload", "simulate")
 
 
 class Workload(Protocol):
@@ -67,6 +68,58 @@ class SimResult(msgspec.Struct, frozen=True):
     #: form evaluated at these (not at the nominal rate) compares like with like.
     arrival_rate: float = 0.0
     mean_burst_s: float = 0.0
+
+
+class HostStalls(msgspec.Struct, frozen=True):
+    """A shared host taking the loop's core away: off-core episodes of exponential length
+    (mean ``mean_s``) covering ``share`` of the time, at random. A burst makes no progress
+    during one, and a wait that ends in one is served when it is over: the loop loses
+    capacity (``1 - share`` of a core) and every run in flight is held at once, which is
+    what moves a p99 on a busy machine."""
+
+    share: float
+    mean_s: float
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.share < 1 or self.mean_s < 0:
+            raise ValueError(f"host stalls need 0 <= share < 1 and mean >= 0, not {self!r}")
+
+
+class _Host:
+    """The schedule of a :class:`HostStalls`, drawn as the clock moves on (its own random
+    stream: the runs' draws are the same with or without it)."""
+
+    def __init__(self, stalls: HostStalls, seed: int) -> None:
+        self.rng = random.Random(seed * 7919 + 1)
+        self.mean_off = stalls.mean_s
+        self.mean_on = stalls.mean_s * (1 - stalls.share) / stalls.share
+        self.off_start = self.off_end = 0.0
+        self._next()
+
+    def _next(self) -> None:
+        self.off_start = self.off_end + self.rng.expovariate(1 / self.mean_on)
+        self.off_end = self.off_start + self.rng.expovariate(1 / self.mean_off)
+
+    def finish(self, start: float, work: float) -> float:
+        """When ``work`` CPU seconds begun at ``start`` end (starts never go back)."""
+        t = start
+        while True:
+            while self.off_end <= t:
+                self._next()
+            if t < self.off_start:
+                room = self.off_start - t
+                if work <= room:
+                    return t + work
+                work -= room
+            t = self.off_end
+
+
+def _host(stalls: HostStalls | None, servers: int, seed: int) -> _Host | None:
+    if stalls is None or stalls.share <= 0 or stalls.mean_s <= 0:
+        return None
+    if servers != 1:
+        raise ValueError("host stalls are simulated for one loop (servers=1)")
+    return _Host(stalls, seed)
 
 
 # An event is (time, run × 4 + what): a run has at most one event of its own pending (a
@@ -166,19 +219,18 @@ def simulate(
     runs: int = 20_000,
     warmup: float = 0.1,
     seed: int = 1,
+    stalls: HostStalls | None = None,
 ) -> SimResult:
     """Simulate ``runs`` arrivals of the ``kinds`` (each a workload and its rate per
     second) on ``servers`` cores sharing one queue, at most ``concurrency`` runs admitted
     at once (None: no limit). The first ``warmup`` share of the runs fill the empty system
-    and are left out of the figures. Deterministic for a seed."""
+    and are left out of the figures. ``stalls``: a shared host's (one core only).
+    Deterministic for a seed."""
+    host = _host(stalls, servers, seed)
     total_rate = sum(rate for _, rate in kinds)
     if total_rate <= 0 or runs < 1:
         raise ValueError("simulate needs a positive rate and at least one run")
-    cum: list[float] = []  # each kind's cumulative share of the rate, to draw a kind
-    acc = 0.0
-    for _, rate in kinds:
-        acc += rate / total_rate
-        cum.append(acc)
+    cum = list(itertools.accumulate(rate / total_rate for _, rate in kinds))  # to draw a kind
     rng = random.Random(seed)
     limit = concurrency if concurrency is not None else runs + 1
     first_counted = int(runs * warmup)
@@ -206,7 +258,8 @@ def simulate(
         all_bursts += 1
         burst = segs[run][pos[run]]
         busy_time += burst
-        push(heap, (now + burst, run * 4 + _CPU_DONE))
+        end = now + burst if host is None else host.finish(now, burst)
+        push(heap, (end, run * 4 + _CPU_DONE))
 
     def want_cpu(now: float, run: int) -> None:
         if busy < servers:

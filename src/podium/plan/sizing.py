@@ -26,7 +26,7 @@ import msgspec
 
 from podium.plan.profile import PlanError
 from podium.plan.queueing import little_l, min_servers
-from podium.plan.simulate import SimResult, simulate
+from podium.plan.simulate import HostStalls, SimResult, simulate
 from podium.plan.workload import RunShape
 
 __all__ = ("Kind", "Plan", "PlanOptions", "Resource", "floor_p99", "make_plan",
@@ -107,10 +107,11 @@ def _scaled(kinds: Sequence[Kind], factor: float) -> list[tuple[RunShape, float]
 
 
 def predict(kinds: Sequence[Kind], workers: int, options: PlanOptions = DEFAULT_OPTIONS,
-            concurrency: int | None = None) -> SimResult:
-    """One worker of ``workers``, each taking an equal share of the arrivals."""
+            concurrency: int | None = None, stalls: HostStalls | None = None) -> SimResult:
+    """One worker of ``workers``, each taking an equal share of the arrivals (on a host
+    that takes its core away as ``stalls`` says, if given)."""
     return simulate(_scaled(kinds, 1.0 / workers), servers=1, concurrency=concurrency,
-                    runs=options.sim_runs, seed=options.seed)
+                    runs=options.sim_runs, seed=options.seed, stalls=stalls)
 
 
 def floor_p99(kinds: Sequence[Kind], options: PlanOptions = DEFAULT_OPTIONS) -> SimResult:
@@ -120,12 +121,14 @@ def floor_p99(kinds: Sequence[Kind], options: PlanOptions = DEFAULT_OPTIONS) -> 
                     seed=options.seed)
 
 
-def saturation_rate(kinds: Sequence[Kind], workers: int) -> float:
+def saturation_rate(kinds: Sequence[Kind], workers: int,
+                    stalls: HostStalls | None = None) -> float:
     """Runs per second (in the kinds' proportions) at which ``workers`` loops are busy all
-    the time: the throughput a closed test at high concurrency reaches."""
+    the time they have a core (all of it, or ``1 - stalls.share``): the throughput a
+    closed test at high concurrency reaches."""
     total = sum(k.rate for k in kinds)
     cpu_per_run = sum(k.rate / total * k.shape.cpu_per_run for k in kinds)
-    return workers / cpu_per_run
+    return workers * (1.0 - (stalls.share if stalls else 0.0)) / cpu_per_run
 
 
 def make_plan(kinds: Sequence[Kind], target_p99_s: float,
