@@ -50,6 +50,10 @@ UNSURE = 0.45
 # only there does a match at a sentence's start mean an imperative. ("Output filtering
 # catches secrets" opens a sentence too, with a noun.)
 IMPERATIVE_RULES = frozenset({"override", "hijack"})
+# Findings no context lowers: hidden characters (no wording makes them benign) and rules
+# matched only once the text was normalised (look-alike letters, base64...: a benign text
+# has no reason to hide its words).
+_NEVER_LOWERED = ("hidden", "obfuscated")
 # How many later override verbs that open their sentences are tried.
 _LATER_TRIES = 8
 # Where an override may begin: the verbs that anchor the family of override rules that
@@ -113,11 +117,12 @@ class FirstPass:
         found = list(found)
         if (
             p < BENIGN_BELOW
-            and any(f.score > UNSURE and not f.rule.startswith("hidden") for f in found)
+            and any(f.score > UNSURE and not f.rule.startswith(_NEVER_LOWERED) for f in found)
             and len(words(text)) >= CONTEXT_WORDS
         ):
             found = [
-                f if f.rule.startswith("hidden") or f.score <= UNSURE or opens_sentence(text, f)
+                f
+                if f.rule.startswith(_NEVER_LOWERED) or f.score <= UNSURE or opens_sentence(text, f)
                 else self._given_later(text, f) or Finding(f.rule, UNSURE, f.start, f.end)
                 for f in found
             ]
