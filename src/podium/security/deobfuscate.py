@@ -48,8 +48,11 @@ __all__ = ("TRIGGERS", "Variant", "suspicious", "variants")
 # The rules' key words: their obfuscated forms are the trigger anchors.
 _KEY_WORDS = (
     "ignore", "disregard", "forget", "override", "bypass", "previous", "instructions",
-    "system", "prompt", "reveal", "password", "secret", "jailbreak", "rules",
+    "system", "prompt", "reveal", "password", "secret", "jailbreak", "rules", "developer",
+    "unrestricted", "credentials", "confidential",
 )  # fmt: skip
+# Phrases whose encoded forms trigger too (spaced out or in leetspeak, their words do).
+_KEY_PHRASES = ("you are now", "api key", "do anything now")
 _SEPARATORS = (" ", ".", "-", "_")
 _LEET = {
     "a": "4@", "b": "8", "e": "3", "g": "9", "i": "1!|", "l": "1|", "o": "0", "s": "5$", "t": "7+",
@@ -84,8 +87,9 @@ def _triggers() -> tuple[str, ...]:
         stem = word[:5]
         found.update(sep.join(stem) for sep in _SEPARATORS)
         found.update(_leet_forms(word[:6]))
+    for word in (*_KEY_WORDS, *_KEY_PHRASES):
         found.add(codecs.encode(word, "rot13"))
-        for cased in (word, word.capitalize(), word.upper()):
+        for cased in (word, word.capitalize(), word.title(), word.upper()):
             found.update(_base64_forms(cased.encode()))
             found.add(cased.encode().hex())
     return tuple(sorted(found))
@@ -136,7 +140,8 @@ _CONFUSABLES = dict(
         "aeopcyxsijdhlqwybbbkmhtABEKMHOPCTYXSIJY"
         "abeiknoptuxywABEZHIKMNOPTYX"
         "ounhg"
-        "iIgaiignryb" "hlacdejkmoptuvwzs",
+        "iIgaiignryb"
+        "hlacdejkmoptuvwzs",
         strict=True,
     )
 )
@@ -245,19 +250,25 @@ _LEET_TABLE = str.maketrans("10!|34@57+$", "ioileaastts")
 _LEET_WORD = re.compile(r"(?=[\w!|@$+]*[a-zA-Z])(?=[\w!|@$+]*[0-9!|@$+])[\w!|@$+]{3,}")
 
 
-def _leet(text: str) -> str | None:
-    folded = _LEET_WORD.sub(lambda m: m.group().translate(_LEET_TABLE), text)
+# "1" is an "l" as often as an "i" ("ru1es"): the second reading.
+_LEET_TABLE_L = str.maketrans("10!|34@57+$", "loileaastts")
+
+
+def _leet(text: str, table: dict[int, int]) -> str | None:
+    folded = _LEET_WORD.sub(lambda m: m.group().translate(table), text)
     return folded if folded != text else None
 
 
 # Base64 (standard or URL-safe) and hex runs long enough to say something.
-_ENCODED_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}={0,2}")
+# (lines of a run wrapped as MIME wraps it are one run)
+_ENCODED_RUN = re.compile(r"[A-Za-z0-9+/_-]{16,}(?:\r?\n[A-Za-z0-9+/_-]{4,})*={0,2}")
 _HEX_RUN = re.compile(r"(?:[0-9a-fA-F]{2}){8,}")
 _MAX_DECODED = 64 * 1024  # decoded text past this is not screened further
 
 
 def _decoded(run: str) -> tuple[str, str] | None:
     """The text a run decodes to and its form, if it is mostly printable UTF-8."""
+    run = "".join(run.split())
     raw: bytes | None = None
     form = "hex"
     if _HEX_RUN.fullmatch(run):
@@ -297,9 +308,13 @@ def variants(text: str, *, unicode: bool, anchored: bool) -> list[Variant]:
     if collapsed is not None:
         base, offsets = collapsed
         out.append(Variant("spaced", base, offsets))
-    leet = _leet(base)
+    leet = _leet(base, _LEET_TABLE)
     if leet is not None:
         out.append(Variant("leet", leet, offsets))
+        if "1" in base:
+            leet = _leet(base, _LEET_TABLE_L)
+            if leet is not None:
+                out.append(Variant("leet", leet, offsets))
     if anchored:
         out.append(Variant("rot13", codecs.encode(text, "rot13"), list(range(len(text) + 1))))
         for m in _ENCODED_RUN.finditer(text):

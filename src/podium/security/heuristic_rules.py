@@ -257,7 +257,8 @@ FAMILIES: tuple[Family, ...] = (
         (
             "override",
             0.9,
-            r"(?:忽略|忽视|无视|無視|不要理会|忘记|忘掉)[^。\n]{0,12}(?:指令|指示|说明|提示|规则|命令)",
+            # (not "请不要忽视安全提示": "do not ignore the safety notes")
+            r"(?<!不要)(?<!不能)(?<!别)(?<!勿)(?:忽略|忽视|无视|無視|不要理会|忘记|忘掉)[^。\n]{0,12}(?:指令|指示|说明|提示|规则|命令)",
         ),
         ("override", 0.9, r"(?:指示|命令|プロンプト|ルール)[^。\n]{0,12}(?:無視|忘れ)"),
         ("override", 0.9, r"(?:지시|지침|명령|규칙)[^.\n]{0,12}(?:무시|잊어)"),
@@ -279,6 +280,7 @@ FAMILIES: tuple[Family, ...] = (
             *("artık sen", "artik sen", "sen artık", "sen artik", "bundan sonra sen"),
             # "you are now ..." and "reveal the system prompt" in the other languages
             *("ahora eres", "ahora tú eres", "ahora tu eres", "de ahora eres", "del sistema"),
+            *("prompt syst", "prompt del", "prompt de", "prompt do", "prompt du"),
             *("de sistema", "maintenant", "désormais", "desormais", "dorénavant", "du système"),
             *("du systeme", "de système", "du bist jetzt", "du bist nun", "du bist ab", "system-prompt"),
             *("systemprompt", "systemanweisung", "você é", "voce é", "voce e", "do sistema"),
@@ -318,7 +320,7 @@ FAMILIES: tuple[Family, ...] = (
         (
             "exfiltrate",
             0.75,
-            r"\b(?:revela|revélame|revelame|muestra|muéstrame|muestrame|dime|imprime|repite|comparte|révèle|revele|révélez|revelez|montre|montrez|affiche|affichez|donne|donnez|répète|repete|répétez|repetez|dis|dites|revele|mostre|mostra|diga|imprima|repita|compartilhe)(?:-moi|-nous|me)?\b[^.\n]{0,40}(?:prompt|mensaje|indicaciones|instrucciones|invite|instructions|consignes|instruções|instrucoes|mensagem) (?:del |de |du |do )?(?:sistema|système|systeme)\b",
+            r"\b(?:revela|revélame|revelame|muestra|muéstrame|muestrame|dime|imprime|repite|comparte|révèle|revele|révélez|revelez|montre|montrez|affiche|affichez|donne|donnez|répète|repete|répétez|repetez|dis|dites|revele|mostre|mostra|diga|imprima|repita|compartilhe)(?:-moi|-nous|me)?\b[^.\n]{0,40}(?:prompt|(?:tus|tu|vos|tes|ton|votre|suas|sua|seu|teu|tuas) (?:mensaje|indicaciones|instrucciones|invite|instructions|consignes|instruções|instrucoes|mensagem)) (?:del |de |du |do )?(?:sistema|système|systeme)\b",
         ),
         ("exfiltrate", 0.75, r"\b(?:verrate|zeige|zeig|gib|nenne|wiederhole|offenbare|enthülle|enthuelle|drucke)\b[^.\n]{0,40}(?:system-?prompt|systemanweisung|systemnachricht)"),
         ("exfiltrate", 0.75, r"\b(?:ujawnij|pokaż|pokaz|wyświetl|wyswietl|podaj|powiedz|wypisz|powtórz|powtorz|zdradź|zdradz)\b[^.\n]{0,40}(?:prompt\w* systemow|systemow\w* prompt|instrukcj\w* systemow|polecen\w* systemow)"),
