@@ -54,9 +54,8 @@ _KEY_WORDS = (
 # Phrases whose encoded forms trigger too (spaced out or in leetspeak, their words do).
 _KEY_PHRASES = ("you are now", "api key", "do anything now")
 _SEPARATORS = (" ", ".", "-", "_")
-_LEET = {
-    "a": "4@", "b": "8", "e": "3", "g": "9", "i": "1!|", "l": "1|", "o": "0", "s": "5$", "t": "7+",
-}  # fmt: skip
+# The common substitutions (the fold reads more: "|" for l, "+" for t).
+_LEET = {"a": "4@", "e": "3", "i": "1!", "l": "1", "o": "0", "s": "5$", "t": "7"}
 
 
 def _leet_forms(stem: str) -> set[str]:
@@ -86,7 +85,7 @@ def _triggers() -> tuple[str, ...]:
     for word in _KEY_WORDS:
         stem = word[:5]
         found.update(sep.join(stem) for sep in _SEPARATORS)
-        found.update(_leet_forms(word[:6]))
+        found.update(_leet_forms(word[:5]))
     for word in (*_KEY_WORDS, *_KEY_PHRASES):
         found.add(codecs.encode(word, "rot13"))
         for cased in (word, word.capitalize(), word.title(), word.upper()):
@@ -97,37 +96,47 @@ def _triggers() -> tuple[str, ...]:
 
 TRIGGERS = _triggers()
 
-# Byte classes of a non-ASCII text (continuation bytes dropped): a Latin letter "a", a
-# Cyrillic, Greek or Armenian lead byte "c", a combining mark "m", a lead byte of the
-# ranges with look-alike letters "x" (small capitals, full-width, mathematical, circled),
-# anything else a space.
+# A non-ASCII text's lead bytes, and the continuation bytes that say which block a
+# three- or four-byte character is in (80-9F, and B4 for small capitals): in English text
+# with a dash or an accent here and there, a few bytes per KB. (A deleted byte between
+# two kept ones makes a false neighbour now and then: a fold that finds nothing.)
+_KEPT = bytes(range(0x80, 0xA0)) + bytes(range(0xC0, 0x100)) + b"\xb4"
+_NOT_KEPT = bytes(b for b in range(256) if b not in _KEPT)
+# In those: IPA letters and small capitals (U+0250-02AF, U+1D00-1D2B), combining marks,
+# circled letters, mathematical letters. (Not the enclosed supplement's squared letters:
+# its block holds the emoji-like symbols of ordinary text too.)
+_LOOKALIKE_LEADS = re.compile(rb"[\xc9\xca\xcc\xcd]|\xe1\xb4|\xe2[\x92\x93]|\xf0\x9d")
+_CYRILLIC_GREEK_LEAD = re.compile(rb"[\xce-\xd6]")
+# Full-width Latin letters (not full-width punctuation, which Chinese and Japanese text
+# is full of), looked for in the text where a lead byte of their block is.
+_FULLWIDTH_LETTER = re.compile(rb"\xef(?:\xbc[\xa1-\xba]|\xbd[\x81-\x9a])")
+# Byte classes for the Cyrillic and Greek check: a Latin letter "a", a Cyrillic, Greek or
+# Armenian lead byte "c", anything else a space (continuation bytes dropped).
 _CLASSES = bytearray(b" " * 256)
 for _b in range(256):
     if chr(_b).isascii() and chr(_b).isalpha():
         _CLASSES[_b] = ord("a")
 for _b in range(0xCE, 0xD7):
     _CLASSES[_b] = ord("c")
-_CLASSES[0xCC] = _CLASSES[0xCD] = ord("m")
-for _b in (0xC9, 0xCA, 0xE1, 0xEF, 0xF0):
-    _CLASSES[_b] = ord("x")
 _CLASS_TABLE = bytes(_CLASSES)
 _CONTINUATION = bytes(range(0x80, 0xC0))
-# Where an "x" lead byte is one of the look-alike ranges: IPA and small capitals
-# (U+0250-02AF, U+1D00-1D2B), full-width Latin letters, mathematical letters, circled
-# and squared ones.
-_LOOKALIKE_BYTES = re.compile(
-    rb"[\xc9\xca]|\xe1\xb4|\xef\xbc[\xa1-\xba]|\xef\xbd[\x81-\x9a]|\xf0\x9d[\x90-\x9f]"
-    rb"|\xe2\x92[\xb6-\xbf]|\xe2\x93[\x80-\xa9]|\xf0\x9f\x84[\xb0-\xbf]|\xf0\x9f\x85"
-)
 
 
 def suspicious(data: bytes) -> bool:
     """Whether a non-ASCII text's UTF-8 holds look-alike letters (see the module
-    docstring): one translation and a few searches of its result."""
-    classes = data.translate(_CLASS_TABLE, _CONTINUATION)
-    if b"ac" in classes or b"ca" in classes or b"am" in classes:
+    docstring). One byte deletion leaves its lead bytes (a few per KB of English text),
+    which the regexes search; only text with Cyrillic or Greek letters, or full-width
+    characters, is searched whole, for a Latin letter beside a Cyrillic or Greek one in
+    a word, or for a full-width letter."""
+    leads = data.translate(None, _NOT_KEPT)
+    if _LOOKALIKE_LEADS.search(leads) is not None:
         return True
-    return b"x" in classes and _LOOKALIKE_BYTES.search(data) is not None
+    if b"\xef" in leads and _FULLWIDTH_LETTER.search(data) is not None:
+        return True
+    if _CYRILLIC_GREEK_LEAD.search(leads) is None:
+        return False
+    classes = data.translate(_CLASS_TABLE, _CONTINUATION)
+    return b"ac" in classes or b"ca" in classes
 
 
 # Look-alikes NFKC leaves alone: Cyrillic, Greek, Armenian, IPA and small capitals.
@@ -189,27 +198,35 @@ class Variant:
         return self.offsets[start], self.offsets[end - 1] + 1
 
 
+_NON_ASCII_RUN = re.compile(r"[^\x00-\x7f]+")
+
+
 def _unicode_fold(text: str, zero_width_as_space: bool) -> tuple[str, list[int]]:
+    """``text`` folded (see ``_fold_char``) and where each character came from. The ASCII
+    between non-ASCII runs is copied in slices: a page in English with a few look-alikes
+    costs a step per non-ASCII character, not per character."""
     out: list[str] = []
     offsets: list[int] = []
-    prev_latin = False
-    for i, c in enumerate(text):
-        if c.isascii():
-            out.append(c)
-            offsets.append(i)
-            prev_latin = c.isalpha()
-            continue
-        r = _fold_char(c)
-        if r == c and prev_latin and unicodedata.combining(c):
-            continue  # a diacritic stacked on a Latin letter ("i̴g̴n̴o̴r̴e̴")
-        if not r and zero_width_as_space and unicodedata.category(c) == "Cf":
-            r = " "
-        for ch in r:
-            out.append(ch)
-            offsets.append(i)
-        if r:
-            prev_latin = r[-1].isascii() and r[-1].isalpha()
-    offsets.append(len(text))
+    pos = 0
+    for m in _NON_ASCII_RUN.finditer(text):
+        a, b = m.span()
+        out.append(text[pos:a])
+        offsets.extend(range(pos, a))
+        prev_latin = a > 0 and text[a - 1].isalpha()  # (ASCII: the run starts after it)
+        for i in range(a, b):
+            c = text[i]
+            r = _fold_char(c)
+            if r == c and prev_latin and unicodedata.combining(c):
+                continue  # a diacritic stacked on a Latin letter ("i̴g̴n̴o̴r̴e̴")
+            if not r and zero_width_as_space and unicodedata.category(c) == "Cf":
+                r = " "
+            if r:
+                out.append(r)
+                offsets.extend([i] * len(r))
+                prev_latin = r[-1].isascii() and r[-1].isalpha()
+        pos = b
+    out.append(text[pos:])
+    offsets.extend(range(pos, len(text) + 1))
     return "".join(out), offsets
 
 

@@ -171,9 +171,6 @@ FAMILIES: tuple[Family, ...] = (
             "dimentic",
             "negeer",
             "vergeet",
-            # Polish: "zignoruj wszystkie poprzednie instrukcje", "pomiń swoje zasady"
-            *("zignoruj", "zapomnij", "pomiń", "pomin", "zlekceważ", "zlekcewaz", "nie zwracaj"),
-            *("desconsidere", "descarta", "desobedece", "ne tiens", "ne tenez"),
         ),
         220,
         (
@@ -204,26 +201,12 @@ FAMILIES: tuple[Family, ...] = (
         ),
         ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b"),
         ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b"),
-        # "disregard your rules" in Spanish, French, Portuguese: a possessive or "all" before
-        # the rules (not "olvida las reglas del juego" alone)
-        (
-            "override",
-            0.85,
-            rf"{_W}(?:ignora|olvida|omite|descarta|desobedece|ignore[zr]?|oublie[zr]?|ne (?:tiens|tenez) pas compte de|ignore|esqueça|esqueca|desconsidere)\b{_GAP}(?:tus|sus|todas (?:tus|las)|tes|vos|toutes (?:tes|vos|les)|suas|tuas|todas as)\b{_GAP}(?:reglas|normas|restricciones|directrices|règles|regles|restrictions|consignes|regras|restrições|restricoes|diretrizes)\b",
-        ),
-        (
-            "override",
-            0.9,
-            rf"{_W}(?:zignoruj|zapomnij|pomiń|pomin|zlekceważ|zlekcewaz|nie zwracaj uwagi)(?:cie)?\b{_GAP}(?:wszystk|poprzedn|wcześniejsz|wczesniejsz|powyższ|powyzsz|swoj|swoich|twoj|systemow|dotychczasow)\w*{_GAP}(?:instrukcj|polece|zasad|regu|wytyczn|ogranicze)\w*",
-        ),
         # The rules' nouns, or a stem of them: every match holds one.
         holds=(
             *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),
             *("context", "guardrail", "programming", "command", "consigne", "indicaci"),
             *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
             *("aanwijzing", "content", "text", "info", "data"),
-            *("regla", "norma", "restric", "directri", "règle", "regle", "regra", "diretri"),
-            *("instrukcj", "polece", "zasad", "regu", "wytyczn", "ogranicz"),
         ),
     ),
     _family(
@@ -264,6 +247,43 @@ FAMILIES: tuple[Family, ...] = (
         ("override", 0.9, r"(?:지시|지침|명령|규칙)[^.\n]{0,12}(?:무시|잊어)"),
         ("override", 0.9, r"تجاهل[^.\n]{0,30}(?:التعليمات|الأوامر|التوجيهات)"),
     ),
+    # Polish overrides start at their verb: "zignoruj wszystkie poprzednie instrukcje".
+    _starts(
+        ("zignoruj", "zapomnij", "pomiń", "pomin", "zlekceważ", "zlekcewaz", "nie zwracaj"),
+        220,
+        (
+            "override",
+            0.9,
+            rf"{_W}(?:zignoruj|zapomnij|pomiń|pomin|zlekceważ|zlekcewaz|nie zwracaj uwagi)(?:cie)?\b{_GAP}(?:wszystk|poprzedn|wcześniejsz|wczesniejsz|powyższ|powyzsz|swoj|swoich|twoj|systemow|dotychczasow)\w*{_GAP}(?:instrukcj|polece|zasad|regu|wytyczn|ogranicze)\w*",
+        ),
+    ),
+    # "disregard your rules" in Spanish, French, Portuguese, anchored on the possessive and
+    # its noun (never in English text): a possessive or "all" before the rules, not
+    # "olvida las reglas del juego".
+    _family(
+        tuple(
+            f"{det} {noun}"
+            for det, nouns in (
+                ("tus", ("reglas", "normas", "restricciones", "directrices")),
+                ("sus", ("reglas", "normas", "restricciones", "directrices")),
+                ("todas las", ("reglas", "normas", "restricciones", "directrices")),
+                ("tes", ("règles", "regles", "restrictions", "consignes")),
+                ("vos", ("règles", "regles", "restrictions", "consignes")),
+                ("toutes les", ("règles", "regles", "restrictions", "consignes")),
+                ("suas", ("regras", "restrições", "restricoes", "diretrizes")),
+                ("tuas", ("regras", "restrições", "restricoes", "diretrizes")),
+                ("todas as", ("regras", "restrições", "restricoes", "diretrizes")),
+            )
+            for noun in nouns
+        ),
+        80,
+        40,
+        (
+            "override",
+            0.85,
+            rf"{_W}(?:ignora|olvida|omite|descarta|desobedece|ignore[zr]?|oublie[zr]?|ne (?:tiens|tenez) pas compte de|ignore|esqueça|esqueca|desconsidere)\b{_GAP}(?:tus|sus|todas (?:tus|las)|tes|vos|toutes (?:tes|vos|les)|suas|tuas|todas as)\b{_GAP}(?:reglas|normas|restricciones|directrices|règles|regles|restrictions|consignes|regras|restrições|restricoes|diretrizes)\b",
+        ),
+    ),
     # Overrides in languages whose verb comes last (Hindi, Turkish, Japanese's kin), "you
     # are now unrestricted" and "reveal your system prompt" beyond English. Anchors are
     # the verbs or nouns that every match holds.
@@ -280,7 +300,7 @@ FAMILIES: tuple[Family, ...] = (
             *("artık sen", "artik sen", "sen artık", "sen artik", "bundan sonra sen"),
             # "you are now ..." and "reveal the system prompt" in the other languages
             *("ahora eres", "ahora tú eres", "ahora tu eres", "de ahora eres", "del sistema"),
-            *("prompt syst", "prompt del", "prompt de", "prompt do", "prompt du"),
+            *("prompt syst", "prompt del sistema", "prompt de sistema", "prompt do sistema"),
             *("de sistema", "maintenant", "désormais", "desormais", "dorénavant", "du système"),
             *("du systeme", "de système", "du bist jetzt", "du bist nun", "du bist ab", "system-prompt"),
             *("systemprompt", "systemanweisung", "você é", "voce é", "voce e", "do sistema"),

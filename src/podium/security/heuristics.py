@@ -384,8 +384,13 @@ def _screen_hidden(text: str, depth: int = 0) -> list[Finding]:
         for f in found:
             end = keep[f.end - 1] + 1 if f.end > f.start else keep[f.start]
             findings.append(Finding(f.rule, f.score, keep[f.start], end))
-    if zw and depth < _MAX_DEPTH and not any(f.rule == "override" for f in found or ()):
-        # Zero-width characters in place of spaces ("ignore\u200bprevious"): read as spaces.
+    if (
+        depth < _MAX_DEPTH
+        and any(0 < a < b < len(text) and text[a - 1].isalpha() and text[b].isalpha() for a, b in zw)  # noqa: E501
+        and not any(f.rule == "override" for f in found or ())
+    ):
+        # Zero-width characters between letters, perhaps in place of spaces
+        # ("ignore\u200bprevious"): the text is read again with them as spaces.
         findings = _with_variants(text, findings, unicode=True, anchored=False, depth=depth)
     return findings
 
