@@ -43,7 +43,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ("TRIGGERS", "Variant", "suspicious", "variants")
+__all__ = ("TRIGGERS", "Variant", "folded", "suspicious", "variants")
 
 # The rules' key words: their obfuscated forms are the trigger anchors.
 _KEY_WORDS = (
@@ -306,6 +306,12 @@ def _decoded(run: str) -> tuple[str, str] | None:
     if len(decoded) < 8 or printable < 0.9 * len(decoded) or not any(c.isalpha() for c in decoded):
         return None
     return decoded, form
+
+
+def folded(text: str) -> str:
+    """``text`` with look-alike letters read as Latin and invisible characters dropped
+    (the ``unicode`` form), for the learned model to score."""
+    return _unicode_fold(text, zero_width_as_space=False)[0]
 
 
 def variants(text: str, *, unicode: bool, anchored: bool) -> list[Variant]:

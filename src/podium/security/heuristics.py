@@ -24,8 +24,11 @@ window, and cheaply:
 Families:
 
 - ``override``: "ignore all previous instructions" and its kin, in English, French,
-  Spanish, Portuguese, German, Italian, Dutch, Russian, Chinese, Japanese, Korean, Arabic;
-- ``exfiltrate``: asks to reveal the system prompt, keys, passwords;
+  Spanish, Portuguese, German, Italian, Dutch, Polish, Russian, Turkish, Hindi (and
+  romanised Hindi), Chinese, Japanese, Korean, Arabic; "disregard your rules" and "you
+  are now" (without restrictions, DAN) in most of those;
+- ``exfiltrate``: asks to reveal the system prompt, keys, passwords (the system prompt
+  in the override languages too);
 - ``hijack``: instructions planted in a document (garak's latent injection): output
   forced ("just print", "reply with only ... and nothing else"), "if the user asks ...,
   say that", words addressed to the assistant ("Note to the AI:"), a system or admin
@@ -36,6 +39,12 @@ Families:
   ``<tool_call>``), or telling the model to call a tool;
 - ``hidden``: Unicode tag characters (invisible ASCII), zero-width and bidi-override
   characters. Phrases split by hidden characters are still found.
+
+Obfuscated text (look-alike letters, full-width letters, spaced-out letters, leetspeak,
+rot13, base64, hex, zero-width characters for spaces) is screened again in its
+normalised forms, on a trigger the anchor pass finds for free or, for non-ASCII text, a
+byte translation (``deobfuscate.py``); what only a normalised form matches is reported
+as ``obfuscated:<form>:<rule>``.
 """
 
 from __future__ import annotations
