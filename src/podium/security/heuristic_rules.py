@@ -213,6 +213,8 @@ FAMILIES: tuple[Family, ...] = (
         # Bytes are lowered as ASCII only: Cyrillic anchors come in their usual cases.
         (
             "игнор",
+            *("не обращай", "Не обращай", "НЕ ОБРАЩАЙ", "отбрось", "Отбрось", "пренебреги"),
+            "Пренебреги",
             "Игнор",
             "ИГНОР",
             "забуд",
@@ -235,7 +237,7 @@ FAMILIES: tuple[Family, ...] = (
         (
             "override",
             0.9,
-            r"(?:игнорируй|игнорируйте|игнорировать|забудь|забудьте)[^.\n]{0,40}(?:инструкци|указани|правил)",
+            r"(?:игнорируй|игнорируйте|игнорировать|забудь|забудьте|не обращай(?:те)? внимания на|отбрось|отбросьте|пренебреги|пренебрегите)[^.\n]{0,40}(?:инструкци|указани|правил|ограничени)",
         ),
         (
             "override",
@@ -245,7 +247,7 @@ FAMILIES: tuple[Family, ...] = (
         ),
         ("override", 0.9, r"(?:指示|命令|プロンプト|ルール)[^。\n]{0,12}(?:無視|忘れ)"),
         ("override", 0.9, r"(?:지시|지침|명령|규칙)[^.\n]{0,12}(?:무시|잊어)"),
-        ("override", 0.9, r"تجاهل[^.\n]{0,30}(?:التعليمات|الأوامر|التوجيهات)"),
+        ("override", 0.9, r"تجاهل[^.\n]{0,30}(?:التعليمات|الأوامر|التوجيهات|القواعد|تعليماتك|قواعدك|أوامرك)"),
     ),
     # Polish overrides start at their verb: "zignoruj wszystkie poprzednie instrukcje".
     _starts(
@@ -290,7 +292,8 @@ FAMILIES: tuple[Family, ...] = (
     _family(
         (
             # Hindi: "पिछले सभी निर्देशों को अनदेखा करें", and its romanised form
-            *("अनदेखा", "नज़रअंदाज़", "नज़रअंदाज़", "नजरअंदाज", "भूल जा", "उपेक्षा", "अवहेलना"),
+            *("अनदेखा", "अनदेखी", "नज़रअंदाज़", "नज़रअंदाज़", "नजरअंदाज", "भूल जा", "उपेक्षा"),
+            *("अवहेलना", "ध्यान न", "ध्यान मत", "तुम अब", "आप अब"),
             *("मत मान", "ignore kar", "ignore kr", "bhool ja", "bhul ja", "nazarandaz"),
             *("अब तुम", "अब आप", "अब से तुम", "अब से आप", "सिस्टम प्रॉम्प्ट", "सिस्टम प्रोम्प्ट"),
             "सिस्टम निर्देश",
@@ -302,7 +305,7 @@ FAMILIES: tuple[Family, ...] = (
             *("ahora eres", "ahora tú eres", "ahora tu eres", "de ahora eres", "del sistema"),
             *("prompt syst", "prompt del sistema", "prompt de sistema", "prompt do sistema"),
             *("de sistema", "maintenant", "désormais", "desormais", "dorénavant", "du système"),
-            *("du systeme", "de système", "du bist jetzt", "du bist nun", "du bist ab", "system-prompt"),
+            *("instructions syst", "consignes syst", "du systeme", "de système", "du bist jetzt", "du bist nun", "du bist ab", "system-prompt"),
             *("systemprompt", "systemanweisung", "você é", "voce é", "voce e", "do sistema"),
             *("jesteś", "jestes", "systemow", "теперь ты", "Теперь ты", "отныне ты", "Отныне ты"),
             *("системн", "Системн", "你现在是", "现在你是", "开始你是", "起你是", "系统提示", "系統提示", "系统指令"),
@@ -314,7 +317,7 @@ FAMILIES: tuple[Family, ...] = (
         (
             "override",
             0.9,
-            r"(?:पिछल|पहले|ऊपर|सभी|सारे|तमाम|अपने|सिस्टम)[^।\n]{0,40}(?:निर्देश|नियम|आदेश|हिदायत|निर्देशों|नियमों)[^।\n]{0,20}(?:अनदेखा|नज़रअंदाज़|नज़रअंदाज़|नजरअंदाज|भूल जा|उपेक्षा|अवहेलना|मत मान)",
+            r"(?:पिछल|पहले|ऊपर|सभी|सारे|तमाम|अपने|सिस्टम)[^।\n]{0,40}(?:निर्देश|नियम|आदेश|हिदायत|निर्देशों|नियमों)[^।\n]{0,20}(?:अनदेखा|अनदेखी|नज़रअंदाज़|नज़रअंदाज़|नजरअंदाज|भूल जा|उपेक्षा|अवहेलना|मत मान|पर ध्यान (?:न|मत))",
         ),
         (
             "override",
@@ -331,7 +334,7 @@ FAMILIES: tuple[Family, ...] = (
         (
             "override",
             0.8,
-            r"(?:(?:ahora|a partir de ahora|desde ahora),? (?:tú |tu )?eres|(?:tu es|vous êtes|vous etes) (?:maintenant|désormais|desormais|dorénavant|dorenavant)|du bist (?:jetzt|nun|ab jetzt|ab sofort)|(?:agora|a partir de agora|de agora em diante),? (?:você é|voce é|voce e|tu és|tu es)|(?:teraz|od teraz|od tej chwili) (?:jesteś|jestes)|(?:теперь|отныне) ты|(?:artık|artik|bundan sonra) sen|sen (?:artık|artik)|अब (?:से )?(?:तुम|आप))[^.\n。।]{0,40}?(?:sin (?:restricciones|filtros|censura|límites|limites|reglas)|sans (?:restrictions?|filtres?|censure|limites?|règles|regles)|ohne (?:einschränkungen|einschraenkungen|filter|zensur|regeln|grenzen)|uneingeschränkt|sem (?:restrições|restricoes|filtros|censura|limites|regras)|bez (?:ograniczeń|ograniczen|filtrów|filtrow|cenzury|zasad)|nieograniczon|без (?:ограничений|цензуры|фильтров|правил)|неограниченн|kısıtlamasız|kisitlamasiz|sınırsız|sinirsiz|filtresiz|sansürsüz|sansursuz|kuralsız|kuralsiz|बिना (?:किसी )?(?:प्रतिबंध|रोक|सीमा|नियम|फ़िल्टर|फिल्टर)|\bdan\b|jailbroken|jailbreak)",
+            r"(?:(?:ahora|a partir de ahora|desde ahora),? (?:tú |tu )?eres|(?:tu es|vous êtes|vous etes) (?:maintenant|désormais|desormais|dorénavant|dorenavant)|du bist (?:jetzt|nun|ab jetzt|ab sofort)|(?:agora|a partir de agora|de agora em diante),? (?:você é|voce é|voce e|tu és|tu es)|(?:teraz|od teraz|od tej chwili) (?:jesteś|jestes)|(?:теперь|отныне) ты|(?:artık|artik|bundan sonra) sen|sen (?:artık|artik)|अब (?:से )?(?:तुम|आप)|(?:तुम|आप) अब)[^.\n。।]{0,40}?(?:sin (?:restricciones|filtros|censura|límites|limites|reglas)|sans (?:restrictions?|filtres?|censure|limites?|règles|regles)|ohne (?:einschränkungen|einschraenkungen|filter|zensur|regeln|grenzen)|uneingeschränkt|sem (?:restrições|restricoes|filtros|censura|limites|regras)|bez (?:ograniczeń|ograniczen|filtrów|filtrow|cenzury|zasad)|nieograniczon|без (?:ограничений|цензуры|фильтров|правил)|неограниченн|kısıtlamasız|kisitlamasiz|sınırsız|sinirsiz|filtresiz|sansürsüz|sansursuz|kuralsız|kuralsiz|बिना (?:किसी )?(?:प्रतिबंध|रोक|सीमा|नियम|फ़िल्टर|फिल्टर)|\bdan\b|jailbroken|jailbreak)",
         ),
         ("override", 0.8, r"(?:你现在是|现在你是|从现在(?:开始|起)你是)[^。\n]{0,12}(?:没有(?:任何)?限制|不受(?:任何)?(?:限制|约束)|无限制|dan|越狱)"),
         ("override", 0.8, r"(?:あなたは今から|今からあなたは|これからあなたは|あなたは今)[^。\n]{0,15}(?:制限のない|制限なし|制約のない|dan|脱獄)"),
