@@ -122,7 +122,24 @@ _CLASS_TABLE = bytes(_CLASSES)
 _CONTINUATION = bytes(range(0x80, 0xC0))
 
 
+# The last text asked about and the answer: the first pass asks twice of one text (for
+# the rules, then for the model), with the same bytes object. (Held, so no other object
+# can have its identity; threads at worst work it out again.)
+_last: tuple[bytes, bool] = (b"", False)
+
+
 def suspicious(data: bytes) -> bool:
+    """``_suspicious``, remembered for the last text."""
+    global _last
+    last = _last
+    if last[0] is data:
+        return last[1]
+    answer = _suspicious(data)
+    _last = (data, answer)
+    return answer
+
+
+def _suspicious(data: bytes) -> bool:
     """Whether a non-ASCII text's UTF-8 holds look-alike letters (see the module
     docstring). One byte deletion leaves its lead bytes (a few per KB of English text),
     which the regexes search; only text with Cyrillic or Greek letters, or full-width
