@@ -53,7 +53,7 @@ _KEY_WORDS = (
 )  # fmt: skip
 # Phrases whose encoded forms trigger too (spaced out or in leetspeak, their words do).
 _KEY_PHRASES = ("you are now", "api key", "do anything now")
-_SEPARATORS = (" ", ".", "-", "_")
+_SEPARATORS = (" ", ".", "-")
 # The common substitutions (the fold reads more: "|" for l, "+" for t).
 _LEET = {"a": "4@", "e": "3", "i": "1!", "l": "1", "o": "0", "s": "5$", "t": "7"}
 
@@ -88,7 +88,7 @@ def _triggers() -> tuple[str, ...]:
         found.update(_leet_forms(word[:5]))
     for word in (*_KEY_WORDS, *_KEY_PHRASES):
         found.add(codecs.encode(word, "rot13"))
-        for cased in (word, word.capitalize(), word.title(), word.upper()):
+        for cased in {word, word.capitalize(), word.title(), word.upper()}:
             found.update(_base64_forms(cased.encode()))
             found.add(cased.encode().hex())
     return tuple(sorted(found))
@@ -96,16 +96,16 @@ def _triggers() -> tuple[str, ...]:
 
 TRIGGERS = _triggers()
 
-# A non-ASCII text's lead bytes, and the continuation bytes that say which block a
-# three- or four-byte character is in (80-9F, and B4 for small capitals): in English text
-# with a dash or an accent here and there, a few bytes per KB. (A deleted byte between
-# two kept ones makes a false neighbour now and then: a fold that finds nothing.)
-_KEPT = bytes(range(0x80, 0xA0)) + bytes(range(0xC0, 0x100)) + b"\xb4"
+# The lead bytes of the blocks that hold look-alikes (IPA and small capitals, combining
+# marks, Greek, Cyrillic, Armenian, small capitals again, full-width forms, mathematical
+# letters) and the continuation bytes that pick the small capitals and mathematical
+# letters out of theirs: English text with a dash, a quote or an accent holds none, and
+# one byte deletion says so. (A deleted byte between two kept ones makes a false
+# neighbour now and then: a fold that finds nothing. Circled letters, in the block of
+# arrows and dashes, are folded but do not trigger.)
+_KEPT = bytes([0xC9, 0xCA, *range(0xCC, 0xD7), 0xE1, 0xEF, 0xF0, 0xB4, 0x9D])
 _NOT_KEPT = bytes(b for b in range(256) if b not in _KEPT)
-# In those: IPA letters and small capitals (U+0250-02AF, U+1D00-1D2B), combining marks,
-# circled letters, mathematical letters. (Not the enclosed supplement's squared letters:
-# its block holds the emoji-like symbols of ordinary text too.)
-_LOOKALIKE_LEADS = re.compile(rb"[\xc9\xca\xcc\xcd]|\xe1\xb4|\xe2[\x92\x93]|\xf0\x9d")
+_LOOKALIKE_LEADS = re.compile(rb"[\xc9\xca\xcc\xcd]|\xe1\xb4|\xf0\x9d")
 _CYRILLIC_GREEK_LEAD = re.compile(rb"[\xce-\xd6]")
 # Full-width Latin letters (not full-width punctuation, which Chinese and Japanese text
 # is full of), looked for in the text where a lead byte of their block is.
@@ -146,6 +146,8 @@ def _suspicious(data: bytes) -> bool:
     characters, is searched whole, for a Latin letter beside a Cyrillic or Greek one in
     a word, or for a full-width letter."""
     leads = data.translate(None, _NOT_KEPT)
+    if not leads:  # (most non-ASCII text: accents, dashes, quotes, CJK)
+        return False
     if _LOOKALIKE_LEADS.search(leads) is not None:
         return True
     if b"\xef" in leads and _FULLWIDTH_LETTER.search(data) is not None:
