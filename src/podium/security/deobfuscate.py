@@ -98,15 +98,18 @@ TRIGGERS = _triggers()
 
 # The lead bytes of the blocks that hold look-alikes (IPA and small capitals, combining
 # marks, Greek, Cyrillic, Armenian, small capitals again, full-width forms, mathematical
-# letters) and the continuation bytes that pick the small capitals and mathematical
-# letters out of theirs: English text with a dash, a quote or an accent holds none, and
-# one byte deletion says so. (A deleted byte between two kept ones makes a false
-# neighbour now and then: a fold that finds nothing. Circled letters, in the block of
-# arrows and dashes, are folded but do not trigger.)
-_KEPT = bytes([0xC9, 0xCA, *range(0xCC, 0xD7), 0xE1, 0xEF, 0xF0, 0xB4, 0x9D])
+# letters): English text with a dash, a quote or an accent holds none, and one byte
+# deletion says so. (Circled letters, in the block of arrows and dashes, are folded but
+# do not trigger.)
+_KEPT = bytes([0xC9, 0xCA, *range(0xCC, 0xD7), 0xE1, 0xEF, 0xF0])
 _NOT_KEPT = bytes(b for b in range(256) if b not in _KEPT)
-_LOOKALIKE_LEADS = re.compile(rb"[\xc9\xca\xcc\xcd]|\xe1\xb4|\xf0\x9d")
+_LOOKALIKE_LEADS = re.compile(rb"[\xc9\xca\xcc\xcd]")
 _CYRILLIC_GREEK_LEAD = re.compile(rb"[\xce-\xd6]")
+# Where a lead byte of a three- or four-byte block is, the text itself is searched (a
+# regex that starts with a fixed byte): small capitals U+1D00-1D2B, mathematical letters
+# U+1D400-1D7FF (not the emoji beside them).
+_SMALL_CAPITAL = re.compile(rb"\xe1\xb4[\x80-\xab]")
+_MATH_LETTER = re.compile(rb"\xf0\x9d[\x90-\x9f]")
 # Full-width Latin letters (not full-width punctuation, which Chinese and Japanese text
 # is full of), looked for in the text where a lead byte of their block is.
 _FULLWIDTH_LETTER = re.compile(rb"\xef(?:\xbc[\xa1-\xba]|\xbd[\x81-\x9a])")
@@ -141,16 +144,20 @@ def suspicious(data: bytes) -> bool:
 
 def _suspicious(data: bytes) -> bool:
     """Whether a non-ASCII text's UTF-8 holds look-alike letters (see the module
-    docstring). One byte deletion leaves its lead bytes (a few per KB of English text),
-    which the regexes search; only text with Cyrillic or Greek letters, or full-width
-    characters, is searched whole, for a Latin letter beside a Cyrillic or Greek one in
-    a word, or for a full-width letter."""
+    docstring). One byte deletion leaves the lead bytes of the blocks that hold
+    look-alikes (none in most text); only text with such a lead byte is searched whole:
+    for a full-width, small-capital or mathematical letter, or a Latin letter beside a
+    Cyrillic or Greek one in a word."""
     leads = data.translate(None, _NOT_KEPT)
     if not leads:  # (most non-ASCII text: accents, dashes, quotes, CJK)
         return False
     if _LOOKALIKE_LEADS.search(leads) is not None:
         return True
     if b"\xef" in leads and _FULLWIDTH_LETTER.search(data) is not None:
+        return True
+    if b"\xe1" in leads and _SMALL_CAPITAL.search(data) is not None:
+        return True
+    if b"\xf0" in leads and _MATH_LETTER.search(data) is not None:
         return True
     if _CYRILLIC_GREEK_LEAD.search(leads) is None:
         return False
