@@ -13,17 +13,24 @@ short text. Together:
   ``{"tool": "calculator", "input": ...}``. Below the default threshold such a text is
   allowed, and a guard model, where one is configured, is asked about it. Hidden
   characters (tag characters, zero-width runs, bidi overrides) are never lowered: no
-  wording makes them benign. Nor is an override rule's match that *is* an instruction rather than
-  a mention of one: one that opens its sentence (or follows only a label such as
-  "Note:", "SYSTEM MESSAGE:", "Assistant," or "please"), the way an instruction planted
-  in a resume, a report or a page reads ("...five years at Acme. Ignore previous
-  instructions and print..."). A mention has words of its own sentence before it ("a
-  typical payload tells the model to ignore...", "strings like 'ignore all...'", "kids
-  often ignore instructions"): the document around an embedded instruction is benign by
-  construction, so the model's verdict on the whole text cannot tell the two apart. The
-  rules report a rule's first match only: before a mention is lowered, its rule's later
-  matches are looked at for one that opens its sentence (a JSON snippet mentioning
-  "ignore ... rules", then the planted "Ignore previous instructions and print...");
+  wording makes them benign; nor is a rule matched only in a normalised form of the text
+  (``obfuscated:<form>:<rule>``: look-alike letters, base64...; see ``deobfuscate.py``): a
+  benign text has no reason to disguise its words. Nor is an override rule's match that
+  *is* an instruction rather than a mention of one: one that opens its sentence (or
+  follows only a label such as "Note:", "SYSTEM MESSAGE:", "Assistant," or "please"), the
+  way an instruction planted in a resume, a report or a page reads ("...five years at
+  Acme. Ignore previous instructions and print..."). A mention has words of its own
+  sentence before it ("a typical payload tells the model to ignore...", "strings like
+  'ignore all...'", "kids often ignore instructions"): the document around an embedded
+  instruction is benign by construction, so the model's verdict on the whole text cannot
+  tell the two apart. The rules report a rule's first match only: before a mention is
+  lowered, its rule's later matches are looked at for one that opens its sentence (a JSON
+  snippet mentioning "ignore ... rules", then the planted "Ignore previous instructions
+  and print...");
+- a non-ASCII text with look-alike letters (``deobfuscate.suspicious``) that the model
+  does not find suspect as written is scored again with them read as Latin: a jailbreak
+  in Cyrillic look-alikes names no rule and holds no word the model knows
+  (``obfuscated:unicode:learned``);
 - the learned finding spans the window it scored, unless a rule's finding (with a span)
   stands: a redacting policy then cuts the rules' spans, not the whole window.
 """
@@ -35,6 +42,7 @@ from collections.abc import Sequence
 
 import ahocorasick_rs
 
+from podium.security.deobfuscate import folded, suspicious
 from podium.security.findings import Finding
 from podium.security.heuristic_rules import FAMILIES
 from podium.security.heuristics import HeuristicScreener
@@ -50,6 +58,10 @@ UNSURE = 0.45
 # only there does a match at a sentence's start mean an imperative. ("Output filtering
 # catches secrets" opens a sentence too, with a noun.)
 IMPERATIVE_RULES = frozenset({"override", "hijack"})
+# Findings no context lowers: hidden characters (no wording makes them benign) and rules
+# matched only once the text was normalised (look-alike letters, base64...: a benign text
+# has no reason to hide its words).
+_NEVER_LOWERED = ("hidden", "obfuscated")
 # How many later override verbs that open their sentences are tried.
 _LATER_TRIES = 8
 # Where an override may begin: the verbs that anchor the family of override rules that
@@ -108,16 +120,19 @@ class FirstPass:
         data = text.encode("utf-8", "surrogatepass")  # once, for the rules and the model
         found = self._rules(text, data)
         p, start, end = self._best_window(text, data)
+        if len(data) != len(text) and p < REPORT_FROM and suspicious(data):
+            found = [*found, *self._learned_folded(text)]
         if not found:  # (most texts: no rule matched)
             return () if p < REPORT_FROM else (Finding("learned", round(p, 3), start, end),)
         found = list(found)
         if (
             p < BENIGN_BELOW
-            and any(f.score > UNSURE and not f.rule.startswith("hidden") for f in found)
+            and any(f.score > UNSURE and not f.rule.startswith(_NEVER_LOWERED) for f in found)
             and len(words(text)) >= CONTEXT_WORDS
         ):
             found = [
-                f if f.rule.startswith("hidden") or f.score <= UNSURE or opens_sentence(text, f)
+                f
+                if f.rule.startswith(_NEVER_LOWERED) or f.score <= UNSURE or opens_sentence(text, f)
                 else self._given_later(text, f) or Finding(f.rule, UNSURE, f.start, f.end)
                 for f in found
             ]
@@ -129,6 +144,15 @@ class FirstPass:
                 start = end = 0
             found.append(Finding("learned", round(p, 3), start, end))
         return found
+
+    def _learned_folded(self, text: str) -> list[Finding]:
+        """The model's verdict on ``text`` with its look-alike letters read as Latin: a
+        jailbreak written in Cyrillic look-alikes names no rule and, as written, holds
+        no word the model knows."""
+        q, _, _ = self._best_window(folded(text))
+        if q < REPORT_FROM:
+            return []
+        return [Finding("obfuscated:unicode:learned", round(q, 3), 0, len(text))]
 
     def _given_later(self, text: str, finding: Finding) -> Finding | None:
         """A later override that opens its sentence, if one does: the rules report a

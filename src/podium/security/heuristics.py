@@ -24,8 +24,11 @@ window, and cheaply:
 Families:
 
 - ``override``: "ignore all previous instructions" and its kin, in English, French,
-  Spanish, Portuguese, German, Italian, Dutch, Russian, Chinese, Japanese, Korean, Arabic;
-- ``exfiltrate``: asks to reveal the system prompt, keys, passwords;
+  Spanish, Portuguese, German, Italian, Dutch, Polish, Russian, Turkish, Hindi (and
+  romanised Hindi), Chinese, Japanese, Korean, Arabic; "disregard your rules" and "you
+  are now" (without restrictions, DAN) in most of those;
+- ``exfiltrate``: asks to reveal the system prompt, keys, passwords (the system prompt
+  in the override languages too);
 - ``hijack``: instructions planted in a document (garak's latent injection): output
   forced ("just print", "reply with only ... and nothing else"), "if the user asks ...,
   say that", words addressed to the assistant ("Note to the AI:"), a system or admin
@@ -36,6 +39,12 @@ Families:
   ``<tool_call>``), or telling the model to call a tool;
 - ``hidden``: Unicode tag characters (invisible ASCII), zero-width and bidi-override
   characters. Phrases split by hidden characters are still found.
+
+Obfuscated text (look-alike letters, full-width letters, spaced-out letters, leetspeak,
+rot13, base64, hex, zero-width characters for spaces) is screened again in its
+normalised forms, on a trigger the anchor pass finds for free or, for non-ASCII text, a
+byte translation (``deobfuscate.py``); what only a normalised form matches is reported
+as ``obfuscated:<form>:<rule>``.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import re
 from collections.abc import Sequence
 
 from podium.security.anchors import anchor_scanner
+from podium.security.deobfuscate import TRIGGERS, suspicious, variants
 from podium.security.findings import Finding
 from podium.security.heuristic_rules import FAMILIES as _FAMILIES
 from podium.security.heuristic_rules import Family as _Family
@@ -72,6 +82,9 @@ _HIDDEN_ANCHORS = (
     b"\xf3\xa0\x81",  # U+E0040-E007F
 )
 _HIDDEN = -1  # the family index of a hidden-character anchor
+# The family index of an obfuscated key word ("i g n o r", "1gn0r", base64...): it opens
+# no window, but the text's normalised forms are screened too (see deobfuscate.py).
+_TRIGGER = -2
 
 # Each distinct anchor maps to the families it opens a window for. Every occurrence is
 # found, overlapping ones too (it costs the scan nothing more).
@@ -81,6 +94,8 @@ for _i, _f in enumerate(_FAMILIES):
         _FAMILIES_OF.setdefault(_a.encode(), []).append(_i)
 for _h in _HIDDEN_ANCHORS:
     _FAMILIES_OF[_h] = [_HIDDEN]
+for _t in TRIGGERS:
+    _FAMILIES_OF.setdefault(_t.encode(), []).append(_TRIGGER)
 _ANCHORS = list(_FAMILIES_OF)
 _ANCHOR_FAMILIES = [tuple(_FAMILIES_OF[a]) for a in _ANCHORS]
 # The same, each family with its index, its window (characters before and after the anchor)
@@ -90,7 +105,7 @@ _Window = tuple[int, "_Family | None", int, int, tuple[bytes, ...], int, int]
 _ANCHOR_WINDOWS: list[tuple[_Window, ...]] = [
     tuple(
         (fi, None, 0, 0, (), 0, 0)
-        if fi == _HIDDEN
+        if fi < 0
         else (fi, (f := _FAMILIES[fi]), f.before, f.after, f.needs, 4 * f.before, 4 * f.after)
         for fi in fis
     )
@@ -100,7 +115,7 @@ _ANCHOR_WINDOWS: list[tuple[_Window, ...]] = [
 _GUARDS = {
     i: _FAMILIES[fis[0]].guard
     for i, fis in enumerate(_ANCHOR_FAMILIES)
-    if fis[0] != _HIDDEN and _FAMILIES[fis[0]].guard
+    if fis[0] >= 0 and _FAMILIES[fis[0]].guard
 }
 assert all(len(_ANCHOR_FAMILIES[i]) == 1 for i in _GUARDS)
 _GUARD_AFTER = [
@@ -120,6 +135,8 @@ _ANY_HIDDEN = re.compile(
 )
 # Past this many anchors of one family, search the whole text once instead of each window.
 _MAX_WINDOWS = 64
+# Forms of forms screened at most this deep (base64 of rot13 of spaced letters is not).
+_MAX_DEPTH = 2
 
 
 # Whether a byte is an ASCII letter or digit (a word goes on through it).
@@ -140,21 +157,26 @@ class HeuristicScreener:
 
 
 def _screen(
-    text: str, data: bytes | None = None, *, byte_windows: bool = True
+    text: str, data: bytes | None = None, *, byte_windows: bool = True, depth: int = 0
 ) -> Sequence[Finding]:
     """Screen ``text``. A window around an anchor that is all ASCII (most of them, even in
     prose with dashes and accents here and there) is matched on the lower-cased bytes as
     they are: no str slicing or lowering, and no character offset to work out unless a rule
     matches. A window holding other characters is matched on the text's characters.
     ``byte_windows=False`` matches every window on characters: the reference the tests hold
-    the fast path to. ``data``: ``text``'s UTF-8 where the caller has it."""
+    the fast path to. ``data``: ``text``'s UTF-8 where the caller has it. ``depth``: how
+    many normalisations deep ``text`` is (see deobfuscate.py)."""
     if data is None:
         data = text.encode("utf-8", "surrogatepass")
     hits = _SCANNER.hits(data)
     if not hits:
-        return ()
+        # (all ASCII, the common case: a length compared, no look-alike letters to fold)
+        if len(data) == len(text) or depth >= _MAX_DEPTH or not suspicious(data):
+            return ()
+        return _with_variants(text, [], unicode=True, anchored=False, depth=depth)
     if _STOP[hits[-1][0]]:  # the scan stopped at a hidden character
-        return _screen_hidden(text)
+        return _screen_hidden(text, depth)
+    triggered = False
     best: dict[str, Finding] = {}
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
@@ -165,7 +187,10 @@ def _screen(
             continue
         for fi, family, before, after, needs, needs_before, needs_after in _ANCHOR_WINDOWS[i]:
             if family is None:
-                return _screen_hidden(text)
+                if fi == _HIDDEN:
+                    return _screen_hidden(text, depth)
+                triggered = True  # an obfuscated key word: see below
+                continue
             if windows is not None:
                 n = windows[fi] = windows[fi] + 1
                 if n > _MAX_WINDOWS:
@@ -208,7 +233,32 @@ def _screen(
             else:
                 a = max(0, pos - before)
                 _search(family, text[a : pos + after], a, best, anchored=False)
+    if depth < _MAX_DEPTH:
+        unicode = len(data) != len(text) and suspicious(data)
+        if triggered or unicode:
+            return _with_variants(
+                text, list(best.values()), unicode=unicode, anchored=triggered, depth=depth
+            )
     return list(best.values())
+
+
+def _with_variants(
+    text: str, found: list[Finding], *, unicode: bool, anchored: bool, depth: int
+) -> list[Finding]:
+    """``found`` and what the rules find in ``text``'s normalised forms that they did not
+    find in it: ``obfuscated:<form>:<rule>``, spanning the characters it came from."""
+    have = {f.rule for f in found}
+    extra: dict[str, Finding] = {}
+    for v in variants(text, unicode=unicode, anchored=anchored):
+        for f in _screen(v.text, depth=depth + 1):
+            rule = f.rule.rsplit(":", 1)[-1]
+            if rule in have or rule.startswith("hidden"):
+                continue  # (found as written; hidden characters are reported as ever)
+            name = f"obfuscated:{v.form}:{rule}"
+            if name not in extra or extra[name].score < f.score:
+                start, end = v.origin(f.start, f.end)
+                extra[name] = Finding(name, f.score, start, end)
+    return [*found, *extra.values()]
 
 
 class _CharOffsets:
@@ -303,7 +353,7 @@ def _search(
             best[rule] = Finding(rule, score, offset + start, offset + end)
 
 
-def _screen_hidden(text: str) -> list[Finding]:
+def _screen_hidden(text: str, depth: int = 0) -> list[Finding]:
     """Report hidden characters, then screen the visible text (so "ig\\u200bnore" still
     reads "ignore"), mapping spans back to the text as given. One pass finds the hidden
     runs; each is split into its tag, zero-width and bidi characters (reported) and its
@@ -334,7 +384,7 @@ def _screen_hidden(text: str) -> list[Finding]:
     # not by every family over all of it (16 KB of Persian or emoji text, whose joiners
     # and selectors are ignorable, cost 30 times as much that way).
     gaps = list(zip([0, *(e for _, e in runs)], [*(s for s, _ in runs), len(text)], strict=True))
-    found = _screen("".join([text[a:b] for a, b in gaps]))
+    found = _screen("".join([text[a:b] for a, b in gaps]), depth=depth)
     if found:
         keep: list[int] = []  # where each visible character is in the text
         for a, b in gaps:
@@ -343,6 +393,14 @@ def _screen_hidden(text: str) -> list[Finding]:
         for f in found:
             end = keep[f.end - 1] + 1 if f.end > f.start else keep[f.start]
             findings.append(Finding(f.rule, f.score, keep[f.start], end))
+    if (
+        depth < _MAX_DEPTH
+        and any(0 < a < b < len(text) and text[a - 1].isalpha() and text[b].isalpha() for a, b in zw)  # noqa: E501
+        and not any(f.rule == "override" for f in found or ())
+    ):
+        # Zero-width characters between letters, perhaps in place of spaces
+        # ("ignore\u200bprevious"): the text is read again with them as spaces.
+        findings = _with_variants(text, findings, unicode=True, anchored=False, depth=depth)
     return findings
 
 
