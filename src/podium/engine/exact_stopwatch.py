@@ -257,6 +257,15 @@ class Stopwatch(msgspec.Struct, gc=False):
         self.close_step(profile)
         return profile
 
+    def close_final(self, step: int, ttft_ns: int) -> StepProfile | None:
+        """:meth:`settle`, :meth:`snapshot` and :meth:`close_step` in one call: the final
+        step's profile, for a run whose store keeps its entries as given (its record and
+        journal show the profile filed after the write, figures exact)."""
+        self.settle()
+        profile = self.snapshot(step, 0, ttft_ns)
+        self.close_step(profile)
+        return profile
+
     def close_step(self, profile: StepProfile | None) -> None:
         """End the checkpoint phase, give ``profile`` the step's figures and file it in
         ``steps`` (unless it is there already: a final step's is filed before the run's
