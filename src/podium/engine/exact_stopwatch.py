@@ -101,7 +101,8 @@ class Stopwatch(msgspec.Struct, gc=False):
     Call :meth:`lap` at each phase end, :meth:`suspend`/:meth:`resume` around
     real waits, :meth:`snapshot` for the profile to journal, :meth:`close_step`
     after the checkpoint and :meth:`settle` before the run's final record is
-    written.
+    written (:meth:`close_new`, :meth:`close_final`: a step whose entry the store
+    keeps as given, profiled in one call after it was journaled).
 
     The step loop's fast lane does not call :meth:`lap`: it stamps each phase's end
     in the figures list, ``t[ENDS + phase] = sw.stamp()`` (one clock read, no call
