@@ -95,19 +95,23 @@ class RunLifecycle(Steps):
         """:meth:`create`; ``running``: the run starts now (:meth:`run`), so unless it
         waits for its thread's turn it is stored ``running`` at once (one write, not two)."""
         _check_run(agent, user_input, run_id, tenant, deadline_s)
+        now = time.time()
+        # Started at once unless it waits for its thread's turn: made so (a msgspec
+        # struct's attribute writes are slow ones).
+        started = running and thread_id is None
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
             scrub_input(agent, user_input),  # (stored, streamed and read without secrets)
+            status="running" if started else "queued",
             tenant=tenant,
             metadata=with_egress(metadata or {}, egress),
+            created_at=now,
+            started_at=now if started else None,
             deadline_s=deadline_s,
             thread_id=thread_id,
         )
         if thread_id is None:
-            if running:
-                record.status = "running"
-                record.started_at = record.created_at
             await self.store.create(record)
         else:
             await self.threads.create_run(record, create_thread=True)
@@ -185,17 +189,18 @@ class RunLifecycle(Steps):
         task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
-        if (created_running and agent.screening is None and record.thread_id is None
-                and not self._ended_outside):
-            # A fresh run stored `running` by run() itself, nothing to screen or wait for:
-            # no journal to read, no write, no await (so no cancel to catch on the way).
-            begun: RunState | RunRecord = self._fresh_state(agent, record, admit_ns)
-        else:
-            try:
+        begun: RunState | RunRecord
+        try:
+            if (created_running and agent.screening is None and record.thread_id is None
+                    and not self._ended_outside):
+                # A fresh run stored `running` by run() itself, nothing to screen or wait
+                # for: no journal to read, no write, no await (so no cancel to catch).
+                begun = self._fresh_state(agent, record, admit_ns)
+            else:
                 begun = await self._begin(agent, record, admit_ns, task, created_running)
-            except BaseException:
-                self._let_go(run_id, None)
-                raise
+        except BaseException:
+            self._let_go(run_id, None)
+            raise
         if not isinstance(begun, RunState):  # it ended before a step could run
             self._let_go(run_id, None)
             return begun
