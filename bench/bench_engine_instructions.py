@@ -10,6 +10,10 @@ step costs, start-up and imports cancelled out.
     python bench/bench_engine_instructions.py [--small 200] [--large 1200]
         [--loops hand,noprof,default,busy] [--cache]
 
+``function`` and ``simulated`` are the default loop driven by the models of
+``bench_engine_overhead.py --model function|simulated`` (a FunctionModel, the
+SimulatedModel's inlined fast path) instead of the ``podium bench`` counting model.
+
 Needs valgrind (``apt-get install valgrind``). The sampled profile takes the loop
 thread's CPU/running ratio as 1.0 within a 2 % tolerance, and scales every CPU figure
 by it outside; under valgrind the measured ratio depends on the machine's load, so the
@@ -57,6 +61,10 @@ async def _workload(loop: str, runs: int) -> None:
         return
     engine = Engine(profile=loop != "noprof")
     agent = overhead.podium_agent()
+    if loop in ("function", "simulated"):  # the overhead bench's models, profile on
+        import bench_engine_overhead
+
+        agent = bench_engine_overhead.podium_agent(model=loop)
     records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(runs)))
     assert all(r.steps == STEPS for r in records)
     await engine.aclose()

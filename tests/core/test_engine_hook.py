@@ -89,3 +89,23 @@ def test_combine_keeps_one_hook_as_it_is_and_none_as_none() -> None:
     on_step(_agent(), record, StepProfile(0, (), ()), record.usage, ())
     assert [e[0] for e in log if e[1] == "step"] == ["a", "c"]
     assert three.run_started(_agent(), RunRecord("run_2", "support", "none")) is None
+
+
+class _Broken:
+    """A hook with a bug: it raises as a run starts."""
+
+    def run_started(self, agent: Agent, record: RunRecord) -> StepHook | None:
+        raise RuntimeError("hook bug")
+
+    def run_finished(self, record: RunRecord) -> None:
+        pass
+
+
+async def test_a_run_whose_start_raises_is_not_left_registered() -> None:
+    """A fresh run's start (no journal read, no await) that raises lets go of the run's
+    task as a loaded run's start does: the engine drives nothing after it."""
+    async with Engine() as engine:
+        engine.hook = _Broken()
+        with pytest.raises(RuntimeError, match="hook bug"):
+            await engine.run(_agent(), "a b")
+        assert engine.active_runs == 0

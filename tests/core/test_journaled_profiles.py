@@ -65,7 +65,12 @@ async def test_each_step_is_journaled_with_its_profile(path: str, tmp_path: Path
     async with store, Engine(store, observers=observers) as engine:
         record = await engine.run(agent(path == "secret"), "go")
         entries = [e for _, e in await store.journal(record.run_id)]
+        stored = await store.get(record.run_id)
     assert record.status == "completed" and record.profile is not None
+    # The stored record has the answer's step too (on a store that keeps entries it is
+    # filed just after the write).
+    assert stored is not None and stored.profile is not None
+    assert [p.step for p in stored.profile.steps] == [0, 1, 2, 3]
     closed = record.profile.steps
     journaled = [e.profile for e in entries if isinstance(e, StepRecord)]
     assert [p.step for p in closed] == [0, 1, 2, 3]

@@ -523,6 +523,52 @@ def test_a_step_journaled_first_and_profiled_as_it_closes_gets_the_same_figures(
 
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
+@pytest.mark.parametrize("ratio", [1.0, 0.75])
+@pytest.mark.parametrize("waits", [False, True])
+def test_a_final_step_closed_in_one_call_gets_the_figures_of_settle_snapshot_and_close(
+    kind: type[Stopwatch], ratio: float, waits: bool, clocks: FakeClocks,
+    calibration: sampled_stopwatch._Calibration,
+) -> None:
+    """close_final() (the answer's step, journaled with the run's end by a store that keeps
+    it, then profiled) gives what settle() and snapshot() before the write and close_step()
+    after it give: after a step of the fast lane, for an answer in one slice or one whose
+    model waited, on a thread the OS preempts or not."""
+    calibration.set(ratio, sampled_stopwatch.SAMPLED_TOLERANCE)
+
+    def run(one_call: bool) -> tuple[list[Any], int, list[int]]:
+        sw = kind.start(clocks.thread)
+        for phase, ns in enumerate((10, 20, 30, 40, 50)):  # a tool step first
+            clocks.advance(ns)
+            sw.t[ENDS + phase] = clocks.perf()
+        clocks.advance(7)
+        sw.close_new(0, 1, 0)
+        for phase, ns in enumerate((11, 21, 31)):  # the answer: assembled, answered, parsed
+            clocks.advance(ns)
+            if waits and phase == 1:
+                wait(clocks, sw, 1, 100)
+            sw.t[ENDS + phase] = clocks.perf()
+        if one_call:
+            clocks.advance(9)  # the write
+            profile = sw.close_final(1, 5)
+        else:
+            sw.settle()
+            profile = sw.snapshot(1, 0, 5)
+            assert profile is not None
+            sw.steps.append(profile)
+            clocks.advance(9)
+            sw.close_step(profile)
+        assert profile is not None and profile.tool_calls == 0 and profile.ttft_ns == 5
+        sw.finish()
+        return [(p.wall_ns, p.cpu_ns) for p in sw.steps], sw.model_ns, [p.step for p in sw.steps]
+
+    first = run(one_call=False)
+    assert run(one_call=True) == first
+    assert first[2] == [0, 1]  # each filed once
+    if not waits:
+        assert first[0][1][0] == (11, 21, 31, 0, 0, 9)
+
+
+@pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
 def test_a_carried_step_and_a_long_span_after_it_book_no_negative_cpu(
     kind: type[Stopwatch], clocks: FakeClocks
 ) -> None:

@@ -101,7 +101,8 @@ class Stopwatch(msgspec.Struct, gc=False):
     Call :meth:`lap` at each phase end, :meth:`suspend`/:meth:`resume` around
     real waits, :meth:`snapshot` for the profile to journal, :meth:`close_step`
     after the checkpoint and :meth:`settle` before the run's final record is
-    written.
+    written (:meth:`close_new`, :meth:`close_final`: a step whose entry the store
+    keeps as given, profiled in one call after it was journaled).
 
     The step loop's fast lane does not call :meth:`lap`: it stamps each phase's end
     in the figures list, ``t[ENDS + phase] = sw.stamp()`` (one clock read, no call
@@ -254,6 +255,15 @@ class Stopwatch(msgspec.Struct, gc=False):
         """End the checkpoint phase and make the step's profile, filed in ``steps``: for a
         step journaled without one, whose entry the store keeps (it is given this one)."""
         profile = self.snapshot(step, tool_calls, ttft_ns)
+        self.close_step(profile)
+        return profile
+
+    def close_final(self, step: int, ttft_ns: int) -> StepProfile | None:
+        """:meth:`settle`, :meth:`snapshot` and :meth:`close_step` in one call: the final
+        step's profile, for a run whose store keeps its entries as given (its record and
+        journal show the profile filed after the write, figures exact)."""
+        self.settle()
+        profile = self.snapshot(step, 0, ttft_ns)
         self.close_step(profile)
         return profile
 

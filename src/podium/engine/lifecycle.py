@@ -16,7 +16,7 @@ from podium.agent import Agent, positive_seconds
 from podium.engine.base import End, blocked
 from podium.engine.children import attach
 from podium.engine.handoff import adopt
-from podium.engine.records import RunRecord
+from podium.engine.records import JournalEntry, RunRecord
 from podium.engine.replay import RunState, replay
 from podium.engine.runids import new_run_id
 from podium.engine.steps import Steps
@@ -95,19 +95,23 @@ class RunLifecycle(Steps):
         """:meth:`create`; ``running``: the run starts now (:meth:`run`), so unless it
         waits for its thread's turn it is stored ``running`` at once (one write, not two)."""
         _check_run(agent, user_input, run_id, tenant, deadline_s)
+        now = time.time()
+        # Started at once unless it waits for its thread's turn: made so (a msgspec
+        # struct's attribute writes are slow ones).
+        started = running and thread_id is None
         record = RunRecord(
             run_id or new_run_id(),
             agent.name,
             scrub_input(agent, user_input),  # (stored, streamed and read without secrets)
+            status="running" if started else "queued",
             tenant=tenant,
             metadata=with_egress(metadata or {}, egress),
+            created_at=now,
+            started_at=now if started else None,
             deadline_s=deadline_s,
             thread_id=thread_id,
         )
         if thread_id is None:
-            if running:
-                record.status = "running"
-                record.started_at = record.created_at
             await self.store.create(record)
         else:
             await self.threads.create_run(record, create_thread=True)
@@ -185,8 +189,15 @@ class RunLifecycle(Steps):
         task = asyncio.current_task(self._running_loop())
         if task is not None:
             self._tasks[run_id] = task
+        begun: RunState | RunRecord
         try:
-            begun = await self._begin(agent, record, admit_ns, task, created_running)
+            if (created_running and agent.screening is None and record.thread_id is None
+                    and not self._ended_outside):
+                # A fresh run stored `running` by run() itself, nothing to screen or wait
+                # for: no journal to read, no write, no await (so no cancel to catch).
+                begun = self._fresh_state(agent, record, admit_ns)
+            else:
+                begun = await self._begin(agent, record, admit_ns, task, created_running)
         except BaseException:
             self._let_go(run_id, None)
             raise
@@ -350,18 +361,7 @@ class RunLifecycle(Steps):
             screened = await agent.screening.screen_input(record)  # may rewrite the input
             if screened is not None:
                 await self.store.append(record.run_id, (screened,))
-        state = replay(agent, record, entries, history)
-        # (the secrets of every agent it may hand off to; the values this run meets)
-        redactor = redactor_for(agent)
-        state.redact = None if redactor is None else redactor.for_run()
-        state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
-        state.profile.admit_ns = admit_ns
-        # A run on the plain path (one side-effect-free call a step, nothing to screen or
-        # narrow) takes the step's fast lane; its agent's screening or a tenant's allow-list
-        # sends it down the general one. (A hand-off adopts its target's, see attach.)
-        adopt(state, agent)
-        if agent.multi_agent:  # agent tools or hand-offs: set up once, here
-            attach(self, agent, state, entries)
+        state = self._prepared(agent, replay(agent, record, entries, history), admit_ns, entries)
         if screened is not None and screened.verdict.action in ("flag", "redact"):
             remember_flagged(state, record.input)
         if (
@@ -386,4 +386,31 @@ class RunLifecycle(Steps):
             await self._fit_history(agent, state)
         if self.hook is not None:  # what it hears at each step of this drive (or nothing)
             state.on_step = self.hook.run_started(agent, record)
+        return state
+
+    def _fresh_state(self, agent: Agent, record: RunRecord, admit_ns: int) -> RunState:
+        """:meth:`_load` of a run :meth:`run` just stored ``running``, off a thread and with
+        nothing to screen: its state from no journal, nothing to write."""
+        state = self._prepared(agent, replay(agent, record, []), admit_ns, [])
+        if self.hook is not None:  # what it hears at each step of this drive (or nothing)
+            state.on_step = self.hook.run_started(agent, record)
+        return state
+
+    def _prepared(
+        self, agent: Agent, state: RunState, admit_ns: int, entries: list[JournalEntry]
+    ) -> RunState:
+        """A replayed state made ready to drive: its redactor, its tenant's tools, its
+        admission time, its lane, its agent tools and hand-offs."""
+        # (the secrets of every agent it may hand off to; the values this run meets)
+        redactor = redactor_for(agent)
+        state.redact = None if redactor is None else redactor.for_run()
+        record = state.record
+        state.allowed_tools = allowed_tools(record.metadata) if record.metadata else None
+        state.profile.admit_ns = admit_ns
+        # A run on the plain path (one side-effect-free call a step, nothing to screen or
+        # narrow) takes the step's fast lane; its agent's screening or a tenant's allow-list
+        # sends it down the general one. (A hand-off adopts its target's, see attach.)
+        adopt(state, agent)
+        if agent.multi_agent:  # agent tools or hand-offs: set up once, here
+            attach(self, agent, state, entries)
         return state

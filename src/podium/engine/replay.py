@@ -84,10 +84,11 @@ class RunState(msgspec.Struct, gc=False):
     invalid_calls: int = 0
     #: Replies that failed the agent's output type (its ``output_retries`` budget).
     output_failures: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    requests: int = 0
+    #: The run's model calls' tokens so far: input, output, cached, requests. One tuple,
+    #: not four fields: a msgspec struct's attribute writes take Python's generic (slow)
+    #: path, one a step instead of four (a list's item writes would be faster, but a list
+    #: is one more object per run the collector scans; a tuple of ints it soon untracks).
+    tally: tuple[int, int, int, int] = (0, 0, 0, 0)
     profile: RunProfile = msgspec.field(default_factory=RunProfile)
     pending: PendingStep | None = None
     finished: RunFinished | None = None
@@ -104,15 +105,35 @@ class RunState(msgspec.Struct, gc=False):
     on_step: Any = None
 
     def add_usage(self, usage: Usage) -> None:
-        """Count a model call's tokens (plain ints: no object per step)."""
-        self.input_tokens += usage.input_tokens
-        self.output_tokens += usage.output_tokens
-        self.cached_tokens += usage.cached_tokens
-        self.requests += usage.requests
+        """Count a model call's tokens (read at once: a custom model's malformed usage
+        fails the step that returned it)."""
+        i, o, c, r = self.tally
+        self.tally = (
+            i + usage.input_tokens, o + usage.output_tokens, c + usage.cached_tokens,
+            r + usage.requests,
+        )
+
+    # The run's totals so far, as a hook reads them (see podium.engine.hook.TokenCounts).
+    @property
+    def input_tokens(self) -> int:
+        return self.tally[0]
+
+    @property
+    def output_tokens(self) -> int:
+        return self.tally[1]
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.tally[2]
+
+    @property
+    def requests(self) -> int:
+        return self.tally[3]
 
     @property
     def usage(self) -> Usage:
-        return Usage(self.input_tokens, self.output_tokens, self.cached_tokens, self.requests)
+        tally = self.tally
+        return Usage(tally[0], tally[1], tally[2], tally[3])
 
 
 def replay(

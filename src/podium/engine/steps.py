@@ -65,6 +65,46 @@ class Steps(Calls):
         ``output`` is a structured answer's JSON (else the answer is the reply's text)."""
         step = state.step
         state.step = step + 1
+        screening = agent.screening
+        if (self.store.keeps_entries and state.redact is None and not self.observers
+                and (screening is None or screening.outputs is None)):
+            # A store that keeps the entries as given (memory), nothing to screen: the step
+            # is journaled with the run's end, then its profile made, closed and given to
+            # the entry at once (one stopwatch call: the record and journal hold it).
+            final = self._apply_final(state, RunFinished(
+                time.time(), "completed", output=response.content if output is None else output,
+                structured=output is not None,
+            ))
+            entry = StepRecord(step, final.ts, message, (), response.usage, None)
+            self._tasks.pop(state.record.run_id, None)  # its end is decided: too late a cancel
+            if state.alarm is not None:  # and so is its deadline
+                state.alarm.disarm()
+            if not self.store.append_nowait(state.record.run_id, (entry, final),
+                                            record=state.record):
+                await self._append(state, (entry, final), sw, record=state.record)
+            entry.profile = profile = sw.close_final(step, ttft)
+        else:
+            profile = await self._final_written(agent, state, sw, message, response, step,
+                                                ttft, output)
+        on_step = state.on_step
+        if on_step is not None:
+            if profile is None:  # Engine(profile=False): the hook still hears of the step
+                profile = StepProfile(step, (), (), 0, ttft)
+            on_step(agent, state.record, profile, state, ())
+
+    async def _final_written(
+        self,
+        agent: Agent,
+        state: RunState,
+        sw: Stopwatch,
+        message: Message,
+        response: ModelResponse,
+        step: int,
+        ttft: int,
+        output: str | None,
+    ) -> StepProfile | None:
+        """:meth:`_final_step` for a store that copies or redacts, observers to show the
+        entries, or an answer to screen: the profile made before the write, closed after."""
         sw.settle()  # the record stored with the run's end carries exact figures
         profile = sw.snapshot(step, 0, ttft)
         if profile is not None:
@@ -108,11 +148,7 @@ class Steps(Calls):
         if waiting is not None:
             await waiting
         sw.close_step(profile)
-        on_step = state.on_step
-        if on_step is not None:
-            if profile is None:  # Engine(profile=False): the hook still hears of the step
-                profile = StepProfile(step, (), (), 0, ttft)
-            on_step(agent, state.record, profile, state, ())
+        return profile
 
     async def _output_step(
         self,

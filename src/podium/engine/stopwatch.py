@@ -102,6 +102,9 @@ class NoStopwatch(Stopwatch, gc=False):
     def close_new(self, step: int, tool_calls: int, ttft_ns: int) -> StepProfile | None:
         return None
 
+    def close_final(self, step: int, ttft_ns: int) -> StepProfile | None:
+        return None
+
     def settle(self) -> None:
         pass
 
