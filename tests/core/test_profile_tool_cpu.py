@@ -135,7 +135,12 @@ async def test_rendering_a_tools_value_to_text_is_cpu(clock: CpuClock) -> None:
     rendering = time.thread_time_ns() - start
     wall, cpu = await tools_phase([("big_table", {"rows": 20_000})], clock)
     assert wall >= 2 * MS  # (20,000 rows of 40 numbers take some rendering)
-    assert cpu >= 0.5 * rendering, f"{cpu / MS:.2f} ms of CPU for {rendering / MS:.2f} ms"
+    # Booked as waiting, the phase's CPU was ~0.01 ms. The sampled clock estimates CPU from
+    # running time and a CPU/running ratio taken on other slices; on a host with more
+    # runnable threads than cores that ratio can be half the rendering's own, so its bound
+    # is looser (a failure seen at load 4+ on 2 cores); the thread clock reads the CPU.
+    floor = 0.5 if clock == "thread" else 0.2
+    assert cpu >= floor * rendering, f"{cpu / MS:.2f} ms of CPU for {rendering / MS:.2f} ms"
 
 
 class SlowScreen(ScreeningPolicy):
