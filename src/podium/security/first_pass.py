@@ -37,16 +37,24 @@ short text. Together:
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import repeat
 
 import ahocorasick_rs
 
 from podium.security.deobfuscate import folded, suspicious
 from podium.security.findings import Finding
 from podium.security.heuristic_rules import FAMILIES
-from podium.security.heuristics import HeuristicScreener
-from podium.security.learned import MIN_WORDS, REPORT_FROM, LearnedScreener, words
+from podium.security.heuristics import HeuristicScreener, screen_encoded
+from podium.security.learned import (
+    FOLD,
+    MIN_WORDS,
+    REPORT_FROM,
+    WINDOW,
+    LearnedScreener,
+)
 
 __all__ = ("FirstPass", "opens_sentence")
 
@@ -89,7 +97,7 @@ def _verbs_after(text: str, start: int) -> list[tuple[int, int]]:
 # The start of a sentence, a line or a paragraph, or text after a tag or a closed
 # structure ("<p>", "}", "]"): where an imperative begins. (Not ":" or a quote:
 # '"snippet": "ignore customer..."' has the words of a field name before it.)
-_SENTENCE_START = re.compile(r"[.!?\n>}\]]")
+_SENTENCE_CHARS = ".!?\n>}]"
 # Words that may stand before a planted instruction in its own sentence: labels, address
 # to the assistant, politeness and urgency. Anything else before the match makes it a
 # mention.
@@ -112,14 +120,32 @@ class FirstPass:
     ) -> None:
         self.rules = rules or HeuristicScreener()
         self.learned = learned or LearnedScreener()
-        # Bound once: on a short text the lookups cost as much as the screening.
-        self._rules = self.rules.screen_encoded
+        # Bound once: on a short text the lookups cost as much as the screening. The
+        # screener's function itself where it is the built-in one (a call less).
+        self._rules: Callable[[str, bytes], Sequence[Finding]] = (
+            screen_encoded if type(self.rules) is HeuristicScreener else self.rules.screen_encoded
+        )
         self._best_window = self.learned.best_window
+        # A words-only model scores a text of one window here: the call to ``best_window``
+        # and its tuple cost a tenth of a short text's screening.
+        self._unigrams = self.learned.unigram_model()
 
     def screen(self, text: str) -> Sequence[Finding]:
         data = text.encode("utf-8", "surrogatepass")  # once, for the rules and the model
         found = self._rules(text, data)
-        p, start, end = self._best_window(text, data)
+        n = len(text)
+        unigrams = self._unigrams
+        w: list[bytes] | None = None  # the model's words, where it took them
+        if unigrams is None or n > WINDOW or not n:
+            p, start, end = self._best_window(text, data)
+        else:  # ``best_window`` inlined: one window, its whole text
+            start, end = 0, n
+            w = data.translate(FOLD).split()
+            if len(w) < MIN_WORDS:
+                p = 0.0
+            else:
+                z = unigrams[1] + sum(map(unigrams[0], set(w), repeat(0.0)))
+                p = 1.0 / (1.0 + math.exp(-z)) if z > -30 else 0.0
         if len(data) != len(text) and p < REPORT_FROM and suspicious(data):
             found = [*found, *self._learned_folded(text)]
         if not found:  # (most texts: no rule matched)
@@ -128,7 +154,7 @@ class FirstPass:
         if (
             p < BENIGN_BELOW
             and any(f.score > UNSURE and not f.rule.startswith(_NEVER_LOWERED) for f in found)
-            and len(words(text)) >= CONTEXT_WORDS
+            and len(data.translate(FOLD).split() if w is None else w) >= CONTEXT_WORDS
         ):
             found = [
                 f
@@ -201,8 +227,10 @@ def opens_sentence(text: str, finding: Finding) -> bool:
         return False
     # (200 characters back at most: a sentence start further away is not this sentence's)
     head = text[max(0, finding.start - 200) : finding.start]
-    starts = [m.end() for m in _SENTENCE_START.finditer(head)]
-    if not starts and finding.start > 200:
+    # (the last sentence start by a reverse find per character: a regex iterating over
+    # every one cost a mention's check 2 µs)
+    last = max(map(head.rfind, _SENTENCE_CHARS))
+    if last < 0 and finding.start > 200:
         return False
-    lead = head[starts[-1] if starts else 0 :].lower()
+    lead = head[last + 1 :].lower()
     return _LEAD.fullmatch(lead) is not None

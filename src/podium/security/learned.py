@@ -25,14 +25,14 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from itertools import repeat
 
 from podium.security.findings import Finding
 
-__all__ = ("LearnedScreener", "features", "words", "words_of")
+__all__ = ("FOLD", "LearnedScreener", "features", "words", "words_of")
 
 WINDOW = 4096
 REPORT_FROM = 0.35
@@ -45,20 +45,20 @@ MIN_WORDS = 12
 # kept, and each one a lookup). One byte translation (which lowers ASCII letters as it
 # goes, as ``bytes.lower`` would in a pass of its own) and a split: 3 µs per KB, where a
 # regular expression over the characters costs 40.
-_FOLD = bytes(
+FOLD = bytes(
     b if b >= 0x80 else ord(chr(b).lower()) if chr(b).isalpha() else 0x20 for b in range(256)
 )
 
 
 def words(text: str) -> list[bytes]:
     """The lower-cased words of ``text``, in order (the model's tokens)."""
-    return text.encode("utf-8", "surrogatepass").translate(_FOLD).split()
+    return text.encode("utf-8", "surrogatepass").translate(FOLD).split()
 
 
 def words_of(data: bytes) -> list[bytes]:
     """``words`` of a text already encoded (UTF-8, ``surrogatepass``): the first pass
     encodes once for the rules and the model."""
-    return data.translate(_FOLD).split()
+    return data.translate(FOLD).split()
 
 
 def features(text: str) -> tuple[set[bytes], set[tuple[bytes, bytes]]]:
@@ -136,6 +136,12 @@ class LearnedScreener:
             with open(weights, encoding="utf-8") as f:
                 self._weights = _Weights(json.load(f))
 
+    def unigram_model(self) -> tuple[Callable[[bytes, float], float], float] | None:
+        """The model's word lookup (``dict.get``) and bias, where it weighs words only (no
+        pairs): a caller scoring one window inline (``FirstPass``) saves a call per text."""
+        weights = self._weights
+        return None if weights.pairs else (weights.get, weights.bias)
+
     def probability(self, text: str) -> float:
         """The model's probability that ``text`` is an attack (the highest window's)."""
         return self.best_window(text)[0]
@@ -149,7 +155,7 @@ class LearnedScreener:
                 return (0.0, 0, 0)
             if data is None:
                 data = text.encode("utf-8", "surrogatepass")
-            w = data.translate(_FOLD).split()
+            w = data.translate(FOLD).split()
             weights = self._weights
             if len(w) < MIN_WORDS:
                 return (0.0, 0, n)
