@@ -34,7 +34,8 @@ class Family:
     rules: tuple[tuple[str, float, re.Pattern[str]], ...]
     # The same rules over lower-cased UTF-8 bytes, for windows that are all ASCII: there a
     # byte is a character and ASCII lowering is str lowering, so they match exactly alike.
-    byte_rules: tuple[tuple[str, float, re.Pattern[bytes]], ...]
+    # Each with the words it needs (see _Rule): every group must have one in the window.
+    byte_rules: tuple[tuple[str, float, re.Pattern[bytes], tuple[tuple[bytes, ...], ...]], ...]
     # ASCII punctuation one of which every match holds (lowering never makes one out of
     # another character): a window holding none is skipped before any regex runs.
     needs: tuple[bytes, ...]
@@ -91,11 +92,20 @@ def _merged(rules: tuple[tuple[str, float, str], ...]) -> list[tuple[str, float,
     return out
 
 
+# A rule: name, score, pattern and, optionally, the words it cannot match without, as
+# groups of space-separated literals (every group must have one of its words in the window
+# for the pattern to match): ``in`` rules a window out before the regex runs. A regex
+# opening on lookbehinds or \b alternations has no literal prefix for re's own scan to
+# skip by, and tries every position of a 160-character window; a literal listed here
+# must be one every match holds (the rules see lower-cased windows, so lower case).
+_Rule = tuple[str, float, str] | tuple[str, float, str, tuple[str, ...]]
+
+
 def _family(
     anchors: tuple[str, ...],
     before: int,
     after: int,
-    *rules: tuple[str, float, str],
+    *specs: _Rule,
     needs: str = "",
     leads: tuple[str, ...] = (),
     holds: tuple[str, ...] = (),
@@ -103,16 +113,24 @@ def _family(
 ) -> Family:
     assert all(c.isascii() and not c.isalnum() for c in needs)
     assert not guard or before == 0
+    requires = [
+        tuple(tuple(w.encode() for w in g.split()) for g in s[3]) if len(s) == 4 else ()
+        for s in specs
+    ]
+    assert before != 0 or not any(requires)  # (merged rules keep no words of their own)
+    assert all(w and " " not in w.decode() for r in requires for g in r for w in g)
     # A space in a rule is any one whitespace character: a phrase wrapped onto the next
     # line ("your system\nprompt") is the phrase.
-    rules = tuple((r, sc, _spaces_as_whitespace(p)) for r, sc, p in rules)
+    rules = tuple((s[0], s[1], _spaces_as_whitespace(s[2])) for s in specs)
     merged = _merged(rules) if before == 0 else rules
+    if before == 0:
+        requires = [()] * len(merged)
     return Family(
         anchors,
         before,
         after,
         tuple((r, s, re.compile(p)) for r, s, p in merged),
-        tuple((r, s, _as_bytes(p)) for r, s, p in merged),
+        tuple((r, s, _as_bytes(p), q) for (r, s, p), q in zip(merged, requires, strict=True)),
         tuple(c.encode() for c in needs),
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
@@ -123,7 +141,7 @@ def _family(
 def _starts(
     anchors: tuple[str, ...],
     after: int,
-    *rules: tuple[str, float, str],
+    *rules: _Rule,
     needs: str = "",
     holds: tuple[str, ...] = (),
     guard: bytes = b"",
@@ -423,23 +441,27 @@ FAMILIES: tuple[Family, ...] = (
             "hijack",
             0.6,
             r"\b(?:if|when) (?:the )?(?:user|anyone|someone|you|asked|questioned|summari[sz]ing|answering|responding)\b(?: (?:are|is|ever))?(?: (?:asks?|asked|questioned|queried))?[^.\n]{0,60}?\b(?:say|reply|respond|answer|report|print|output) (?:that|with|only|exactly|\")",
+            ("if when", "say reply respond answer report print output"),
         ),
         (
             "hijack",
             0.6,
             rf"\b(?:write|generate|produce|compose|say) (?:one|a|an|some|\d+) (?:\w+ )?(?:{_HARMFUL}) (?:{_UTTERANCES})s?\b",
+            (_HARMFUL.replace("|", " "), _UTTERANCES.replace("|", " ")),
         ),
         (
             # Words addressed to the assistant in a document: data does not speak to it.
             "hijack",
             0.6,
             r"\b(?:(?:note|message|reminder|instructions?) (?:to|for)|attention|dear|hey),? (?:the |any |all )?(?:ai|assistant|model|llm|language model|chatbot|bot|gpt|chatgpt|claude|copilot|agent)s?\b\s*[:,]",
+            ("note message reminder instruction attention dear hey",),
         ),
         (
             # A system or admin label giving an order: "SYSTEM MESSAGE: ignore...".
             "hijack",
             0.7,
             r"\b(?:system|admin|administrator|developer)(?: (?:message|note|instructions?|update|override|notice))? ?: ?(?:ignore|disregard|forget|focus|print|say|output|respond|reply|write|do not|don't|you (?:must|should|will|are))\b",
+            ("system admin developer", ":"),
         ),
         # A task given in place of the reader's own: "your new task is", "instead of
         # summarizing, ...", and a reader addressed as a model ("if you are an AI reading
@@ -448,11 +470,13 @@ FAMILIES: tuple[Family, ...] = (
             "hijack",
             0.7,
             r"\byour (?:new|real|actual|true) (?:task|goal|objective|instructions?|job) (?:is|are|will be)\b|\binstead of (?:summari[sz]ing|translating|answering)\b[^.\n]{0,80}?\b(?:print|say|output|write|reply|respond|tell|inform|state|include)\b",
+            ("your instead",),
         ),
         (
             "hijack",
             0.7,
             r"\b(?:you are|you're) (?:an? )?(?:ai|llm|language model|large language model|ai assistant|ai model)\b[^.\n]{0,40}?\b(?:reading|processing|summari[sz]ing|analy[sz]ing|reviewing|parsing)\b|\b(?:ai|llm|model|assistant|agent)s? reading this\b",
+            ("you reading",),
         ),
         (
             # "IMPORTANT: ignore...", "URGENT!!! print...": not "Important: do not commit
@@ -460,6 +484,7 @@ FAMILIES: tuple[Family, ...] = (
             "hijack",
             0.6,
             r"\b(?:important|urgent|attention) ?(?:!{1,3}|:) ?(?:ignore|disregard|forget|print|say|output|respond|reply|tell the user|send)\b(?! (?:statements?|functions?|calls?|debugging|outputs?|commands?|buffers?)\b)",
+            ("important urgent attention", "! :"),
         ),
         (
             # The data's end announced, then a task: "--- END OF DOCUMENT --- New
@@ -467,6 +492,7 @@ FAMILIES: tuple[Family, ...] = (
             "hijack",
             0.7,
             r"\bend of (?:the )?(?:document|context|text|input|data|email|transcript)\b[^\w\n]{0,12}\n?[^\w\n]{0,12}(?:new |updated |real |actual |your )?(?:instructions?|task|system|prompt|assistant)\b",
+            ("end", "instruction task system prompt assistant"),
         ),
         # (after the conditional: where both match, the finding starts at its "if")
         # Output forced, unless it reads as a programming how-to: a subject or a modal
@@ -477,8 +503,9 @@ FAMILIES: tuple[Family, ...] = (
             "hijack",
             0.6,
             r"(?<!can )(?<!could )(?<!may )(?<!will )(?<!would )(?<!should )(?<!must )(?<!you )(?<!we )(?<!i )(?<!they )(?<!to )(?<!then )(?:just|instead,?|simply) (?:print|say|output|write|reply|respond)\b(?! ?[`(\[{<=|])(?! (?:a|an|your|our|my|some|code|tests?|it|them|one|out|down|up|in|into|on|from|for|to|back|about|something|anything|whatever|more|less|each|every|the (?:value|values|result|results|output|contents?|variable|error|errors|response|type|length|number|first|last|name|path))\b)",
+            ("just instead simply", "print say output write reply respond"),
         ),
-        ("hijack", 0.6, r"(?:reply|respond|answer) (?:with|using) only\b|and (?:absolutely )?nothing else\b"),
+        ("hijack", 0.6, r"(?:reply|respond|answer) (?:with|using) only\b|and (?:absolutely )?nothing else\b", ("only nothing",)),
     ),
     _family(
         (

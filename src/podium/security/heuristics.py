@@ -294,10 +294,12 @@ def _search_bytes(
 ) -> None:
     """``_search`` on an ASCII window of the lower-cased bytes starting at byte ``a``."""
     anchored = family.before == 0
-    for rule, score, pattern in family.byte_rules:
+    for rule, score, pattern, requires in family.byte_rules:
         found = best.get(rule)
         if found is not None and found.score >= score:
             continue
+        if requires and not _holds_words(window, requires):
+            continue  # a word every match holds is missing: the regex cannot match
         m = pattern.match(window) if anchored else pattern.search(window)
         if m is not None:
             best[rule] = _found(rule, score, m, a, data)
@@ -317,15 +319,28 @@ def _search_leads(
     if not found_at:
         return
     starts = sorted({s for _, s, _ in found_at})
-    for rule, score, pattern in family.byte_rules:
+    for rule, score, pattern, requires in family.byte_rules:
         found = best.get(rule)
         if found is not None and found.score >= score:
+            continue
+        if requires and not _holds_words(window, requires):
             continue
         for pos in starts:
             m = pattern.match(window, pos)  # a lookbehind still sees the bytes before pos
             if m is not None:
                 best[rule] = _found(rule, score, m, a, data)
                 break
+
+
+def _holds_words(window: bytes, requires: tuple[tuple[bytes, ...], ...]) -> bool:
+    """Whether ``window`` has one word of each group of ``requires``."""
+    for group in requires:
+        for word in group:
+            if word in window:
+                break
+        else:
+            return False
+    return True
 
 
 def _found(rule: str, score: float, m: re.Match[bytes], a: int, data: bytes) -> Finding:
