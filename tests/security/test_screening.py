@@ -39,12 +39,20 @@ def detected(text: str, threshold: float = 0.5) -> bool:
 ENGINES = available_engines()
 
 
+_SCANNERS: dict[str, object] = {}
+
+
 @contextmanager
 def anchors_by(engine: str) -> Iterator[None]:
+    # One scanner an engine for the whole module: building the automaton over ~1,000
+    # anchors for every text made these tests run for minutes on a busy host.
+    scanner = _SCANNERS.get(engine)
+    if scanner is None:
+        scanner = _SCANNERS[engine] = anchor_scanner(
+            heuristics._ANCHORS, heuristics._GUARDS, heuristics._STOPS, engine
+        )
     saved = heuristics._SCANNER
-    heuristics._SCANNER = anchor_scanner(
-        heuristics._ANCHORS, heuristics._GUARDS, heuristics._STOPS, engine
-    )
+    heuristics._SCANNER = scanner  # type: ignore[assignment]
     try:
         yield
     finally:
