@@ -130,11 +130,21 @@ async def test_model_calls_name_their_chat_spans_across_gateway_redis_worker_and
     # Each model call's request named its own chat span, not the run's or the step's.
     assert sorted(p or "" for p in proxy.traceparents) == sorted(_w3c(c) for c in chats)
     # Every child starts and ends inside its parent (the gateway's span covers the wait).
+    # One edge crosses processes: the worker's run span ends once its last step is heard
+    # of, after the final write the gateway answers on, so a worker starved of CPU right
+    # after that write (seen with two hogs on 2 cores: 4.7 ms) ends it after the gateway's
+    # span. No clock taken after the write can be ordered with the other process; that edge
+    # is allowed 100 ms (a server span that ended at submission misses it by the run's
+    # whole wait), every edge within one process none.
     for span in spans:
         parent = by_id.get(span.parent_span_id)
         if parent is not None:
+            slack = 100 * 10**6 if span is run else 0
             assert parent.start_time_unix_nano <= span.start_time_unix_nano, span.name
-            assert span.end_time_unix_nano <= parent.end_time_unix_nano, span.name
+            assert span.end_time_unix_nano <= parent.end_time_unix_nano + slack, span.name
+    # And without slack: the last model call ended before the final write the gateway
+    # answers on, so the gateway's span, covering the wait, ends after every chat span.
+    assert server.end_time_unix_nano >= max(c.end_time_unix_nano for c in chats)
     # Attributes are kept under the default sampler.
     attributes = {a.key: a.value.string_value for a in server.attributes}
     assert attributes["http.route"] == "/v1/runs"
