@@ -51,7 +51,8 @@ def tiered(
     archiver: bool = True,
 ) -> TieredRunStore:
     return TieredRunStore(
-        RedisRunStore(redis_url, prefix=prefix, finished_ttl_s=ttl, reap_every_s=0),
+        RedisRunStore(redis_url, prefix=prefix, finished_ttl_s=ttl, reap_every_s=0,
+                      unavailable_s=10.0),  # (bulk setup on a busy shared Redis)
         PostgresRunStore(pg_url, schema=schema), archiver=archiver,
     )
 
