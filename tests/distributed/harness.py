@@ -165,29 +165,44 @@ def redis_config(
 @contextlib.contextmanager
 def serving(config: Path, log_path: Path, within: float = 90.0) -> Iterator[str]:
     """``podium serve --config CONFIG`` on a free port, its output in ``log_path``; yields
-    its base URL once ``/healthz`` answers, and terminates it after the block."""
-    port = free_port()
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "podium.cli.main", "serve", "--config", str(config),
-         "--port", str(port)],
-        cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log, stderr=log,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=url, timeout=5) as client:
-            deadline = time.monotonic() + within
-            while True:  # until it listens (bounded)
-                try:
-                    if client.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(log_path.read_text())
-                time.sleep(0.05)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
+    its base URL once ``/healthz`` answers, and terminates it after the block. A port
+    taken by another test's server between ``free_port()`` and the bind is tried again on
+    a new one (three times at most)."""
+    for attempt in range(3):
+        port = free_port()
+        log = log_path.open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "podium.cli.main", "serve", "--config", str(config),
+             "--port", str(port)],
+            cwd=ROOT, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log, stderr=log,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            if _listening(proc, url, log_path, within, last=attempt == 2):
+                yield url
+                return
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+            log.close()
+
+
+def _listening(
+    proc: subprocess.Popen[bytes], url: str, log_path: Path, within: float, *, last: bool
+) -> bool:
+    """Whether ``proc`` answers ``/healthz`` within ``within`` s; False when it exited for
+    a port already in use (and ``last`` is not set); raises with its log otherwise."""
+    with httpx.Client(base_url=url, timeout=5) as client:
+        deadline = time.monotonic() + within
+        while True:  # until it listens (bounded)
+            try:
+                if client.get("/healthz").status_code == 200:
+                    return True
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                text = log_path.read_text()
+                if proc.returncode is not None and "already in use" in text and not last:
+                    return False
+                raise AssertionError(text)
+            time.sleep(0.05)
