@@ -123,7 +123,9 @@ async def test_tokens_come_paced_by_the_latency_model() -> None:
     assert text(deltas, 0) == ANSWER
     # The first token after the time to first token, the last after the output's tokens.
     assert arrived[0] - started >= 0.05
-    assert arrived[-1] - arrived[0] >= 0.01 * (len(ANSWER) // 4) * 0.9
+    # (Measured from the start: the pacing is a schedule from the call's start, so a first
+    # delivery a busy loop delays shortens the first-to-last gap, never the whole.)
+    assert arrived[-1] - started >= 0.05 + 0.01 * (len(ANSWER) // 4) * 0.9
 
 
 async def test_a_model_that_cannot_stream_answers_a_listened_run_whole() -> None:
