@@ -73,3 +73,50 @@ async def test_a_client_leaving_is_still_a_cancellation() -> None:
     with pytest.raises(asyncio.CancelledError):
         await reading
     await body.aclose()
+
+
+async def _journaled(
+    frames: list[bytes], more: asyncio.Event | None = None
+) -> AsyncIterator[bytes]:
+    """A run's journal as a follower reads it: what is written, then (``more``) what comes."""
+    for frame in frames:
+        yield frame
+    if more is not None:
+        await more.wait()
+        yield b"final\n\n"
+
+
+async def test_a_stopping_server_delivers_what_is_journaled_before_its_farewell() -> None:
+    """The run ended in the drain; its stream had read only the first event: the rest,
+    ``final`` included, is delivered and the stream ends on its own, with no farewell
+    (before: the farewell came next, and the client never saw the run's end)."""
+    body = LiveFrames(_journaled([b"a\n\n", b"b\n\n", b"final\n\n"]), None, b"farewell\n\n")
+    assert await anext(body) == b"a\n\n"
+    body.shut(settle_s=30.0)
+    assert [frame async for frame in body] == [b"b\n\n", b"final\n\n"]
+    await body.aclose()
+
+
+async def test_a_final_on_its_way_when_the_server_stops_still_arrives() -> None:
+    more = asyncio.Event()
+    body = LiveFrames(_journaled([b"a\n\n"], more), None, b"farewell\n\n")
+    assert await anext(body) == b"a\n\n"
+    reading = asyncio.ensure_future(anext(body))
+    await asyncio.sleep(0)  # it waits for the notification of the run's end
+    body.shut(settle_s=30.0)
+    more.set()  # ... which comes within the settle window
+    assert await reading == b"final\n\n"
+    assert [frame async for frame in body] == []
+    await body.aclose()
+
+
+async def test_a_quiet_stream_gets_its_farewell_once_the_settle_window_ends() -> None:
+    body = LiveFrames(_never(), None, b"farewell\n\n")
+    assert await anext(body) == b"first\n\n"
+    reading = asyncio.ensure_future(anext(body))
+    await asyncio.sleep(0)
+    body.shut(settle_s=0.01)  # a paused run: nothing comes; the wait is cut
+    assert await reading == b"farewell\n\n"
+    with pytest.raises(StopAsyncIteration):
+        await anext(body)
+    await body.aclose()

@@ -234,10 +234,15 @@ class LiveFrames:
     :meth:`shut` ends it early, between two frames or while it waits for the next:
     ``farewell`` (an event telling the client to reconnect) is its last frame. A
     stopping server does this to every stream it still holds once its runs have paused,
-    so no client is cut off mid-event when the server's grace runs out.
+    so no client is cut off mid-event when the server's grace runs out. It gives each
+    stream a moment (``settle_s``) first: what is journaled already, or comes within it
+    (the ``final`` of a run that ended in the drain, its notification still on the way),
+    is delivered, and a stream that ends on its own gets no farewell.
     """
 
-    __slots__ = ("__weakref__", "_farewell", "_frames", "_reading", "_shut", "_tokens")
+    __slots__ = (
+        "__weakref__", "_cut_timer", "_farewell", "_frames", "_reading", "_shut", "_tokens",
+    )
 
     def __init__(
         self,
@@ -250,6 +255,7 @@ class LiveFrames:
         self._farewell = farewell
         self._shut = False
         self._reading: asyncio.Task[Any] | None = None  # the task awaiting the next frame
+        self._cut_timer: asyncio.TimerHandle | None = None  # a shut's settle window
 
     def __aiter__(self) -> LiveFrames:
         return self
@@ -260,6 +266,9 @@ class LiveFrames:
         task = self._reading = asyncio.current_task()
         try:
             return await anext(self._frames)
+        except StopAsyncIteration:
+            self._cancel_cut()  # ended on its own: no farewell, no cut to come
+            raise
         except asyncio.CancelledError:
             if not self._was_shut() or task is None or task.cancelling() > 1:
                 raise  # the client left, or the server is going down: not ours to keep
@@ -271,13 +280,29 @@ class LiveFrames:
     def _was_shut(self) -> bool:
         return self._shut  # (read anew: shut() may have run while the frame was awaited)
 
-    def shut(self) -> None:
-        """End the stream now: its farewell is the next (and last) frame."""
+    def shut(self, settle_s: float = 0.0) -> None:
+        """End the stream: its farewell is its last frame. With ``settle_s``, frames that
+        come within that many seconds are delivered first (the stream may end on its own
+        meanwhile); then, or at once without it, the wait for the next frame is cut."""
+        if self._shut or self._cut_timer is not None:
+            return
+        if settle_s > 0:
+            self._cut_timer = asyncio.get_running_loop().call_later(settle_s, self._cut)
+        else:
+            self._cut()
+
+    def _cut(self) -> None:
+        self._cut_timer = None
         if self._shut:
             return
         self._shut = True
         if self._reading is not None:
             self._reading.cancel()
+
+    def _cancel_cut(self) -> None:
+        if self._cut_timer is not None:
+            self._cut_timer.cancel()
+            self._cut_timer = None
 
     def _last_frame(self) -> bytes:
         farewell, self._farewell = self._farewell, b""
@@ -286,6 +311,7 @@ class LiveFrames:
         return farewell
 
     async def aclose(self) -> None:
+        self._cancel_cut()
         close = getattr(self._frames, "aclose", None)
         if close is not None:
             await close()

@@ -183,7 +183,7 @@ class Gateway(GatewayReadiness, GatewayConversations):
         finally:
             self.stopped = True
             for stream in list(self._streams):
-                stream.shut()
+                stream.shut(self._settle_s())
             for waiters in self._finished.values():
                 for fut in waiters:
                     if not fut.done():
@@ -197,8 +197,14 @@ class Gateway(GatewayReadiness, GatewayConversations):
         body = LiveFrames(frames, tokens, farewell)
         self._streams.add(body)
         if self.stopped:  # came in on a kept-alive connection after the drain
-            body.shut()
+            body.shut(self._settle_s())
         return body
+
+    def _settle_s(self) -> float:
+        """How long a stopping server's streams may go on delivering what their runs have
+        journaled (a run that finished in the drain: its ``final`` is on its way) before
+        the farewell: a tenth of the grace, a second at most, inside uvicorn's own."""
+        return min(1.0, self.config.server.drain_grace_s / 10)
 
     async def stop(self) -> None:
         """Drain: stop admitting, let in-flight runs finish within the grace period."""
