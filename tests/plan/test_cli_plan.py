@@ -173,6 +173,13 @@ def test_a_stores_profile_and_a_sweep_plan_too(tmp_path: Path) -> None:
     sweep = podium("bench", "--scenario", str(scenario), "--sweep", "5,10", "--json")
     assert sweep.returncode == 0, sweep.stderr
     (tmp_path / "sweep.json").write_text(sweep.stdout)
+    # Each level says its CPU and wake-ups per step: across levels, a wake-up's price.
+    levels = json.loads(sweep.stdout)["sweep"]
+    assert all(p["cpu_us_per_step"] > 0 and p["loop_wakeups_per_step"] >= 0 for p in levels)
+    text = podium("plan", "--from", str(tmp_path / "sweep.json"), "--rate", "50", "--p99",
+                  "2s", *FAST)
+    assert text.returncode == 0, text.stderr
+    assert "wake-ups from idle at" in text.stdout
     for name, kind in (("runs.json", "runs"), ("sweep.json", "sweep")):
         out = podium("plan", "--from", str(tmp_path / name), "--rate", "50", "--p99", "2s",
                      "--json", *FAST)
