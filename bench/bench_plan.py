@@ -1,7 +1,9 @@
 """``podium plan``'s predictions against measurements on this machine (issue #37).
 
 1. A profile at one load: ``podium bench --json`` of a ReAct agent with real waits (a
-   20 ms model, a 5 ms tool; 6 tool steps and an answer) at ``--profile-concurrency``.
+   20 ms model, a 5 ms tool; 6 tool steps and an answer) at ``--profile-concurrency``,
+   as the last level of a sweep whose lighter level (``--calibration-concurrency``)
+   prices a wake-up of the loaded loop (:func:`podium.plan.profile.wake_cost_across_levels`).
 2. From it alone, for 1 and 2 worker processes: the predicted saturation throughput
    (``podium.plan.saturation_rate``) against the measured one (closed load, ``--closed``
    runs in flight per worker, :func:`podium.plan.check.measure_closed`).
@@ -26,7 +28,13 @@ time they held or waited for one), the share of their ready time they waited for
 ("starved"), the share of the time any task here waited for one (PSI "some") and the
 load average.
 
-    nice python bench/bench_plan.py [--profile-concurrency 100] [--rounds 3] [--json]
+Every measured process (the profile, the workers, the probes) runs in a session of its
+own at ``--priority`` (nice -10; :mod:`podium.plan.priority`): Linux shares the CPUs
+between sessions first, and at the ordinary priority a worker got what the machine's
+other sessions left it, a share that moved by half from one measurement to the next.
+The measured p99 comes with its 95 % interval (block bootstrap, runs in arrival order).
+
+    python bench/bench_plan.py [--profile-concurrency 100] [--rounds 3] [--no-priority]
 """
 
 from __future__ import annotations
