@@ -156,7 +156,7 @@ def test_check_measures_the_plan_here(profile: Path) -> None:
                  "--check-seconds", "3", *FAST, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "check:" in out.stdout and "predicted" in out.stdout and "measured" in out.stdout
-    assert "run p99" in out.stdout
+    assert "run p99" in out.stdout and "p99's 95 % interval" in out.stdout
     refusal = refused(podium("plan", "--from", str(profile), "--rate", "20", "--p99", "2s",
                              "--check", "--steps", "3", *FAST))
     assert "what-ifs" in refusal
@@ -173,6 +173,13 @@ def test_a_stores_profile_and_a_sweep_plan_too(tmp_path: Path) -> None:
     sweep = podium("bench", "--scenario", str(scenario), "--sweep", "5,10", "--json")
     assert sweep.returncode == 0, sweep.stderr
     (tmp_path / "sweep.json").write_text(sweep.stdout)
+    # Each level says its CPU and wake-ups per step: across levels, a wake-up's price.
+    levels = json.loads(sweep.stdout)["sweep"]
+    assert all(p["cpu_us_per_step"] > 0 and p["loop_wakeups_per_step"] >= 0 for p in levels)
+    text = podium("plan", "--from", str(tmp_path / "sweep.json"), "--rate", "50", "--p99",
+                  "2s", *FAST)
+    assert text.returncode == 0, text.stderr
+    assert "wake-ups from idle at" in text.stdout
     for name, kind in (("runs.json", "runs"), ("sweep.json", "sweep")):
         out = podium("plan", "--from", str(tmp_path / name), "--rate", "50", "--p99", "2s",
                      "--json", *FAST)
@@ -252,6 +259,35 @@ def test_wake_ups_and_host_stalls_are_taken_off_the_profile(profile: Path,
     assert plain.model_wait.mean - 2.5e-3 < starved.model_wait.mean < \
         plain.model_wait.mean - 0.5e-3
     assert starved.tool_wait.mean < plain.tool_wait.mean
+
+
+def test_a_sweeps_levels_price_the_wake_ups_taken_off(profile: Path, tmp_path: Path) -> None:
+    # A wake-up of a loop sleeping with nothing to do costs 60 µs; across the sweep's
+    # levels the loaded loop paid 180 µs a wake-up: that is what comes off its CPU.
+    from podium.plan import load_profile
+
+    data = json.loads(profile.read_text())
+    cpu = 4 * data["profiled_cpu_us_per_step"]
+    base = {**data, "loop_wakeups_per_step": 0.15, "loop_wake_cpu_us": 60.0,
+            "cpu_utilization": 0.3, "cpu_us_per_step": cpu, "loop_lag_quantiles_ms": []}
+    level = {"concurrency": 10, "runs": 60, "runs_per_s": 1.0, "steps_per_s": 1.0,
+             "run_p50_ms": 1.0, "run_p99_ms": 1.0, "cpu_utilization": 0.3}
+    swept = {**base, "sweep": [{**level, "cpu_us_per_step": cpu + 180 * 0.18,
+                                "loop_wakeups_per_step": 0.33},
+                               {**level, "cpu_us_per_step": cpu,
+                                "loop_wakeups_per_step": 0.15}]}
+    flat = {**swept, "sweep": [{**p, "loop_wakeups_per_step": 0.15} for p in swept["sweep"]]}
+    for name, profile_data in (("one", base), ("swept", swept), ("flat", flat)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(profile_data))
+    one, one_facts = load_profile(str(tmp_path / "one.json"))
+    levels, level_facts = load_profile(str(tmp_path / "swept.json"))
+    _, flat_facts = load_profile(str(tmp_path / "flat.json"))
+    assert (one_facts.wake_cpu_from, one_facts.wake_cpu_us) == ("idle loop", 60.0)
+    assert level_facts.wake_cpu_from == "levels"
+    assert level_facts.wake_cpu_us == pytest.approx(180.0)
+    assert levels.cpu_per_step == pytest.approx(one.cpu_per_step - 0.15 * 120e-6)
+    # Levels whose wake-ups do not differ cannot price one: the idle loop's figure.
+    assert (flat_facts.wake_cpu_from, flat_facts.wake_cpu_us) == ("idle loop", 60.0)
 
 
 def test_the_loops_lag_comes_out_of_the_waits(profile: Path, tmp_path: Path) -> None:

@@ -61,6 +61,8 @@ def _point(report: BenchReport) -> SweepPoint:
         completed_steps_per_s=report.completed_steps_per_s, failed=report.failed,
         completed_run_p50_ms=report.completed_run_wall_p50_ms,
         completed_run_p99_ms=report.completed_run_wall_p99_ms,
+        cpu_us_per_step=report.cpu_us_per_step,
+        loop_wakeups_per_step=report.loop_wakeups_per_step,
     )
 
 

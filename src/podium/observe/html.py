@@ -62,6 +62,10 @@ class SweepPoint(msgspec.Struct, frozen=True):
     failed: int = 0
     completed_run_p50_ms: float | None = None
     completed_run_p99_ms: float | None = None
+    #: The process's CPU per step and the loop's wake-ups from idle per step at this
+    #: level: across levels, what one wake-up costs a loaded worker (``podium plan``).
+    cpu_us_per_step: float | None = None
+    loop_wakeups_per_step: float | None = None
 
 
 #: The sweep table's columns, in the terminal and in the HTML report (see :func:`sweep_cells`).

@@ -11,7 +11,9 @@ One concept per module:
 - :mod:`~podium.plan.sizing`: the plan (workers, concurrency, gateways, Redis, model calls);
 - :mod:`~podium.plan.render`: the plan as text, JSON, Helm values, compose;
 - :mod:`~podium.plan.loadgen`, :mod:`~podium.plan.check`, :mod:`~podium.plan.check_report`:
-  measuring a plan on this machine (``--check``).
+  measuring a plan on this machine (``--check``); :mod:`~podium.plan.confidence`: a
+  measured percentile's interval; :mod:`~podium.plan.priority`: measuring processes
+  ahead of the machine's other work.
 
 The method is in docs/plan.md.
 """

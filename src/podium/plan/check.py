@@ -19,7 +19,9 @@ from pathlib import Path
 import msgspec
 
 from podium.engine.profile import percentile
+from podium.plan.confidence import quantile_interval
 from podium.plan.loadgen import LoadResult
+from podium.plan.priority import spawn
 from podium.plan.profile import PlanError
 from podium.plan.simulate import HostStalls
 
@@ -47,6 +49,14 @@ class Measured(msgspec.Struct, frozen=True):
     cpu_share: float = 1.0
     #: The mean of one of those waits for a CPU (seconds; schedstat).
     stall_mean_s: float = 0.0
+    #: The 95 % interval of the p99 (a block bootstrap over the runs in arrival order:
+    #: runs slow together, as a host's stall makes them, count as one episode).
+    p99_low_s: float = 0.0
+    p99_high_s: float = 0.0
+    #: The loops' sleeps with nothing to do, per run (each a wake-up's CPU).
+    wakeups_per_run: float = 0.0
+    #: Whether the workers ran at the priority asked for (False where none was).
+    prioritized: bool = False
 
     @property
     def stalls(self) -> HostStalls:
@@ -59,14 +69,17 @@ def cores_here() -> int:
     return len(os.sched_getaffinity(0))
 
 
-def _run_workers(commands: Sequence[Sequence[str]], timeout_s: float) -> list[LoadResult]:
+def _run_workers(commands: Sequence[Sequence[str]], timeout_s: float,
+                 priority: int | None) -> Measured:
     with tempfile.TemporaryDirectory(prefix="podium-plan-") as tmp:
         outs = [Path(tmp) / f"worker-{i}.json" for i in range(len(commands))]
-        procs = [subprocess.Popen([sys.executable, "-m", "podium.plan.loadgen", *cmd,
-                                   "--out", str(out)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                 for cmd, out in zip(commands, outs, strict=True)]
-        return _collect(procs, outs, timeout_s)
+        started = [spawn([sys.executable, "-m", "podium.plan.loadgen", *cmd, "--out",
+                          str(out)], priority,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                   for cmd, out in zip(commands, outs, strict=True)]
+        results = _collect([proc for proc, _ in started], outs, timeout_s)
+    return msgspec.structs.replace(_combine(results),
+                                   prioritized=all(ok for _, ok in started))
 
 
 def _collect(procs: Sequence[subprocess.Popen[bytes]], outs: Sequence[Path],
@@ -90,10 +103,21 @@ def _collect(procs: Sequence[subprocess.Popen[bytes]], outs: Sequence[Path],
     return results
 
 
+def _in_arrival_order(results: Sequence[LoadResult]) -> list[float]:
+    """The workers' latencies merged in about the order the runs arrived (each worker's
+    k-th of n runs at k/n of the span: the workers share one load)."""
+    keyed = [(k / len(r.latencies_s), x) for r in results
+             for k, x in enumerate(r.latencies_s)]
+    keyed.sort(key=lambda kx: kx[0])
+    return [x for _, x in keyed]
+
+
 def _combine(results: Sequence[LoadResult]) -> Measured:
-    latencies = sorted(x for r in results for x in r.latencies_s)
+    ordered = _in_arrival_order(results)
+    latencies = sorted(ordered)
     if not latencies:
         raise PlanError("the measurement finished no run")
+    p99_low, p99_high = quantile_interval(ordered, 99)
     return Measured(
         workers=len(results),
         # An open load's rate over its arrivals; a closed one's over its whole window.
@@ -111,6 +135,8 @@ def _combine(results: Sequence[LoadResult]) -> Measured:
                       if r.cpu_s > 0) / len(results),
         stall_mean_s=sum(r.runqueue_wait_s for r in results)
         / max(1, sum(r.runqueue_episodes for r in results)),
+        p99_low_s=p99_low, p99_high_s=p99_high,
+        wakeups_per_run=sum(r.wakeups for r in results) / len(latencies),
     )
 
 
@@ -139,15 +165,18 @@ _SPIN = ("import sys, time\n"
          "print(cpu / (cpu + w - w0) if cpu > 0 else 1.0, (w - w0) / max(1, n - n0))\n")
 
 
-def host_stalls_here(processes: int, seconds: float = 2.0, busy: float = 1.0) -> HostStalls:
+def host_stalls_here(processes: int, seconds: float = 2.0, busy: float = 1.0,
+                     priority: int | None = None) -> HostStalls:
     """How this machine treats ``processes`` processes now (means), each busy ``busy`` of
     the time (1.0: never sleeping, as a saturated worker): the share of its ready time
     each is kept off a core, and how long one such episode lasts. What a worker's loop can
     count on while others share the cores: 0 % on an idle machine with a core per
-    process; about 80 % where five times as many runnable tasks as cores compete."""
+    process; about 80 % where five times as many runnable tasks as cores compete.
+    ``priority``: the probes at that nice value, as the workers they stand for
+    (:mod:`podium.plan.priority`)."""
     duty = min(1.0, max(0.05, busy))
-    procs = [subprocess.Popen([sys.executable, "-c", _SPIN, f"{seconds}", f"{duty}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    procs = [spawn([sys.executable, "-c", _SPIN, f"{seconds}", f"{duty}"], priority,
+                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)[0]
              for _ in range(processes)]
     got = [(p.communicate(timeout=seconds + 60)[0] or b"1 0").split() for p in procs]
     share = sum(float(g[0]) for g in got) / len(got)
@@ -166,21 +195,23 @@ def _scenario(scenario: str | None) -> list[str]:
 
 
 def measure_open(scenario: str | None, workers: int, rate: float, seconds: float,
-                 concurrency: int, *, seed: int = 1, timeout_s: float = 600) -> Measured:
+                 concurrency: int, *, seed: int = 1, timeout_s: float = 600,
+                 priority: int | None = None) -> Measured:
     """``workers`` processes sharing Poisson arrivals at ``rate`` runs/s for about
-    ``seconds`` (each at ``rate / workers``)."""
+    ``seconds`` (each at ``rate / workers``); ``priority``: at that nice value, ahead of
+    the machine's other work (:mod:`podium.plan.priority`)."""
     per_worker = rate / workers
     runs = max(200, round(per_worker * seconds))
     commands = [[*_scenario(scenario), "--rate", f"{per_worker:.6g}", "--runs", str(runs),
                  "--concurrency", str(concurrency), "--seed", str(seed + i)]
                 for i in range(workers)]
-    return _combine(_run_workers(commands, timeout_s))
+    return _run_workers(commands, timeout_s, priority)
 
 
 def measure_closed(scenario: str | None, workers: int, concurrency: int, runs: int,
-                   *, timeout_s: float = 600) -> Measured:
+                   *, timeout_s: float = 600, priority: int | None = None) -> Measured:
     """``workers`` processes, each with ``concurrency`` runs in flight all the time: the
     saturation throughput is the measured rate."""
     commands = [[*_scenario(scenario), "--closed", str(concurrency), "--runs", str(runs)]
                 for _ in range(workers)]
-    return _combine(_run_workers(commands, timeout_s))
+    return _run_workers(commands, timeout_s, priority)

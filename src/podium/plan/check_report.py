@@ -57,6 +57,8 @@ def check(plan: Plan, kind: Kind, facts: ProfileFacts, options: PlanOptions,
         row("waited for a CPU", "0%", f"{m.cpu_starved:.0%}", None),
         row("run p50", _ms(p.p50_s), _ms(m.p50_s), m.p50_s / p.p50_s - 1),
         row("run p99", _ms(p.p99_s), _ms(m.p99_s), m.p99_s / p.p99_s - 1),
+        f"  (the measured p99's 95 % interval: {_ms(m.p99_low_s)} to {_ms(m.p99_high_s)}, "
+        f"runs that were slow together counted as one episode)",
     ]
     if m.cpu_starved > 0.05 or load > cores_here():
         # The same prediction on the host the workers met: off their core as long and as

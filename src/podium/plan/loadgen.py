@@ -60,6 +60,9 @@ class LoadResult(msgspec.Struct, frozen=True):
     #: Times the loop's thread was scheduled onto a CPU (schedstat): the run-queue wait
     #: over them is the mean wait of one episode.
     runqueue_episodes: int = 0
+    #: Times the loop's thread went to sleep with nothing to do (voluntary context
+    #: switches): each costs a wake-up's CPU, which a saturated loop does not pay.
+    wakeups: int = 0
 
 
 class _GcPauses:
@@ -98,7 +101,7 @@ class _Window:
         self.runs = runs
         self.first = int(runs * WARMUP)
         self.pauses = pauses
-        self.latencies: list[float] = []
+        self.latencies: list[tuple[int, float]] = []
         self.failed = 0
         self.t0 = self.cpu0 = self.last_arrival = 0.0
         self.counters = ThreadCounters()
@@ -110,15 +113,19 @@ class _Window:
 
     def add(self, i: int, latency: float, ok: bool) -> None:
         if i >= self.first:
-            self.latencies.append(latency)
+            self.latencies.append((i, latency))
             self.failed += not ok
 
     def close(self) -> LoadResult:
         host = thread_counters() - self.counters
+        # In arrival order (the order runs started): runs slow together stay together,
+        # which a percentile's confidence interval needs (podium.plan.confidence).
+        latencies = [latency for _, latency in sorted(self.latencies)]
         return LoadResult(
-            self.latencies, time.perf_counter() - self.t0, time.process_time() - self.cpu0,
+            latencies, time.perf_counter() - self.t0, time.process_time() - self.cpu0,
             self.failed, self.runs, host.runqueue_s, self.pauses.longest,
-            self.pauses.total, max(0.0, self.last_arrival - self.t0), host.episodes)
+            self.pauses.total, max(0.0, self.last_arrival - self.t0), host.episodes,
+            host.wakeups)
 
 
 async def _one(engine: Engine, store: MemoryRunStore, agent: Agent) -> bool:
@@ -139,11 +146,13 @@ async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
         window = _Window(runs, pauses)
         async with store, Engine(store) as engine:
 
-            async def arrive(i: int) -> None:
-                t0 = time.perf_counter()
+            async def arrive(i: int, due: float) -> None:
+                # From when the run was due, not when the loop got to it: a loop behind
+                # (busy, or off its core) starts arrivals late, and the lateness is the
+                # run's as the simulation counts it (no coordinated omission).
                 async with slots:
                     ok = await _one(engine, store, agent)
-                window.add(i, time.perf_counter() - t0, ok)
+                window.add(i, time.perf_counter() - due, ok)
 
             tasks: set[asyncio.Task[None]] = set()
             due = time.perf_counter()
@@ -154,7 +163,7 @@ async def open_loop(agent: Agent, rate: float, runs: int, concurrency: int,
                     await asyncio.sleep(delay)
                 if i == window.first:
                     window.open()
-                task = asyncio.create_task(arrive(i))
+                task = asyncio.create_task(arrive(i, due))
                 window.last_arrival = time.perf_counter()
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)

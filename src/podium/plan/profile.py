@@ -32,7 +32,7 @@ from podium.plan.distribution import Distribution, constant
 from podium.plan.queueing import mg1_wait
 from podium.plan.workload import RunShape
 
-__all__ = ("PlanError", "ProfileFacts", "load_profile", "read_profile")
+__all__ = ("PlanError", "ProfileFacts", "load_profile", "read_profile", "wake_cost_across_levels")
 
 
 class PlanError(UserError):
@@ -58,6 +58,11 @@ class ProfileFacts(msgspec.Struct, frozen=True):
     sweep_best_runs_per_s: float | None = None
     #: What makes this profile a weak basis for a plan, if anything.
     warning: str | None = None
+    #: The CPU of one wake-up of the loop from idle taken out of the profile's CPU (µs),
+    #: and where it comes from: "levels" (a sweep's levels: what a loaded worker pays) or
+    #: "idle loop" (a loop sleeping with nothing else to do: a lower bound).
+    wake_cpu_us: float | None = None
+    wake_cpu_from: str | None = None
 
 
 def read_profile(path: str) -> dict[str, Any]:
@@ -104,10 +109,11 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
     profiled = before + after_model + after_tools
     process_us = data.get("cpu_us_per_step") if kind != "runs" else None
     cpu_counted = "phases"
+    wake_us, wake_from = _wake_cost(path, data, kind)
     if isinstance(process_us, int | float) and process_us > 0 and profiled > 0:
         # The loop's own CPU, spread; less its wake-ups from idle, which a busy loop
         # does not spend (podium.observe.loopcost): what a burst costs under load.
-        busy_us = process_us - _wake_us_per_step(path, data)
+        busy_us = process_us - _wakeups_per_step(path, data) * wake_us
         scale = max(1.0, busy_us / 1e6 / profiled)
         before, after_model, after_tools = before * scale, after_model * scale, \
             after_tools * scale
@@ -166,6 +172,7 @@ def load_profile(path: str, *, cpu_cv: float = 0.5,
         run_p99_s=_opt_ms(data.get("completed_run_wall_p99_ms")),
         sweep_best_runs_per_s=best,
         warning=_warning(kind, utilization),
+        wake_cpu_us=wake_us if wake_from else None, wake_cpu_from=wake_from,
     )
     return shape, facts
 
@@ -238,14 +245,51 @@ def _blocked_s(path: str, phases: dict[str, Any], steps: int) -> float:
     return total / 1e3 / steps
 
 
-def _wake_us_per_step(path: str, data: dict[str, Any]) -> float:
-    """The loop's CPU per step spent waking from idle (0 in a profile without the
-    figures)."""
-    wakeups, cost = data.get("loop_wakeups_per_step"), data.get("loop_wake_cpu_us")
-    if wakeups is None or cost is None:
-        return 0.0
-    return _number(path, "loop_wakeups_per_step", wakeups) * _number(
-        path, "loop_wake_cpu_us", cost)
+def _wakeups_per_step(path: str, data: dict[str, Any]) -> float:
+    """The loop's wake-ups from idle per step (0 in a profile without the figure)."""
+    wakeups = data.get("loop_wakeups_per_step")
+    return 0.0 if wakeups is None else _number(path, "loop_wakeups_per_step", wakeups)
+
+
+#: The least spread of wake-ups per step between a sweep's levels that prices a wake-up
+#: (closer levels leave the slope to the host's noise).
+_LEVELS_SPREAD = 0.05
+
+
+def wake_cost_across_levels(levels: list[tuple[float, float]]) -> float | None:
+    """What one wake-up from idle costs a loaded worker (µs), from levels of one load test
+    each ``(cpu_us_per_step, wakeups_per_step)``: the least-squares slope of the CPU on the
+    wake-ups. A loop that sleeps at light load and wakes often pays, besides the kernel's
+    switch, for the caches the machine's other work took meanwhile: on a shared 2-core
+    host 150–200 µs a wake-up against 50–90 µs for a loop sleeping with nothing else to
+    do. None where the levels cannot tell (fewer than two, wake-ups per step spread less
+    than 0.05, or a slope not positive)."""
+    if len(levels) < 2:
+        return None
+    xs = [w for _, w in levels]
+    if max(xs) - min(xs) < _LEVELS_SPREAD:
+        return None
+    mx = sum(xs) / len(xs)
+    my = sum(c for c, _ in levels) / len(levels)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (c - my) for c, x in levels) / sxx
+    return slope if slope > 0 else None
+
+
+def _wake_cost(path: str, data: dict[str, Any], kind: str) -> tuple[float, str | None]:
+    """The CPU of one wake-up (µs) and where it comes from: a sweep's levels where they
+    price it above the idle loop's figure, else the idle loop's (0, None without it)."""
+    idle = data.get("loop_wake_cpu_us")
+    idle_us = None if idle is None else _number(path, "loop_wake_cpu_us", idle)
+    points = data.get("sweep") if kind == "sweep" else None
+    levels = [(float(p["cpu_us_per_step"]), float(p["loop_wakeups_per_step"]))
+              for p in (points if isinstance(points, list) else [])
+              if isinstance(p, dict) and isinstance(p.get("cpu_us_per_step"), int | float)
+              and isinstance(p.get("loop_wakeups_per_step"), int | float)]
+    loaded = wake_cost_across_levels(levels)
+    if loaded is not None and (idle_us is None or loaded > idle_us):
+        return loaded, "levels"
+    return (idle_us, "idle loop") if idle_us is not None else (0.0, None)
 
 
 def _lag(path: str, data: dict[str, Any]) -> Distribution | None:

@@ -53,8 +53,10 @@ def plan_lines(plan: Plan, facts: Sequence[ProfileFacts], whatifs: Sequence[str]
             "phases' CPU only (the loop's own work not counted: a bench profile counts it)"
         at = f", {f.concurrency} concurrent" if f.concurrency else ""
         util = f", CPU {f.utilization:.0%} busy" if f.utilization is not None else ""
+        wake = (f"; wake-ups from idle at {f.wake_cpu_us:.0f} µs each off it (from the "
+                f"{f.wake_cpu_from})" if f.wake_cpu_us is not None else "")
         out.append(f"from {f.path}: {f.kind} profile, {f.runs:,} runs, {f.steps:,} steps"
-                   f"{at}{util}; {cpu}")
+                   f"{at}{util}; {cpu}{wake}")
         if f.warning:
             out.append(f"  note: {f.warning}")
     if whatifs:
