@@ -131,12 +131,13 @@ class StepLoop(RunLifecycle):
                 if step >= agent.max_steps:
                     raise Finish("failed", "max_steps", _no_answer(agent))
                 prefix = agent.prefix  # assemble
-                if prefix.tokens + ctx.history_tokens > agent.context.max_context_tokens:
+                prompt = prefix.tokens + ctx.history_tokens
+                if prompt > agent.context.max_context_tokens:
                     await self._fit_context(agent, state)
+                    prompt = prefix.tokens + ctx.history_tokens
                 request = ModelRequest(
                     ctx.messages, prefix.tools, agent.settings, run_id, agent.name, step,
-                    prefix.tokens + ctx.history_tokens, prefix.tokens, agent.tags,
-                    t[MODEL_NS] / 1e9,
+                    prompt, prefix.tokens, agent.tags, t[MODEL_NS] / 1e9,
                 )
                 t[ASSEMBLED] = stamp()
                 # model: its first slice inline (no wait, simulated or cached: no frame, no turn)

@@ -14,6 +14,9 @@ from podium.models.base import Model, ModelRequest, ModelResponse, OutputMode
 
 __all__ = ("FunctionModel", "ReplyFunction", "tool_call_reply")
 
+#: A reply's usage until its model call fills it in (frozen: one shared instance).
+_NO_USAGE = Usage()
+
 ReplyFunction = Callable[
     [Sequence[Message], ModelRequest],
     "ModelResponse | str | Awaitable[ModelResponse | str]",
@@ -27,13 +30,17 @@ def tool_call_reply(
     JSON text (``'{"q": "x"}'``, as a model sends them) or a dict (encoded here)."""
     # The usual reply, one call with JSON text, is checked in C and made with no frame (a
     # reply function runs at every step of a test or benchmark).
-    call = calls[0] if len(calls) == 1 else None
-    made: tuple[ToolCall, ...]
-    if type(call) is tuple and len(call) == 2 and type(call[0]) is str and type(call[1]) is str:
-        made = (ToolCall("call_0", call[0], call[1]),)
-    else:
+    made: tuple[ToolCall, ...] | None = None
+    if len(calls) == 1:
+        call = calls[0]
+        if type(call) is tuple and len(call) == 2:
+            name, arguments = call
+            if type(name) is str and type(arguments) is str:
+                made = (ToolCall("call_0", name, arguments),)
+    if made is None:
         made = tuple([_tool_call(i, call) for i, call in enumerate(calls)])
-    return ModelResponse(content=content, tool_calls=made, finish_reason="tool_calls")
+    # (positional: content, reasoning, tool_calls, usage, finish_reason; no keywords to match)
+    return ModelResponse(content, "", made, _NO_USAGE, "tool_calls")
 
 
 def _tool_call(i: int, call: object) -> ToolCall:
@@ -147,7 +154,7 @@ class FunctionModel(Model):
                     "(the final answer) or a ModelResponse (tool_call_reply(...) to call tools)"
                 )
         if result.usage.requests == 0:
-            result.usage = Usage(request.prompt_tokens, max(1, len(result.content) // 4), 0, 1)
+            result.usage = Usage(request.prompt_tokens, len(result.content) // 4 or 1, 0, 1)
         if not result.model:
             result.model = self.name
         return result

@@ -163,7 +163,8 @@ class ToolExecutor:
         except StopIteration as done:
             value = done.value
             if type(value) is str:
-                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0)
+                # (positional: ok, error, attempts, wall_ns; msgspec matches no keywords)
+                return ToolResult(ctx.call_id, tool.name, value, True, None, 1, _perf() - t0)
             return self._execute(tool, args, ctx, t0, _First(value, None))
         except GeneratorExit as own:  # the tool's own: nothing is closing it here
             return self._execute(tool, args, ctx, t0, _First(None, own_exit(own)))
