@@ -336,7 +336,8 @@ def _holds_words(window: bytes, requires: tuple[tuple[bytes, ...], ...]) -> bool
     """Whether ``window`` has one word of each group of ``requires``."""
     for group in requires:
         for word in group:
-            if word in window:
+            if window.find(word) >= 0:  # (not `in`: bytes.__contains__ tries the word as an
+                #  int first and formats a TypeError each time)
                 break
         else:
             return False
