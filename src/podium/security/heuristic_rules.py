@@ -47,6 +47,10 @@ class Family:
     # holding none of them is skipped, which costs one small automaton pass instead of
     # the regexes' backtracking through every gap length.
     holds: ahocorasick_rs.BytesAhoCorasick | None
+    # For each of ``holds``' words, the rules (a bit per rule of ``byte_rules``) that a
+    # window holding it may match: a rule with words of its own (see _Rule) only where one
+    # of them holds a word of ``holds`` (the automaton's overlapping matches say which).
+    hold_rules: tuple[int, ...]
     # A regex over the bytes after an anchor (ASCII case ignored) that holds wherever one
     # of the rules can match from the anchor: an occurrence without it opens no window
     # (Hyperscan does not even report it: see anchors.py). Only for families whose
@@ -154,8 +158,27 @@ def _family(
         tuple(c.encode() for c in needs),
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
+        _hold_rules(tuple(w.encode() for w in holds), requires),
         guard,
     )
+
+
+def _hold_rules(
+    holds: tuple[bytes, ...], requires: list[tuple[tuple[bytes, ...], ...]]
+) -> tuple[int, ...]:
+    """``Family.hold_rules``: hold word ``h`` may let rule ``j`` match when ``h`` is in
+    one of the words of ``j``'s first group (any rule without words: every hold word). A
+    match of ``j`` holds one of those words, and each of them holds a word of ``holds``,
+    which the automaton then finds."""
+    if not holds:
+        return ()
+    bits = [0] * len(holds)
+    for j, need in enumerate(requires):
+        for i, h in enumerate(holds):
+            if not need or any(h in w for w in need[0]):
+                bits[i] |= 1 << j
+        assert not need or all(any(h in w for h in holds) for w in need[0]), need
+    return tuple(bits)
 
 
 def _starts(
@@ -191,10 +214,16 @@ FAMILIES: tuple[Family, ...] = (
             "override",
             0.8,
             r"you are now (?:a |an |in )?(?:dan|jailbroken|unrestricted|unfiltered|developer mode|free|no longer)",
+            ("now",),
         ),
-        ("override", 0.6, r"from now on,? you (?:will|must|are|should)"),
-        ("override", 0.7, r"(?:^|\n|\. )\W*new (?:system )?instructions?\s*:"),
-        ("override", 0.7, r"(?:developer|dan|jailbreak|god) mode|do anything now|jailbroken"),
+        ("override", 0.6, r"from now on,? you (?:will|must|are|should)", ("from",)),
+        ("override", 0.7, r"(?:^|\n|\. )\W*new (?:system )?instructions?\s*:", ("instruction",)),
+        (
+            "override",
+            0.7,
+            r"(?:developer|dan|jailbreak|god) mode|do anything now|jailbroken",
+            ("mode anything jailbroken",),
+        ),
     ),
     _starts(
         (
