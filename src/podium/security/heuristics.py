@@ -50,10 +50,7 @@ as ``obfuscated:<form>:<rule>``.
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
-
-import ahocorasick_rs
 
 from podium.security.anchors import anchor_scanner
 from podium.security.deobfuscate import TRIGGERS, suspicious, variants
@@ -184,8 +181,6 @@ def _screen(
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
     chars: _CharOffsets | None = None  # made when a character offset is first needed
-    marks: _Marks | None = None  # made when a family's leads or hold words are first looked for
-    ascii_text = len(data) == len(text)  # (then every window is ASCII)
     for i, start, end in hits:
         guard = _GUARD_AFTER[i]  # ASCII case ignored, as the rules' lowering does
         if guard is not None and guard.match(data, end) is None:
@@ -222,23 +217,19 @@ def _screen(
                 a = start
             else:
                 a = start - before if start > before else 0
-            e = start + after
-            if byte_windows and (ascii_text or data[a:e].isascii()):
+            window = data[a : start + after].lower()
+            if byte_windows and window.isascii():
                 if family.holds is not None:
-                    marks = marks or _Marks(data)
+                    # (overlapping: "context" holds "text", and the two let different rules in)
                     mask = 0
-                    for h, _, _ in marks.within(fi, family.holds, a, e):
+                    for h, _, _ in family.holds.find_matches_as_indexes(window, True):
                         mask |= family.hold_rules[h]
                     if mask:
-                        _search_bytes(family, data[a:e].lower(), a, data, best, mask)
+                        _search_bytes(family, window, a, data, best, mask)
                 elif family.leads is not None:
-                    marks = marks or _Marks(data)
-                    led = marks.within(fi, family.leads, a, e)
-                    if led:
-                        at = sorted({s - a for _, s, _ in led})
-                        _search_leads(family, data[a:e].lower(), a, data, best, at)
+                    _search_leads(family, window, a, data, best)
                 else:
-                    _search_bytes(family, data[a:e].lower(), a, data, best)
+                    _search_bytes(family, window, a, data, best)
                 continue
             chars = chars or _CharOffsets(text, data)
             pos = chars.at(start)
@@ -326,52 +317,20 @@ def _search_bytes(
             best[rule] = _found(rule, score, m, a, data)
 
 
-class _Marks:
-    """Where the leads or hold words of a family are in the window of one of its anchors
-    (``Family.leads``, ``Family.holds``): for a family's first window, an automaton pass
-    over the window; from its second on, the matches of one pass over the whole text
-    (kept), those wholly inside the window: the same ones, for a text (a log with
-    "password" on every line) that opens many windows."""
-
-    __slots__ = ("_data", "_found", "_low")
-
-    def __init__(self, data: bytes) -> None:
-        self._data = data
-        self._low: bytes | None = None
-        # Per family index: None after its first window; then its matches and their ends.
-        self._found: dict[int, tuple[list[tuple[int, int, int]], list[int]] | None] = {}
-
-    def within(
-        self, fi: int, automaton: ahocorasick_rs.BytesAhoCorasick, a: int, e: int
-    ) -> list[tuple[int, int, int]]:
-        """The overlapping matches of ``automaton`` (family ``fi``'s) in the lowered bytes
-        ``[a, e)``, as (word, start, end) in the text's bytes."""
-        if fi not in self._found:  # its first window
-            self._found[fi] = None
-            return [
-                (w, a + s, a + t)
-                for w, s, t in automaton.find_matches_as_indexes(self._data[a:e].lower(), True)
-            ]
-        found = self._found[fi]
-        if found is None:
-            low = self._low = self._low or self._data.lower()
-            matches: list[tuple[int, int, int]] = automaton.find_matches_as_indexes(low, True)
-            found = self._found[fi] = (matches, [t for _, _, t in matches])
-        matches, ends = found
-        # (reported by end: those ending inside the window, then those starting there)
-        return [m for m in matches[bisect_left(ends, a + 1) : bisect_right(ends, e)] if m[1] >= a]
-
-
 def _search_leads(
     family: _Family,
     window: bytes,
     a: int,
     data: bytes,
     best: dict[str, Finding],
-    starts: list[int],
 ) -> None:
-    """``_search_bytes`` trying the rules only at ``starts``, where one of the family's
-    leads starts in ``window`` (a lead inside another one counts)."""
+    """``_search_bytes`` trying the rules only where one of the family's leads starts (a
+    lead inside another one counts: the automaton reports overlapping matches)."""
+    assert family.leads is not None
+    found_at = family.leads.find_matches_as_indexes(window, overlapping=True)
+    if not found_at:
+        return
+    starts = sorted({s for _, s, _ in found_at})
     for rule, score, pattern, requires in family.byte_rules:
         found = best.get(rule)
         if found is not None and found.score >= score:
