@@ -65,7 +65,8 @@ class AhoCorasickAnchors:
         )
 
     def hits(self, data: bytes) -> list[Hit]:
-        found: list[Hit] = self._automaton.find_matches_as_indexes(data.lower(), overlapping=True)
+        # (overlapping, positionally: keywords cost the binding's parser)
+        found: list[Hit] = self._automaton.find_matches_as_indexes(data.lower(), True)
         return found
 
 

@@ -227,7 +227,11 @@ def _screen(
                     if mask:
                         _search_bytes(family, window, a, data, best, mask)
                 elif family.leads is not None:
-                    _search_leads(family, window, a, data, best)
+                    # (overlapping: a lead inside another one counts; positional, as
+                    # keywords cost the binding's parser)
+                    led = family.leads.find_matches_as_indexes(window, True)
+                    if led:
+                        _search_leads(family, window, a, data, best, led)
                 else:
                     _search_bytes(family, window, a, data, best)
                 continue
@@ -323,14 +327,11 @@ def _search_leads(
     a: int,
     data: bytes,
     best: dict[str, Finding],
+    led: list[tuple[int, int, int]],
 ) -> None:
-    """``_search_bytes`` trying the rules only where one of the family's leads starts (a
-    lead inside another one counts: the automaton reports overlapping matches)."""
-    assert family.leads is not None
-    found_at = family.leads.find_matches_as_indexes(window, overlapping=True)
-    if not found_at:
-        return
-    starts = sorted({s for _, s, _ in found_at})
+    """``_search_bytes`` trying the rules only where one of the family's leads starts
+    (``led``: the leads in ``window``, overlapping ones included)."""
+    starts = sorted({s for _, s, _ in led})
     for rule, score, pattern, requires in family.byte_rules:
         found = best.get(rule)
         if found is not None and found.score >= score:
