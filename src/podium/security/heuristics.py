@@ -181,6 +181,7 @@ def _screen(
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
     chars: _CharOffsets | None = None  # made when a character offset is first needed
+    ascii_text = len(data) == len(text)  # (then so is every window)
     for i, start, end in hits:
         guard = _GUARD_AFTER[i]  # ASCII case ignored, as the rules' lowering does
         if guard is not None and guard.match(data, end) is None:
@@ -218,7 +219,7 @@ def _screen(
             else:
                 a = start - before if start > before else 0
             window = data[a : start + after].lower()
-            if byte_windows and window.isascii():
+            if byte_windows and (ascii_text or window.isascii()):
                 if family.holds is not None:
                     # (overlapping: "context" holds "text", and the two let different rules in)
                     mask = 0
