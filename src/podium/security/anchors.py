@@ -65,7 +65,8 @@ class AhoCorasickAnchors:
         )
 
     def hits(self, data: bytes) -> list[Hit]:
-        found: list[Hit] = self._automaton.find_matches_as_indexes(data.lower(), overlapping=True)
+        # (overlapping, positionally: keywords cost the binding's parser)
+        found: list[Hit] = self._automaton.find_matches_as_indexes(data.lower(), True)
         return found
 
 
@@ -107,6 +108,9 @@ class HyperscanAnchors:
         self._lengths = [len(a) for a in anchors]
         self._stops = [i in stops for i in range(len(anchors))]
         self._fallback = AhoCorasickAnchors(anchors)
+        # Bound once: a bound method made per call is a short text's allocation more.
+        self._find_short = self._fallback._automaton.find_matches_as_indexes
+        self._callback = self._on_match
         # A scratch space serves one scan at a time, and a scan releases the GIL: one each.
         self._local = threading.local()
 
@@ -124,7 +128,8 @@ class HyperscanAnchors:
 
     def hits(self, data: bytes) -> list[Hit]:
         if len(data) < _SHORT:  # the automaton costs less to call, and this little to run
-            return self._fallback.hits(data)
+            found_short: list[Hit] = self._find_short(data.lower(), True)  # (its ``hits``)
+            return found_short
         found: list[Hit] = []
         try:
             # Positional arguments: keywords cost the binding's parser 200 ns a call.
@@ -132,7 +137,7 @@ class HyperscanAnchors:
                 scratch = self._local.scratch
             except AttributeError:
                 scratch = self._scratch()
-            self._db.scan(data, self._on_match, 0, (found, 32 + (len(data) >> 6)), scratch)
+            self._db.scan(data, self._callback, 0, (found, 32 + (len(data) >> 6)), scratch)
         except hyperscan.ScanTerminated:
             if self._stops[found[-1][0]]:
                 return found

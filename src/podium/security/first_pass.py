@@ -40,7 +40,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from itertools import repeat
 
 import ahocorasick_rs
 
@@ -144,7 +143,7 @@ class FirstPass:
             if len(w) < MIN_WORDS:
                 p = 0.0
             else:
-                z = unigrams[1] + sum(map(unigrams[0], set(w), repeat(0.0)))
+                z = unigrams[1] + sum(map(unigrams[0], set(w)))
                 p = 1.0 / (1.0 + math.exp(-z)) if z > -30 else 0.0
         if len(data) != len(text) and p < REPORT_FROM and suspicious(data):
             found = [*found, *self._learned_folded(text)]

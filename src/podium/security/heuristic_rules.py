@@ -47,6 +47,10 @@ class Family:
     # holding none of them is skipped, which costs one small automaton pass instead of
     # the regexes' backtracking through every gap length.
     holds: ahocorasick_rs.BytesAhoCorasick | None
+    # For each of ``holds``' words, the rules (a bit per rule of ``byte_rules``) that a
+    # window holding it may match: a rule with words of its own (see _Rule) only where one
+    # of them holds a word of ``holds`` (the automaton's overlapping matches say which).
+    hold_rules: tuple[int, ...]
     # A regex over the bytes after an anchor (ASCII case ignored) that holds wherever one
     # of the rules can match from the anchor: an occurrence without it opens no window
     # (Hyperscan does not even report it: see anchors.py). Only for families whose
@@ -92,6 +96,27 @@ def _merged(rules: tuple[tuple[str, float, str], ...]) -> list[tuple[str, float,
     return out
 
 
+def _merged_requires(
+    rules: tuple[tuple[str, float, str], ...], requires: list[tuple[tuple[bytes, ...], ...]]
+) -> list[tuple[tuple[bytes, ...], ...]]:
+    """The words each of ``_merged(rules)`` needs: a match of the alternation is a match of
+    one of its rules, so it holds a word of that rule's first group; the union of those
+    groups is the merged rule's one group, where every rule merged has words (else none)."""
+    out: list[tuple[tuple[bytes, ...], ...]] = []
+    last: tuple[str, float] | None = None
+    for (rule, score, _), need in zip(rules, requires, strict=True):
+        if last == (rule, score):
+            out[-1] = ((*out[-1][0], *need[0]),) if out[-1] and need else ()
+        else:
+            out.append((need[0],) if need else ())
+        last = (rule, score)
+    # (a word holding another of its group adds nothing: where it is, the other is)
+    return [
+        tuple(tuple(w for w in g if not any(v != w and v in w for v in g)) for g in r)
+        for r in out
+    ]
+
+
 # A rule: name, score, pattern and, optionally, the words it cannot match without, as
 # groups of space-separated literals (every group must have one of its words in the window
 # for the pattern to match): ``in`` rules a window out before the regex runs. A regex
@@ -117,14 +142,13 @@ def _family(
         tuple(tuple(w.encode() for w in g.split()) for g in s[3]) if len(s) == 4 else ()
         for s in specs
     ]
-    assert before != 0 or not any(requires)  # (merged rules keep no words of their own)
     assert all(w and " " not in w.decode() for r in requires for g in r for w in g)
     # A space in a rule is any one whitespace character: a phrase wrapped onto the next
     # line ("your system\nprompt") is the phrase.
     rules = tuple((s[0], s[1], _spaces_as_whitespace(s[2])) for s in specs)
     merged = _merged(rules) if before == 0 else rules
     if before == 0:
-        requires = [()] * len(merged)
+        requires = _merged_requires(rules, requires)
     return Family(
         anchors,
         before,
@@ -134,8 +158,27 @@ def _family(
         tuple(c.encode() for c in needs),
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
+        _hold_rules(tuple(w.encode() for w in holds), requires),
         guard,
     )
+
+
+def _hold_rules(
+    holds: tuple[bytes, ...], requires: list[tuple[tuple[bytes, ...], ...]]
+) -> tuple[int, ...]:
+    """``Family.hold_rules``: hold word ``h`` may let rule ``j`` match when ``h`` is in
+    one of the words of ``j``'s first group (any rule without words: every hold word). A
+    match of ``j`` holds one of those words, and each of them holds a word of ``holds``,
+    which the automaton then finds."""
+    if not holds:
+        return ()
+    bits = [0] * len(holds)
+    for j, need in enumerate(requires):
+        for i, h in enumerate(holds):
+            if not need or any(h in w for w in need[0]):
+                bits[i] |= 1 << j
+        assert not need or all(any(h in w for h in holds) for w in need[0]), need
+    return tuple(bits)
 
 
 def _starts(
@@ -171,10 +214,16 @@ FAMILIES: tuple[Family, ...] = (
             "override",
             0.8,
             r"you are now (?:a |an |in )?(?:dan|jailbroken|unrestricted|unfiltered|developer mode|free|no longer)",
+            ("now",),
         ),
-        ("override", 0.6, r"from now on,? you (?:will|must|are|should)"),
-        ("override", 0.7, r"(?:^|\n|\. )\W*new (?:system )?instructions?\s*:"),
-        ("override", 0.7, r"(?:developer|dan|jailbreak|god) mode|do anything now|jailbroken"),
+        ("override", 0.6, r"from now on,? you (?:will|must|are|should)", ("from",)),
+        ("override", 0.7, r"(?:^|\n|\. )\W*new (?:system )?instructions?\s*:", ("instruction",)),
+        (
+            "override",
+            0.7,
+            r"(?:developer|dan|jailbreak|god) mode|do anything now|jailbroken",
+            ("mode anything jailbroken",),
+        ),
     ),
     _starts(
         (
@@ -195,30 +244,35 @@ FAMILIES: tuple[Family, ...] = (
             "override",
             0.9,
             rf"{_W}{_OVERRIDE_VERBS}{_GAP}{_OVERRIDE_WHAT}\b{_GAP}{_OVERRIDE_NOUNS}\b",
+            ("instruction prompt direction directive rules guideline message context guardrail programming command",),
         ),
         (
             "override",
             0.9,
             rf"{_W}(?:ignore[zr]?|oublie[zr]?){_GAP}(?:instructions|consignes|directives)\b",
+            ("instructions consignes directives",),
         ),
         (
             "override",
             0.9,
             rf"{_W}(?:ignora|ignore|olvida|omite){_GAP}(?:instrucciones|indicaciones)\b",
+            ("instrucciones indicaciones",),
         ),
         (
             "override",
             0.8,
             rf"{_W}(?:ignore|disregard|forget){_GAP}(?:previous|prior|above|other|all|any|everything)\b{_GAP}(?:content|text|info|information|data)\b",
+            ("content text info data",),
         ),
-        ("override", 0.9, rf"{_W}(?:ignore|ignora|esqueça|esqueca){_GAP}instru[çc](?:ões|oes)"),
+        ("override", 0.9, rf"{_W}(?:ignore|ignora|esqueça|esqueca){_GAP}instru[çc](?:ões|oes)", ("instru",)),
         (
             "override",
             0.9,
             rf"{_W}(?:ignoriere|ignorier|ignorieren|vergiss|vergessen|missachte){_GAP}(?:anweisungen|instruktionen|befehle|regeln|vorgaben)\b",
+            ("anweisungen instruktionen befehle regeln vorgaben",),
         ),
-        ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b"),
-        ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b"),
+        ("override", 0.9, rf"{_W}(?:ignora|dimentica){_GAP}(?:istruzioni|indicazioni)\b", ("istruzioni indicazioni",)),
+        ("override", 0.9, rf"{_W}(?:negeer|vergeet){_GAP}(?:instructies|aanwijzingen)\b", ("instructies aanwijzingen",)),
         # The rules' nouns, or a stem of them: every match holds one.
         holds=(
             *("instru", "prompt", "direction", "directive", "rules", "guideline", "message"),

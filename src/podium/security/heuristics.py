@@ -181,6 +181,7 @@ def _screen(
     # Windows opened per family: counted only when there are enough anchors to reach the cap.
     windows = [0] * len(_FAMILIES) if len(hits) >= _MAX_WINDOWS else None
     chars: _CharOffsets | None = None  # made when a character offset is first needed
+    ascii_text = len(data) == len(text)  # (then so is every window)
     for i, start, end in hits:
         guard = _GUARD_AFTER[i]  # ASCII case ignored, as the rules' lowering does
         if guard is not None and guard.match(data, end) is None:
@@ -218,11 +219,20 @@ def _screen(
             else:
                 a = start - before if start > before else 0
             window = data[a : start + after].lower()
-            if byte_windows and window.isascii():
-                if family.holds is not None and not family.holds.find_matches_as_indexes(window):
-                    continue
-                if family.leads is not None:
-                    _search_leads(family, window, a, data, best)
+            if byte_windows and (ascii_text or window.isascii()):
+                if family.holds is not None:
+                    # (overlapping: "context" holds "text", and the two let different rules in)
+                    mask = 0
+                    for h, _, _ in family.holds.find_matches_as_indexes(window, True):
+                        mask |= family.hold_rules[h]
+                    if mask:
+                        _search_bytes(family, window, a, data, best, mask)
+                elif family.leads is not None:
+                    # (overlapping: a lead inside another one counts; positional, as
+                    # keywords cost the binding's parser)
+                    led = family.leads.find_matches_as_indexes(window, True)
+                    if led:
+                        _search_leads(family, window, a, data, best, led)
                 else:
                     _search_bytes(family, window, a, data, best)
                 continue
@@ -291,14 +301,21 @@ def _search_bytes(
     a: int,
     data: bytes,
     best: dict[str, Finding],
+    mask: int = -1,
 ) -> None:
-    """``_search`` on an ASCII window of the lower-cased bytes starting at byte ``a``."""
+    """``_search`` on an ASCII window of the lower-cased bytes starting at byte ``a``.
+    ``mask``: the rules (a bit each) the family's hold words found let in, where it has
+    them (they stand for the rules' words, which are not looked for again)."""
     anchored = family.before == 0
     for rule, score, pattern, requires in family.byte_rules:
+        bit = mask & 1
+        mask >>= 1
+        if not bit:
+            continue
         found = best.get(rule)
         if found is not None and found.score >= score:
             continue
-        if requires and not _holds_words(window, requires):
+        if requires and mask < 0 and not _holds_words(window, requires):
             continue  # a word every match holds is missing: the regex cannot match
         m = pattern.match(window) if anchored else pattern.search(window)
         if m is not None:
@@ -311,14 +328,11 @@ def _search_leads(
     a: int,
     data: bytes,
     best: dict[str, Finding],
+    led: list[tuple[int, int, int]],
 ) -> None:
-    """``_search_bytes`` trying the rules only where one of the family's leads starts (a
-    lead inside another one counts: the automaton reports overlapping matches)."""
-    assert family.leads is not None
-    found_at = family.leads.find_matches_as_indexes(window, overlapping=True)
-    if not found_at:
-        return
-    starts = sorted({s for _, s, _ in found_at})
+    """``_search_bytes`` trying the rules only where one of the family's leads starts
+    (``led``: the leads in ``window``, overlapping ones included)."""
+    starts = sorted({s for _, s, _ in led})
     for rule, score, pattern, requires in family.byte_rules:
         found = best.get(rule)
         if found is not None and found.score >= score:
@@ -336,7 +350,8 @@ def _holds_words(window: bytes, requires: tuple[tuple[bytes, ...], ...]) -> bool
     """Whether ``window`` has one word of each group of ``requires``."""
     for group in requires:
         for word in group:
-            if word in window:
+            if window.find(word) >= 0:  # (not `in`: bytes.__contains__ tries the word as an
+                #  int first and formats a TypeError each time)
                 break
         else:
             return False

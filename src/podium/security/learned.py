@@ -28,7 +28,6 @@ import math
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
-from itertools import repeat
 
 from podium.security.findings import Finding
 
@@ -67,6 +66,17 @@ def features(text: str) -> tuple[set[bytes], set[tuple[bytes, bytes]]]:
     return set(w), set(itertools.pairwise(w))
 
 
+class _Vocabulary(dict[bytes, float]):
+    """The words' weights, 0.0 for a word the model does not know: ``__getitem__`` bound
+    takes one argument (``dict.get`` with a default, two), and nearly every word of a
+    text is known (a miss, the Python call below, is one word in twenty)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: bytes) -> float:
+        return 0.0
+
+
 class _Weights:
     __slots__ = ("bias", "get", "pair_keys", "pairs", "unigram_keys", "unigrams")
 
@@ -89,13 +99,13 @@ class _Weights:
         # where a dict's keys view copies all its keys first.
         self.unigram_keys = frozenset(self.unigrams)
         self.pair_keys = frozenset(self.pairs)
-        self.get = self.unigrams.get
+        self.get: Callable[[bytes], float] = _Vocabulary(self.unigrams).__getitem__
 
     def evidence(self, w: list[bytes]) -> float:
         """The sum of the weights of the features words ``w`` hold (the logit less the bias)."""
-        # One lookup per distinct word, summed in C (``map`` with 0.0 for an unknown word):
+        # One lookup per distinct word, summed in C (``map``; 0.0 for an unknown word):
         # half the cost of intersecting with the vocabulary and summing the hits in a loop.
-        z: float = sum(map(self.get, set(w), repeat(0.0)))
+        z: float = sum(map(self.get, set(w)))
         pairs = self.pairs
         if pairs:  # (a model without pairs skips making them: 8 µs per KB)
             for p in self.pair_keys & set(itertools.pairwise(w)):
@@ -108,10 +118,8 @@ class _Weights:
     def score_words(self, w: list[bytes]) -> float:
         if len(w) < MIN_WORDS:
             return 0.0
-        if self.pairs:
-            z = self.bias + self.evidence(w)
-        else:  # (``evidence`` inlined: a short text's call costs as much as its lookups)
-            z = self.bias + sum(map(self.get, set(w), repeat(0.0)))
+        # (``evidence`` inlined without pairs: a short text's call costs as much as its lookups)
+        z = self.bias + (self.evidence(w) if self.pairs else sum(map(self.get, set(w))))
         return 1.0 / (1.0 + math.exp(-z)) if z > -30 else 0.0
 
 
@@ -136,9 +144,10 @@ class LearnedScreener:
             with open(weights, encoding="utf-8") as f:
                 self._weights = _Weights(json.load(f))
 
-    def unigram_model(self) -> tuple[Callable[[bytes, float], float], float] | None:
-        """The model's word lookup (``dict.get``) and bias, where it weighs words only (no
-        pairs): a caller scoring one window inline (``FirstPass``) saves a call per text."""
+    def unigram_model(self) -> tuple[Callable[[bytes], float], float] | None:
+        """The model's word lookup (a word's weight, 0.0 for an unknown one) and bias,
+        where it weighs words only (no pairs): a caller scoring one window inline
+        (``FirstPass``) saves a call per text."""
         weights = self._weights
         return None if weights.pairs else (weights.get, weights.bias)
 
@@ -162,7 +171,7 @@ class LearnedScreener:
             if weights.pairs:
                 return (weights.score_words(w), 0, n)
             # (``score_words`` inlined: on a sentence the call costs a tenth of the scoring)
-            z = weights.bias + sum(map(weights.get, set(w), repeat(0.0)))
+            z = weights.bias + sum(map(weights.get, set(w)))
             return (1.0 / (1.0 + math.exp(-z)) if z > -30 else 0.0, 0, n)
         return max(self._windows(text))
 
