@@ -38,7 +38,7 @@ __all__ = ("ENDS", "MODEL_NS", "Stopwatch")
 _perf = time.perf_counter_ns
 _PHASES = range(6)
 _CHECKPOINT = 5
-_MARK, _SLICE_CPU, _SPLIT, _HELD_RAN, _HELD_FROM, _HELD_TO = 18, 19, 20, 21, 22, 23
+_MARK, _SLICE_CPU, _SPLIT, _HELD_RAN, _SPAN, _HELD_TO = 18, 19, 20, 21, 22, 23
 #: ``t[24:29]``: where the step loop stamps the end of each of the first five phases
 #: (``t[ENDS + phase] = sw.stamp()``). A stamp counts while it is later than the last
 #: boundary booked (``t[18]``): older ones are a past step's, never cleared (see
@@ -48,8 +48,11 @@ ENDS = 24
 MODEL_NS = 29
 #: ``t[30:36]``: per phase of the current step, the time it held the loop without running
 #: (blocked). The sampled stopwatch's span of running time being watched starts at perf time
-#: ``t[36]``; ``t[37:43]`` are the phases' wall times then (all 0 at a step's start).
-_BLOCKED, _SPAN, _BASES = 30, 36, 37
+#: ``t[22]``; ``t[37:43]`` are the phases' wall times then (all 0 at a step's start).
+#: ``t[36]``: where the held steps start in ``steps`` (the exact stopwatch's).
+#: A step on the fast lane reads and writes ``t[18:30]`` only: at thousands of sessions each
+#: step finds its run's figures out of the cache, so what it touches is kept in few lines.
+_BLOCKED, _HELD_FROM, _BASES = 30, 36, 37
 _FIGURES = 43
 _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
@@ -121,9 +124,9 @@ class Stopwatch(msgspec.Struct, gc=False):
     #: running time of the open slice (time waited, and running time of closed slices).
     #: Then ``[18]`` the perf time of the last boundary, ``[19]`` the CPU clock at the
     #: start of the open slice, ``[20]`` 1 if this step has waited (or had CPU booked
-    #: from off the loop), ``[21]`` the wall time of the held steps, ``[22:24]`` the
-    #: range of ``steps`` that is held: one-slice steps closed inside the open slice,
-    #: whose CPU is their wall time until the slice closes.
+    #: from off the loop), ``[21]`` the wall time of the held steps, ``[36]`` and ``[23]``
+    #: the range of ``steps`` that is held: one-slice steps closed inside the open slice,
+    #: whose CPU is their wall time until the slice closes (the rest: see ``ENDS`` above).
     t: list[int] = msgspec.field(default_factory=_figures)
     #: The run's step profiles (its ``RunProfile.steps``): :meth:`close_step` files each
     #: step's profile here.

@@ -175,19 +175,21 @@ class SampledStopwatch(Stopwatch, gc=False):
         t = self.t
         mark, a, e = t[_MARK], t[24], t[28]
         now = _perf()
-        if mark < a < e and now - mark < LONG_NS and not t[_SPLIT]:
+        spent = now - mark  # (the walls' sum: the step's CPU unless scaled)
+        if mark < a < e and spent < LONG_NS and not t[_SPLIT]:
             # The fast lane's step in one slice (see snapshot), its checkpoint included:
             # final at once, and nothing of the step left in t[0:6] to reset. (A long one
             # is checked against the CPU clock: the general path.)
             b, c, d = t[25], t[26], t[27]
             wall = (a - mark, b - a, c - b, d - c, e - d, now - e)
             t[_MARK] = t[_SPAN] = now
-            clock = thread_clock
-            spent = now - mark  # (the walls' sum: the step's CPU unless scaled)
-            clock.booked += spent
-            if now - clock.at > ANCHOR_NS:
-                clock.anchor(now, self.clock, _calibration, self.tolerance)
             t[MODEL_NS] += wall[1]
+            clock = thread_clock
+            clock.booked += spent
+            since = now - clock.at  # (one subtraction of two clock readings: both are big)
+            if since > ANCHOR_NS:
+                clock.anchor(now, self.clock, _calibration, self.tolerance)
+                since = 0
             cpu: tuple[int, ...] = wall
             if _calibration.scaled:
                 q = _calibration.scale
@@ -195,7 +197,7 @@ class SampledStopwatch(Stopwatch, gc=False):
                        wall[3] * q >> 16, wall[4] * q >> 16, wall[5] * q >> 16)
                 spent = spent * q >> 16  # (within a ns a phase of their sum)
             credit = clock.credit - spent
-            if credit >= clock.at - now:  # (ThreadClock.take, inlined: at every step)
+            if credit + since >= 0:  # (ThreadClock.take, inlined: at every step)
                 clock.credit = credit
             else:
                 cpu = _cut(cpu, clock.take(spent, now), spent)
@@ -208,35 +210,12 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     def close_final(self, step: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
-        mark, a, c = t[_MARK], t[24], t[26]
-        now = _perf()
-        if t[_SPAN] <= mark < a < c and now - t[_SPAN] < LONG_NS and not t[_SPLIT]:
-            # The answer's step in one slice, stamped to its parse (no tool phases), its
-            # checkpoint included: as close_new's fast lane, nothing left in t[0:6].
-            wall = (a - mark, t[25] - a, c - t[25], 0, 0, now - c)
-            t[_MARK] = t[_SPAN] = now
-            clock = thread_clock
-            spent = now - mark
-            clock.booked += spent
-            if now - clock.at > ANCHOR_NS:
-                clock.anchor(now, self.clock, _calibration, self.tolerance)
-            t[MODEL_NS] += wall[1]
-            cpu: tuple[int, ...] = wall
-            if _calibration.scaled:
-                q = _calibration.scale
-                cpu = (wall[0] * q >> 16, wall[1] * q >> 16, wall[2] * q >> 16, 0, 0,
-                       wall[5] * q >> 16)
-                spent = spent * q >> 16
-            credit = clock.credit - spent
-            if credit >= clock.at - now:  # (ThreadClock.take, inlined)
-                clock.credit = credit
-            else:
-                cpu = _cut(cpu, clock.take(spent, now), spent)
-            profile = StepProfile(step, wall, cpu, 0, ttft_ns)
-            self.steps.append(profile)
-            if self.sink is not None:
-                self.sink(profile)
-            return profile
+        if t[_SPAN] is t[_MARK]:  # (the step's span of running time starts with the step)
+            # The answer's step, stamped to its parse: no tool phases, so its tools' and
+            # merge's ends are the parse's, and it closes as close_new closes a tool step.
+            # (close_new's general path is settle's too: the checkpoint is booked by then.)
+            t[27] = t[28] = t[26]
+            return self.close_new(step, 0, ttft_ns)
         return super().close_final(step, ttft_ns)
 
     def close_step(self, profile: StepProfile | None) -> None:
@@ -253,7 +232,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             clock.anchor(now, self.clock, _calibration, self.tolerance)
         if profile is None:  # (snapshot() always gives one): the step's figures are dropped
             t[0:18] = _ZEROS
-            t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
+            t[30:36] = t[37:43] = _ZERO6  # (not t[_SPAN]: the next span's start)
             t[_SPLIT] = 0
             return
         # Only the checkpoint changed since snapshot(): its first five phases were over
@@ -272,7 +251,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.blocked_ns = _blocked(t)
             clock.booked += sum(wall) - sum(t[12:18])  # (the estimated running time)
             t[0:18] = _ZEROS
-            t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
+            t[30:36] = t[37:43] = _ZERO6  # (not t[_SPAN]: the next span's start)
             t[_SPLIT] = 0
             spent = sum(profile.cpu_ns)
         elif t[_SPLIT]:
@@ -287,7 +266,7 @@ class SampledStopwatch(Stopwatch, gc=False):
             profile.blocked_ns = _blocked(t)
             clock.booked += sum(wall) - sum(t[12:18])
             t[0:18] = _ZEROS
-            t[30:36] = t[37:43] = _ZERO6  # (not t[36]: the next span's start)
+            t[30:36] = t[37:43] = _ZERO6  # (not t[_SPAN]: the next span's start)
             t[_SPLIT] = 0
             spent = sum(profile.cpu_ns)
         elif not _calibration.scaled:  # the common case: the CPU figures are the walls

@@ -83,7 +83,7 @@ class ThreadClock:
     process; it follows the thread: a read from another thread starts afresh)."""
 
     __slots__ = (
-        "at", "booked", "bound", "cal_at", "cal_booked", "cal_cpu", "cpu", "credit", "delay",
+        "at", "booked", "bound", "cal_at", "cal_cpu", "cpu", "credit", "delay",
         "delay_at", "fd", "sched_at", "schedstat", "thread",
     )
 
@@ -96,14 +96,14 @@ class ThreadClock:
         self.schedstat: bool | None = None
         self.fd = -1
         #: The running time the stopwatches and the tool executor booked as CPU on this
-        #: thread, all told (each adds its spans as they end).
+        #: thread since the calibration's base (each adds its spans as they end; counted
+        #: from the base, not all told: a few milliseconds, an integer Python adds fast).
         self.booked = 0
-        #: When the calibration was last looked at; the base of the bound (when, the
-        #: thread's CPU and the running time booked then); the thread's runnable-but-not-
-        #: running time, from the scheduler where it tells, and when it was read.
+        #: When the calibration was last looked at; the base of the bound (when, and the
+        #: thread's CPU then); the thread's runnable-but-not-running time, from the
+        #: scheduler where it tells, and when it was read.
         self.sched_at = self.cal_at = self.delay_at = _NEVER
         self.cal_cpu = 0
-        self.cal_booked = 0
         self.delay = 0
         #: The thread's CPU over the running time booked (a moving average, at most 1):
         #: what the CPU of a span too short to measure is, at most, per running ns.
@@ -228,7 +228,7 @@ class ThreadClock:
                 self.schedstat = False
             else:
                 self.delay, self.delay_at = read[1], now
-        booked = self.booked - self.cal_booked
+        booked = self.booked
         if self.cal_at != _NEVER:
             if booked < _MIN_RUNNABLE_NS:
                 return  # little booked since: keep the base, wait for more
@@ -239,7 +239,8 @@ class ThreadClock:
             self.bound += weight * (measured - self.bound)
             if ratio is not None:
                 ratio.bound_by(self.bound, tolerance)
-        self.cal_at, self.cal_cpu, self.cal_booked = now, self.cpu, self.booked
+        self.cal_at, self.cal_cpu = now, self.cpu
+        self.booked = 0
 
 
 #: The process's one: the loop thread's anchor (the stopwatches and the tool executor's).
