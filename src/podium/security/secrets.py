@@ -27,12 +27,14 @@ fields, or spelled with look-alike characters; see docs/security.md.
 from __future__ import annotations
 
 import base64
+import codecs
 import re
-import unicodedata
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
 import ahocorasick_rs
+
+from podium.security.secret_views import ESCAPE_LENGTH, may_differ, view_of
 
 __all__ = ("SECRET", "SHORTEST", "SecretMatcher", "secret_tokens")
 
@@ -47,27 +49,6 @@ _GAP_PATTERN = r"\s{0,3}"
 #: Characters that make up a token inside a secret result (API keys, JWTs, URLs' parts).
 _TOKEN = re.compile(r"[A-Za-z0-9_\-.+/=~:]{12,}")
 _WS = re.compile(r"\s+")
-
-
-#: Invisible characters a copy may be salted with (zero-width spaces and joiners, word
-#: joiners, the BOM, soft hyphens, bidirectional marks): Unicode's format category.
-_INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-
-
-def _folded(text: str) -> tuple[str, list[int]] | None:
-    """``text`` read as a person reads it (NFKC, invisible characters dropped) and, for
-    each character of that, where it stood in ``text``; None where nothing changes."""
-    if unicodedata.is_normalized("NFKC", text) and not _INVISIBLE.search(text):
-        return None
-    chars: list[str] = []
-    where: list[int] = []
-    for i, c in enumerate(text):
-        if unicodedata.category(c) == "Cf":
-            continue
-        for f in unicodedata.normalize("NFKC", c):
-            chars.append(f)
-            where.append(i)
-    return "".join(chars), where
 
 
 def _spaced(value: str) -> str:
@@ -99,8 +80,9 @@ def _squeezed(text: str) -> str:
 def _variants(value: str) -> tuple[list[str], list[str], set[str]]:
     """(case-insensitive patterns, case-sensitive literals, the prefilter's literals)
     that find ``value``."""
-    loose = [_spaced(value), _spaced(value[::-1])]
-    literals = {_squeezed(value), _squeezed(value[::-1])}
+    plain = {value, value[::-1], *(codecs.encode(v, "rot13") for v in (value, value[::-1]))}
+    loose = [_spaced(v) for v in sorted(plain)]
+    literals = {_squeezed(v) for v in plain}
     exact: set[str] = set()
     for form in {value, value.lower(), value.upper(), value[::-1]}:
         raw = form.encode()
@@ -176,11 +158,11 @@ class SecretMatcher:
         """Where copies of secrets are in ``text``: (start, end), left to right, none
         overlapping (the longer secret wins where two overlap)."""
         found = self._found(text)
-        if not text.isascii() and self._patterns:
-            folded = _folded(text)
-            if folded is not None:  # found in the folded text: where it stood in this one
-                view, where = folded
-                found += [(where[s], -(where[-e - 1] + 1)) for s, e in self._found(view)]
+        if self._patterns and may_differ(text):
+            view = view_of(text)
+            if view is not None:  # found in the decoded text: where it stood in this one
+                shown, starts, ends = view
+                found += [(starts[s], -ends[-e - 1]) for s, e in self._found(shown)]
                 found.sort()
         spans: list[tuple[int, int]] = []
         pos = 0
@@ -206,7 +188,25 @@ class SecretMatcher:
         """Whether ``text`` holds any of the secrets."""
         if any(self._patterns[i].search(text) for i in self._candidates(text)):
             return True
-        return not text.isascii() and bool(self.spans(text))
+        return may_differ(text) and bool(self.spans(text))
+
+    def held_from(self, text: str) -> int:
+        """Where the end of ``text`` that a match may still grow into starts (a stream
+        holds it back until more comes): the last :attr:`max_span` characters, or, where
+        the end of ``text`` reads otherwise (escapes, invisible characters), as many as
+        make up the last :attr:`max_span` characters of its view."""
+        cut = len(text) - max(self.max_span, ESCAPE_LENGTH)
+        if cut <= 0:
+            return 0
+        tail_start = max(0, len(text) - self.max_span * ESCAPE_LENGTH)
+        tail = text[tail_start:]
+        view = view_of(tail) if may_differ(tail) else None
+        if view is None:
+            return cut
+        shown, starts, _ = view
+        if len(shown) <= self.max_span:
+            return tail_start
+        return min(cut, tail_start + starts[len(shown) - self.max_span])
 
     def scrub(self, text: str) -> str:
         """``text`` with every copy of a secret replaced by :data:`SECRET`."""
