@@ -46,6 +46,9 @@ SHORTEST = 3
 #: length, which the token stream's hold-back window relies on).
 _GAP = 3
 _GAP_PATTERN = r"\s{0,3}"
+#: The prefilter's mark of a JSON escape, and whose secret it is (nobody's).
+_ESCAPE_MARK = "\\u"
+_NOBODY: frozenset[int] = frozenset()
 #: Characters that make up a token inside a secret result (API keys, JWTs, URLs' parts).
 _TOKEN = re.compile(r"[A-Za-z0-9_\-.+/=~:]{12,}")
 _WS = re.compile(r"\s+")
@@ -127,6 +130,10 @@ class SecretMatcher:
         # Python's regex tries every branch at every position (milliseconds for a 10 KB
         # text and a few secrets); an automaton over the squeezed, lower-cased text finds
         # a superset of the patterns' matches in one pass, and a pattern runs only then.
+        # And one mark: whether the text holds a JSON escape (``\u``), found in the same
+        # pass (``"\\u" in text`` alone costs as much as the pass over ordinary text).
+        if owners:
+            owners.setdefault(_ESCAPE_MARK, set())
         literal_list = sorted(owners)
         self._owners = [frozenset(owners[lit]) for lit in literal_list]
         self._prefilter = (
@@ -143,26 +150,32 @@ class SecretMatcher:
     def __bool__(self) -> bool:
         return bool(self._patterns)
 
-    def _candidates(self, text: str) -> list[int]:
-        """The secrets the prefilter found a trace of in ``text`` (longest first)."""
+    def _scan(self, text: str) -> tuple[list[int], bool]:
+        """The secrets the prefilter found a trace of in ``text`` (longest first), and
+        whether ``text`` may read otherwise once decoded (see :func:`view_of`)."""
         prefilter = self._prefilter
         if prefilter is None or not text:
-            return []
-        hits = prefilter.find_matches_as_indexes(_squeezed(text))
+            return [], False
+        # (Overlapping: the mark must not hide a trace that starts inside it.)
+        hits = prefilter.find_matches_as_indexes(_squeezed(text), overlapping=True)
+        differs = not text.isascii() or "&" in text
         if not hits:
-            return []
+            return [], differs
         owners = self._owners
-        return sorted({i for literal, _, _ in hits for i in owners[literal]})
+        found = {i for literal, _, _ in hits for i in owners[literal]}
+        return sorted(found), differs or any(owners[lit] == _NOBODY for lit, _, _ in hits)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where copies of secrets are in ``text``: (start, end), left to right, none
         overlapping (the longer secret wins where two overlap)."""
-        found = self._found(text)
-        if self._patterns and may_differ(text):
+        candidates, differs = self._scan(text)
+        found = self._found(text, candidates)
+        if differs:
             view = view_of(text)
             if view is not None:  # found in the decoded text: where it stood in this one
                 shown, starts, ends = view
-                found += [(starts[s], -ends[-e - 1]) for s, e in self._found(shown)]
+                more = self._found(shown, self._scan(shown)[0])
+                found += [(starts[s], -ends[-e - 1]) for s, e in more]
                 found.sort()
         spans: list[tuple[int, int]] = []
         pos = 0
@@ -172,9 +185,8 @@ class SecretMatcher:
                 pos = -neg_end
         return spans
 
-    def _found(self, text: str) -> list[tuple[int, int]]:
-        """(start, -end) of every match in ``text``, sorted."""
-        candidates = self._candidates(text)
+    def _found(self, text: str, candidates: list[int]) -> list[tuple[int, int]]:
+        """(start, -end) of every match in ``text`` of the ``candidates``, sorted."""
         if not candidates:
             return []
         return sorted(
@@ -186,9 +198,10 @@ class SecretMatcher:
 
     def found(self, text: str) -> bool:
         """Whether ``text`` holds any of the secrets."""
-        if any(self._patterns[i].search(text) for i in self._candidates(text)):
+        candidates, differs = self._scan(text)
+        if any(self._patterns[i].search(text) for i in candidates):
             return True
-        return may_differ(text) and bool(self.spans(text))
+        return differs and bool(self.spans(text))
 
     def held_from(self, text: str) -> int:
         """Where the end of ``text`` that a match may still grow into starts (a stream
