@@ -13,15 +13,17 @@ costs one scan however many secrets there are:
 - its URL encodings (``quote``, ``quote_plus``, every byte as ``%XX``) and hex;
 - its base64 (standard and URL-safe alphabets, of the value, upper- and lower-cased and
   reversed), at each of the three alignments a value can have inside a longer encoded
-  text: only the characters that depend on the value alone are matched.
+  text: only the characters that depend on the value alone are matched;
+- its rot13 (and that of its reverse), a pattern of its own.
 
-A text that is not plain ASCII is also read folded (NFKC: full-width and other
-compatibility forms as the characters they stand for; invisible format characters such
-as zero-width spaces dropped), and what is found there is replaced where it stood.
+A text that may read otherwise (not plain ASCII, or holding ``&`` or ``\\u``) is also
+read decoded (:mod:`podium.security.secret_views`: HTML character references and JSON
+``\\u`` escapes decoded, NFKC-folded, invisible characters dropped, Cyrillic and Greek
+look-alikes read as Latin), and what is found there is replaced where it stood.
 
 Values shorter than :data:`SHORTEST` characters are not matched (``"1"`` would blank every
 digit). What no matcher can find: a secret encrypted, hashed, translated, split across
-fields, or spelled with look-alike characters; see docs/security.md.
+fields, or in encodings stacked on one another; see docs/security.md.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def _squeezed(text: str) -> str:
 def _variants(value: str) -> tuple[list[str], list[str], set[str]]:
     """(case-insensitive patterns, case-sensitive literals, the prefilter's literals)
     that find ``value``."""
-    plain = {value, value[::-1], *(codecs.encode(v, "rot13") for v in (value, value[::-1]))}
+    plain = {value, value[::-1]}
     loose = [_spaced(v) for v in sorted(plain)]
     literals = {_squeezed(v) for v in plain}
     exact: set[str] = set()
@@ -102,6 +104,14 @@ def _variants(value: str) -> tuple[list[str], list[str], set[str]]:
     return loose, sorted(exact, key=len, reverse=True), literals
 
 
+def _rot13(value: str) -> tuple[str, set[str]]:
+    """(the case-insensitive pattern, the prefilter's literals) that find ``value`` in
+    rot13: a pattern of its own, run only where the prefilter saw a rot13 copy (its
+    branches would slow the search of every text holding a plain one)."""
+    forms = {codecs.encode(v, "rot13") for v in (value, value[::-1])} - {value, value[::-1]}
+    return "|".join(_spaced(v) for v in sorted(forms)), {_squeezed(v) for v in forms}
+
+
 class SecretMatcher:
     """Finds and replaces the given secret values in any of the forms listed above.
 
@@ -117,16 +127,21 @@ class SecretMatcher:
         kept = {v for v in values if isinstance(v, str) and len(v.strip()) >= SHORTEST}
         # Longest first: where one secret contains another, the whole of it goes.
         self.values: tuple[str, ...] = tuple(sorted(kept, key=len, reverse=True))
-        # One pattern per secret, run only where the prefilter found that secret: a text
-        # holding one of 50 secrets pays for one pattern, not 50.
+        # One pattern per secret (and one for its rot13), run only where the prefilter
+        # found it: a text holding one of 50 secrets pays for one pattern, not 50.
         self._patterns: list[re.Pattern[str]] = []
         owners: dict[str, set[int]] = {}
-        for i, value in enumerate(self.values):
+        for value in self.values:
             loose, exact, literals = _variants(value)
             parts = ["(?i:" + "|".join(loose) + ")", *(re.escape(v) for v in exact)]
-            self._patterns.append(re.compile("|".join(parts)))
-            for literal in literals:
-                owners.setdefault(literal, set()).add(i)
+            rot13, rot13_literals = _rot13(value)
+            groups = [("|".join(parts), literals)]
+            if rot13:
+                groups.append(("(?i:" + rot13 + ")", rot13_literals))
+            for pattern, found_by in groups:
+                for literal in found_by:
+                    owners.setdefault(literal, set()).add(len(self._patterns))
+                self._patterns.append(re.compile(pattern))
         # Python's regex tries every branch at every position (milliseconds for a 10 KB
         # text and a few secrets); an automaton over the squeezed, lower-cased text finds
         # a superset of the patterns' matches in one pass, and a pattern runs only then.
