@@ -57,6 +57,7 @@ _LOOKALIKES = {
 }  # fmt: skip
 _LATIN = str.maketrans(_LOOKALIKES)
 _LOOKALIKE = re.compile("[" + "".join(_LOOKALIKES) + "]")
+_SUSPECT = re.compile("[" + _INVISIBLE.pattern[1:-1] + "".join(_LOOKALIKES) + "]")
 
 
 def may_differ(text: str) -> bool:
@@ -75,16 +76,22 @@ def view_of(text: str) -> View | None:
             break
         view = step if view is None else _composed(view, step)
     current = view[0] if view else text
-    if not current.isascii():
+    if current.isascii():
+        return view
+    # One search over the text for what is rare (invisible characters, look-alikes): the
+    # common non-ASCII text (accents, quotes, other scripts in NFKC) pays for it alone.
+    normal = unicodedata.is_normalized("NFKC", current)
+    if normal and not _SUSPECT.search(current):
+        return view
+    if not normal or _INVISIBLE.search(current):
         folded = _folded(current)
-        if folded is not None:
-            view = folded if view is None else _composed(view, folded)
-            current = view[0]
-        if _LOOKALIKE.search(current):  # one for one: where each stood does not change
-            latin = current.translate(_LATIN)
-            if view is None:
-                return latin, list(range(len(text))), list(range(1, len(text) + 1))
-            return latin, view[1], view[2]
+        view = folded if view is None else _composed(view, folded)
+        current = view[0]
+    if _LOOKALIKE.search(current):  # one for one: where each stood does not change
+        latin = current.translate(_LATIN)
+        if view is None:
+            return latin, list(range(len(text))), list(range(1, len(text) + 1))
+        return latin, view[1], view[2]
     return view
 
 
@@ -137,11 +144,8 @@ def _unescaped(text: str) -> View | None:
     return "".join(chars), starts, ends
 
 
-def _folded(text: str) -> View | None:
-    """``text`` read as a person reads it (NFKC, invisible characters dropped); None
-    where nothing changes."""
-    if unicodedata.is_normalized("NFKC", text) and not _INVISIBLE.search(text):
-        return None
+def _folded(text: str) -> View:
+    """``text`` read as a person reads it (NFKC, invisible characters dropped)."""
     chars: list[str] = []
     where: list[int] = []
     for i, c in enumerate(text):

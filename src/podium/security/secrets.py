@@ -171,14 +171,16 @@ class SecretMatcher:
         prefilter = self._prefilter
         if prefilter is None or not text:
             return [], False
-        # (Overlapping: the mark must not hide a trace that starts inside it.)
-        hits = prefilter.find_matches_as_indexes(_squeezed(text), overlapping=True)
+        squeezed = _squeezed(text)
+        hits = prefilter.find_matches_as_indexes(squeezed)
         differs = not text.isascii() or "&" in text
         if not hits:
             return [], differs
         owners = self._owners
-        found = {i for literal, _, _ in hits for i in owners[literal]}
-        return sorted(found), differs or any(owners[lit] == _NOBODY for lit, _, _ in hits)
+        if any(owners[lit] == _NOBODY for lit, _, _ in hits):
+            differs = True  # and again, overlapping: the mark may hide a trace inside it
+            hits = prefilter.find_matches_as_indexes(squeezed, True)
+        return sorted({i for literal, _, _ in hits for i in owners[literal]}), differs
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where copies of secrets are in ``text``: (start, end), left to right, none
