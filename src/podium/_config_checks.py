@@ -182,11 +182,10 @@ def _check_keys(config: Config) -> None:
                 f"keys: tenant {key.tenant!r}: hash must look like sha256:<64 hex digits> "
                 "(podium serve --hash-key KEY prints it)"
             )
-        for net in key.egress.allow_networks if key.egress is not None else ():
-            try:
-                ipaddress.ip_network(net)
-            except ValueError as exc:
-                raise ConfigError(f"keys: tenant {key.tenant!r}: egress: {exc}") from exc
+        if key.egress is not None:  # (its networks parse, its private_ports open something)
+            from podium.security.tenant_egress import policy_from_config
+
+            policy_from_config(key.egress, key.tenant)
         # The same key twice: the gateway would keep the last, and the first tenant's
         # clients would be served (and billed) as the second one, without a word.
         digest = (key.hash or "sha256:" + hashlib.sha256((key.key or "").encode()).hexdigest())

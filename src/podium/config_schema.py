@@ -293,6 +293,10 @@ class EgressConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     - ``allow_ports`` / ``deny_ports``: ports (unset: any the tool's policy allows);
     - ``allow_private = false``: no loopback, private or link-local address even where a
       tool's policy allows one, except in ``allow_networks``;
+    - ``private_ports``: the only ports a non-public address (loopback, private) may be
+      reached on, where one is allowed at all (``allow_networks = ["127.0.0.1/32"]`` and
+      ``private_ports = [8080]``: the tenant's tools reach a local service on 8080, no
+      other loopback port); unset: any port ``allow_ports`` allows;
     - ``max_response_bytes``, ``timeout_s``, ``max_redirects``: lower caps.
     """
 
@@ -301,6 +305,7 @@ class EgressConfig(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
     deny_ports: list[int] = msgspec.field(default_factory=list)
     allow_private: bool = True
     allow_networks: list[str] = msgspec.field(default_factory=list)
+    private_ports: list[Annotated[int, msgspec.Meta(ge=1, le=65535)]] | None = None
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] | None = None
     timeout_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
     max_redirects: Annotated[int, msgspec.Meta(ge=0)] | None = None

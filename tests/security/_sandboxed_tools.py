@@ -45,3 +45,32 @@ def big_result(n: int, printed: int = 0) -> str:
     """A result of ``n`` characters, after printing ``printed`` (called by Sandbox.call)."""
     print("y" * printed)
     return "x" * n
+
+
+QUICK_WALL = Sandbox(SandboxLimits(cpu_s=5, wall_s=1.0))
+
+
+@tool(sandbox=QUICK_WALL, timeout=60)
+def nap_past_the_wall(seconds: float) -> str:
+    """Sleep in a sandbox whose wall limit is 1 s (the tool's own timeout is 60 s).
+
+    Args:
+        seconds: How long.
+    """
+    import time
+
+    time.sleep(seconds)
+    return "woke"
+
+
+@tool(sandbox=BOX, timeout=1.0)
+def nap_past_the_tool(seconds: float) -> str:
+    """Sleep in a sandbox with a 20 s wall limit; the tool's own timeout is 1 s.
+
+    Args:
+        seconds: How long.
+    """
+    import time
+
+    time.sleep(seconds)
+    return "woke"

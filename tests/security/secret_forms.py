@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import contextlib
+import html
 import re
 import unicodedata
 from urllib.parse import quote, quote_plus, unquote_plus
@@ -25,8 +27,32 @@ secrets = st.text(
 FORMS = (
     "plain", "upper", "lower", "swapcase", "spaced", "newlines", "reversed", "base64",
     "base64url", "url", "url_plus", "percent", "hex", "reversed_base64", "fullwidth",
-    "zero_width",
+    "zero_width", "html_decimal", "html_hex", "html_mixed", "json_unicode",
+    "json_unicode_some", "rot13", "lookalike",
 )
+
+#: Latin letters and the Cyrillic or Greek ones a copy may write in their place.
+_LOOKALIKE = {
+    "a": "а", "c": "с", "e": "е", "o": "о", "p": "р", "x": "х", "y": "у", "i": "і",
+    "j": "ј", "s": "ѕ", "A": "Α", "B": "В", "C": "С", "E": "Ε", "H": "Н", "K": "Κ",
+    "M": "М", "O": "Ο", "P": "Р", "T": "Τ", "X": "Х", "v": "ν", "N": "Ν", "Z": "Ζ",
+}  # fmt: skip
+_FROM_LOOKALIKE = str.maketrans({v: k for k, v in _LOOKALIKE.items()})
+#: ASCII characters HTML names (``&period;``).
+_NAMED = {".": "&period;", "_": "&lowbar;", "!": "&excl;", "@": "&commat;", "#": "&num;"}
+_JSON_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")  # (JSON in JSON: more backslashes)
+
+
+def _html_mixed(secret: str) -> str:
+    """Each character plain, as a decimal or hex reference, or by name, in turn."""
+    out = []
+    for i, c in enumerate(secret):
+        bare = not secret[i + 1 : i + 2].isdigit()  # ("&#45" then "9" reads "&#459")
+        if c in _NAMED and i % 2:
+            out.append(_NAMED[c])
+        else:
+            out.append((c, f"&#{ord(c)};", f"&#x{ord(c):X};", f"&#{ord(c)}" + ";"[bare:])[i % 4])
+    return "".join(out)
 
 
 def _spaced(secret: str, gap: str) -> str:
@@ -70,6 +96,20 @@ def written(secret: str, form: str, before: bytes = b"", after: bytes = b"") -> 
             return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in secret)
         case "zero_width":  # invisible between every two characters
             return "\u200b".join(secret)
+        case "html_decimal":
+            return "".join(f"&#{ord(c)};" for c in secret)
+        case "html_hex":
+            return "".join(f"&#x{ord(c):x};" for c in secret)
+        case "html_mixed":
+            return _html_mixed(secret)
+        case "json_unicode":  # (what json.dumps of an escaped text writes)
+            return "".join(f"\\u{ord(c):04x}" for c in secret)
+        case "json_unicode_some":
+            return "".join(f"\\u{ord(c):04X}" if i % 3 == 1 else c for i, c in enumerate(secret))
+        case "rot13":
+            return codecs.encode(secret, "rot13")
+        case "lookalike":  # Cyrillic and Greek letters for the Latin ones they look like
+            return "".join(_LOOKALIKE.get(c, c) for c in secret)
     raise AssertionError(form)
 
 
@@ -94,7 +134,9 @@ def _decoded_views(text: str) -> list[str]:
     whitespace, and every base64 or hex run decoded at every alignment."""
     seen = unicodedata.normalize("NFKC", text)  # as a person reads it
     seen = "".join(c for c in seen if unicodedata.category(c) != "Cf")
-    views = [text, unquote_plus(text), "".join(text.split()), seen]
+    unescaped = _JSON_ESCAPE.sub(lambda m: chr(int(m[1], 16)), html.unescape(text))
+    views = [text, unquote_plus(text), "".join(text.split()), seen, unescaped]
+    views += [codecs.encode(text, "rot13"), text.translate(_FROM_LOOKALIKE)]
     for run in _B64_RUN.findall(text):
         std = run.replace("-", "+").replace("_", "/")
         for skip in range(4):
@@ -113,7 +155,8 @@ def _decoded_views(text: str) -> list[str]:
 
 
 def leaks(text: str, secret: str) -> bool:
-    """Whether ``text`` gives ``secret`` away in any form :data:`FORMS` lists. (Decoded
+    """Whether ``text`` gives ``secret`` away in any form :data:`FORMS` lists (HTML and
+    JSON escapes decoded, rot13 undone, look-alike letters read as Latin). (Decoded
     base64 shows the secret only where its bytes survive whole: a matcher that replaced
     part of the encoded run leaves none.)"""
     lowered = secret.lower()

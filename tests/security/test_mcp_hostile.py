@@ -84,6 +84,9 @@ async def test_a_call_never_answered_times_out_and_the_session_goes_on(
         result = await poke(server, executor)
         # two attempts, each ended by its own timeout
         assert not result.ok and result.error == "timeout" and result.attempts == 2
+        # The message names the timeout that fired: the server's (the tool's), not a
+        # timeout inside the session.
+        assert "tool 'poke' timed out after 1.0s" in result.content, result.content
         assert server.connects == 1  # a slow call is no broken connection
     finally:
         await server.aclose()
@@ -297,6 +300,7 @@ async def test_a_stalled_sse_stream_times_out(executor: ToolExecutor) -> None:
         finally:
             await server.aclose()
     assert not result.ok and result.error == "timeout"
+    assert "tool 'poke' timed out after 1.0s" in result.content, result.content
 
 
 async def test_a_huge_http_answer_is_cut_off(executor: ToolExecutor) -> None:

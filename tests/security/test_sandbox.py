@@ -7,7 +7,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from _sandboxed_tools import read_file, shout, word_count
+from _sandboxed_tools import (
+    nap_past_the_tool,
+    nap_past_the_wall,
+    read_file,
+    shout,
+    word_count,
+)
 
 from podium import Agent, FunctionModel, ModelRequest, ModelResponse, tool_call_reply
 from podium.engine.driver import Engine
@@ -232,6 +238,26 @@ async def test_tool_with_sandbox_runs_its_function_confined(tmp_path: Path) -> N
     assert '"words":3' in counted.content and f'"uid":{os.getuid()}' not in counted.content
     assert not leaked.ok and "s3cret" not in leaked.content
     assert "No such file or directory" in leaked.content
+
+
+async def test_a_sandboxed_calls_timeout_message_names_the_limit_that_fired() -> None:
+    """The sandbox's wall limit and the tool's own timeout are told apart in what the
+    model reads: each names itself, never the other."""
+    executor = ToolExecutor(max_threads=1)
+    try:
+        walled = await executor.execute(
+            nap_past_the_wall, nap_past_the_wall.decode_arguments('{"seconds": 30}'), _ctx()
+        )
+        timed = await executor.execute(
+            nap_past_the_tool, nap_past_the_tool.decode_arguments('{"seconds": 30}'), _ctx()
+        )
+    finally:
+        executor.close()
+    assert not walled.ok and "stopped by the sandbox's wall_time limit" in walled.content
+    assert "timed out" not in walled.content, walled.content
+    assert timed.error == "timeout", timed
+    assert "tool 'nap_past_the_tool' timed out after 1.0s" in timed.content, timed.content
+    assert "sandbox" not in timed.content
 
 
 def _ctx() -> ToolContext:

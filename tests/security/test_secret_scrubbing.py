@@ -54,6 +54,28 @@ def test_each_form_at_each_alignment(form: str) -> None:
         assert not leaks(matcher.scrub(text), KEY), (form, before)
 
 
+@pytest.mark.parametrize(
+    ("text", "clean"),
+    [
+        ("a &#115;&#107;-live-9f8E7d6C5b4A b", "a [secret] b"),
+        ('{"k": "s\\u006b-live-9f8E7d6C5b4A"}', '{"k": "[secret]"}'),
+        ('"s\\\\u006B-live-9f8E7d6C5b4A"', '"[secret]"'),  # (JSON in JSON)
+        ("<b>sk&#x2d;live&hyphen;9f8E7d6C5b4A</b>", "<b>[secret]</b>"),
+        ("&amp;#115;k-live-9f8E7d6C5b4A;", "[secret];"),  # (an escaped escape)
+        ("key: ѕк-livе-9f8Ε7d6С5b4Α.", "key: [secret]."),  # (Cyrillic and Greek)
+        ("rot13: FX-YVIR-9s8R7q6P5o4N!", "rot13: [secret]!"),
+    ],
+)
+def test_an_encoded_secret_is_replaced_where_it_stands(text: str, clean: str) -> None:
+    assert SecretMatcher([KEY]).scrub(text) == clean
+
+
+def test_escapes_and_look_alikes_without_a_secret_are_left_as_they_are() -> None:
+    matcher = SecretMatcher([KEY])
+    for text in ("&#115;&#107; &amp; \\u00e9t\\u00e9 &nbsp;", "Москва — Αθήνα", "&#99999999;"):
+        assert matcher.scrub(text) is text
+
+
 def test_text_without_secrets_is_left_as_it_is() -> None:
     matcher = SecretMatcher([KEY, "hunter2"])
     text = '{"tool": "calculator", "input": "2+2", "output": 4} ' * 50

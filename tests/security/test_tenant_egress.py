@@ -150,10 +150,65 @@ def test_keyring_add_takes_a_policy_and_mistakes_in_the_file_are_config_errors(
         ("allow_networks = ['10.0.0.0/33']", "tenant 'acme': egress"),
         ("allow_hostz = ['a']", "egress.allow_hostz: unknown key"),
         ("allow_ports = [0]", "allow_ports"),
+        ("private_ports = [70000]", "private_ports"),
+        ("private_ports = []", "private_ports is empty"),
+        ("allow_private = false\nprivate_ports = [8080]", "none is reachable"),
+        ("allow_ports = [443]\nprivate_ports = [8080]", r"private_ports \[8080\] are refused"),
+        ("deny_ports = [8080]\nprivate_ports = [8080]", r"private_ports \[8080\] are refused"),
     ]:
         toml.write_text(f'[[keys]]\ntenant = "acme"\nkey = "k"\n[keys.egress]\n{body}\n')
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(ConfigError, match=message) as caught:
             load_config(toml, {})
+        assert "\n" not in str(caught.value), body  # one line
+
+
+async def test_a_tenants_private_ports_open_one_loopback_port_and_no_other(
+    tmp_path: Path,
+) -> None:
+    """``private_ports`` in podium.toml: the tenant's tool reaches the loopback service on
+    the port it opens, not one on another loopback port; another tenant reaches neither."""
+    async with serve() as opened, serve() as other_port:
+        port = opened.rsplit(":", 1)[1]
+        toml = tmp_path / "podium.toml"
+        toml.write_text(
+            '[[keys]]\ntenant = "local"\nkey = "pk_local"\n[keys.egress]\n'
+            f'allow_private = false\nallow_networks = ["127.0.0.1/32"]\nprivate_ports = [{port}]\n'
+            '[[keys]]\ntenant = "other"\nkey = "pk_other"\n[keys.egress]\n'
+            "allow_private = false\n"
+        )
+        config = load_config(toml, {})
+        keys = KeyRing(config.keys)
+        tools = [
+            http_tool("opened", f"{opened}/page", policy=LOOPBACK, description="Read it."),
+            http_tool("closed", f"{other_port}/page", policy=LOOPBACK, description="Read it."),
+        ]
+        seen: dict[str, dict[str, str]] = {}
+
+        def reply(messages: Sequence[Message], request: ModelRequest) -> ModelResponse | str:
+            if request.step == 0:
+                return tool_call_reply(("opened", "{}"), ("closed", "{}"))
+            seen[request.run_id] = {m.name or "": m.content for m in messages if m.role == "tool"}
+            return "done"
+
+        agent = Agent("reader", FunctionModel(reply), tools=tools)
+        gw = build_gateway(config, [ServedAgent(agent)], keys, store=MemoryRunStore())
+        await gw.start()
+        try:
+            results = {}
+            for key in ("pk_local", "pk_other"):
+                tenant = keys.authenticate({"authorization": f"Bearer {key}"})
+                record, _ = await gw.submit(tenant, "reader", "go", {})
+                assert (await gw.wait(record.run_id, 30)).status == "completed"
+                results[key] = seen[record.run_id]
+        finally:
+            await gw.stop()
+        local, other = results["pk_local"], results["pk_other"]
+        assert "hello" in local["opened"], local
+        other_no = other_port.rsplit(":", 1)[1]
+        assert f"port {other_no} of loopback address 127.0.0.1" in local["closed"], local
+        assert f"(open there: {port})" in local["closed"] and "tenant 'local'" in local["closed"]
+        for content in other.values():
+            assert "127.0.0.1 is loopback" in content and "tenant 'other'" in content, other
 
 
 async def test_concurrent_runs_of_two_tenants_each_get_their_own_policy() -> None:

@@ -2,11 +2,13 @@
 
 A run that knows secrets (see :mod:`podium.security.redact`) streams its model's reply
 through a :class:`HeldText` per kind of text (content, reasoning): each delta joins what
-is held, every secret found is replaced, and all but the last ``window`` characters go
-out. ``window`` is the longest text one match of the run's secrets can cover, so a match
-that starts in what goes out is already whole: a secret split across two deltas, or
-spelled out a letter a delta, never leaves in clear. The price is that delay, only for
-runs with secrets; the journaled reply is scrubbed whole, with the same matches.
+is held, every secret found is replaced, and all but the end a match may still grow into
+go out (:meth:`~podium.security.secrets.SecretMatcher.held_from`: the longest text one
+match of the run's secrets can cover, longer where that end holds escapes such as
+``&#115;`` or ``\\u0073``), so a match that starts in what goes out is already whole:
+a secret split across two deltas, or spelled out a letter a delta, never leaves in clear.
+The price is that delay, only for runs with secrets; the journaled reply is scrubbed
+whole, with the same matches.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class HeldText:
     def push(self, text: str, matcher: SecretMatcher) -> str:
         """Take ``text``; the scrubbed text that may go out now (maybe empty)."""
         held = self._held + text
-        cut = len(held) - matcher.max_span
+        cut = matcher.held_from(held)
         if cut <= 0:
             self._held = held
             return ""

@@ -16,7 +16,7 @@ Two passes, in this order:
 2. by value: every string of every entry (a model's reply, a tool result that echoes
    its input, an error, a summary) is scrubbed of every secret the run knows, in any
    form :class:`~podium.security.secrets.SecretMatcher` finds (case, spacing, reversed,
-   base64, URL-encoded, hex).
+   base64, URL-encoded, hex, rot13, HTML and JSON escapes, look-alike letters).
 
 The run's live context keeps the real values; a run resumed from its journal continues
 with the redacted ones. An agent without secret tools or declared secrets has no

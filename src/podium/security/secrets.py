@@ -13,26 +13,30 @@ costs one scan however many secrets there are:
 - its URL encodings (``quote``, ``quote_plus``, every byte as ``%XX``) and hex;
 - its base64 (standard and URL-safe alphabets, of the value, upper- and lower-cased and
   reversed), at each of the three alignments a value can have inside a longer encoded
-  text: only the characters that depend on the value alone are matched.
+  text: only the characters that depend on the value alone are matched;
+- its rot13 (and that of its reverse), a pattern of its own.
 
-A text that is not plain ASCII is also read folded (NFKC: full-width and other
-compatibility forms as the characters they stand for; invisible format characters such
-as zero-width spaces dropped), and what is found there is replaced where it stood.
+A text that may read otherwise (not plain ASCII, or holding ``&`` or ``\\u``) is also
+read decoded (:mod:`podium.security.secret_views`: HTML character references and JSON
+``\\u`` escapes decoded, NFKC-folded, invisible characters dropped, Cyrillic and Greek
+look-alikes read as Latin), and what is found there is replaced where it stood.
 
 Values shorter than :data:`SHORTEST` characters are not matched (``"1"`` would blank every
 digit). What no matcher can find: a secret encrypted, hashed, translated, split across
-fields, or spelled with look-alike characters; see docs/security.md.
+fields, or in encodings stacked on one another; see docs/security.md.
 """
 
 from __future__ import annotations
 
 import base64
+import codecs
 import re
-import unicodedata
 from collections.abc import Iterable
 from urllib.parse import quote, quote_plus
 
 import ahocorasick_rs
+
+from podium.security.secret_views import ESCAPE_LENGTH, may_differ, view_of
 
 __all__ = ("SECRET", "SHORTEST", "SecretMatcher", "secret_tokens")
 
@@ -44,30 +48,12 @@ SHORTEST = 3
 #: length, which the token stream's hold-back window relies on).
 _GAP = 3
 _GAP_PATTERN = r"\s{0,3}"
+#: The prefilter's mark of a JSON escape, and whose secret it is (nobody's).
+_ESCAPE_MARK = "\\u"
+_NOBODY: frozenset[int] = frozenset()
 #: Characters that make up a token inside a secret result (API keys, JWTs, URLs' parts).
 _TOKEN = re.compile(r"[A-Za-z0-9_\-.+/=~:]{12,}")
 _WS = re.compile(r"\s+")
-
-
-#: Invisible characters a copy may be salted with (zero-width spaces and joiners, word
-#: joiners, the BOM, soft hyphens, bidirectional marks): Unicode's format category.
-_INVISIBLE = re.compile(r"[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-
-
-def _folded(text: str) -> tuple[str, list[int]] | None:
-    """``text`` read as a person reads it (NFKC, invisible characters dropped) and, for
-    each character of that, where it stood in ``text``; None where nothing changes."""
-    if unicodedata.is_normalized("NFKC", text) and not _INVISIBLE.search(text):
-        return None
-    chars: list[str] = []
-    where: list[int] = []
-    for i, c in enumerate(text):
-        if unicodedata.category(c) == "Cf":
-            continue
-        for f in unicodedata.normalize("NFKC", c):
-            chars.append(f)
-            where.append(i)
-    return "".join(chars), where
 
 
 def _spaced(value: str) -> str:
@@ -99,8 +85,9 @@ def _squeezed(text: str) -> str:
 def _variants(value: str) -> tuple[list[str], list[str], set[str]]:
     """(case-insensitive patterns, case-sensitive literals, the prefilter's literals)
     that find ``value``."""
-    loose = [_spaced(value), _spaced(value[::-1])]
-    literals = {_squeezed(value), _squeezed(value[::-1])}
+    plain = {value, value[::-1]}
+    loose = [_spaced(v) for v in sorted(plain)]
+    literals = {_squeezed(v) for v in plain}
     exact: set[str] = set()
     for form in {value, value.lower(), value.upper(), value[::-1]}:
         raw = form.encode()
@@ -115,6 +102,14 @@ def _variants(value: str) -> tuple[list[str], list[str], set[str]]:
         exact |= _b64_cores(raw)
     literals |= {v.lower() for v in exact}
     return loose, sorted(exact, key=len, reverse=True), literals
+
+
+def _rot13(value: str) -> tuple[str, set[str]]:
+    """(the case-insensitive pattern, the prefilter's literals) that find ``value`` in
+    rot13: a pattern of its own, run only where the prefilter saw a rot13 copy (its
+    branches would slow the search of every text holding a plain one)."""
+    forms = {codecs.encode(v, "rot13") for v in (value, value[::-1])} - {value, value[::-1]}
+    return "|".join(_spaced(v) for v in sorted(forms)), {_squeezed(v) for v in forms}
 
 
 class SecretMatcher:
@@ -132,19 +127,28 @@ class SecretMatcher:
         kept = {v for v in values if isinstance(v, str) and len(v.strip()) >= SHORTEST}
         # Longest first: where one secret contains another, the whole of it goes.
         self.values: tuple[str, ...] = tuple(sorted(kept, key=len, reverse=True))
-        # One pattern per secret, run only where the prefilter found that secret: a text
-        # holding one of 50 secrets pays for one pattern, not 50.
+        # One pattern per secret (and one for its rot13), run only where the prefilter
+        # found it: a text holding one of 50 secrets pays for one pattern, not 50.
         self._patterns: list[re.Pattern[str]] = []
         owners: dict[str, set[int]] = {}
-        for i, value in enumerate(self.values):
+        for value in self.values:
             loose, exact, literals = _variants(value)
             parts = ["(?i:" + "|".join(loose) + ")", *(re.escape(v) for v in exact)]
-            self._patterns.append(re.compile("|".join(parts)))
-            for literal in literals:
-                owners.setdefault(literal, set()).add(i)
+            rot13, rot13_literals = _rot13(value)
+            groups = [("|".join(parts), literals)]
+            if rot13:
+                groups.append(("(?i:" + rot13 + ")", rot13_literals))
+            for pattern, found_by in groups:
+                for literal in found_by:
+                    owners.setdefault(literal, set()).add(len(self._patterns))
+                self._patterns.append(re.compile(pattern))
         # Python's regex tries every branch at every position (milliseconds for a 10 KB
         # text and a few secrets); an automaton over the squeezed, lower-cased text finds
         # a superset of the patterns' matches in one pass, and a pattern runs only then.
+        # And one mark: whether the text holds a JSON escape (``\u``), found in the same
+        # pass (``"\\u" in text`` alone costs as much as the pass over ordinary text).
+        if owners:
+            owners.setdefault(_ESCAPE_MARK, set())
         literal_list = sorted(owners)
         self._owners = [frozenset(owners[lit]) for lit in literal_list]
         self._prefilter = (
@@ -161,26 +165,34 @@ class SecretMatcher:
     def __bool__(self) -> bool:
         return bool(self._patterns)
 
-    def _candidates(self, text: str) -> list[int]:
-        """The secrets the prefilter found a trace of in ``text`` (longest first)."""
+    def _scan(self, text: str) -> tuple[list[int], bool]:
+        """The secrets the prefilter found a trace of in ``text`` (longest first), and
+        whether ``text`` may read otherwise once decoded (see :func:`view_of`)."""
         prefilter = self._prefilter
         if prefilter is None or not text:
-            return []
-        hits = prefilter.find_matches_as_indexes(_squeezed(text))
+            return [], False
+        squeezed = _squeezed(text)
+        hits = prefilter.find_matches_as_indexes(squeezed)
+        differs = not text.isascii() or "&" in text
         if not hits:
-            return []
+            return [], differs
         owners = self._owners
-        return sorted({i for literal, _, _ in hits for i in owners[literal]})
+        if any(owners[lit] == _NOBODY for lit, _, _ in hits):
+            differs = True  # and again, overlapping: the mark may hide a trace inside it
+            hits = prefilter.find_matches_as_indexes(squeezed, True)
+        return sorted({i for literal, _, _ in hits for i in owners[literal]}), differs
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where copies of secrets are in ``text``: (start, end), left to right, none
         overlapping (the longer secret wins where two overlap)."""
-        found = self._found(text)
-        if not text.isascii() and self._patterns:
-            folded = _folded(text)
-            if folded is not None:  # found in the folded text: where it stood in this one
-                view, where = folded
-                found += [(where[s], -(where[-e - 1] + 1)) for s, e in self._found(view)]
+        candidates, differs = self._scan(text)
+        found = self._found(text, candidates)
+        if differs:
+            view = view_of(text)
+            if view is not None:  # found in the decoded text: where it stood in this one
+                shown, starts, ends = view
+                more = self._found(shown, self._scan(shown)[0])
+                found += [(starts[s], -ends[-e - 1]) for s, e in more]
                 found.sort()
         spans: list[tuple[int, int]] = []
         pos = 0
@@ -190,9 +202,8 @@ class SecretMatcher:
                 pos = -neg_end
         return spans
 
-    def _found(self, text: str) -> list[tuple[int, int]]:
-        """(start, -end) of every match in ``text``, sorted."""
-        candidates = self._candidates(text)
+    def _found(self, text: str, candidates: list[int]) -> list[tuple[int, int]]:
+        """(start, -end) of every match in ``text`` of the ``candidates``, sorted."""
         if not candidates:
             return []
         return sorted(
@@ -204,9 +215,28 @@ class SecretMatcher:
 
     def found(self, text: str) -> bool:
         """Whether ``text`` holds any of the secrets."""
-        if any(self._patterns[i].search(text) for i in self._candidates(text)):
+        candidates, differs = self._scan(text)
+        if any(self._patterns[i].search(text) for i in candidates):
             return True
-        return not text.isascii() and bool(self.spans(text))
+        return differs and bool(self.spans(text))
+
+    def held_from(self, text: str) -> int:
+        """Where the end of ``text`` that a match may still grow into starts (a stream
+        holds it back until more comes): the last :attr:`max_span` characters, or, where
+        the end of ``text`` reads otherwise (escapes, invisible characters), as many as
+        make up the last :attr:`max_span` characters of its view."""
+        cut = len(text) - max(self.max_span, ESCAPE_LENGTH)
+        if cut <= 0:
+            return 0
+        tail_start = max(0, len(text) - self.max_span * ESCAPE_LENGTH)
+        tail = text[tail_start:]
+        view = view_of(tail) if may_differ(tail) else None
+        if view is None:
+            return cut
+        shown, starts, _ = view
+        if len(shown) <= self.max_span:
+            return tail_start
+        return min(cut, tail_start + starts[len(shown) - self.max_span])
 
     def scrub(self, text: str) -> str:
         """``text`` with every copy of a secret replaced by :data:`SECRET`."""

@@ -55,15 +55,18 @@ _NOTHING = EgressPolicy(schemes=frozenset(), label="an unreadable tenant policy"
 def policy_from_config(config: EgressConfig, tenant: str) -> EgressPolicy:
     """The :class:`EgressPolicy` of a tenant's ``[keys.egress]``: each field it sets
     narrows, each it leaves out leaves the tools' own policies as they are on that point.
-    :class:`ConfigError` for a network that does not parse."""
+    :class:`ConfigError` for a network that does not parse, or ``private_ports`` that
+    could never be reached."""
     caps = EgressPolicy()
     try:
+        _check_private_ports(config)
         return EgressPolicy(
             allow_hosts=frozenset(config.allow_hosts),
             allow_networks=tuple(config.allow_networks),
             allow_private=config.allow_private,
             allow_ports=None if config.allow_ports is None else frozenset(config.allow_ports),
             deny_ports=frozenset(config.deny_ports),
+            private_ports=None if config.private_ports is None else frozenset(config.private_ports),
             max_redirects=_or(config.max_redirects, caps.max_redirects),
             max_response_bytes=_or(config.max_response_bytes, caps.max_response_bytes),
             timeout_s=_or(config.timeout_s, caps.timeout_s),
@@ -71,6 +74,28 @@ def policy_from_config(config: EgressConfig, tenant: str) -> EgressPolicy:
         )
     except ValueError as exc:
         raise ConfigError(f"keys: tenant {tenant!r}: egress: {exc}") from exc
+
+
+def _check_private_ports(config: EgressConfig) -> None:
+    """``ValueError`` (one line) for ``private_ports`` that open nothing."""
+    ports = config.private_ports
+    if ports is None:
+        return
+    if not ports:
+        raise ValueError("private_ports is empty: leave it out, or set allow_private = false")
+    if not config.allow_private and not config.allow_networks:
+        raise ValueError(
+            "private_ports opens ports of non-public addresses, but allow_private = false "
+            "and allow_networks is empty: none is reachable"
+        )
+    closed = sorted(set(ports) & set(config.deny_ports))
+    if config.allow_ports is not None:
+        closed += sorted(set(ports) - set(config.allow_ports))
+    if closed:
+        raise ValueError(
+            f"private_ports {closed} are refused by allow_ports or deny_ports "
+            "(a request must pass both)"
+        )
 
 
 def _or(value: T | None, default: T) -> T:
