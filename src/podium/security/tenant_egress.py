@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import msgspec
 
-from podium.config import EgressConfig
+from podium.config_schema import EgressConfig
 from podium.errors import ConfigError
 from podium.security.egress import EgressPolicy
 
