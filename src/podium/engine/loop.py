@@ -44,6 +44,7 @@ from podium.errors import ModelError, ModelReplyError
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
 from podium.tools.deadlines import arm_deadline
+from podium.tools.eager import first_slice
 from podium.tools.executor import ToolResult
 
 _COMPLETED: End = ("completed", None, None)
@@ -144,16 +145,19 @@ class StepLoop(RunLifecycle):
                 if self.tokens is not None and self.tokens.listening(run_id):  # a client listens
                     response = await self._listened(agent, state, request, sw)
                 else:
-                    coro = agent.model.request(request)
+                    first = first_slice(agent.model.request(request))  # (no StopIteration)
                     try:
-                        pending = coro.send(None)
-                    except StopIteration as answered:  # no wait (simulated, cached)
-                        response = answered.value
+                        out = next(first)
                     except BaseException as exc:  # a reply to ask again, or the model's fault
                         response = await self._model_raised(agent, request, sw, exc)
                     else:
-                        response = await self._wait_model(agent, request, sw, coro, pending)
-                    del coro  # a finished coroutine is one more object for the collector
+                        if first.gi_yieldfrom is None:  # no wait (simulated, cached)
+                            next(first, None)  # (ends: returns None)
+                            response = out
+                        else:
+                            response = await self._wait_model(agent, request, sw, first, out)
+                        del out
+                    del first  # a finished generator is one more object for the collector
                 if not isinstance(response, ModelResponse):  # a custom model's mistake
                     raise not_a_reply(agent.model, response)
                 t[ANSWERED] = stamp()
@@ -298,14 +302,15 @@ class StepLoop(RunLifecycle):
         assert tokens is not None
         if _streams(agent):
             return await stream_model(agent, request, sw, tokens, MODEL, state.redact)
-        coro = agent.model.request(request)
+        first = first_slice(agent.model.request(request))
         try:
-            pending = coro.send(None)
-        except StopIteration as answered:
-            return answered.value  # type: ignore[no-any-return]
+            out = next(first)
         except BaseException as exc:
             return await self._model_raised(agent, request, sw, exc)
-        return await self._wait_model(agent, request, sw, coro, pending)
+        if first.gi_yieldfrom is None:
+            next(first, None)
+            return out  # type: ignore[no-any-return]
+        return await self._wait_model(agent, request, sw, first, out)
 
     async def _park_one(
         self,
