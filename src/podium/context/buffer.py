@@ -127,6 +127,17 @@ class ContextBuffer(msgspec.Struct, gc=False):
         self.messages.append(message)
         return message
 
+    def append_step(self, reply: Message, answer: Message) -> None:
+        """A fast-lane step's two messages, the reply counted already (``tokens`` set, as it
+        was built): the model's reply and the tool's answer, in one update of the count."""
+        tokens = answer.tokens
+        if not tokens:  # (an answer cut to its budget, or for another tokenizer)
+            tokens = answer.tokens = self.tokenizer.count_message(answer)
+        self.history_tokens += reply.tokens + tokens
+        messages = self.messages
+        messages.append(reply)
+        messages.append(answer)
+
     def extend(self, messages: Sequence[Message]) -> None:
         for message in messages:
             self.append(message)

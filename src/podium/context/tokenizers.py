@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from podium.errors import ConfigError
-from podium.messages import Message
+from podium.messages import Message, ToolCall
 
 __all__ = (
     "MESSAGE_OVERHEAD_TOKENS",
@@ -46,6 +46,12 @@ class Tokenizer(abc.ABC):
         for call in message.tool_calls:
             n += self.count(call.name) + self.count(call.arguments) + _CALL_OVERHEAD_TOKENS
         return n
+
+    def count_reply(self, content: str, tool_calls: tuple[ToolCall, ...], reasoning: str) -> int:
+        """Tokens of the assistant message a reply makes (its parts), as
+        :meth:`count_message` counts it: counted before the message is built, so it is
+        built with them."""
+        return self.count_message(Message("assistant", content, tool_calls, reasoning=reasoning))
 
     def truncate(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` with at most ``max_tokens`` tokens.
@@ -94,11 +100,15 @@ class EstimateTokenizer(Tokenizer):
     def count_message(self, message: Message) -> int:
         """Counted inline, lengths only (it runs at every step). Each text that is not empty
         counts as :meth:`count` counts it: its length in tokens, plus one."""
+        return self.count_reply(message.content, message.tool_calls, "")
+
+    def count_reply(self, content: str, tool_calls: tuple[ToolCall, ...], reasoning: str) -> int:
+        """As :meth:`count_message` (the reasoning is not counted: it is not sent back)."""
         num, den = self._num, self._den
-        text = message.content
+        text = content
         # (The overheads and each text's one folded in: fewer operations at every step.)
         n = len(text) * den // num + _TEXT_AND_OVERHEAD if text else MESSAGE_OVERHEAD_TOKENS
-        for call in message.tool_calls:
+        for call in tool_calls:
             name, arguments = call.name, call.arguments
             n += len(name) * den // num + _CALL_AND_NAME if name else _CALL_OVERHEAD_TOKENS
             if arguments:

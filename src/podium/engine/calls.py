@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+import types
+from collections.abc import Generator
 from typing import Any
 
 from podium.agent import Agent
@@ -20,7 +21,7 @@ from podium.engine.step import PlannedCall, truncate_result
 from podium.engine.stopwatch import Stopwatch
 from podium.errors import ModelError, ModelReplyError
 from podium.models.base import ModelRequest, ModelResponse
-from podium.tools.eager import continuation, own_exit, start_eagerly
+from podium.tools.eager import own_exit, start_eagerly
 from podium.tools.executor import ToolResult
 
 
@@ -63,19 +64,42 @@ class Calls(Compaction):
             raise model_fault(agent.model, own_exit(exc)) from exc
         raise exc  # a cancel, an interrupt: not the model's
 
-    async def _wait_model(
+    @types.coroutine
+    def _wait_model(
         self,
         agent: Agent,
         request: ModelRequest,
         sw: Stopwatch,
-        coro: Coroutine[Any, Any, ModelResponse],
+        first: types.GeneratorType[Any, Any, None],
         pending: Any,
-    ) -> ModelResponse:
-        """The model call started by the step loop (in :meth:`_execute`) waits: time the
-        wait, retry a bad reply."""
+    ) -> Generator[Any, Any, ModelResponse]:
+        """The model call started by the step loop (in :meth:`_execute`, through
+        :func:`~podium.tools.eager.first_slice`) waits: time the wait, retry a bad reply.
+        A generator that drives ``first`` on itself (no coroutine of its own, no
+        continuation: a run waiting in its model holds ``first``, the model's coroutine
+        and this), its value taken as ``first`` yields it (no StopIteration)."""
         sw.suspend(MODEL)
         try:
-            return await continuation(coro, pending)
+            while True:
+                try:
+                    sent = yield pending
+                except GeneratorExit:  # this wait is being closed: so is the model's call
+                    first.close()
+                    raise
+                except BaseException as exc:  # cancellation and errors go into the call
+                    try:
+                        pending = first.throw(exc)
+                    except GeneratorExit as own:  # the model's own, not a closing
+                        raise own_exit(own) from own
+                else:
+                    try:
+                        pending = first.send(sent)
+                    except GeneratorExit as own:
+                        raise own_exit(own) from own
+                if first.gi_yieldfrom is None:  # the model's value
+                    next(first, None)  # (ends: returns None)
+                    response: ModelResponse = pending
+                    return response
         except ModelReplyError:
             if agent.model_retries < 1:
                 raise
@@ -85,7 +109,8 @@ class Calls(Compaction):
             raise model_fault(agent.model, exc) from exc
         finally:
             sw.resume(MODEL)
-        return await self._call_model(agent, request, sw, 1)
+        retried: ModelResponse = yield from self._call_model(agent, request, sw, 1).__await__()
+        return retried
 
     async def _run_one(
         self, agent: Agent, state: RunState, call: PlannedCall, sw: Stopwatch

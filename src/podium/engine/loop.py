@@ -44,6 +44,7 @@ from podium.errors import ModelError, ModelReplyError
 from podium.messages import Message
 from podium.models.base import ModelRequest, ModelResponse
 from podium.tools.deadlines import arm_deadline
+from podium.tools.eager import first_slice
 from podium.tools.executor import ToolResult
 
 _COMPLETED: End = ("completed", None, None)
@@ -144,39 +145,50 @@ class StepLoop(RunLifecycle):
                 if self.tokens is not None and self.tokens.listening(run_id):  # a client listens
                     response = await self._listened(agent, state, request, sw)
                 else:
-                    coro = agent.model.request(request)
+                    first = first_slice(agent.model.request(request))  # (no StopIteration)
                     try:
-                        pending = coro.send(None)
-                    except StopIteration as answered:  # no wait (simulated, cached)
-                        response = answered.value
+                        out = next(first)
                     except BaseException as exc:  # a reply to ask again, or the model's fault
                         response = await self._model_raised(agent, request, sw, exc)
                     else:
-                        response = await self._wait_model(agent, request, sw, coro, pending)
-                    del coro  # a finished coroutine is one more object for the collector
+                        if first.gi_yieldfrom is None:  # no wait (simulated, cached)
+                            next(first, None)  # (ends: returns None)
+                            response = out
+                        else:
+                            response = await self._wait_model(agent, request, sw, first, out)
+                        del out
+                    del first  # a finished generator is one more object for the collector
                 if not isinstance(response, ModelResponse):  # a custom model's mistake
                     raise not_a_reply(agent.model, response)
                 t[ANSWERED] = stamp()
-                message = Message(  # parse
-                    "assistant", response.content, response.tool_calls, reasoning=response.reasoning
-                )
-                state.add_usage(response.usage)
+                state.add_usage(response.usage)  # parse
                 ttft = 0 if response.ttft_s is None else int(response.ttft_s * 1e9)
-                if agent.output is not None:
-                    if await self._output_step(agent, state, sw, message, response, ttft):
-                        break
-                    continue
-                if not (calls := response.tool_calls):  # the answer
-                    ctx.append(message)
-                    t[PARSED] = stamp()
-                    await self._final_step(agent, state, sw, message, response, ttft)
-                    break
-                call = plan_one_call(agent, run_id, step, calls)
+                calls = response.tool_calls
+                call = None if agent.output is not None or not calls else (
+                    plan_one_call(agent, run_id, step, calls)
+                )
                 if (call is None or state.general or call.tool.policy.side_effects
-                        or call.tool.approval is not None):  # several, side effects, approval…
+                        or call.tool.approval is not None):  # not the fast lane's step
+                    message = Message(
+                        "assistant", response.content, calls, reasoning=response.reasoning
+                    )
+                    if agent.output is not None:
+                        if await self._output_step(agent, state, sw, message, response, ttft):
+                            break
+                        continue
+                    if not calls:  # the answer
+                        ctx.append(message)
+                        t[PARSED] = stamp()
+                        await self._final_step(agent, state, sw, message, response, ttft)
+                        break
+                    # several calls, side effects, approval…
                     await self._general_lane(agent, state, sw, message, response, call, ttft)
                     continue
-                ctx.append(message)
+                # one side-effect-free call: the reply counted as its message is built (it
+                # enters the context with the call's answer, in one append_step)
+                content, reasoning = response.content, response.reasoning
+                tokens = ctx.tokenizer.count_reply(content, calls, reasoning)
+                message = Message("assistant", content, calls, None, None, tokens, reasoning)
                 t[PARSED] = stamp()
                 # tools: the one call, side-effect free, so it is journaled with the step; a
                 # call that waits is awaited here (its run then holds this frame only)
@@ -195,7 +207,7 @@ class StepLoop(RunLifecycle):
                 t[CALLED] = stamp()
                 if not result.ok and result.error == "interrupted":  # the tool asked a human
                     await self._park_one(agent, state, call, result, message, response, sw)
-                ctx.append(answer)  # merge
+                ctx.append_step(message, answer)  # merge
                 over = ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens
                 compaction = await self._compact(agent, state, sw) if over else None
                 t[MERGED] = stamp()
@@ -298,14 +310,15 @@ class StepLoop(RunLifecycle):
         assert tokens is not None
         if _streams(agent):
             return await stream_model(agent, request, sw, tokens, MODEL, state.redact)
-        coro = agent.model.request(request)
+        first = first_slice(agent.model.request(request))
         try:
-            pending = coro.send(None)
-        except StopIteration as answered:
-            return answered.value  # type: ignore[no-any-return]
+            out = next(first)
         except BaseException as exc:
             return await self._model_raised(agent, request, sw, exc)
-        return await self._wait_model(agent, request, sw, coro, pending)
+        if first.gi_yieldfrom is None:
+            next(first, None)
+            return out  # type: ignore[no-any-return]
+        return await self._wait_model(agent, request, sw, first, out)
 
     async def _park_one(
         self,

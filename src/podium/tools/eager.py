@@ -14,10 +14,10 @@ the fewest objects a waiting call can hold (the collector scans each one).
 from __future__ import annotations
 
 import types
-from collections.abc import Awaitable, Coroutine, Generator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any, TypeVar, cast
 
-__all__ = ("continuation", "own_exit", "start_eagerly")
+__all__ = ("continuation", "first_slice", "own_exit", "start_eagerly")
 
 T = TypeVar("T")
 
@@ -55,6 +55,22 @@ def _resume(coro: Coroutine[Any, Any, T], pending: Any) -> Generator[Any, Any, T
 
 
 _resume_coroutine = types.coroutine(_resume)
+
+
+def _first(coro: Coroutine[Any, Any, Any]) -> Generator[Any, Any, None]:
+    yield (yield from coro)  # type: ignore[misc]
+
+
+first_slice = cast(
+    "Callable[[Coroutine[Any, Any, Any]], types.GeneratorType[Any, Any, None]]",
+    types.coroutine(_first),
+)
+"""``g = first_slice(coro)``, then ``out = next(g)``: ``coro``'s first slice, with no
+StopIteration for a coroutine that finishes in it (``yield from`` takes its value
+without one). ``g.gi_yieldfrom is None`` then: ``out`` is the coroutine's value, and
+``next(g, None)`` ends ``g`` (it returns None: no exception either). Else ``out`` is what
+the coroutine awaits, and ``g`` drives it on (a ``send`` or ``throw`` goes into it, a
+``close`` closes it) until it yields the value, as above."""
 
 
 def continuation(coro: Coroutine[Any, Any, T], pending: Any) -> Awaitable[T]:
