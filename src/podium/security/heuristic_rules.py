@@ -50,6 +50,9 @@ class Family:
     # For each of ``holds``' words, the rules (a bit per rule of ``byte_rules``) that a
     # window holding it may match: a rule with words of its own (see _Rule) only where one
     # of them holds a word of ``holds`` (the automaton's overlapping matches say which).
+    # The automaton also finds what no match holds (the end of a sentence, where every
+    # gap of the rules stays in one), for a family whose matches start at the anchor:
+    # -1 here, where the hold words it reports after it (by end) are out of reach.
     hold_rules: tuple[int, ...]
     # A regex over the bytes after an anchor (ASCII case ignored) that holds wherever one
     # of the rules can match from the anchor: an occurrence without it opens no window
@@ -134,10 +137,13 @@ def _family(
     needs: str = "",
     leads: tuple[str, ...] = (),
     holds: tuple[str, ...] = (),
+    ends: tuple[str, ...] = (),
     guard: bytes = b"",
 ) -> Family:
     assert all(c.isascii() and not c.isalnum() for c in needs)
     assert not guard or before == 0
+    assert not ends or (before == 0 and holds)
+    stops = tuple(w.encode() for w in (*holds, *ends))
     requires = [
         tuple(tuple(w.encode() for w in g.split()) for g in s[3]) if len(s) == 4 else ()
         for s in specs
@@ -157,8 +163,8 @@ def _family(
         tuple((r, s, _as_bytes(p), q) for (r, s, p), q in zip(merged, requires, strict=True)),
         tuple(c.encode() for c in needs),
         ahocorasick_rs.BytesAhoCorasick([w.encode() for w in leads]) if leads else None,
-        ahocorasick_rs.BytesAhoCorasick([w.encode() for w in holds]) if holds else None,
-        _hold_rules(tuple(w.encode() for w in holds), requires),
+        ahocorasick_rs.BytesAhoCorasick(list(stops)) if holds else None,
+        (*_hold_rules(tuple(w.encode() for w in holds), requires), *(-1 for _ in ends)),
         guard,
     )
 
@@ -187,11 +193,12 @@ def _starts(
     *rules: _Rule,
     needs: str = "",
     holds: tuple[str, ...] = (),
+    ends: tuple[str, ...] = (),
     guard: bytes = b"",
 ) -> Family:
     """A family whose matches begin with one of its anchors (a verb): the rules are tried
     only *at* the anchor (``re.match``), the cheapest test there is."""
-    return _family(anchors, 0, after, *rules, needs=needs, holds=holds, guard=guard)
+    return _family(anchors, 0, after, *rules, needs=needs, holds=holds, ends=ends, guard=guard)
 
 
 # Patterns run on lower-cased windows of the text.
@@ -239,7 +246,10 @@ FAMILIES: tuple[Family, ...] = (
             "negeer",
             "vergeet",
         ),
-        220,
+        # The longest match (verb, 40 characters, "previous"..., 40 more, the noun: 110)
+        # and the character after it, which the closing \b reads: a window no longer has
+        # nothing more for the rules, and its hold words are the ones a match can hold.
+        111,
         (
             "override",
             0.9,
@@ -280,6 +290,8 @@ FAMILIES: tuple[Family, ...] = (
             *("anweisung", "befehl", "regeln", "vorgabe", "istruzion", "indicazion"),
             *("aanwijzing", "content", "text", "info", "data"),
         ),
+        # (_GAP, between a rule's words, runs to none of these)
+        ends=(".", "!", "?", "\n\n"),
     ),
     _family(
         # Bytes are lowered as ASCII only: Cyrillic anchors come in their usual cases.

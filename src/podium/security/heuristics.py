@@ -222,9 +222,13 @@ def _screen(
             if byte_windows and (ascii_text or window.isascii()):
                 if family.holds is not None:
                     # (overlapping: "context" holds "text", and the two let different rules in)
+                    # (by end: a sentence's end, -1, puts those after it out of reach)
                     mask = 0
                     for h, _, _ in family.holds.find_matches_as_indexes(window, True):
-                        mask |= family.hold_rules[h]
+                        bits = family.hold_rules[h]
+                        if bits < 0:
+                            break
+                        mask |= bits
                     if mask:
                         _search_bytes(family, window, a, data, best, mask)
                 elif family.leads is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import operator
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -67,14 +68,14 @@ def features(text: str) -> tuple[set[bytes], set[tuple[bytes, bytes]]]:
 
 
 class _Vocabulary(dict[bytes, float]):
-    """The words' weights, 0.0 for a word the model does not know: ``__getitem__`` bound
-    takes one argument (``dict.get`` with a default, two), and nearly every word of a
-    text is known (a miss, the Python call below, is one word in twenty)."""
+    """The words' weights, nothing for a word the model does not know: ``__getitem__``
+    bound takes one argument (``dict.get`` with a default, two). A miss (one distinct word
+    in twenty) calls ``__missing__``: ``operator.not_``, a builtin (a class attribute that
+    is not bound), no Python frame; it says False of a word, which ``sum`` adds as 0.0."""
 
     __slots__ = ()
 
-    def __missing__(self, key: bytes) -> float:
-        return 0.0
+    __missing__ = operator.not_
 
 
 class _Weights:
