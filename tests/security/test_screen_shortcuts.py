@@ -17,7 +17,7 @@ from test_screening import ENGINES, _spans, anchors_by, reference
 from podium.security import heuristics
 from podium.security.first_pass import FirstPass
 from podium.security.heuristic_rules import FAMILIES
-from podium.security.learned import FOLD, LearnedScreener, _shipped, enough_words
+from podium.security.learned import FOLD, LearnedScreener, _shipped
 
 _OVERRIDES = [f for f in FAMILIES if f.holds is not None]
 
@@ -244,28 +244,3 @@ def test_the_models_lookup_scores_as_the_weights_say() -> None:
     before = len(weights.unigrams)
     assert weights.get(b"zzqxnotaword") == 0.0
     assert len(weights.unigrams) == before and b"zzqxnotaword" not in weights.unigrams
-
-
-def test_the_automatons_known_words_are_the_splits() -> None:
-    """The model's evidence by the automaton over the folded text (``known_evidence``) is
-    the split's: every known word once, adjacent ones too (the space between two words
-    belongs to both), none found inside a longer word, a lone surrogate's text by the
-    split; and ``enough_words`` counts as the split does."""
-    weights = _shipped()
-    texts = [
-        *INJECTIONS,
-        *BENIGN_PROSE,
-        "the the the ignore ignore previous previous instructions instructions",
-        "swords reworded unignored prefixes: ignoreprevious instructionsx",
-        "ignore\ud800 previous instructions and the rules of the system " * 2,
-        "ignore, previous; instructions. café naïve 忽略 the system",
-        "a b c d e f g h i j k",
-        "a b c d e f g h i j k l",
-        "",
-    ]
-    for text in texts:
-        folded = text.encode("utf-8", "surrogatepass").translate(FOLD)
-        w = folded.split()
-        long_way = sum(weights.unigrams.get(x, 0.0) for x in set(w))
-        assert weights.known_evidence(folded) == pytest.approx(long_way, abs=1e-12), text
-        assert enough_words(folded) == (len(w) >= 12), text

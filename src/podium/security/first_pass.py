@@ -53,7 +53,6 @@ from podium.security.learned import (
     REPORT_FROM,
     WINDOW,
     LearnedScreener,
-    enough_words,
 )
 
 __all__ = ("FirstPass", "opens_sentence")
@@ -135,17 +134,16 @@ class FirstPass:
         found = self._rules(text, data)
         n = len(text)
         unigrams = self._unigrams
-        enough: bool | None = None  # whether the model had words enough, where it counted
+        w: list[bytes] | None = None  # the model's words, where it took them
         if unigrams is None or n > WINDOW or not n:
             p, start, end = self._best_window(text, data)
         else:  # ``best_window`` inlined: one window, its whole text
             start, end = 0, n
-            folded = data.translate(FOLD)
-            enough = enough_words(folded)
-            if not enough:
+            w = data.translate(FOLD).split()
+            if len(w) < MIN_WORDS:
                 p = 0.0
             else:
-                z = unigrams[1] + unigrams[0](folded)
+                z = unigrams[1] + sum(map(unigrams[0], set(w)))
                 p = 1.0 / (1.0 + math.exp(-z)) if z > -30 else 0.0
         if len(data) != len(text) and p < REPORT_FROM and suspicious(data):
             found = [*found, *self._learned_folded(text)]
@@ -155,7 +153,7 @@ class FirstPass:
         if (
             p < BENIGN_BELOW
             and any(f.score > UNSURE and not f.rule.startswith(_NEVER_LOWERED) for f in found)
-            and (enough_words(data.translate(FOLD)) if enough is None else enough)
+            and len(data.translate(FOLD).split() if w is None else w) >= CONTEXT_WORDS
         ):
             found = [
                 f

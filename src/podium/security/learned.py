@@ -7,8 +7,8 @@ and each pair of adjacent words that the model knows adds its weight. The weight
 text data file (``screen_weights.json``, shipped in the package, a few hundred KB) that
 ``bench/train_screen.py`` regenerates deterministically from the development part of the
 screen's evaluation corpus (public attack corpora and benign tool output; the test part
-is never read). No numeric library at run time: a byte translation, one automaton pass
-over the words the model knows, a set of those and one dict lookup each, summed in C.
+is never read). No numeric library at run time: a byte translation, a split, a set of the
+words and one dict lookup each, summed in C.
 
 Long texts are scored in windows (``WINDOW`` characters, half overlapping), the highest
 window deciding: a short injection inside a long, benign page is not outvoted by it.
@@ -30,11 +30,9 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 
-import ahocorasick_rs
-
 from podium.security.findings import Finding
 
-__all__ = ("FOLD", "LearnedScreener", "enough_words", "features", "words", "words_of")
+__all__ = ("FOLD", "LearnedScreener", "features", "words", "words_of")
 
 WINDOW = 4096
 REPORT_FROM = 0.35
@@ -63,12 +61,6 @@ def words_of(data: bytes) -> list[bytes]:
     return data.translate(FOLD).split()
 
 
-def enough_words(folded: bytes) -> bool:
-    """Whether ``folded`` (UTF-8 through ``FOLD``) has ``MIN_WORDS`` words or more: a
-    split that stops there (the rest in one piece), not one object per word."""
-    return len(folded.split(None, MIN_WORDS - 1)) >= MIN_WORDS
-
-
 def features(text: str) -> tuple[set[bytes], set[tuple[bytes, bytes]]]:
     """The distinct words and adjacent word pairs of ``text``: what the model weighs."""
     w = words(text)
@@ -87,9 +79,7 @@ class _Vocabulary(dict[bytes, float]):
 
 
 class _Weights:
-    __slots__ = (
-        "bias", "find_known", "get", "known_get", "pair_keys", "pairs", "unigram_keys", "unigrams"
-    )
+    __slots__ = ("bias", "get", "pair_keys", "pairs", "unigram_keys", "unigrams")
 
     def __init__(self, data: dict[str, object]) -> None:
         bias = data["bias"]
@@ -111,22 +101,6 @@ class _Weights:
         self.unigram_keys = frozenset(self.unigrams)
         self.pair_keys = frozenset(self.pairs)
         self.get: Callable[[bytes], float] = _Vocabulary(self.unigrams).__getitem__
-        # The known words found in the folded text by one automaton pass, each as " word "
-        # (spaces on both sides: a whole word, the way ``split`` cuts them) and as the very
-        # object the automaton was built from: the set of them compares by identity and
-        # hashes nothing (a str caches its hash), and so does the lookup of each weight,
-        # where a word split off as new bytes is hashed, then compared twice (the set's
-        # duplicate, the dict's hit). 218 against 251 million instructions for the model
-        # on the benign test texts (callgrind).
-        spaced = [" " + k.decode("utf-8", "surrogatepass") + " " for k in self.unigrams]
-        self.known_get: Callable[[str], float] = dict(
-            zip(spaced, self.unigrams.values(), strict=True)
-        ).__getitem__
-        self.find_known: Callable[[str, bool], list[str]] = ahocorasick_rs.AhoCorasick(
-            spaced or [" "],
-            implementation=ahocorasick_rs.Implementation.DFA,
-            store_patterns=True,
-        ).find_matches_as_strings
 
     def evidence(self, w: list[bytes]) -> float:
         """The sum of the weights of the features words ``w`` hold (the logit less the bias)."""
@@ -138,19 +112,6 @@ class _Weights:
             for p in self.pair_keys & set(itertools.pairwise(w)):
                 z += pairs[p]
         return z
-
-    def known_evidence(self, folded: bytes) -> float:
-        """The sum of the weights of the known words in ``folded`` (a text's UTF-8 through
-        ``FOLD``), each counted once, by the automaton (see ``__init__``); a model of words
-        only. The same sum as ``sum(map(self.get, set(words_of(data))))`` but for the
-        order of its terms (a last bit at most)."""
-        try:
-            spaced = " " + folded.decode("utf-8") + " "
-        except UnicodeDecodeError:  # (a lone surrogate: its words are split as bytes)
-            return sum(map(self.get, set(folded.split())))
-        # (overlapping: the space between two words belongs to both; positionally, as
-        # keywords cost the binding's parser)
-        return sum(map(self.known_get, set(self.find_known(spaced, True))))
 
     def score(self, text: str) -> float:
         return self.score_words(words(text))
@@ -185,11 +146,11 @@ class LearnedScreener:
                 self._weights = _Weights(json.load(f))
 
     def unigram_model(self) -> tuple[Callable[[bytes], float], float] | None:
-        """The model's evidence from a folded text (``known_evidence``: the known words'
-        weights summed, once each) and bias, where it weighs words only (no pairs): a
-        caller scoring one window inline (``FirstPass``) saves a call per text."""
+        """The model's word lookup (a word's weight, 0.0 for an unknown one) and bias,
+        where it weighs words only (no pairs): a caller scoring one window inline
+        (``FirstPass``) saves a call per text."""
         weights = self._weights
-        return None if weights.pairs else (weights.known_evidence, weights.bias)
+        return None if weights.pairs else (weights.get, weights.bias)
 
     def probability(self, text: str) -> float:
         """The model's probability that ``text`` is an attack (the highest window's)."""
@@ -204,13 +165,14 @@ class LearnedScreener:
                 return (0.0, 0, 0)
             if data is None:
                 data = text.encode("utf-8", "surrogatepass")
-            folded = data.translate(FOLD)
+            w = data.translate(FOLD).split()
             weights = self._weights
-            if weights.pairs:
-                return (weights.score_words(folded.split()), 0, n)
-            if not enough_words(folded):
+            if len(w) < MIN_WORDS:
                 return (0.0, 0, n)
-            z = weights.bias + weights.known_evidence(folded)
+            if weights.pairs:
+                return (weights.score_words(w), 0, n)
+            # (``score_words`` inlined: on a sentence the call costs a tenth of the scoring)
+            z = weights.bias + sum(map(weights.get, set(w)))
             return (1.0 / (1.0 + math.exp(-z)) if z > -30 else 0.0, 0, n)
         return max(self._windows(text))
 
