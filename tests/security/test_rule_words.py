@@ -1,4 +1,4 @@
-"""The words a rule lists as needed (heuristic_rules._Rule) are in every match of it: a
+"""The words a rule lists as needed (rule_family.Rule) are in every match of it: a
 window without them is skipped before the regex runs, which is right only if so."""
 
 from __future__ import annotations
