@@ -431,6 +431,7 @@ def _continue_gen(
                 raise
             first = _First(None, stop, ran, blocked)
     finally:
+        failure = None  # (not held over the retries: a traceback holds frames)
         if deadline is not None:
             deadline.disarm()
     return (yield from executor._execute(tool, args, ctx, t0, first).__await__())
