@@ -53,12 +53,13 @@ def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(
 
 @pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
 def test_a_wait_books_the_stamped_phase_ends_and_keeps_no_int_for_them(
-    kind: type[Stopwatch], clocks: FakeClocks
+    kind: type[Stopwatch], clocks: FakeClocks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The phase ends stamped before a wait are booked at it and then set to 0 ("not
     stamped"): a waiting run's figures hold no int object for them. The step's walls are
     what the stamps made them, and the stamps after the wait count."""
-    sampled_stopwatch._calibration.set(1.0, sampled_stopwatch.SAMPLED_TOLERANCE)
+    # A fresh process's ratio (1.0), not the one earlier tests' fake clocks left.
+    monkeypatch.setattr(sampled_stopwatch, "_calibration", sampled_stopwatch._Calibration())
     sw = kind.start(clocks.thread)
     t = sw.t
     for phase, ns in enumerate((10, 20, 30)):
