@@ -186,14 +186,11 @@ class StepLoop(RunLifecycle):
                     await self._general_lane(agent, state, sw, message, response, call, ttft)
                     continue
                 # one side-effect-free call: the reply counted as its message is built (it
-                # enters the context with the call's answer, in one append_step). (Every
-                # name in this function is a slot in every run's frame, waiting or not
-                # started: read twice, not named.)
-                message = Message(
-                    "assistant", response.content, calls, None, None,
-                    ctx.tokenizer.count_reply(response.content, calls, response.reasoning),
-                    response.reasoning,
-                )
+                # enters the context with the call's answer, in one append_step). (Fields read
+                # twice, not named: each name is a slot in every run's frame, started or not.)
+                message = Message("assistant", response.content, calls, None, None, ctx.tokenizer
+                                  .count_reply(response.content, calls, response.reasoning),
+                                  response.reasoning)
                 t[PARSED] = stamp()
                 # tools: the one call, side-effect free, so it is journaled with the step; a
                 # call that waits is awaited here (its run then holds this frame only)
@@ -210,11 +207,9 @@ class StepLoop(RunLifecycle):
                 if not result.ok and result.error == "interrupted":  # the tool asked a human
                     await self._park_one(agent, state, call, result, message, response, sw)
                 ctx.append_step(message, answer)  # merge
-                compaction = (
-                    await self._compact(agent, state, sw)
-                    if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens
-                    else None
-                )
+                compaction = None
+                if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
+                    compaction = await self._compact(agent, state, sw)
                 t[MERGED] = stamp()
                 state.step = step + 1  # checkpoint
                 if keeps and compaction is None and not self.observers:
