@@ -8,7 +8,7 @@ runs, and reports the difference divided by the extra steps: what one more
 step costs, start-up and imports cancelled out.
 
     python bench/bench_engine_instructions.py [--small 200] [--large 1200]
-        [--loops hand,noprof,default,busy] [--cache]
+        [--loops hand,noprof,default,busy] [--cache]   # a loop LOOP@N: N runs at a time
 
 ``function`` and ``simulated`` are the default loop driven by the models of
 ``bench_engine_overhead.py --model function|simulated`` (a FunctionModel, the
@@ -21,6 +21,10 @@ by it outside; under valgrind the measured ratio depends on the machine's load, 
 ``busy`` is the other case, made as deterministic: the thread's CPU clock runs at 95 %
 of the wall clock (a busy machine preempts the thread), so the ratio settles at 0.95
 and every step's CPU figures are scaled.
+
+A loop named ``LOOP@N`` runs its runs N at a time (``asyncio.gather`` of N, then the
+next N): ``--loops function@1,function@10000 --small 10000 --large 20000`` counts a
+step at 1 and at 10,000 sessions in flight (without ``@N`` every run is in flight at once).
 
 ``--cache`` adds the level-1 data-cache misses per step, in this machine's cache
 (valgrind's simulation, automatic GC off): the hand loop's step fits its cache, the
@@ -38,11 +42,14 @@ from _callgrind import per_step_cli
 STEPS = 7
 
 
-async def _workload(loop: str, runs: int) -> None:
+async def _workload(variant: str, runs: int) -> None:
     from podium.cli import overhead
     from podium.engine.driver import Engine
     from podium.engine.stopwatch import SampledStopwatch
 
+    loop, _, sessions = variant.partition("@")
+    batch = int(sessions) if sessions else runs
+    batches = [min(batch, runs - start) for start in range(0, runs, batch)]
     _as_fast_as_the_machine()
     if loop == "busy":  # a preempted thread: its CPU clock runs at 95 % of the wall clock
         perf = time.perf_counter_ns
@@ -57,7 +64,8 @@ async def _workload(loop: str, runs: int) -> None:
         threadclock.CREDIT_NS = threadclock.thread_clock.credit = 1 << 60
     if loop == "hand":
         run = overhead.hand_loop()
-        await asyncio.gather(*(run("Find podium") for _ in range(runs)))
+        for n in batches:
+            await asyncio.gather(*(run("Find podium") for _ in range(n)))
         return
     engine = Engine(profile=loop != "noprof")
     agent = overhead.podium_agent()
@@ -65,8 +73,10 @@ async def _workload(loop: str, runs: int) -> None:
         import bench_engine_overhead
 
         agent = bench_engine_overhead.podium_agent(model=loop)
-    records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(runs)))
-    assert all(r.steps == STEPS for r in records)
+    for n in batches:
+        records = await asyncio.gather(*(engine.run(agent, "Find podium") for _ in range(n)))
+        assert all(r.steps == STEPS for r in records)
+        del records
     await engine.aclose()
 
 

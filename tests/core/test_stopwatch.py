@@ -51,6 +51,34 @@ def test_cpu_is_the_running_time_scaled_by_the_clock_and_waiting_is_not_cpu(
         assert 0.35 < ratio0 < 0.65, (kind.__name__, p)
 
 
+@pytest.mark.parametrize("kind", [Stopwatch, SampledStopwatch])
+def test_a_wait_books_the_stamped_phase_ends_and_keeps_no_int_for_them(
+    kind: type[Stopwatch], clocks: FakeClocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The phase ends stamped before a wait are booked at it and then set to 0 ("not
+    stamped"): a waiting run's figures hold no int object for them. The step's walls are
+    what the stamps made them, and the stamps after the wait count."""
+    # A fresh process's ratio (1.0), not the one earlier tests' fake clocks left.
+    monkeypatch.setattr(sampled_stopwatch, "_calibration", sampled_stopwatch._Calibration())
+    sw = kind.start(clocks.thread)
+    t = sw.t
+    for phase, ns in enumerate((10, 20, 30)):
+        clocks.advance(ns)
+        t[ENDS + phase] = clocks.perf()
+    clocks.advance(5)
+    wait(clocks, sw, 3, 1_000)
+    assert t[ENDS : ENDS + 5] == [0] * 5
+    clocks.advance(7)
+    t[ENDS + 3] = clocks.perf()
+    clocks.advance(3)
+    t[ENDS + 4] = clocks.perf()
+    profile = sw.snapshot(0, 1, 0)
+    assert profile is not None
+    assert profile.wall_ns[:5] == (10, 20, 30, 5 + 1_000 + 7, 3)
+    sw.close_step(profile)
+    assert profile.cpu_ns[:5] == (10, 20, 30, 12, 3)
+
+
 def test_the_sampled_stopwatch_reads_the_cpu_clock_on_few_slices() -> None:
     reads = 0
 

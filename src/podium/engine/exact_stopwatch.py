@@ -54,6 +54,7 @@ MODEL_NS = 29
 #: step finds its run's figures out of the cache, so what it touches is kept in few lines.
 _BLOCKED, _HELD_FROM, _BASES = 30, 36, 37
 _FIGURES = 43
+_ZERO5 = (0,) * 5
 _ZERO6 = (0,) * 6
 _ZEROS = (0,) * 18
 
@@ -87,6 +88,12 @@ def _blocked(t: list[int]) -> tuple[int, ...]:
     if t[30] or t[31] or t[32] or t[33] or t[34] or t[35]:
         return tuple(t[30:36])
     return ()
+
+
+# At a wait (suspend), the phase ends stamped so far are booked (folded): they are set to 0
+# then, "not stamped" (older than any boundary), so that a waiting run holds no int object
+# for them (five of 32 bytes each, at thousands of waiting runs). A step that does not wait
+# leaves them: its next stamps replace them, and a write is all a stamp may cost.
 
 
 def _figures() -> list[int]:
@@ -200,6 +207,7 @@ class Stopwatch(msgspec.Struct, gc=False):
         """``phase`` is about to wait: close the current slice."""
         self.fold()
         t = self.t
+        t[24:29] = _ZERO5  # booked: a waiting run holds no int for them (see _figures)
         now = _perf()
         t[phase] += now - t[_MARK]
         t[_MARK] = now

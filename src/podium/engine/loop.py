@@ -124,8 +124,8 @@ class StepLoop(RunLifecycle):
             # object the collector scans). A step with one side-effect-free call is journaled
             # by one StepRecord right here; any other by _general/_output/_final_step.
             while True:
-                if agent.handoffs and (handoff := handoff_made(agent, state)) is not None:
-                    agent = await self._hand_off(state, handoff)  # (by the step just made)
+                if agent.handoffs and handoff_made(agent, state) is not None:
+                    agent = await self._handed_off(agent, state)  # (by the step just made)
                 if self._pausing and run_id in self._pausing:
                     raise Paused
                 step = state.step
@@ -158,6 +158,7 @@ class StepLoop(RunLifecycle):
                             response = await self._wait_model(agent, request, sw, first, out)
                         del out
                     del first  # a finished generator is one more object for the collector
+                del request  # (not held while the step's tool waits)
                 if not isinstance(response, ModelResponse):  # a custom model's mistake
                     raise not_a_reply(agent.model, response)
                 t[ANSWERED] = stamp()
@@ -185,31 +186,30 @@ class StepLoop(RunLifecycle):
                     await self._general_lane(agent, state, sw, message, response, call, ttft)
                     continue
                 # one side-effect-free call: the reply counted as its message is built (it
-                # enters the context with the call's answer, in one append_step)
-                content, reasoning = response.content, response.reasoning
-                tokens = ctx.tokenizer.count_reply(content, calls, reasoning)
-                message = Message("assistant", content, calls, None, None, tokens, reasoning)
+                # enters the context with the call's answer, in one append_step). (Fields read
+                # twice, not named: each name is a slot in every run's frame, started or not.)
+                message = Message("assistant", response.content, calls, None, None, ctx.tokenizer
+                                  .count_reply(response.content, calls, response.reasoning),
+                                  response.reasoning)
                 t[PARSED] = stamp()
                 # tools: the one call, side-effect free, so it is journaled with the step; a
                 # call that waits is awaited here (its run then holds this frame only)
-                started = self.executor.start(call.tool, call.args, call.ctx, task)
-                if isinstance(started, ToolResult):
-                    result = started
-                else:
+                result = self.executor.start(call.tool, call.args, call.ctx, task)
+                if not isinstance(result, ToolResult):  # it waits (its generator: dropped)
                     sw.suspend(TOOLS)
                     try:
-                        result = await started
+                        result = await result
                     finally:
                         sw.resume(TOOLS)
                     _book_tool(sw, result)
-                del started  # the finished call's generator: one object fewer to scan
                 answer = result_message(agent, call.tool, result, ctx.tokenizer)  # (cut)
                 t[CALLED] = stamp()
                 if not result.ok and result.error == "interrupted":  # the tool asked a human
                     await self._park_one(agent, state, call, result, message, response, sw)
                 ctx.append_step(message, answer)  # merge
-                over = ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens
-                compaction = await self._compact(agent, state, sw) if over else None
+                compaction = None
+                if ctx.history_tokens + prefix.tokens > agent.context.max_context_tokens:
+                    compaction = await self._compact(agent, state, sw)
                 t[MERGED] = stamp()
                 state.step = step + 1  # checkpoint
                 if keeps and compaction is None and not self.observers:
@@ -245,6 +245,13 @@ class StepLoop(RunLifecycle):
         if state.output_failures and state.output_failures > agent.output_retries:
             raise Finish("failed", "invalid_output", "output_retries spent before a restart")
         return agent
+
+    async def _handed_off(self, agent: Agent, state: RunState) -> Agent:
+        """The agent the step just made hands the run to (one is made: see
+        :func:`~podium.engine.handoff.handoff_made`)."""
+        handoff = handoff_made(agent, state)
+        assert handoff is not None
+        return await self._hand_off(state, handoff)
 
     async def _general_lane(
         self,

@@ -14,6 +14,7 @@ from podium.engine.exact_stopwatch import (
     _SLICE_CPU,
     _SPAN,
     _SPLIT,
+    _ZERO5,
     _ZERO6,
     _ZEROS,
     MODEL_NS,
@@ -113,6 +114,7 @@ class SampledStopwatch(Stopwatch, gc=False):
     def suspend(self, phase: int) -> None:
         self.fold()
         t = self.t
+        t[24:29] = _ZERO5  # booked: a waiting run holds no int for them (see _figures)
         now = _perf()
         t[phase] += now - t[_MARK]
         t[_MARK] = now

@@ -376,75 +376,72 @@ def _continue_gen(
 ) -> Generator[Any, Any, ToolResult]:
     """Drive an inline-started call that suspended, under its timeout: one generator and
     one deadline entry are all a waiting call holds. A failure goes on in ``_execute``
-    (retries, breaker, the error observation) as if its first attempt had failed there."""
-    timeout = tool.policy.timeout_s
+    (retries, breaker, the error observation) as if its first attempt had failed there.
+
+    (Every name here is a slot in the frame of every waiting call: the values read once are
+    not named, and a slice's CPU is added up by :func:`_spent`.)"""
     deadline = None
-    if timeout is not None:
+    if tool.policy.timeout_s is not None:
         task = task or asyncio.current_task()
         assert task is not None, "tool calls run inside an asyncio task"
-        deadline = arm_deadline(task, timeout)
+        deadline = arm_deadline(task, tool.policy.timeout_s)
     # The CPU of its slices on the loop (the caller's stopwatch is suspended), and the time
     # they held it without running.
     ran = blocked = 0
     try:
         try:
             while True:
+                failure = None  # (none held while it waits: a traceback holds frames)
                 try:
                     sent = yield pending
                 except GeneratorExit:  # this call is being closed: so is the tool's coroutine
                     coro.close()
                     raise
                 except BaseException as exc:  # cancellation and errors go into the coroutine
-                    start = _perf()
-                    look(start)
-                    try:
-                        pending = coro.throw(exc)
-                    except GeneratorExit as own:  # raised by the tool, not a closing
-                        raise own_exit(own) from own
-                    finally:
-                        cpu, off = split_span(start, _perf())
-                        ran += cpu
-                        blocked += off
-                else:
-                    start = _perf()
-                    look(start)
-                    try:
-                        pending = coro.send(sent)
-                    except GeneratorExit as own:
-                        raise own_exit(own) from own
-                    finally:
-                        cpu, off = split_span(start, _perf())
-                        ran += cpu
-                        blocked += off
+                    failure = exc
+                start = _perf()
+                look(start)
+                try:
+                    pending = coro.send(sent) if failure is None else coro.throw(failure)
+                except GeneratorExit as own:  # raised by the tool, not a closing
+                    raise own_exit(own) from own
+                finally:
+                    ran, blocked = _spent(start, ran, blocked)
         except StopIteration as stop:
             if deadline is not None and deadline.fired and task is not None:
                 task.uncancel()  # the tool caught its deadline's cancellation and went on
-            value = stop.value
-            if type(value) is str:
-                return ToolResult(ctx.call_id, tool.name, value, wall_ns=_perf() - t0, cpu_ns=ran,
-                                  blocked_ns=blocked)
-            first = _First(value, None, ran, blocked)
-        except asyncio.CancelledError as exc:
+            if type(stop.value) is str:
+                return ToolResult(ctx.call_id, tool.name, stop.value, wall_ns=_perf() - t0,
+                                  cpu_ns=ran, blocked_ns=blocked)
+            first = _First(stop.value, None, ran, blocked)
+        except asyncio.CancelledError as stop:
             # Ours if the deadline fired and nothing else cancelled the task meanwhile.
             if deadline is not None and deadline.fired and task is not None:
                 if task.uncancel():
                     raise
                 first = _First(None, ToolTimeout(), ran, blocked)
-            elif _escapes(exc):
+            elif _escapes(stop):
                 raise
             else:
-                first = _First(None, exc, ran, blocked)
-        except BaseException as exc:
+                first = _First(None, stop, ran, blocked)
+        except BaseException as stop:
             if deadline is not None and deadline.fired and task is not None:
                 task.uncancel()  # the tool caught its deadline's cancellation, then failed
-            if _escapes(exc):
+            if _escapes(stop):
                 raise
-            first = _First(None, exc, ran, blocked)
+            first = _First(None, stop, ran, blocked)
     finally:
+        failure = None  # (not held over the retries: a traceback holds frames)
         if deadline is not None:
             deadline.disarm()
-    result: ToolResult = yield from executor._execute(tool, args, ctx, t0, first).__await__()
-    return result
+    return (yield from executor._execute(tool, args, ctx, t0, first).__await__())
+
+
+def _spent(start: int, ran: int, blocked: int) -> tuple[int, int]:
+    """``ran`` and ``blocked`` plus the CPU and blocked time of the slice that began at
+    ``start`` and ends now (see :func:`~podium.observe.threadclock.split_span`)."""
+    cpu, off = split_span(start, _perf())
+    return ran + cpu, blocked + off
 
 
 _continue = types.coroutine(_continue_gen)
