@@ -195,13 +195,17 @@ def result_message(
     :func:`truncate_result`). ``counter`` is the tokenizer of the context it goes into:
     when it is the one that counted the text for the budget, and counts a message by its
     parts, the message's tokens are that count (the text is counted once)."""
-    limit = agent.context.max_tool_result_tokens
-    if tool is not None and tool.policy.max_result_tokens is not None:
-        limit = tool.policy.max_result_tokens
-    tokenizer = agent.context.tokenizer
-    n = tokenizer.count(result.content)
+    context = agent.context
+    limit = context.max_tool_result_tokens
+    if tool is not None:
+        own = tool.policy.max_result_tokens
+        if own is not None:
+            limit = own
+    tokenizer = context.tokenizer
+    content = result.content
+    n = tokenizer.count(content)
     if n > limit:
-        result.content = truncate_text(result.content, limit, tokenizer)
+        content = result.content = truncate_text(content, limit, tokenizer)
         n = -MESSAGE_OVERHEAD_TOKENS  # (the cut text is counted as it enters the context)
     elif tokenizer is not counter:  # (a hand-off to an agent with another tokenizer)
         n = -MESSAGE_OVERHEAD_TOKENS
@@ -212,12 +216,9 @@ def result_message(
             by_parts = _BY_PARTS[kind] = _by_parts(kind)
         if not by_parts:  # it counts messages its own way: let it
             n = -MESSAGE_OVERHEAD_TOKENS
+    # (positional: role, content, tool_calls, tool_call_id, name, tokens; no keywords to match)
     return Message(
-        "tool",
-        result.content,
-        tool_call_id=result.call_id,
-        name=result.name,
-        tokens=MESSAGE_OVERHEAD_TOKENS + n,
+        "tool", content, (), result.call_id, result.name, MESSAGE_OVERHEAD_TOKENS + n
     )
 
 
