@@ -146,6 +146,41 @@ def _host(stalls: HostStalls | None, servers: int, seed: int) -> _Host | None:
     return _Host(stalls, seed)
 
 
+class _Loop:
+    """The core a burst runs on: the host's stalls (if any) and the loop's sleeps (a
+    :class:`LoopWakes`, if any)."""
+
+    def __init__(self, host: _Host | None, wakes: LoopWakes | None, servers: int) -> None:
+        self.host = host
+        self.cost, self.tick = (wakes.cost_s, wakes.tick_s) if wakes else (0.0, 0.0)
+        if (self.cost or self.tick) and servers != 1:
+            raise ValueError("loop wake-ups are simulated for one loop (servers=1)")
+        self.wakeups = 0
+        self.idle_from = -1.0  # when the loop last ran out of work
+
+    def run(self, now: float, burst: float) -> tuple[float, float]:
+        """When a burst begun at ``now`` ends, and the CPU it took: a wake-up's too where
+        the loop slept (ran out of work before ``now``)."""
+        if self.cost and now > self.idle_from:
+            burst += self.cost
+            self.wakeups += 1
+        return (now + burst if self.host is None else self.host.finish(now, burst)), burst
+
+    def seen(self, t: float, now: float = 0.0) -> float:
+        """When the loop sees a wait that ends at ``t``: on its clock's next tick (a
+        profile's waits come without the loop's rounding: its lag, taken out of them, timed
+        it), never before ``now``."""
+        return t if not self.tick else max(now, math.ceil(t / self.tick - 1e-9) * self.tick)
+
+
+def _kinds(kinds: Sequence[tuple[Workload, float]], runs: int) -> tuple[float, list[float]]:
+    """The total rate and the kinds' cumulative shares of it (to draw a kind)."""
+    total_rate = sum(rate for _, rate in kinds)
+    if total_rate <= 0 or runs < 1:
+        raise ValueError("simulate needs a positive rate and at least one run")
+    return total_rate, list(itertools.accumulate(rate / total_rate for _, rate in kinds))
+
+
 # An event is (time, run × 4 + what): a run has at most one event of its own pending (a
 # burst or a wait ending) and its arrival comes before either, so the pair is unique and
 # ties resolve the same way every time.
@@ -252,14 +287,8 @@ def simulate(
     and are left out of the figures. ``stalls``: a shared host's (one core only).
     ``wakes``: the loop's sleeps, what a wake-up costs and its clock's tick (one core
     only; None: a loop that wakes for free, at once). Deterministic for a seed."""
-    host = _host(stalls, servers, seed)
-    wake_cost, tick = (wakes.cost_s, wakes.tick_s) if wakes is not None else (0.0, 0.0)
-    if (wake_cost or tick) and servers != 1:
-        raise ValueError("loop wake-ups are simulated for one loop (servers=1)")
-    total_rate = sum(rate for _, rate in kinds)
-    if total_rate <= 0 or runs < 1:
-        raise ValueError("simulate needs a positive rate and at least one run")
-    cum = list(itertools.accumulate(rate / total_rate for _, rate in kinds))  # to draw a kind
+    core = _Loop(_host(stalls, servers, seed), wakes, servers)
+    total_rate, cum = _kinds(kinds, runs)
     rng = random.Random(seed)
     limit = concurrency if concurrency is not None else runs + 1
     first_counted = int(runs * warmup)
@@ -275,30 +304,18 @@ def simulate(
     ready, admit = deque[int](), deque[int]()  # runs waiting for a core, for admission
     busy = all_bursts = bursts = admitted = 0  # cores busy, bursts begun, of them measured
     busy_time = burst_wait = admit_wait = counted_end = 0.0
-    wakeups = 0
-    idle_from = -1.0  # when the loop last ran out of work (it sleeps if none comes at once)
     latencies = tally.latencies
     draw_gap, draw = rng.expovariate, rng.random
     workloads = [w for w, _ in kinds]
 
-    def on_tick(t: float, now: float = 0.0) -> float:
-        """When the loop sees a wait that ends at ``t``: at its clock's next tick (a
-        profile's waits come without the loop's rounding: its lag, taken out of them,
-        timed it), never before ``now``."""
-        return t if not tick else max(now, math.ceil(t / tick - 1e-9) * tick)
-
     def start_burst(now: float, run: int) -> None:
-        nonlocal busy, busy_time, all_bursts, bursts, wakeups
+        nonlocal busy, busy_time, all_bursts, bursts
         if run >= first_counted:
             bursts += 1
         busy += 1
         all_bursts += 1
-        burst = segs[run][pos[run]]
-        if wake_cost and now > idle_from:  # the loop slept: it wakes before this burst
-            burst += wake_cost
-            wakeups += 1
+        end, burst = core.run(now, segs[run][pos[run]])
         busy_time += burst
-        end = now + burst if host is None else host.finish(now, burst)
         push(heap, (end, run * 4 + _CPU_DONE))
 
     def want_cpu(now: float, run: int) -> None:
@@ -325,14 +342,14 @@ def simulate(
         models.append(run_models)
         if run + 1 < runs:  # due then (its latency counts from it); the loop sees it on a tick
             arrived[run + 1] = due = arrived[run] + draw_gap(total_rate)
-            push(heap, (on_tick(due), (run + 1) * 4 + _ARRIVE))
+            push(heap, (core.seen(due), (run + 1) * 4 + _ARRIVE))
         if in_flight.count < limit:
             begin(now, run)
         else:
             admit.append(run)
 
     arrived[0] = draw_gap(total_rate)
-    push(heap, (on_tick(arrived[0]), _ARRIVE))
+    push(heap, (core.seen(arrived[0]), _ARRIVE))
     now = 0.0  # the clock (the last event's time, once the heap is empty)
     while heap:
         now, code = pop(heap)
@@ -341,7 +358,7 @@ def simulate(
             arrive(now, run)
         elif event == _CPU_DONE:
             busy -= 1
-            idle_from = now
+            core.idle_from = now
             if ready:  # the core goes to the next burst in line
                 nxt = ready.popleft()
                 if nxt >= first_counted:
@@ -353,7 +370,7 @@ def simulate(
                 pos[run] = i
                 if i in models[run]:
                     model_calls.move(now, 1)
-                push(heap, (on_tick(now + run_segs[i], now), run * 4 + _WAIT_DONE))
+                push(heap, (core.seen(now + run_segs[i], now), run * 4 + _WAIT_DONE))
             else:  # the run ends: its slot goes to the next in line
                 if run >= first_counted:
                     latencies[kind_of[run]].append(now - arrived[run])
@@ -372,4 +389,4 @@ def simulate(
         busy_time, all_bursts, bursts, burst_wait, admit_wait
     tally.admitted, tally.counted_end, tally.last_arrival = admitted, counted_end, arrived[-1]
     result = tally.result(servers=servers, runs=runs, total_rate=total_rate, end=now)
-    return msgspec.structs.replace(result, wakeups_per_run=wakeups / runs)
+    return msgspec.structs.replace(result, wakeups_per_run=core.wakeups / runs)
