@@ -56,12 +56,14 @@ from podium.plan import (
     Kind,
     PlanOptions,
     RunShape,
+    SimResult,
     load_profile,
     predict,
     saturation_rate,
 )
 from podium.plan.check import Measured, host_stalls_here, measure_closed, measure_open
 from podium.plan.priority import spawn
+from podium.plan.profile import loop_wakes
 
 SCENARIO = """\
 [agent]
@@ -144,11 +146,19 @@ class Predictor:
     def sat(self, workers: int, stalls: HostStalls | None) -> float:
         return saturation_rate([Kind(self.shape, 1.0)], workers, stalls)
 
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (one predictor a bench)
+    def _sim(self, workers: int, rate: float, stalls: HostStalls | None) -> SimResult:
+        return predict([Kind(self.shape, rate)], workers, self.options,
+                       concurrency=self.slots, stalls=stalls)
+
     def p99(self, workers: int, rate: float,
             stalls: HostStalls | None) -> tuple[float, float]:
-        sim = predict([Kind(self.shape, rate)], workers, self.options,
-                      concurrency=self.slots, stalls=stalls)
+        sim = self._sim(workers, rate, stalls)
         return sim.classes[0].p99_s, sim.classes[0].p50_s
+
+    def wakeups_per_run(self, workers: int, rate: float, stalls: HostStalls | None) -> float:
+        """The loop's wake-ups per run in the simulation (against the measured ones)."""
+        return self._sim(workers, rate, stalls).wakeups_per_run
 
     def p99_s(self, workers: int, rate: float, stalls: HostStalls | None) -> float:
         return self.p99(workers, rate, stalls)[0]
@@ -219,7 +229,8 @@ def one_round(args: argparse.Namespace, scenario: str, workers: int,
                    measured_cpu_ms_per_run=got.cpu_utilization * workers / got.rate * 1e3,
                    saturation_cpu_ms_per_run=sat["measured_cpu_ms_per_run"],
                    prioritized=got.prioritized,
-                   predicted_as_met=p.p99_as_met(workers, rate, got))
+                   predicted_as_met=p.p99_as_met(workers, rate, got),
+                   sim_wakeups_per_run=p.wakeups_per_run(workers, rate, got.stalls))
         row["as_met_off"] = off(got.p99_s, row["predicted_as_met"])
         rows += [sat, row]
     return rows
@@ -247,8 +258,11 @@ def run(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     prioritized = take_profile(scenario, args.profile_concurrency, args.profile_runs, profile,
                                args.priority, args.calibration_concurrency)
     shape, facts = load_profile(profile)
-    predictor = Predictor(shape, PlanOptions(sim_runs=args.sim_runs), args.slots,
-                          (facts.wake_cpu_us or 0.0) / 1e6)
+    # The workers' loops sleep and wake as the profile's did: at its price of a wake-up,
+    # on the loop's millisecond tick (the waits are timers: the simulated model's).
+    options = PlanOptions(sim_runs=args.sim_runs,
+                          loop_wakes=loop_wakes([facts]) if args.loop_wakes else None)
+    predictor = Predictor(shape, options, args.slots, (facts.wake_cpu_us or 0.0) / 1e6)
     rows: list[dict[str, Any]] = []
     for workers in (1, 2):
         rounds = [one_round(args, scenario, workers, predictor) for _ in range(args.rounds)]
@@ -285,6 +299,9 @@ def main() -> int:
                    "count: medians")
     p.add_argument("--slots", type=int, default=1024, help="--concurrency of a worker")
     p.add_argument("--sim-runs", type=int, default=20_000)
+    p.add_argument("--no-loop-wakes", dest="loop_wakes", action="store_false",
+                   help="simulate loops that wake for free (the model before the loop's "
+                   "sleeps and wake-ups were simulated)")
     p.add_argument("--probe-s", type=float, default=1.5,
                    help="seconds of the host probe before each measurement")
     p.add_argument("--priority", type=int, default=-10,
@@ -318,7 +335,7 @@ def print_table(result: dict[str, Any]) -> None:
           + (f"measured at nice {prio} (own autogroups)" if prio is not None
              else "measured at ordinary priority"))
     print(f"{'workers':>7}  {'what':<31}{'predicted':>10}{'measured':>10}{'off':>7}"
-          f"{'in':>4}  {'rounds':<24}{'p99 95% CI':>14} {'CPU/run':>7} {'wake':>5}"
+          f"{'in':>4}  {'rounds':<24}{'p99 95% CI':>14} {'CPU/run':>7} {'wake/sim':>9}"
           f"{'CPU':>5} {'ρ':>4} {'starved':>7} {'PSI':>5} {'load':>5}"
           f"  {'off core':>8} {'stall':>6} {'own core':>9} {'off':>6}"
           f" {'run host':>9} {'off':>6} {'as met':>7} {'off':>6}")
@@ -331,10 +348,11 @@ def print_table(result: dict[str, Any]) -> None:
         rounds = " ".join(f"{o:+.0%}" for o in r["offs"])
         ci = (f"{r['p99_low']:.3f}–{r['p99_high']:.3f}" if "p99_low" in r else "")
         per_run = (f"{r['measured_cpu_ms_per_run']:.3f}" if "wakeups_per_run" in r else "")
-        wake = f"{r['wakeups_per_run']:.2f}" if "wakeups_per_run" in r else ""
+        wake = (f"{r['wakeups_per_run']:.2f}/{r['sim_wakeups_per_run']:.2f}"
+                if "sim_wakeups_per_run" in r else "")
         print(f"{r['workers']:>7}  {r['what']:<31}{r['predicted']:>10.3f}"
               f"{r['measured']:>10.3f}{r['off']:>+7.0%}{inside:>4}  {rounds:<24}"
-              f"{ci:>14} {per_run:>7} {wake:>5}"
+              f"{ci:>14} {per_run:>7} {wake:>9}"
               f"{r['cpu_utilization']:>5.0%} {r.get('load_on_core', 0):>4.2f}"
               f" {r['cpu_starved']:>7.0%}"
               f" {r['cpu_pressure']:>5.0%} {r['load_average']:5.1f}"

@@ -176,7 +176,7 @@ def _read_mix(path: str) -> list[tuple[str, float, str | None]]:
 
 def main(args: argparse.Namespace) -> int:
     from podium.plan import render
-    from podium.plan.profile import PlanError, load_profile
+    from podium.plan.profile import PlanError, load_profile, loop_wakes
     from podium.plan.sizing import Kind, PlanOptions, make_plan
 
     if not 0 < args.max_utilization <= 1:
@@ -194,7 +194,8 @@ def main(args: argparse.Namespace) -> int:
     options = PlanOptions(
         max_utilization=args.max_utilization, gateway_cpu_s_per_run=args.gateway_cpu_per_run,
         redis_cpu_s_per_step=args.redis_cpu_per_step,
-        redis_ops_per_step=args.redis_ops_per_step, sim_runs=args.sim_runs)
+        redis_ops_per_step=args.redis_ops_per_step, sim_runs=args.sim_runs,
+        loop_wakes=loop_wakes(facts))
     plan = make_plan(kinds, args.p99, options)
     if args.json:
         sys.stdout.buffer.write(render.plan_json(plan, facts, whatifs) + b"\n")

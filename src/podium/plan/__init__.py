@@ -20,7 +20,7 @@ The method is in docs/plan.md.
 
 from podium.plan.distribution import Distribution
 from podium.plan.profile import PlanError, ProfileFacts, load_profile
-from podium.plan.simulate import HostStalls, SimResult, simulate
+from podium.plan.simulate import HostStalls, LoopWakes, SimResult, simulate
 from podium.plan.sizing import Kind, Plan, PlanOptions, make_plan, predict, saturation_rate
 from podium.plan.workload import RunShape
 
@@ -28,6 +28,7 @@ __all__ = (
     "Distribution",
     "HostStalls",
     "Kind",
+    "LoopWakes",
     "Plan",
     "PlanError",
     "PlanOptions",

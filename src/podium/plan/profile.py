@@ -30,9 +30,14 @@ from podium.cli.common import UserError
 from podium.engine.profile import PROFILE_FORMAT, QUANTILE_POINTS
 from podium.plan.distribution import Distribution, constant
 from podium.plan.queueing import mg1_wait
+from podium.plan.simulate import LoopWakes
 from podium.plan.workload import RunShape
 
-__all__ = ("PlanError", "ProfileFacts", "load_profile", "read_profile", "wake_cost_across_levels")
+__all__ = ("LOOP_TICK_S", "PlanError", "ProfileFacts", "load_profile", "loop_wakes",
+           "read_profile", "wake_cost_across_levels")
+
+#: The resolution of an event loop's poll timeout (asyncio's and uvloop's: whole ms).
+LOOP_TICK_S = 0.001
 
 
 class PlanError(UserError):
@@ -328,3 +333,16 @@ def _opt_float(value: Any) -> float | None:
 
 def _opt_ms(value: Any) -> float | None:
     return float(value) / 1e3 if isinstance(value, int | float) else None
+
+
+def loop_wakes(facts: list[ProfileFacts]) -> LoopWakes | None:
+    """How the profiled workers' loops wake (:class:`~podium.plan.simulate.LoopWakes`):
+    at the price of a wake-up the profiles took out of their CPU (the dearest, where
+    several), on the loop's millisecond tick where the waits are a bench's simulated
+    model and tools (timers); a store's runs waited on I/O, which wakes a loop at once.
+    None where no profile priced a wake-up."""
+    prices = [f.wake_cpu_us for f in facts if f.wake_cpu_us]
+    if not prices:
+        return None
+    timers = all(f.kind in ("bench", "sweep") for f in facts)
+    return LoopWakes(max(prices) / 1e6, LOOP_TICK_S if timers else 0.0)

@@ -18,6 +18,8 @@ import math
 __all__ = (
     "erlang_c",
     "little_l",
+    "mg1_setup_wait",
+    "mg1_setup_wakeups",
     "mg1_wait",
     "min_servers",
     "mm1_wait",
@@ -70,6 +72,24 @@ def mg1_wait(rate: float, service_s: float, cv: float) -> float:
     if rho >= 1:
         return math.inf
     return rho * service_s * (1 + cv * cv) / (2 * (1 - rho))
+
+
+def mg1_setup_wait(rate: float, service_s: float, cv: float, setup_s: float) -> float:
+    """The mean wait in queue of an M/G/1 queue whose server sleeps when it runs out of
+    work and takes ``setup_s`` (constant) to wake when the next customer comes: the
+    M/G/1 wait plus ``U·(2 + λU) / (2(1 + λU))`` (Takagi, *Queueing Analysis* vol. 1,
+    §2.5: exceptional first service). At a trickle every customer waits the whole
+    setup; saturated, none does."""
+    wait = mg1_wait(rate, service_s, cv)
+    u = setup_s
+    return wait + u * (2 + rate * u) / (2 * (1 + rate * u))
+
+
+def mg1_setup_wakeups(rate: float, service_s: float, setup_s: float) -> float:
+    """Wake-ups per customer of that queue: busy periods per customer, ``(1 − ρ) /
+    (1 + λU)`` (a busy period begins with a setup and ends when the queue is empty)."""
+    rho = rate * service_s
+    return max(0.0, 1 - rho) / (1 + rate * setup_s)
 
 
 def min_servers(rate: float, service_s: float, max_wait_s: float) -> int:

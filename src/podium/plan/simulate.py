@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import random
 from collections import deque
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ import msgspec
 
 from podium.engine.profile import percentile
 
-__all__ = ("ClassResult", "HostStalls", "SimResult", "Workload", "simulate")
+__all__ = ("ClassResult", "HostStalls", "LoopWakes", "SimResult", "Workload", "simulate")
 
 
 class Workload(Protocol):
@@ -68,6 +69,9 @@ class SimResult(msgspec.Struct, frozen=True):
     #: form evaluated at these (not at the nominal rate) compares like with like.
     arrival_rate: float = 0.0
     mean_burst_s: float = 0.0
+    #: Times the loop woke from a sleep with nothing to do, per completed run (with
+    #: :class:`LoopWakes`; what a worker's voluntary context switches count).
+    wakeups_per_run: float = 0.0
 
 
 class HostStalls(msgspec.Struct, frozen=True):
@@ -83,6 +87,26 @@ class HostStalls(msgspec.Struct, frozen=True):
     def __post_init__(self) -> None:
         if not 0 <= self.share < 1 or self.mean_s < 0:
             raise ValueError(f"host stalls need 0 <= share < 1 and mean >= 0, not {self!r}")
+
+
+class LoopWakes(msgspec.Struct, frozen=True):
+    """How an event loop sleeps and wakes. A loop with nothing ready sleeps in its poll;
+    the work that wakes it waits for the wake-up first: ``cost_s`` of CPU (the kernel's
+    switch, and the caches and branch history the machine's other work took meanwhile,
+    refilled by the first bursts). A saturated loop never sleeps and never pays it; a
+    loop at 85 % sleeps often, and each wake-up holds every run that is ready.
+
+    ``tick_s``: the loop's clock. Its waits are timers (a simulated model's, a tool's
+    sleep), which fire at the first poll after they are due, and the poll's timeout is in
+    whole milliseconds (asyncio's and uvloop's alike): a sleeping loop wakes on a tick
+    and finds every timer due since. 0: waits end on I/O, which wakes the loop at once."""
+
+    cost_s: float
+    tick_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cost_s < 0 or self.tick_s < 0:
+            raise ValueError(f"loop wakes need cost >= 0 and tick >= 0, not {self!r}")
 
 
 class _Host:
@@ -120,6 +144,41 @@ def _host(stalls: HostStalls | None, servers: int, seed: int) -> _Host | None:
     if servers != 1:
         raise ValueError("host stalls are simulated for one loop (servers=1)")
     return _Host(stalls, seed)
+
+
+class _Loop:
+    """The core a burst runs on: the host's stalls (if any) and the loop's sleeps (a
+    :class:`LoopWakes`, if any)."""
+
+    def __init__(self, host: _Host | None, wakes: LoopWakes | None, servers: int) -> None:
+        self.host = host
+        self.cost, self.tick = (wakes.cost_s, wakes.tick_s) if wakes else (0.0, 0.0)
+        if (self.cost or self.tick) and servers != 1:
+            raise ValueError("loop wake-ups are simulated for one loop (servers=1)")
+        self.wakeups = 0
+        self.idle_from = -1.0  # when the loop last ran out of work
+
+    def run(self, now: float, burst: float) -> tuple[float, float]:
+        """When a burst begun at ``now`` ends, and the CPU it took: a wake-up's too where
+        the loop slept (ran out of work before ``now``)."""
+        if self.cost and now > self.idle_from:
+            burst += self.cost
+            self.wakeups += 1
+        return (now + burst if self.host is None else self.host.finish(now, burst)), burst
+
+    def seen(self, t: float, now: float = 0.0) -> float:
+        """When the loop sees a wait that ends at ``t``: on its clock's next tick (a
+        profile's waits come without the loop's rounding: its lag, taken out of them, timed
+        it), never before ``now``."""
+        return t if not self.tick else max(now, math.ceil(t / self.tick - 1e-9) * self.tick)
+
+
+def _kinds(kinds: Sequence[tuple[Workload, float]], runs: int) -> tuple[float, list[float]]:
+    """The total rate and the kinds' cumulative shares of it (to draw a kind)."""
+    total_rate = sum(rate for _, rate in kinds)
+    if total_rate <= 0 or runs < 1:
+        raise ValueError("simulate needs a positive rate and at least one run")
+    return total_rate, list(itertools.accumulate(rate / total_rate for _, rate in kinds))
 
 
 # An event is (time, run × 4 + what): a run has at most one event of its own pending (a
@@ -220,17 +279,16 @@ def simulate(
     warmup: float = 0.1,
     seed: int = 1,
     stalls: HostStalls | None = None,
+    wakes: LoopWakes | None = None,
 ) -> SimResult:
     """Simulate ``runs`` arrivals of the ``kinds`` (each a workload and its rate per
     second) on ``servers`` cores sharing one queue, at most ``concurrency`` runs admitted
     at once (None: no limit). The first ``warmup`` share of the runs fill the empty system
     and are left out of the figures. ``stalls``: a shared host's (one core only).
-    Deterministic for a seed."""
-    host = _host(stalls, servers, seed)
-    total_rate = sum(rate for _, rate in kinds)
-    if total_rate <= 0 or runs < 1:
-        raise ValueError("simulate needs a positive rate and at least one run")
-    cum = list(itertools.accumulate(rate / total_rate for _, rate in kinds))  # to draw a kind
+    ``wakes``: the loop's sleeps, what a wake-up costs and its clock's tick (one core
+    only; None: a loop that wakes for free, at once). Deterministic for a seed."""
+    core = _Loop(_host(stalls, servers, seed), wakes, servers)
+    total_rate, cum = _kinds(kinds, runs)
     rng = random.Random(seed)
     limit = concurrency if concurrency is not None else runs + 1
     first_counted = int(runs * warmup)
@@ -256,9 +314,8 @@ def simulate(
             bursts += 1
         busy += 1
         all_bursts += 1
-        burst = segs[run][pos[run]]
+        end, burst = core.run(now, segs[run][pos[run]])
         busy_time += burst
-        end = now + burst if host is None else host.finish(now, burst)
         push(heap, (end, run * 4 + _CPU_DONE))
 
     def want_cpu(now: float, run: int) -> None:
@@ -280,18 +337,19 @@ def simulate(
         if run == first_counted:
             tally.counted_start = now
         kind_of[run] = k = _draw_kind(draw(), cum)
-        arrived[run] = now
         run_segs, run_models = workloads[k].segments(rng)
         segs.append(run_segs)
         models.append(run_models)
-        if run + 1 < runs:
-            push(heap, (now + draw_gap(total_rate), (run + 1) * 4 + _ARRIVE))
+        if run + 1 < runs:  # due then (its latency counts from it); the loop sees it on a tick
+            arrived[run + 1] = due = arrived[run] + draw_gap(total_rate)
+            push(heap, (core.seen(due), (run + 1) * 4 + _ARRIVE))
         if in_flight.count < limit:
             begin(now, run)
         else:
             admit.append(run)
 
-    push(heap, (draw_gap(total_rate), _ARRIVE))
+    arrived[0] = draw_gap(total_rate)
+    push(heap, (core.seen(arrived[0]), _ARRIVE))
     now = 0.0  # the clock (the last event's time, once the heap is empty)
     while heap:
         now, code = pop(heap)
@@ -300,6 +358,7 @@ def simulate(
             arrive(now, run)
         elif event == _CPU_DONE:
             busy -= 1
+            core.idle_from = now
             if ready:  # the core goes to the next burst in line
                 nxt = ready.popleft()
                 if nxt >= first_counted:
@@ -311,7 +370,7 @@ def simulate(
                 pos[run] = i
                 if i in models[run]:
                     model_calls.move(now, 1)
-                push(heap, (now + run_segs[i], run * 4 + _WAIT_DONE))
+                push(heap, (core.seen(now + run_segs[i], now), run * 4 + _WAIT_DONE))
             else:  # the run ends: its slot goes to the next in line
                 if run >= first_counted:
                     latencies[kind_of[run]].append(now - arrived[run])
@@ -329,4 +388,5 @@ def simulate(
     tally.busy_time, tally.all_bursts, tally.bursts, tally.burst_wait, tally.admit_wait = \
         busy_time, all_bursts, bursts, burst_wait, admit_wait
     tally.admitted, tally.counted_end, tally.last_arrival = admitted, counted_end, arrived[-1]
-    return tally.result(servers=servers, runs=runs, total_rate=total_rate, end=now)
+    result = tally.result(servers=servers, runs=runs, total_rate=total_rate, end=now)
+    return msgspec.structs.replace(result, wakeups_per_run=core.wakeups / runs)

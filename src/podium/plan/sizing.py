@@ -26,7 +26,7 @@ import msgspec
 
 from podium.plan.profile import PlanError
 from podium.plan.queueing import little_l, min_servers
-from podium.plan.simulate import HostStalls, SimResult, simulate
+from podium.plan.simulate import HostStalls, LoopWakes, SimResult, simulate
 from podium.plan.workload import RunShape
 
 __all__ = ("Kind", "Plan", "PlanOptions", "Resource", "floor_p99", "make_plan",
@@ -55,6 +55,9 @@ class PlanOptions(msgspec.Struct, frozen=True):
     #: Simulated runs per evaluation, and the seed (a plan is the same every time).
     sim_runs: int = 20_000
     seed: int = 1
+    #: How a worker's loop sleeps and what waking it costs (the profile's price of a
+    #: wake-up, its clock's tick); None: a loop that wakes for free.
+    loop_wakes: LoopWakes | None = None
 
 
 DEFAULT_OPTIONS = PlanOptions()
@@ -111,7 +114,8 @@ def predict(kinds: Sequence[Kind], workers: int, options: PlanOptions = DEFAULT_
     """One worker of ``workers``, each taking an equal share of the arrivals (on a host
     that takes its core away as ``stalls`` says, if given)."""
     return simulate(_scaled(kinds, 1.0 / workers), servers=1, concurrency=concurrency,
-                    runs=options.sim_runs, seed=options.seed, stalls=stalls)
+                    runs=options.sim_runs, seed=options.seed, stalls=stalls,
+                    wakes=options.loop_wakes)
 
 
 def floor_p99(kinds: Sequence[Kind], options: PlanOptions = DEFAULT_OPTIONS) -> SimResult:
