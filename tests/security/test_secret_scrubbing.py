@@ -9,7 +9,7 @@ from typing import Any, get_args
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from secret_forms import FORMS, leaks, planted, secrets, written
 
@@ -155,6 +155,9 @@ def test_a_secret_planted_in_any_field_of_any_entry_is_not_journaled(
     entry = _with(sample, path, data.draw(planted(secret)))
     if entry is None:
         return
+    # A secret already "in" the entry's fixed words (``interrup`` in ``interrupt``) cannot
+    # be told from them; those words stay (pinned below), so the check says nothing there.
+    assume(not leaks(msgspec.json.encode(_with(sample, path, "")).decode(), secret))
     redact = Redactor({}, frozenset(), [secret]).for_run()
     (out,) = redact([entry])
     assert not leaks(msgspec.json.encode(out).decode(), secret), (path, out)
@@ -193,3 +196,23 @@ def test_a_secret_streamed_in_pieces_never_leaves_whole(
     sent = [held.push(text[i : i + size], matcher) for i in range(0, len(text), size)]
     sent.append(held.flush(matcher))
     assert not leaks("".join(sent), secret), (text, sent)
+
+
+def test_a_secret_inside_a_fixed_word_leaves_the_word_and_the_entry_whole() -> None:
+    """A secret that happens to be part of a role, a status or a kind (hypothesis found
+    ``interrup`` inside ``interrupt``) is scrubbed from the free text around it; the fixed
+    word stays, so the entry still decodes and reads the same."""
+    secret = "interrup"
+    entry = ApprovalRequested(
+        0, 1.0, 0, "call_1", "lookup", '{"q": "INTERRUP"}', "interrupt", "interrup now?"
+    )
+    redact = Redactor({}, frozenset(), [secret]).for_run()
+    (out,) = redact([entry])
+    assert isinstance(out, ApprovalRequested) and out.kind == "interrupt"
+    assert out.question == f"{SECRET} now?" and secret not in out.arguments.lower()
+    encoded = msgspec.json.encode(out)
+    assert msgspec.json.decode(encoded, type=ApprovalRequested) == out
+    message = Message("user", "the user said interrup")
+    (turn,) = redact([ModelTurn(1, 2.0, message)])
+    assert isinstance(turn, ModelTurn) and turn.message.role == "user"
+    assert turn.message.content == f"the user said {SECRET}"

@@ -25,6 +25,7 @@ redactor and pays nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -224,34 +225,61 @@ class RunRedactor:
         return msgspec.structs.replace(result, content=_WITHHELD, screen=None)
 
 
-def _scrub_builtins(value: object, matcher: SecretMatcher) -> tuple[object, bool]:
+@functools.cache
+def _free_text_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    """The fields of ``cls`` that can hold a secret: all but those that take only fixed
+    words (a ``Literal`` or an enum: a role, a status, an approval's kind). Scrubbing a
+    fixed word would break the entry (a secret ``interrup`` turns ``interrupt`` into
+    ``[secret]t``, which no longer decodes), and a secret can never be one."""
+    info = msgspec.inspect.type_info(cls)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return tuple(f.name for f in info.fields if not _fixed_words(f.type))
+
+
+def _fixed_words(kind: msgspec.inspect.Type) -> bool:
+    if isinstance(kind, msgspec.inspect.LiteralType | msgspec.inspect.EnumType):
+        return True
+    if isinstance(kind, msgspec.inspect.UnionType):
+        return all(
+            _fixed_words(t) or isinstance(t, msgspec.inspect.NoneType) for t in kind.types
+        )
+    return False
+
+
+def _scrubbed(value: Any, matcher: SecretMatcher) -> Any:
+    """``value`` with every free-text string in it scrubbed, at any depth; ``value`` itself
+    (the same object) where nothing changed, so the common case copies nothing."""
     if isinstance(value, str):
-        clean = matcher.scrub(value)
-        return clean, clean != value
-    if isinstance(value, dict):
-        changed = False
-        out: dict[object, object] = {}
-        for k, v in value.items():
-            k2, c1 = _scrub_builtins(k, matcher)
-            v2, c2 = _scrub_builtins(v, matcher)
-            changed = changed or c1 or c2
-            out[k2] = v2
-        return out, changed
-    if isinstance(value, list | tuple):  # (to_builtins keeps tuples)
-        items = [_scrub_builtins(v, matcher) for v in value]
-        return [v for v, _ in items], any(c for _, c in items)
-    return value, False
+        return matcher.scrub(value)
+    if isinstance(value, msgspec.Struct):
+        changes = {}
+        for name in _free_text_fields(type(value)):
+            field = getattr(value, name)
+            clean = _scrubbed(field, matcher)
+            if clean is not field:
+                changes[name] = clean
+        return msgspec.structs.replace(value, **changes) if changes else value
+    if isinstance(value, list | tuple):
+        items = [_scrubbed(v, matcher) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return type(value)(items)
+    if isinstance(value, dict):  # free-form data (a tool's metadata): keys are text too
+        pairs = [(_scrubbed(k, matcher), _scrubbed(v, matcher)) for k, v in value.items()]
+        if all(k2 is k and v2 is v for (k2, v2), (k, v) in zip(pairs, value.items(),
+                                                                   strict=True)):
+            return value
+        return dict(pairs)
+    return value
 
 
 def scrub_value(value: T, matcher: SecretMatcher) -> T:
-    """``value`` (a journal entry, a message: any msgspec value) with every string in it,
-    at any depth, scrubbed of ``matcher``'s secrets; ``value`` itself when none held one
-    (the common case costs a walk over its strings, no copy)."""
-    plain = msgspec.to_builtins(value)
-    clean, changed = _scrub_builtins(plain, matcher)
-    if not changed:
-        return value
-    return msgspec.convert(clean, type(value))
+    """``value`` (a journal entry, a message: any msgspec value) with every free-text string
+    in it, at any depth, scrubbed of ``matcher``'s secrets; ``value`` itself when none held
+    one. Fields of fixed words (roles, statuses, kinds) are left as they are: no secret
+    fits there, and scrubbing one would make the entry undecodable."""
+    clean: T = _scrubbed(value, matcher)
+    return clean
 
 
 def redactor_for(agent: Agent) -> Redactor | None:
