@@ -28,24 +28,15 @@ from collections.abc import Callable
 from typing import Any
 
 from podium.agent import Agent
-from podium.cli.overhead import INSTRUCTIONS, STEPS, CountingModel, _Gate, hand_loop
+from podium.cli.overhead import (
+    INSTRUCTIONS,
+    STEPS,
+    CountingModel,
+    _Gate,
+    hand_loop,
+    parked_tool,
+)
 from podium.engine.driver import Engine
-from podium.tools.tool import tool
-
-
-def _parked_tool(gate: _Gate) -> Any:
-    @tool
-    async def lookup(query: str) -> str:
-        """Look something up.
-
-        Args:
-            query: What to look up.
-        """
-        await gate.wait()
-        return f"Result for {query}: 42 items found."
-
-    return lookup
-
 
 Start = Callable[[_Gate], list["asyncio.Task[Any]"]]
 
@@ -101,7 +92,7 @@ async def measure(
     engine = Engine(profile=profile)
 
     def podium(gate: _Gate) -> list[asyncio.Task[Any]]:
-        agent = Agent("react", CountingModel(), INSTRUCTIONS, [_parked_tool(gate)],
+        agent = Agent("react", CountingModel(), INSTRUCTIONS, [parked_tool(gate)],
                       max_steps=STEPS + 1)
         return [asyncio.ensure_future(engine.run(agent, "Find podium")) for _ in range(n)]
 

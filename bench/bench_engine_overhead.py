@@ -19,7 +19,11 @@ the same model object, so the HTTP client's CPU is common to both and the ratio 
 engine's overhead on top (the server's CPU, in its own process, is not counted).
 ``--sessions N1,N2,…`` measures each level apart: N runs in flight at once, in as
 many batches as make about ``--runs`` × 7 steps, the hand loop alike; the report
-gives the ratio per model and level.
+gives the ratio per model and level. With an instant tool and model a run never
+waits: each completes in one resume, so N is N runs started together, not N waiting
+at once. ``--tool-waits`` makes both loops' tool wait one turn of the event loop (as a
+tool awaiting I/O does), so every step of all N runs interleaves: N sessions really in
+flight, each parked in its tool while the others step.
 
 ``--observe`` also measures the engine with Prometheus metrics and OpenTelemetry
 tracing on (spans batched and exported over OTLP/HTTP to a sink in another process,
@@ -72,6 +76,17 @@ async def lookup(query: str) -> str:
     return f"Result for {query}: 42 items found."
 
 
+@tool(name="lookup")
+async def lookup_waiting(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: What to look up.
+    """
+    await asyncio.sleep(0)  # one turn of the loop, as a tool awaiting I/O
+    return f"Result for {query}: 42 items found."
+
+
 def react_reply(messages: object, request: ModelRequest) -> ModelResponse | str:
     """The simulated model's replies, from a user's function: six lookups, then done."""
     if request.step < TOOL_STEPS:
@@ -79,7 +94,9 @@ def react_reply(messages: object, request: ModelRequest) -> ModelResponse | str:
     return "Done."
 
 
-def podium_agent(screening: bool = False, model: str = "simulated", url: str = "") -> Agent:
+def podium_agent(
+    screening: bool = False, model: str = "simulated", url: str = "", tool_waits: bool = False
+) -> Agent:
     chosen: Model
     if model == "function":
         chosen = FunctionModel(react_reply, name="react")
@@ -92,7 +109,7 @@ def podium_agent(screening: bool = False, model: str = "simulated", url: str = "
         "react",
         chosen,
         "You are a helpful research agent. Use the lookup tool.",
-        [lookup],
+        [lookup_waiting if tool_waits else lookup],
         max_steps=TOOL_STEPS + 2,
         screening=ScreeningPolicy() if screening else None,
     )
@@ -115,6 +132,11 @@ async def hand_model(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def hand_lookup(query: str) -> str:
+    return f"Result for {query}: 42 items found."
+
+
+async def hand_lookup_waiting(query: str) -> str:
+    await asyncio.sleep(0)  # one turn of the loop, as a tool awaiting I/O
     return f"Result for {query}: 42 items found."
 
 
@@ -419,6 +441,9 @@ def main() -> int:
                         default="simulated", help="the model the engine drives")
     parser.add_argument("--sessions", default=None, metavar="N1,N2,…",
                         help="measure each level of sessions in flight apart")
+    parser.add_argument("--tool-waits", action="store_true",
+                        help="with --sessions: both loops' tool waits one turn of the loop, "
+                             "so the sessions of a level are all in flight at once")
     args = parser.parse_args()
     if args.sessions or args.model != "simulated":
         return _levels_main(args)
@@ -456,7 +481,9 @@ def _levels_main(args: argparse.Namespace) -> int:
     names = {"both": ("simulated", "function"), "all": ("simulated", "function", "openai")
              }.get(args.model, (args.model,))
     server, url = sim_server() if "openai" in names else (None, "")
-    agents = {name: podium_agent(args.screening, name, url) for name in names}
+    agents = {name: podium_agent(args.screening, name, url, args.tool_waits) for name in names}
+    if args.tool_waits:
+        HAND_TOOLS["lookup"] = hand_lookup_waiting
     levels = [int(n) for n in (args.sessions or str(args.runs)).split(",")]
     coro = measure_levels(agents, levels, args.runs, args.rounds)
     try:

@@ -181,25 +181,28 @@ class _Gate:
         await self.event.wait()
 
 
+def parked_tool(gate: _Gate) -> Any:
+    """The workload's lookup tool, parked at ``gate`` until it opens."""
+
+    @tool
+    async def lookup(query: str) -> str:
+        """Look something up.
+
+        Args:
+            query: What to look up.
+        """
+        await gate.wait()
+        return f"Result for {query}: 42 items found."
+
+    return lookup
+
+
 async def held_while_waiting(n: int, profile: bool) -> tuple[float, float, float, float]:
     """(GC-tracked objects per waiting run, bytes per waiting run) for ours and the hand loop.
 
     Every run is parked in its 4th tool call; the difference to the quiet state,
     divided by n, is what one session waiting in a tool costs.
     """
-
-    def parked_tool(gate: _Gate) -> Any:
-        @tool
-        async def lookup(query: str) -> str:
-            """Look something up.
-
-            Args:
-                query: What to look up.
-            """
-            await gate.wait()
-            return f"Result for {query}: 42 items found."
-
-        return lookup
 
     async def measure(start: Callable[[_Gate], list[asyncio.Task[Any]]]) -> tuple[float, float]:
         gate = _Gate()
