@@ -212,7 +212,7 @@ class SampledStopwatch(Stopwatch, gc=False):
 
     def close_final(self, step: int, ttft_ns: int) -> StepProfile | None:
         t = self.t
-        if t[_SPAN] is t[_MARK]:  # (the step's span of running time starts with the step)
+        if t[_SPAN] == t[_MARK]:  # (the step's span of running time starts with the step)
             # The answer's step, stamped to its parse: no tool phases, so its tools' and
             # merge's ends are the parse's, and it closes as close_new closes a tool step.
             # (close_new's general path is settle's too: the checkpoint is booked by then.)

@@ -407,29 +407,29 @@ def _continue_gen(
                     raise own_exit(own) from own
                 finally:
                     ran, blocked = _spent(start, ran, blocked)
-        except StopIteration as stop:
+        except StopIteration as ended:  # (one name for how it ended: one frame slot)
             if deadline is not None and deadline.fired and task is not None:
                 task.uncancel()  # the tool caught its deadline's cancellation and went on
-            if type(stop.value) is str:
-                return ToolResult(ctx.call_id, tool.name, stop.value, wall_ns=_perf() - t0,
+            if type(ended.value) is str:
+                return ToolResult(ctx.call_id, tool.name, ended.value, wall_ns=_perf() - t0,
                                   cpu_ns=ran, blocked_ns=blocked)
-            first = _First(stop.value, None, ran, blocked)
-        except asyncio.CancelledError as stop:
+            first = _First(ended.value, None, ran, blocked)
+        except asyncio.CancelledError as ended:
             # Ours if the deadline fired and nothing else cancelled the task meanwhile.
             if deadline is not None and deadline.fired and task is not None:
                 if task.uncancel():
                     raise
                 first = _First(None, ToolTimeout(), ran, blocked)
-            elif _escapes(stop):
+            elif _escapes(ended):
                 raise
             else:
-                first = _First(None, stop, ran, blocked)
-        except BaseException as stop:
+                first = _First(None, ended, ran, blocked)
+        except BaseException as ended:
             if deadline is not None and deadline.fired and task is not None:
                 task.uncancel()  # the tool caught its deadline's cancellation, then failed
-            if _escapes(stop):
+            if _escapes(ended):
                 raise
-            first = _First(None, stop, ran, blocked)
+            first = _First(None, ended, ran, blocked)
     finally:
         failure = None  # (not held over the retries: a traceback holds frames)
         if deadline is not None:
