@@ -40,19 +40,6 @@ def admin_client(url: str) -> Iterator[redis.Redis]:
         client.close()
 
 
-class AdminClient:
-    """``admin_client`` for an ``async with`` beside the stores."""
-
-    def __init__(self, url: str) -> None:
-        self._client = redis.Redis.from_url(url)
-
-    async def __aenter__(self) -> redis.Redis:
-        return self._client
-
-    async def __aexit__(self, *_: object) -> None:
-        self._client.close()
-
-
 async def finished(
     store: RedisRunStore, run_id: str, *, tenant: str = "t", status: str = "completed"
 ) -> RunRecord:
@@ -234,84 +221,84 @@ async def test_a_run_that_still_lives_is_never_removed(
     shared_redis_url: str, prefix: str
 ) -> None:
     alive = {"moved", "changed", "extended", "persisted", "running", "waiting"}
-    for attempt, ttl in enumerate(HORIZONS_S):
-        async with (
-            RedisRunStore(shared_redis_url, prefix=f"{prefix}:try{attempt}",
-                          finished_ttl_s=ttl, reap_every_s=0,
-                          unavailable_s=BULK_UNAVAILABLE_S) as short,
-            RedisRunStore(shared_redis_url, prefix=f"{prefix}:try{attempt}",
-                          finished_ttl_s=3600, reap_every_s=0,
-                          unavailable_s=BULK_UNAVAILABLE_S) as long,
-            AdminClient(shared_redis_url) as admin,
-        ):
-            # ended with a short TTL, then written again (its end amended) by a long-TTL
-            # holder
-            moved = await finished(short, "moved")
-            moved.output = "amended"
-            await long.update(moved)
-            # ended, then written again with another ending: only the last one counts
-            changed = await finished(short, "changed")
-            changed.status = "failed"
-            await long.update(changed)
-            # its expiry moved, or removed, by hand (an operator, another tool)
-            await finished(short, "extended")
-            await finished(short, "persisted")
-            admin.pexpire(short._run_key("extended"), 3_600_000)
-            admin.persist(short._run_key("persisted"))
-            running = await started(short, "running")
-            waiting = await started(short, "waiting")
-            waiting.status = "waiting"
-            await short.update(waiting)
-            if not alive_after_setup(admin, run_keys(short, sorted(alive))):
-                continue  # a key expired before the setup reached it: longer expiry
-            # ends last: once it is due, every run above is due too
-            await finished(short, "canary")
-            assert await reap_until(short, 1) == 1  # the canary only
-            idx = short._idx
-            assert members(admin, f"{idx}all") == alive
-            assert members(admin, f"{idx}s:failed") == {"changed"}
-            assert members(admin, f"{idx}s:completed") == {"moved", "extended", "persisted"}
-            for run_id in alive:
-                assert await short.get(run_id) is not None, run_id
-            # the hand-extended run is due when its key is, the persisted one never
-            due = {m.decode(): s for m, s in admin.zrange(expiry_key(idx), 0, -1,
-                                                          withscores=True)}
-            assert len(due) == 3 and all(s > time.time() * 1000 + 3_000_000
-                                         for s in due.values())
-            assert running.version == 1
-            assert {r.run_id for r in await short.list(limit=20)} == alive
-            return
+    with admin_client(shared_redis_url) as admin:
+        for attempt, ttl in enumerate(HORIZONS_S):
+            async with (
+                RedisRunStore(shared_redis_url, prefix=f"{prefix}:try{attempt}",
+                              finished_ttl_s=ttl, reap_every_s=0,
+                              unavailable_s=BULK_UNAVAILABLE_S) as short,
+                RedisRunStore(shared_redis_url, prefix=f"{prefix}:try{attempt}",
+                              finished_ttl_s=3600, reap_every_s=0,
+                              unavailable_s=BULK_UNAVAILABLE_S) as long,
+            ):
+                # ended with a short TTL, then written again (its end amended) by a long-TTL
+                # holder
+                moved = await finished(short, "moved")
+                moved.output = "amended"
+                await long.update(moved)
+                # ended, then written again with another ending: only the last one counts
+                changed = await finished(short, "changed")
+                changed.status = "failed"
+                await long.update(changed)
+                # its expiry moved, or removed, by hand (an operator, another tool)
+                await finished(short, "extended")
+                await finished(short, "persisted")
+                admin.pexpire(short._run_key("extended"), 3_600_000)
+                admin.persist(short._run_key("persisted"))
+                running = await started(short, "running")
+                waiting = await started(short, "waiting")
+                waiting.status = "waiting"
+                await short.update(waiting)
+                if not alive_after_setup(admin, run_keys(short, sorted(alive))):
+                    continue  # a key expired before the setup reached it: longer expiry
+                # ends last: once it is due, every run above is due too
+                await finished(short, "canary")
+                assert await reap_until(short, 1) == 1  # the canary only
+                idx = short._idx
+                assert members(admin, f"{idx}all") == alive
+                assert members(admin, f"{idx}s:failed") == {"changed"}
+                assert members(admin, f"{idx}s:completed") == {"moved", "extended", "persisted"}
+                for run_id in alive:
+                    assert await short.get(run_id) is not None, run_id
+                # the hand-extended run is due when its key is, the persisted one never
+                due = {m.decode(): s for m, s in admin.zrange(expiry_key(idx), 0, -1,
+                                                              withscores=True)}
+                assert len(due) == 3 and all(s > time.time() * 1000 + 3_000_000
+                                             for s in due.values())
+                assert running.version == 1
+                assert {r.run_id for r in await short.list(limit=20)} == alive
+                return
     pytest.fail(f"the setup never beat a {HORIZONS_S[-1]} s expiry")
 
 
 async def test_expired_threads_leave_their_indexes(
     shared_redis_url: str, prefix: str
 ) -> None:
-    for attempt, ttl in enumerate(HORIZONS_S):
-        async with (
-            RedisRunStore(shared_redis_url, prefix=f"{prefix}:try{attempt}", reap_every_s=0,
-                          unavailable_s=BULK_UNAVAILABLE_S) as store,
-            AdminClient(shared_redis_url) as admin,
-        ):
-            soon = time.time() + ttl
-            saved = ThreadRecord("saved", tenant="t", expires_at=soon)
-            await store.create_thread(saved)
-            saved.expires_at = None  # made permanent before its expiry
-            await store.update_thread(saved)
-            if await store.get_thread("saved") is None:
-                continue  # it expired before it was made permanent: longer expiry
-            await store.create_thread(ThreadRecord("gone", tenant="t", expires_at=soon))
-            await store.create_thread(ThreadRecord("kept", tenant="t", ttl_s=None))
-            await store.create_thread(
-                ThreadRecord("deleted", tenant="t", expires_at=soon + 3600)
-            )
-            assert await store.delete_thread("deleted")
-            assert admin.zcard(expiry_key(store._idx)) == 1  # "gone" only
-            assert await reap_until(store, 1) == 1
-            assert members(admin, f"{store._idx}thall") == {"kept", "saved"}
-            assert members(admin, f"{store._idx}th:t") == {"kept", "saved"}
-            assert admin.zcard(expiry_key(store._idx)) == 0
-            return
+    with admin_client(shared_redis_url) as admin:
+        for attempt, ttl in enumerate(HORIZONS_S):
+            async with RedisRunStore(
+                shared_redis_url, prefix=f"{prefix}:try{attempt}", reap_every_s=0,
+                unavailable_s=BULK_UNAVAILABLE_S,
+            ) as store:
+                soon = time.time() + ttl
+                saved = ThreadRecord("saved", tenant="t", expires_at=soon)
+                await store.create_thread(saved)
+                saved.expires_at = None  # made permanent before its expiry
+                await store.update_thread(saved)
+                if await store.get_thread("saved") is None:
+                    continue  # it expired before it was made permanent: longer expiry
+                await store.create_thread(ThreadRecord("gone", tenant="t", expires_at=soon))
+                await store.create_thread(ThreadRecord("kept", tenant="t", ttl_s=None))
+                await store.create_thread(
+                    ThreadRecord("deleted", tenant="t", expires_at=soon + 3600)
+                )
+                assert await store.delete_thread("deleted")
+                assert admin.zcard(expiry_key(store._idx)) == 1  # "gone" only
+                assert await reap_until(store, 1) == 1
+                assert members(admin, f"{store._idx}thall") == {"kept", "saved"}
+                assert members(admin, f"{store._idx}th:t") == {"kept", "saved"}
+                assert admin.zcard(expiry_key(store._idx)) == 0
+                return
     pytest.fail(f"the setup never beat a {HORIZONS_S[-1]} s expiry")
 
 
