@@ -445,7 +445,7 @@ def main() -> int:
                         help="with --sessions: both loops' tool waits one turn of the loop, "
                              "so the sessions of a level are all in flight at once")
     args = parser.parse_args()
-    if args.sessions or args.model != "simulated":
+    if args.sessions or args.model != "simulated" or args.tool_waits:
         return _levels_main(args)
     run_args = (args.runs, args.rounds, args.observe, args.sample, args.screening)
     if args.uvloop:
